@@ -1,0 +1,40 @@
+# dpgen — the two commands: `make train` (default experiment on the embedded digits) and `make test`.
+# Both create .venv and install the package with its dev extra when the venv is missing or
+# pyproject.toml changed.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: install train test bench lint reproduce clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## make train ARGS="experiment=mnist_dpswd accountant.epsilon=5"
+train: $(STAMP)
+	$(BIN)/python train.py $(ARGS)
+
+## fast unit, property and end-to-end tests (CPU); fails when no test runs (pytest exit 5)
+test: $(STAMP)
+	$(BIN)/python -m pytest -n auto -q $(PYTEST_ARGS)
+
+## benchmarks: writes docs/benchmarks.md
+bench: $(STAMP)
+	$(BIN)/python scripts/bench.py --out docs/benchmarks.md
+
+lint: $(STAMP)
+	$(BIN)/ruff check dpgen scripts tests train.py
+
+## paper reproduction scripts (calibration table; training runs are listed in docs/reproduction.md)
+reproduce: $(STAMP)
+	$(BIN)/python scripts/calibration_table.py --out docs/reproduction.md
+
+clean:
+	rm -rf outputs multirun wandb .pytest_cache

@@ -1,0 +1,112 @@
+"""Data splits shared by every method: public / private / test.
+
+Images are float tensors ``(n, C, H, W)`` in ``[0, 1]`` with integer labels ``(n,)``.
+The private split exposes no indexing or iteration: the only way to read private records is
+:class:`dpgen.privacy.sampler.PrivateSampler`, which draws batches the way the accountant
+assumes.  Public and test splits are ordinary tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset's files are missing; the message lists the expected paths and the fix."""
+
+    def __init__(self, name: str, root: str | Path, missing: list[Path], download_supported: bool = True) -> None:
+        lines = "\n".join(f"  - {p}" for p in missing)
+        fix = (
+            f"Fix: point paths.data_root (or the DPGEN_DATA_ROOT environment variable) at a folder that "
+            f"holds these files"
+        )
+        if download_supported:
+            fix += ", or let torchvision fetch them with dataset.download=true (needs internet)"
+        super().__init__(
+            f"dataset '{name}' not found under data root '{root}'. Expected files:\n{lines}\n{fix}."
+        )
+
+
+def require_files(name: str, root: str | Path, paths: list[Path], download_supported: bool = True) -> None:
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        raise DatasetNotFoundError(name, root, missing, download_supported)
+
+
+@dataclass
+class TensorSplit:
+    """An in-memory split: ``x: (n, C, H, W)`` float in [0, 1], ``y: (n,)`` long."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.x.shape[0] != self.y.shape[0]:
+            raise ValueError("x and y must have the same number of rows")
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+
+class PrivateSplit:
+    """The private training records.  Readable only through a ``PrivateSampler``.
+
+    ``__len__`` (the public count N used by the accountant) is the only public accessor.
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.__x, self.__y = x, y  # name-mangled: not part of any public surface
+
+    def __len__(self) -> int:
+        return int(self.__x.shape[0])
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        """Shape of one record (public metadata, not data)."""
+        return tuple(self.__x.shape[1:])
+
+    def _gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.__x[idx], self.__y[idx]
+
+    def __repr__(self) -> str:  # never print records
+        return f"PrivateSplit(n={len(self)}, shape={self.feature_shape})"
+
+    def __getstate__(self):  # private data must never be pickled into a checkpoint
+        raise TypeError("PrivateSplit cannot be pickled: private data never leaves the process")
+
+
+@dataclass
+class DataSplits:
+    """What a dataset builder returns."""
+
+    name: str
+    private: PrivateSplit
+    test: TensorSplit
+    public: TensorSplit | None
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    value_range: tuple[float, float] = (0.0, 1.0)
+
+    @property
+    def dim(self) -> int:
+        c, h, w = self.image_shape
+        return c * h * w
+
+
+def split_public_private(x: torch.Tensor, y: torch.Tensor, public_fraction: float, seed: int,
+                         public_max: int | None = None) -> tuple[TensorSplit | None, PrivateSplit]:
+    """Deterministic (seeded) split of the training set into public and private parts."""
+    if not 0.0 <= public_fraction < 1.0:
+        raise ValueError(f"dataset.public_fraction must be in [0, 1), got {public_fraction}")
+    n = x.shape[0]
+    n_pub = int(round(public_fraction * n))
+    if public_max is not None:
+        n_pub = min(n_pub, public_max)
+    if n_pub == 0:
+        return None, PrivateSplit(x, y)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    pub, priv = perm[:n_pub], perm[n_pub:]
+    return TensorSplit(x[pub], y[pub]), PrivateSplit(x[priv], y[priv])

@@ -1,0 +1,5 @@
+"""Evaluation: downstream classifiers, sample grids."""
+from .downstream import downstream_accuracy
+from .evaluator import GenerativeEvaluator, NoEvaluator
+
+__all__ = ["GenerativeEvaluator", "NoEvaluator", "downstream_accuracy"]

@@ -1,0 +1,53 @@
+"""What every method provides to the pipeline."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..data import DataSplits
+from ..privacy import PrivacyLedger
+
+
+@dataclass
+class TrainContext:
+    """Everything a method's ``fit`` needs besides the data and the ledger."""
+
+    device: torch.device
+    logger: object  # dpgen.logging.RunLogger
+    run_dir: Path
+    seed: int = 0
+    log_every: int = 50
+    checkpoint_every: int = 500
+    resume_from: Path | None = None
+    max_steps: int | None = None  # cap (smoke runs); the privacy calibration still uses the full schedule
+    progress: bool = True
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.pt"
+
+
+class NonFiniteLossError(FloatingPointError):
+    def __init__(self, step: int, what: str = "loss") -> None:
+        super().__init__(
+            f"the training {what} became NaN/inf at step {step}. Lower model.lr or check the data "
+            f"scaling; the last checkpoint is kept, resume with trainer.resume=true after fixing."
+        )
+
+
+class Method(ABC):
+    """A training algorithm.  ``fit`` touches private data only through a PrivateSampler."""
+
+    @abstractmethod
+    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
+        """Train; record every private release in ``ledger``; return training metrics."""
+
+
+class GenerativeMethod(Method):
+    @abstractmethod
+    def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` synthetic images ``(n, C, H, W)`` in [0, 1] and their labels ``(n,)`` (on cpu)."""

@@ -1,0 +1,103 @@
+"""Generator networks (no training loops here)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ConvCondGen(nn.Module):
+    """DP-MERF's conditional convolutional generator (DP-SWD Table 3, spec dpswd.md §3.1).
+
+    ``[z || onehot(y)]`` (d_code + n_labels) -> Linear(hidden) -> BN -> ReLU ->
+    Linear(C0 * H/4 * W/4) -> BN -> reshape (C0, H/4, W/4) -> bilinear x2 -> Conv(C0->C1, ks) -> ReLU
+    -> bilinear x2 -> Conv(C1->C_out, ks) -> Sigmoid.  For MNIST (1, 28, 28): 784 = 16*7*7,
+    ~167k parameters.  Output ``(n, C_out, H, W)`` in [0, 1].
+    """
+
+    def __init__(self, d_code: int = 10, n_labels: int = 10, hidden: int = 200,
+                 channels: tuple[int, int] = (16, 8), kernel_size: int = 5,
+                 image_shape: tuple[int, int, int] = (1, 28, 28)) -> None:
+        super().__init__()
+        c_out, h, w = image_shape
+        if h % 4 or w % 4:
+            raise ValueError(f"ConvCondGen needs H and W divisible by 4, got {image_shape}")
+        self.d_code, self.n_labels, self.image_shape = d_code, n_labels, tuple(image_shape)
+        self.c0, self.h0, self.w0 = channels[0], h // 4, w // 4
+        self.fc1 = nn.Linear(d_code + n_labels, hidden)
+        self.bn1 = nn.BatchNorm1d(hidden)
+        self.fc2 = nn.Linear(hidden, self.c0 * self.h0 * self.w0)
+        self.bn2 = nn.BatchNorm1d(self.c0 * self.h0 * self.w0)
+        pad = kernel_size // 2
+        self.conv1 = nn.Conv2d(channels[0], channels[1], kernel_size, padding=pad)
+        self.conv2 = nn.Conv2d(channels[1], c_out, kernel_size, padding=pad)
+
+    @property
+    def conditional(self) -> bool:
+        return self.n_labels > 0
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """``z: (n, d_code)``, ``y: (n,)`` long -> ``(n, C, H, W)``."""
+        if self.n_labels:
+            z = torch.cat([z, F.one_hot(y, self.n_labels).to(z.dtype)], dim=1)
+        x = F.relu(self.bn1(self.fc1(z)))
+        x = self.bn2(self.fc2(x)).view(-1, self.c0, self.h0, self.w0)
+        x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
+        x = F.relu(self.conv1(x))
+        x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
+        return torch.sigmoid(self.conv2(x))
+
+
+class MLPGen(nn.Module):
+    """Small conditional MLP generator for vector data (the toy Gaussians).  Output unbounded."""
+
+    def __init__(self, d_code: int = 5, n_labels: int = 2, hidden: int = 64,
+                 image_shape: tuple[int, int, int] = (1, 1, 5)) -> None:
+        super().__init__()
+        self.d_code, self.n_labels, self.image_shape = d_code, n_labels, tuple(image_shape)
+        out = int(torch.tensor(image_shape).prod())
+        self.net = nn.Sequential(nn.Linear(d_code + n_labels, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, out))
+
+    @property
+    def conditional(self) -> bool:
+        return self.n_labels > 0
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        if self.n_labels:
+            z = torch.cat([z, F.one_hot(y, self.n_labels).to(z.dtype)], dim=1)
+        return self.net(z).view(-1, *self.image_shape)
+
+
+class DCGANDecoder(nn.Module):
+    """DSW's ``LSUNDecoder`` (spec dpswd.md §3.2): latent 32 -> 3x64x64 in [0, 1].
+
+    ConvT(32->512, 4, s1, p0) -> BN -> ReLU -> ConvT(512->256, 4, s2, p1) -> BN -> ReLU ->
+    ConvT(256->128) -> BN -> ReLU -> ConvT(128->64) -> BN -> ReLU -> ConvT(64->3, 4, s2, p1) -> Tanh.
+    The Tanh output in [-1, 1] is mapped to [0, 1] (dpgen keeps every image in [0, 1]).
+    Unconditional (``n_labels = 0``).  ``image_shape=(3, 32, 32)`` drops one up-sampling block.
+    """
+
+    def __init__(self, d_code: int = 32, width: int = 64, image_shape: tuple[int, int, int] = (3, 64, 64),
+                 n_labels: int = 0) -> None:
+        super().__init__()
+        c, h, _ = image_shape
+        n_up = {64: 4, 32: 3}.get(h)
+        if n_up is None:
+            raise ValueError(f"DCGANDecoder supports 32x32 and 64x64 images, got {image_shape}")
+        self.d_code, self.n_labels, self.image_shape = d_code, 0, tuple(image_shape)
+        ch = [width * 2 ** i for i in range(n_up - 1, -1, -1)]  # 64x64: 512, 256, 128, 64
+        layers: list[nn.Module] = [nn.ConvTranspose2d(d_code, ch[0], 4, 1, 0, bias=False), nn.BatchNorm2d(ch[0]),
+                                   nn.ReLU(True)]
+        for a, b in zip(ch[:-1], ch[1:]):
+            layers += [nn.ConvTranspose2d(a, b, 4, 2, 1, bias=False), nn.BatchNorm2d(b), nn.ReLU(True)]
+        layers += [nn.ConvTranspose2d(ch[-1], c, 4, 2, 1, bias=False), nn.Tanh()]
+        self.net = nn.Sequential(*layers)
+
+    @property
+    def conditional(self) -> bool:
+        return False
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        return (self.net(z[:, :, None, None]) + 1.0) / 2.0

@@ -1,0 +1,112 @@
+"""``run(cfg)``: the composition of one run, nothing else (docs/ARCHITECTURE.md).
+
+1. validate; seed; pick device
+2. data    = instantiate(cfg.dataset)     -> public / private / test splits
+3. ledger  = instantiate(cfg.accountant)  -> the privacy budget and its ledger
+4. method  = instantiate(cfg.model); method.fit(data, ledger, ctx)
+5. metrics = instantiate(cfg.evaluator)(method, data, logger)
+6. results.json (+ W&B summary); return the results
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from .config import validate
+from .methods.base import TrainContext
+from .utils import pick_device, seed_everything
+
+
+def _resume_path(resume, run_dir: Path) -> Path | None:
+    if resume in (False, None, "false"):
+        return None
+    p = run_dir if resume in (True, "true") else Path(str(resume))
+    if p.is_dir():
+        p = p / "checkpoints" / "last.pt"
+    if not p.exists():
+        if resume in (True, "true"):
+            return None  # nothing to resume yet: start fresh (and say so)
+        raise FileNotFoundError(f"trainer.resume: checkpoint {p} not found")
+    return p
+
+
+def run(cfg: DictConfig) -> dict:
+    validate(cfg)
+    t0 = time.time()
+    console = Console(stderr=True)
+    seed = int(cfg.get("seed", 0))
+    seed_everything(seed)
+    device = pick_device(cfg.trainer.device)
+    run_dir = Path(cfg.paths.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    name = cfg.get("experiment_name", "run")
+    console.log(f"[bold]{name}[/] on {device}; run folder {run_dir}")
+
+    data = instantiate(cfg.dataset)
+    n_priv = len(data.private)
+    if float(cfg.accountant.delta) > 1.0 / n_priv:
+        warnings.warn(f"accountant.delta={cfg.accountant.delta} is larger than 1/N = {1.0 / n_priv:.2e} for "
+                      f"N={n_priv} private records: such a delta allows leaking a whole record; use a smaller "
+                      "delta", stacklevel=2)
+    ledger = instantiate(cfg.accountant, dataset_size=n_priv, _convert_="all")
+    method = instantiate(cfg.model, _convert_="all")
+    logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
+    try:
+        resume = _resume_path(cfg.trainer.resume, run_dir)
+        if resume is not None:
+            console.log(f"resuming from {resume}")
+        elif cfg.trainer.resume in (True, "true"):
+            console.log("trainer.resume=true but no checkpoint in this run folder: starting fresh")
+        ctx = TrainContext(device=device, logger=logger, run_dir=run_dir, seed=seed,
+                           log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
+                           resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress))
+        train_metrics = method.fit(data, ledger, ctx)
+        evaluator = instantiate(cfg.evaluator, _convert_="all")
+        metrics = evaluator(method, data, logger, seed=seed)
+        privacy = ledger.summary()
+        results = {
+            "experiment": name,
+            "dataset": data.name,
+            "n_private": n_priv,
+            "metrics": metrics,
+            "privacy": privacy,
+            "train": train_metrics,
+            "device": str(device),
+            "runtime_s": time.time() - t0,
+            "overrides": list(cfg.get("overrides_", []) or []),
+        }
+        logger.log_summary(results)
+    finally:
+        logger.finish()
+    _print_summary(console, results)
+    return results
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if (v != 0 and abs(v) < 1e-3) else f"{v:.4f}"
+    return str(v)
+
+
+def _print_summary(console: Console, results: dict) -> None:
+    t = Table(title=f"{results['experiment']} — results", show_header=True)
+    t.add_column("quantity")
+    t.add_column("value")
+    for k, v in results["metrics"].items():
+        t.add_row(k, _fmt(v))
+    p = results["privacy"]
+    t.add_row("epsilon spent (RDP)", _fmt(p["epsilon_rdp"]))
+    t.add_row("epsilon spent (PLD)", _fmt(p["epsilon_pld"]) if p["epsilon_pld"] is not None else "n/a (sampling "
+              "without replacement)")
+    t.add_row("delta", _fmt(p["delta"]))
+    t.add_row("target epsilon", _fmt(p["target_epsilon"]))
+    t.add_row("private steps", _fmt(p["private_steps"]))
+    t.add_row("run time (s)", _fmt(results["runtime_s"]))
+    Console().print(t)

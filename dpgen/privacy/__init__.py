@@ -1,0 +1,15 @@
+"""Privacy core: sensitivity bounds, accountants, calibration, sampler and ledger.
+
+Imports only numpy/scipy/torch/autodp/dp-accounting: usable without Hydra.
+"""
+from .accountants import PLDAccountant, RDPAccountant, Release, SAMPLING_SCHEMES, check_epsilon_delta
+from .dpswd import DPSWDNoise, calibrate_dpswd, dpswd_epsilon, dpswd_sensitivity
+from .ledger import PrivacyLedger
+from .sampler import PrivateSampler
+from .sensitivity import l2_sensitivity, split_delta, squared_sensitivity_bound, w_bernstein, w_bernstein_code, w_clt
+
+__all__ = [
+    "DPSWDNoise", "PLDAccountant", "PrivacyLedger", "PrivateSampler", "RDPAccountant", "Release",
+    "SAMPLING_SCHEMES", "calibrate_dpswd", "check_epsilon_delta", "dpswd_epsilon", "dpswd_sensitivity",
+    "l2_sensitivity", "split_delta", "squared_sensitivity_bound", "w_bernstein", "w_bernstein_code", "w_clt",
+]

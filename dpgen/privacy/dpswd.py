@@ -1,0 +1,87 @@
+"""Noise calibration of the DP-SWD mechanism (spec dpswd.md §1.3-1.6).
+
+The private release of one step is ``X_t U + V`` (Algorithm 1) on a batch of rows with
+``||x_i - x'_i|| <= row_diameter``; its L2 sensitivity is ``row_diameter * sqrt(w(k, beta))``
+with probability ``>= 1 - beta`` over the fresh directions ``U``.  Three ways of spending delta:
+
+* ``"union"`` (dpgen runs): the bound may fail at every one of the ``T`` releases, so each
+  release gets ``beta = f * delta / T`` and the RDP -> DP conversion ``(1 - f) * delta``;
+  the total failure probability is ``T beta + (1 - f) delta = delta`` (union bound).
+* ``"prop2"``: Prop. 2 as written for one mechanism and the 2023 "correction of noise level"
+  commit: ``beta = f delta`` once, conversion at ``(1 - f) delta``.
+* ``"published"``: the 2021 code behind Table 4: ``beta = delta/2``, conversion at ``delta``.
+
+Only ``"union"`` is a guarantee for a multi-step run; the other two exist to reproduce the
+paper's numbers (``scripts/calibration_table.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .accountants import RDPAccountant, Release, check_epsilon_delta
+from .sensitivity import l2_sensitivity
+
+DELTA_SPLITS = ("union", "prop2", "published")
+
+
+@dataclass(frozen=True)
+class DPSWDNoise:
+    noise_std: float  # std of the Gaussian noise added to every projection
+    noise_multiplier: float  # noise_std / sensitivity (what the accountant sees)
+    sensitivity: float
+    delta_sensitivity_per_step: float  # beta reserved per release in the ledger
+    delta_conversion: float
+    sample_rate: float
+    steps: int
+    d: int
+    k: int
+    bound: str
+    delta_split: str
+
+    def asdict(self) -> dict:
+        return asdict(self)
+
+
+def _deltas(delta: float, steps: int, delta_split: str, fraction: float) -> tuple[float, float, float]:
+    """(beta used in the bound, beta recorded per step, delta for the conversion)."""
+    if delta_split == "union":
+        beta = fraction * delta / steps
+        return beta, beta, (1.0 - fraction) * delta
+    if delta_split == "prop2":
+        return fraction * delta, 0.0, (1.0 - fraction) * delta
+    if delta_split == "published":
+        return delta / 2.0, 0.0, delta
+    raise ValueError(f"unknown delta_split {delta_split!r}; choose one of {', '.join(DELTA_SPLITS)}")
+
+
+def dpswd_sensitivity(d: int, k: int, delta: float, steps: int, bound: str = "bernstein",
+                      delta_split: str = "union", sensitivity_fraction: float = 0.5,
+                      row_diameter: float = 1.0) -> tuple[float, float, float]:
+    """``(S, beta_per_step, delta_conversion)`` for ``steps`` releases of ``X U``."""
+    beta, beta_step, delta_conv = _deltas(delta, max(int(steps), 1), delta_split, sensitivity_fraction)
+    return l2_sensitivity(k, d, beta, bound, row_diameter), beta_step, delta_conv
+
+
+def calibrate_dpswd(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
+                    bound: str = "bernstein", sampling: str = "poisson", delta_split: str = "union",
+                    sensitivity_fraction: float = 0.5, row_diameter: float = 1.0) -> DPSWDNoise:
+    """Smallest projection-noise std such that ``steps`` DP-SWD releases are (epsilon, delta)-DP.
+
+    RDP accounting of the subsampled Gaussian (autodp), never overshooting ``epsilon``.
+    """
+    check_epsilon_delta(epsilon, delta)
+    sens, beta_step, delta_conv = dpswd_sensitivity(d, k, delta, steps, bound, delta_split,
+                                                    sensitivity_fraction, row_diameter)
+    mult = RDPAccountant(sampling).calibrate(epsilon, delta_conv, sample_rate, steps)
+    return DPSWDNoise(mult * sens, mult, sens, beta_step, delta_conv, sample_rate, int(steps), d, k, bound,
+                      delta_split)
+
+
+def dpswd_epsilon(noise_std: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
+                  bound: str = "bernstein", sampling: str = "poisson", delta_split: str = "union",
+                  sensitivity_fraction: float = 0.5, row_diameter: float = 1.0) -> float:
+    """Forward check: epsilon of ``steps`` releases with projection noise ``noise_std``."""
+    sens, _, delta_conv = dpswd_sensitivity(d, k, delta, steps, bound, delta_split, sensitivity_fraction,
+                                            row_diameter)
+    return RDPAccountant(sampling).epsilon_of([Release(noise_std / sens, sample_rate, steps)], delta_conv)

@@ -1,0 +1,100 @@
+"""Sensitivity bounds of the DP-SWD mechanism (spec dpswd.md §1.3-1.4).
+
+Neighbouring datasets differ in one row ``i`` with ``||x_i - x'_i||_2 <= 1``.  For ``k`` unit
+directions ``U`` drawn uniformly on the sphere ``S^{d-1}``, ``H = ||XU - X'U||_F^2`` has mean
+``k/d`` and variance ``k v_d`` with ``v_d = 2(d-1) / (d^2 (d+2))``.  Each function returns a
+bound ``w(k, delta)`` such that ``P(H > w) <= delta``; the L2 sensitivity handed to the Gaussian
+mechanism is ``sqrt(w)`` (Prop. 2 writes the RDP as ``alpha w / (2 sigma^2)``, i.e. S^2 = w).
+
+Pure functions, numpy/scipy only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from scipy.stats import norm
+
+Bound = Literal["bernstein", "bernstein_code", "clt"]
+BOUNDS: tuple[str, ...] = ("bernstein", "bernstein_code", "clt")
+
+
+def _check(k: int, d: int, delta: float) -> None:
+    if k < 1:
+        raise ValueError(f"number of projections k must be >= 1, got {k}")
+    if d < 2:
+        raise ValueError(f"data dimension d must be >= 2, got {d}")
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+
+
+def beta_variance(d: int) -> float:
+    """Variance of ``(z^T u)^2 ~ Beta(1/2, (d-1)/2)``: ``v_d = 2(d-1) / (d^2 (d+2))``."""
+    return 2.0 * (d - 1) / (d**2 * (d + 2))
+
+
+def w_bernstein(k: int, d: int, delta: float) -> float:
+    """Lemma 2 (paper): ``k/d + (2/3) ln(1/delta) + sqrt(2 k v_d ln(1/delta))``."""
+    _check(k, d, delta)
+    log_term = math.log(1.0 / delta)
+    return k / d + (2.0 / 3.0) * log_term + math.sqrt(2.0 * k * beta_variance(d) * log_term)
+
+
+def w_bernstein_code(k: int, d: int, delta: float) -> float:
+    """Lemma 2 as evaluated in the released code (``da_dp_analysis.py``).
+
+    The code sets ``v = k v_d`` and then writes ``sqrt(2 k v ln(1/delta))``, i.e.
+    ``k/d + (2/3) ln(1/delta) + k sqrt(2 v_d ln(1/delta))``: larger than the paper's bound by
+    ``sqrt(k)`` in the last term, so still a valid (more conservative) bound.  Table 4's
+    Bernstein sigmas reproduce only with this variant.
+    """
+    _check(k, d, delta)
+    log_term = math.log(1.0 / delta)
+    return k / d + (2.0 / 3.0) * log_term + k * math.sqrt(2.0 * beta_variance(d) * log_term)
+
+
+def w_clt(k: int, d: int, delta: float) -> float:
+    """CLT bound (asymptotic, "k > 30"): ``k/d + (z_{1-delta}/d) sqrt(2k(d-1)/(d+2))``."""
+    _check(k, d, delta)
+    z = float(norm.isf(delta))
+    return k / d + (z / d) * math.sqrt(2.0 * k * (d - 1) / (d + 2))
+
+
+_W = {"bernstein": w_bernstein, "bernstein_code": w_bernstein_code, "clt": w_clt}
+
+
+def squared_sensitivity_bound(k: int, d: int, delta: float, bound: str = "bernstein") -> float:
+    """``w(k, delta)``: a ``1-delta`` bound on ``||XU - X'U||_F^2`` for unit-distance neighbours."""
+    try:
+        fn = _W[bound]
+    except KeyError:
+        raise ValueError(
+            f"unknown sensitivity bound {bound!r}; choose one of {', '.join(BOUNDS)}"
+        ) from None
+    return fn(k, d, delta)
+
+
+def l2_sensitivity(k: int, d: int, delta: float, bound: str = "bernstein", row_diameter: float = 1.0) -> float:
+    """L2 sensitivity ``S = row_diameter * sqrt(w(k, delta))`` of ``X -> XU``.
+
+    ``row_diameter`` is the public bound on ``||x_i - x'_i||_2`` enforced by the caller
+    (1 when every private row is clipped to norm <= 1/2; 2 for unit-normalised rows).
+    """
+    if row_diameter <= 0:
+        raise ValueError(f"row_diameter must be > 0, got {row_diameter}")
+    return row_diameter * math.sqrt(squared_sensitivity_bound(k, d, delta, bound))
+
+
+def split_delta(delta: float, sensitivity_fraction: float = 0.5) -> tuple[float, float]:
+    """Prop. 2: split the total ``delta`` into (delta_sensitivity, delta_conversion).
+
+    The sensitivity bound fails with probability ``delta_sensitivity``; the RDP -> (eps, delta)
+    conversion is done at ``delta_conversion``; the two add up to ``delta``.
+    """
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if not 0.0 < sensitivity_fraction < 1.0:
+        raise ValueError(f"sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
+    d_sens = delta * sensitivity_fraction
+    return d_sens, delta - d_sens

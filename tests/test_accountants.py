@@ -1,0 +1,105 @@
+"""Accountants and calibration (spec dpswd.md §1.6)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpgen.privacy import PLDAccountant, RDPAccountant, Release, calibrate_dpswd, dpswd_epsilon
+
+# Table 4 (eps = 10): name, delta, d, k, N, epochs, B, sigma (paper), bound
+TABLE4 = [
+    ("U-M", 1e-5, 784, 200, 10000, 100, 128, 4.74, "bernstein_code"),
+    ("M-U", 1e-5, 784, 200, 7438, 100, 128, 5.34, "bernstein_code"),
+    ("VisDA", 1e-6, 100, 1000, 55387, 50, 128, 6.40, "bernstein_code"),
+    ("Office", 1e-3, 50, 100, 497, 50, 32, 8.05, "bernstein_code"),
+    ("MNIST-b", 1e-5, 784, 1000, 60000, 100, 100, 2.94, "bernstein_code"),
+    ("MNIST-c", 1e-5, 784, 1000, 60000, 100, 100, 0.84, "clt"),
+    ("CelebA-b", 1e-6, 8192, 2000, 162770, 100, 256, 2.392, "bernstein_code"),
+    ("CelebA-c", 1e-6, 8192, 2000, 162770, 100, 256, 0.37, "clt"),
+]
+
+
+def _paper_steps(n: int, b: int, epochs: int) -> int:
+    return (n // b + 1) * epochs  # what da_dp_analysis.py composes
+
+
+@pytest.mark.parametrize("row", TABLE4, ids=[r[0] for r in TABLE4])
+def test_calibrated_sigma_reproduces_table4_with_paper_preset(row):
+    name, delta, d, k, n, epochs, b, sigma_paper, bound = row
+    noise = calibrate_dpswd(10.0, delta, d=d, k=k, sample_rate=b / n, steps=_paper_steps(n, b, epochs),
+                            bound=bound, sampling="without_replacement", delta_split="published")
+    assert noise.noise_std == pytest.approx(sigma_paper, rel=0.02)
+
+
+# 2023 "correction of noise level" commit (delta/2 for the bound + delta/2 for the conversion)
+CORRECTED = [("U-M", 10000, 4.80, 0.915), ("M-U", 7468, 5.43, 1.035)]
+
+
+@pytest.mark.parametrize("name,n,s_bern,s_clt", CORRECTED, ids=[c[0] for c in CORRECTED])
+def test_prop2_split_reproduces_2023_corrected_sigmas(name, n, s_bern, s_clt):
+    for bound, target in (("bernstein_code", s_bern), ("clt", s_clt)):
+        noise = calibrate_dpswd(10.0, 1e-5, d=784, k=200, sample_rate=128 / n, steps=_paper_steps(n, 128, 100),
+                                bound=bound, sampling="without_replacement", delta_split="prop2")
+        assert noise.noise_std == pytest.approx(target, rel=0.01)
+
+
+@settings(max_examples=12, deadline=None)
+@given(eps=st.floats(0.3, 20.0), q=st.floats(0.001, 0.2), steps=st.integers(1, 3000),
+       sampling=st.sampled_from(["poisson", "without_replacement"]))
+def test_calibration_never_exceeds_target_epsilon(eps, q, steps, sampling):
+    acct = RDPAccountant(sampling)
+    sigma = acct.calibrate(eps, 1e-5, q, steps)
+    assert acct.epsilon_of([Release(sigma, q, steps)], 1e-5) <= eps
+    # and it is tight: 2 % less noise would exceed the target
+    assert acct.epsilon_of([Release(sigma * 0.98, q, steps)], 1e-5) > eps
+
+
+def test_dpswd_forward_epsilon_matches_calibration_target():
+    kw = dict(d=794, k=1000, sample_rate=100 / 60000, steps=60000, bound="bernstein")
+    noise = calibrate_dpswd(5.0, 1e-5, **kw)
+    assert dpswd_epsilon(noise.noise_std, 1e-5, **kw) <= 5.0
+    assert noise.delta_sensitivity_per_step * 60000 + noise.delta_conversion == pytest.approx(1e-5)
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.0, 0.01, 1000), (0.8, 0.004, 5000), (2.0, 0.05, 200)])
+def test_rdp_epsilon_is_at_least_pld_epsilon(sigma, q, steps):
+    hist = [Release(sigma, q, steps)]
+    eps_rdp = RDPAccountant("poisson").epsilon_of(hist, 1e-5)
+    eps_pld = PLDAccountant("poisson").epsilon_of(hist, 1e-5)
+    assert 0 < eps_pld <= eps_rdp
+
+
+def test_epsilon_grows_with_steps_and_shrinks_with_noise():
+    acct = RDPAccountant("poisson")
+    e = lambda s, t: acct.epsilon_of([Release(s, 0.01, t)], 1e-5)  # noqa: E731
+    assert e(1.0, 100) < e(1.0, 1000) < e(1.0, 10000)
+    assert e(2.0, 1000) < e(1.0, 1000) < e(0.7, 1000)
+
+
+def test_accountant_spend_merges_and_answers_epsilon():
+    acct = RDPAccountant("poisson")
+    acct.spend(1.0, 0.01, 10)
+    acct.spend(1.0, 0.01, 5)
+    assert acct.history == [Release(1.0, 0.01, 15)]
+    assert acct.epsilon(1e-5) == pytest.approx(acct.epsilon_of([Release(1.0, 0.01, 15)], 1e-5))
+
+
+def test_pld_accountant_refuses_sampling_without_replacement():
+    with pytest.raises(ValueError, match="Poisson"):
+        PLDAccountant("without_replacement")
+
+
+def test_zero_noise_has_infinite_epsilon():
+    assert RDPAccountant().epsilon_of([Release(0.0, 0.1, 1)], 1e-5) == float("inf")
+
+
+def test_unknown_sampling_scheme_is_rejected():
+    with pytest.raises(ValueError, match="accountant.sampling"):
+        RDPAccountant("shuffle")
+
+
+def test_unreachable_target_raises_clear_error():
+    with pytest.raises(ValueError, match="cannot be reached"):
+        RDPAccountant().calibrate(1e-4, 1e-5, 1.0, 10**6, sigma_max=10.0)

@@ -1,0 +1,78 @@
+"""Config composition and validation: bad values fail before any data is loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra.errors import MissingConfigException
+
+from dpgen.config import ConfigError, validate
+from dpgen.pipeline import run
+
+from ._hydra import CONFIGS, compose_cfg
+
+PRESETS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
+
+
+def test_required_presets_exist():
+    for name in ["digits_dpswd", "mnist_dpswd", "mnist_dpswd_clt", "fmnist_dpswd", "fmnist_dpswd_clt", "mnist_swd",
+                 "celeba_dpswd", "toy_dpswd"]:
+        assert name in PRESETS
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_experiment_preset_composes_and_validates(preset):
+    cfg = compose_cfg([f"experiment={preset}"], out_dir=Path("/tmp/unused"))
+    validate(cfg)
+    assert cfg.experiment_name == preset
+    assert cfg.model._target_ and cfg.dataset._target_
+
+
+def test_default_experiment_is_digits_dpswd():
+    cfg = compose_cfg([], out_dir=Path("/tmp/unused"))
+    assert cfg.experiment_name == "digits_dpswd" and cfg.dataset._target_.endswith("digits")
+
+
+def test_unknown_experiment_fails_naming_it():
+    with pytest.raises(MissingConfigException, match="nosuch_method"):
+        compose_cfg(["experiment=nosuch_method"])
+
+
+@pytest.fixture
+def data_must_not_load(monkeypatch):
+    import dpgen.data.datasets as ds
+
+    def boom(*a, **k):
+        raise AssertionError("data was loaded before validation")
+
+    monkeypatch.setattr(ds, "digits", boom)
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [("accountant.epsilon=-1", "accountant.epsilon"),
+     ("accountant.epsilon=0", "accountant.epsilon"),
+     ("accountant.delta=2", "accountant.delta"),
+     ("accountant.sampling=shuffle", "accountant.sampling"),
+     ("accountant.epsilon=abc", "epsilon"),
+     ("trainer.log_every=often", "log_every"),
+     ("accountant.delta=???", "accountant.delta"),
+     ("accountant.epsilon=null", "model.private=false"),
+     ("logger.wandb.mode=sometimes", "logger.wandb.mode")],
+)
+def test_bad_config_values_raise_before_any_data_is_loaded(override, match, tmp_path, data_must_not_load):
+    cfg = compose_cfg([override], out_dir=tmp_path)
+    with pytest.raises(ConfigError, match=match):
+        run(cfg)
+
+
+def test_submitit_slurm_launcher_composes():
+    cfg = compose_cfg(["hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu"], return_hydra_config=True)
+    assert "submitit" in cfg.hydra.launcher._target_.lower()
+    assert cfg.hydra.launcher.partition == "gpu"
+
+
+def test_joblib_launcher_composes():
+    cfg = compose_cfg(["hydra/launcher=joblib"], return_hydra_config=True)
+    assert "joblib" in cfg.hydra.launcher._target_.lower()

@@ -1,0 +1,205 @@
+"""The DP-SWD generator: sensitivity enforcement, calibrated noise, ledger, budget stop, resume."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+
+import dpgen.ot.sliced as sliced
+from dpgen.data.datasets import digits, toy_gaussians
+from dpgen.logging import RunLogger
+from dpgen.methods import DPSWDGenerator, NonFiniteLossError, TrainContext
+from dpgen.methods.dpswd_generator import RowMap, fixed_size
+from dpgen.models import ConvCondGen, DCGANDecoder, DCGANFeatureMap
+from dpgen.privacy import PrivacyLedger
+
+
+def _method(**kw) -> DPSWDGenerator:
+    base = dict(generator=partial(ConvCondGen, d_code=4, hidden=32), num_projections=50, batch_size=32, epochs=2,
+                lr=1e-3)
+    base.update(kw)
+    return DPSWDGenerator(**base)
+
+
+def _ctx(tmp_path, **kw) -> TrainContext:
+    base = dict(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
+                checkpoint_every=5, progress=False)
+    base.update(kw)
+    return TrainContext(**base)
+
+
+@pytest.mark.parametrize("label_mode", ["concat", "none"])
+def test_private_rows_have_norm_at_most_half_so_neighbours_differ_by_at_most_one(label_mode):
+    rm = RowMap(64, 10, (0.0, 1.0), None, None, label_mode, 2.0)
+    x = torch.rand(500, 1, 8, 8) * 3 - 1  # even out-of-range pixels are clipped
+    y = torch.randint(10, (500,))
+    r = rm(x, y)
+    assert r.shape[1] == rm.out_dim
+    assert (r.norm(dim=1) <= 0.5 + 1e-6).all()
+    assert torch.cdist(r, r).max() <= 1.0 + 1e-6
+
+
+def test_in_range_images_are_not_clipped_by_the_default_radius():
+    rm = RowMap(64, 10, (0.0, 1.0), None, None, "none", 1.0)
+    x = torch.rand(100, 1, 8, 8)
+    assert torch.allclose(rm(x, None), (x.flatten(1) - 0.5) / (2 * rm.radius))
+
+
+def test_fixed_size_release_pads_and_truncates():
+    rows = torch.randn(7, 3)
+    assert fixed_size(rows, 10).shape == (10, 3) and torch.equal(fixed_size(rows, 10)[7:], torch.zeros(3, 3))
+    sub = fixed_size(rows, 4, torch.Generator().manual_seed(0))
+    assert sub.shape == (4, 3) and all(any(torch.equal(s, r) for r in rows) for s in sub)
+
+
+def test_noise_added_to_private_projections_equals_calibrated_noise(tmp_path, monkeypatch):
+    real = sliced.gaussian_projection_release
+    private_noise: list[tuple[torch.Tensor, float]] = []
+
+    def spy(x, u, sigma, generator=None):
+        out = real(x, u, sigma, generator=generator)
+        if not x.requires_grad:  # the private side enters detached
+            private_noise.append(((out - x @ u).detach(), sigma))
+        return out
+
+    monkeypatch.setattr(sliced, "gaussian_projection_release", spy)
+    m = _method(num_projections=200)
+    m.fit(digits(), PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=25))
+    assert len(private_noise) == 25
+    assert all(s == m.noise.noise_std for _, s in private_noise)
+    noise = torch.cat([n for n, _ in private_noise])
+    assert noise.std().item() == pytest.approx(m.noise.noise_std, rel=0.03)
+
+
+def test_every_private_step_is_recorded_and_epsilon_stays_below_target(tmp_path):
+    data = digits()
+    ledger = PrivacyLedger(4.0, 1e-4)
+    m = _method()
+    out = m.fit(data, ledger, _ctx(tmp_path))
+    planned = m.steps_planned(len(data.private))
+    assert out["train_steps"] == planned == ledger.steps
+    assert ledger.epsilon() <= 4.0
+    assert ledger.delta_reserved == pytest.approx(0.5e-4)
+    assert ledger.entries[0].noise_multiplier == pytest.approx(m.noise.noise_multiplier)
+    assert ledger.entries[0].sample_rate == pytest.approx(32 / len(data.private))
+
+
+def test_training_stops_before_target_epsilon_would_be_exceeded(tmp_path):
+    data = digits()
+    ledger = PrivacyLedger(3.0, 1e-4)
+    ledger.record(2.0, 0.05, 100)  # eps 1.3 already spent elsewhere before this run
+    m = _method(epochs=5)
+    out = m.fit(data, ledger, _ctx(tmp_path))
+    assert out["stopped_by_budget"] and out["train_steps"] < m.steps_planned(len(data.private))
+    assert ledger.epsilon() <= 3.0
+
+
+def test_killed_and_resumed_run_ends_with_same_ledger_and_weights(tmp_path, monkeypatch):
+    data = digits()
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    torch.manual_seed(0)
+    full_ledger = PrivacyLedger(5.0, 1e-4)
+    full = _method()
+    full.fit(data, full_ledger, _ctx(a_dir, max_steps=30))
+
+    torch.manual_seed(0)
+    ledger1 = PrivacyLedger(5.0, 1e-4)
+    calls = {"n": 0}
+    real_step = torch.optim.Adam.step
+
+    def dying_step(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 13:  # killed mid-way, after the checkpoint at step 10
+            raise KeyboardInterrupt
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        _method().fit(data, ledger1, _ctx(b_dir, max_steps=30))
+    monkeypatch.setattr(torch.optim.Adam, "step", real_step)
+
+    torch.manual_seed(123)  # the RNG state must come from the checkpoint, not from here
+    ledger2 = PrivacyLedger(5.0, 1e-4)
+    resumed = _method()
+    resumed.fit(data, ledger2, _ctx(b_dir, max_steps=30, resume_from=b_dir / "checkpoints" / "last.pt"))
+    assert ledger2.entries == full_ledger.entries
+    assert ledger2.epsilon() == pytest.approx(full_ledger.epsilon())
+    for p, q in zip(full.G.parameters(), resumed.G.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_checkpoint_holds_no_private_record(tmp_path):
+    data = digits()
+    m = _method()
+    m.fit(data, PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=10))
+    ck = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
+    private_x, _ = data.private._gather(torch.arange(len(data.private)))
+    flat = private_x.flatten(1)
+
+    def tensors(o):
+        if torch.is_tensor(o):
+            yield o
+        elif isinstance(o, dict):
+            for v in o.values():
+                yield from tensors(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                yield from tensors(v)
+
+    for t in tensors(ck):
+        if t.is_floating_point() and t.numel() >= flat.shape[1] and t.numel() % flat.shape[1] == 0:
+            rows = t.reshape(-1, flat.shape[1])
+            assert torch.cdist(rows.float(), flat).min() > 1e-4
+
+
+def test_nan_loss_raises_a_clear_error(tmp_path, monkeypatch):
+    import dpgen.methods.dpswd_generator as mod
+
+    monkeypatch.setattr(mod, "dp_sliced_wasserstein", lambda *a, **k: torch.tensor(float("nan"), requires_grad=True))
+    with pytest.raises(NonFiniteLossError, match="NaN"):
+        _method().fit(digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=3))
+
+
+def test_non_private_run_records_infinite_epsilon(tmp_path):
+    ledger = PrivacyLedger(None, 1e-4)
+    m = _method(private=False)
+    m.fit(digits(), ledger, _ctx(tmp_path, max_steps=5))
+    assert ledger.epsilon() == math.inf and m.noise is None
+
+
+def test_generator_samples_have_requested_labels_and_range(tmp_path):
+    m = _method()
+    m.fit(digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=3))
+    y = torch.tensor([0, 1, 2, 9])
+    x, yy = m.sample(4, y)
+    assert x.shape == (4, 1, 8, 8) and torch.equal(yy, y) and x.min() >= 0 and x.max() <= 1
+
+
+def test_toy_mlp_generator_trains_on_vector_data(tmp_path):
+    from dpgen.models import MLPGen
+
+    data = toy_gaussians(n_train=400, n_test=100)
+    m = _method(generator=partial(MLPGen, d_code=5, hidden=16), center=0.0, radius=8.0)
+    out = m.fit(data, PrivacyLedger(5.0, 1e-3), _ctx(tmp_path, max_steps=5))
+    assert math.isfinite(out["train_loss"])
+
+
+def test_feature_space_variant_needs_public_data_and_trains_feature_map_on_it(tmp_path):
+    from dpgen.data.base import DataSplits, PrivateSplit, TensorSplit
+
+    x = torch.rand(80, 3, 32, 32)
+    y = torch.randint(2, (80,))
+    mk = lambda pub: DataSplits("fake", PrivateSplit(x[:60], y[:60]), TensorSplit(x[60:], y[60:]), pub, 2,  # noqa: E731
+                                (3, 32, 32))
+    kw = dict(generator=partial(DCGANDecoder, d_code=8, width=8), feature_map=partial(DCGANFeatureMap, width=8),
+              label_mode="none", num_projections=20, batch_size=16, epochs=1)
+    with pytest.raises(ValueError, match="public_fraction"):
+        DPSWDGenerator(**kw).fit(mk(None), PrivacyLedger(5.0, 1e-3), _ctx(tmp_path))
+    m = DPSWDGenerator(**kw)
+    before = [p.clone() for p in DCGANFeatureMap(width=8, image_size=32).parameters()]
+    m.fit(mk(TensorSplit(x[60:70], y[60:70])), PrivacyLedger(5.0, 1e-3), _ctx(tmp_path, max_steps=3))
+    assert m.fmap is not None and len(before) == len(list(m.fmap.parameters()))
+    assert m.sample(4)[0].shape == (4, 3, 32, 32)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
@@ -25,7 +25,7 @@ class ConfigError(ValueError):
 @dataclass
 class AccountantSchema:
     _target_: str = "dpgen.privacy.PrivacyLedger"
-    epsilon: Optional[float] = 10.0
+    epsilon: float | None = 10.0
     delta: float = 1e-5
     sampling: str = "poisson"
 
@@ -36,7 +36,7 @@ class TrainerSchema:
     log_every: int = 50
     checkpoint_every: int = 500
     resume: Any = False
-    max_steps: Optional[int] = None
+    max_steps: int | None = None
     progress: bool = True
 
 

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = (torch.cuda.get_device_name() if device.type == "cuda" else
                f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU threads, torch "
                f"{torch.get_num_threads()} threads")
-    md = [f"# Benchmarks\n", f"Machine: {machine}; torch {torch.__version__}; numpy {np.__version__}. "
+    md = ["# Benchmarks\n", f"Machine: {machine}; torch {torch.__version__}; numpy {np.__version__}. "
           f"Median of 5 repeats after a warm-up. Produced by `make bench` "
           f"(`python scripts/bench.py --out {args.out}`).\n", "| benchmark | result |", "|---|---|"]
     md += [f"| {a} | {b} |" for a, b in rows]

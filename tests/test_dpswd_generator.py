@@ -127,7 +127,7 @@ def test_killed_and_resumed_run_ends_with_same_ledger_and_weights(tmp_path, monk
     resumed.fit(data, ledger2, _ctx(b_dir, max_steps=30, resume_from=b_dir / "checkpoints" / "last.pt"))
     assert ledger2.entries == full_ledger.entries
     assert ledger2.epsilon() == pytest.approx(full_ledger.epsilon())
-    for p, q in zip(full.G.parameters(), resumed.G.parameters()):
+    for p, q in zip(full.G.parameters(), resumed.G.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-6)
 
 

@@ -7,7 +7,12 @@ import ot as pot
 import pytest
 import torch
 
-from dpgen.ot import dp_sliced_wasserstein, gaussian_projection_release, random_directions, sliced_wasserstein
+from dpgen.ot import (
+    dp_sliced_wasserstein,
+    gaussian_projection_release,
+    random_directions,
+    sliced_wasserstein,
+)
 
 
 def _gen(seed=0):

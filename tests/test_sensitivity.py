@@ -50,9 +50,9 @@ def _frobenius_samples(d: int, k: int, trials: int = 20_000) -> torch.Tensor:
     return h
 
 
-@pytest.mark.parametrize("bound", ["bernstein", "bernstein_code"])
-@pytest.mark.parametrize("d,k,delta", [(20, 50, 0.05), (50, 40, 0.01)])
-def test_frobenius_norm_exceeds_bernstein_bound_less_often_than_delta(bound, d, k, delta):
+@pytest.mark.parametrize("bound", ["bernstein", "bernstein_code", "chernoff"])
+@pytest.mark.parametrize("d,k,delta", [(20, 50, 0.05), (50, 40, 0.01), (10, 5, 0.002)])
+def test_frobenius_norm_exceeds_rigorous_bounds_less_often_than_delta(bound, d, k, delta):
     """Monte Carlo: P(||XU - X'U||_F^2 > w(k, delta)) <= delta for unit-distance neighbours."""
     trials = 20_000
     h = _frobenius_samples(d, k, trials)
@@ -86,3 +86,17 @@ def test_clt_bound_is_not_rigorous_at_small_k():
     h = _frobenius_samples(d, k)
     freq = (h > S.w_clt(k, d, delta)).double().mean().item()
     assert freq > 1.3 * delta
+
+
+@pytest.mark.parametrize("k,d,delta", [(1000, 784, 1e-10), (200, 74, 1e-8), (2000, 8192, 5e-7), (40, 50, 0.01)])
+def test_chernoff_bound_is_tighter_than_bernstein_and_at_most_k(k, d, delta):
+    w = S.w_chernoff(k, d, delta)
+    assert k / d < w < S.w_bernstein(k, d, delta) and w <= k
+
+
+def test_chernoff_bound_is_close_to_the_true_quantile():
+    """Tight, not just valid: within 1.5x of the empirical (1 - delta)-quantile of H."""
+    d, k, delta = 50, 40, 0.01
+    h = _frobenius_samples(d, k)
+    q = torch.quantile(h, 1 - delta).item()
+    assert q <= S.w_chernoff(k, d, delta) <= 1.5 * q

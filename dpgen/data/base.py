@@ -20,8 +20,8 @@ class DatasetNotFoundError(FileNotFoundError):
     def __init__(self, name: str, root: str | Path, missing: list[Path], download_supported: bool = True) -> None:
         lines = "\n".join(f"  - {p}" for p in missing)
         fix = (
-            f"Fix: point paths.data_root (or the DPGEN_DATA_ROOT environment variable) at a folder that "
-            f"holds these files"
+            "Fix: point paths.data_root (or the DPGEN_DATA_ROOT environment variable) at a folder that "
+            "holds these files"
         )
         if download_supported:
             fix += ", or let torchvision fetch them with dataset.download=true (needs internet)"

@@ -19,7 +19,7 @@ class DCGANFeatureMap(nn.Module):
         n_down = {64: 4, 32: 3}[image_size]
         ch = [width * 2 ** i for i in range(n_down)]
         layers: list[nn.Module] = [nn.Conv2d(in_channels, ch[0], 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True)]
-        for a, b in zip(ch[:-1], ch[1:]):
+        for a, b in zip(ch[:-1], ch[1:], strict=True):
             layers += [nn.Conv2d(a, b, 4, 2, 1, bias=False), nn.BatchNorm2d(b)]
             layers += [nn.LeakyReLU(0.2, True)] if b != ch[-1] else [nn.Tanh()]
         self.trunk = nn.Sequential(*layers)

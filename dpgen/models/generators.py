@@ -90,7 +90,7 @@ class DCGANDecoder(nn.Module):
         ch = [width * 2 ** i for i in range(n_up - 1, -1, -1)]  # 64x64: 512, 256, 128, 64
         layers: list[nn.Module] = [nn.ConvTranspose2d(d_code, ch[0], 4, 1, 0, bias=False), nn.BatchNorm2d(ch[0]),
                                    nn.ReLU(True)]
-        for a, b in zip(ch[:-1], ch[1:]):
+        for a, b in zip(ch[:-1], ch[1:], strict=True):
             layers += [nn.ConvTranspose2d(a, b, 4, 2, 1, bias=False), nn.BatchNorm2d(b), nn.ReLU(True)]
         layers += [nn.ConvTranspose2d(ch[-1], c, 4, 2, 1, bias=False), nn.Tanh()]
         self.net = nn.Sequential(*layers)

@@ -2,11 +2,24 @@
 
 Imports only numpy/scipy/torch/autodp/dp-accounting: usable without Hydra.
 """
-from .accountants import PLDAccountant, RDPAccountant, Release, SAMPLING_SCHEMES, check_epsilon_delta
+from .accountants import (
+    SAMPLING_SCHEMES,
+    PLDAccountant,
+    RDPAccountant,
+    Release,
+    check_epsilon_delta,
+)
 from .dpswd import DPSWDNoise, calibrate_dpswd, dpswd_epsilon, dpswd_sensitivity
 from .ledger import PrivacyLedger
 from .sampler import PrivateSampler
-from .sensitivity import l2_sensitivity, split_delta, squared_sensitivity_bound, w_bernstein, w_bernstein_code, w_clt
+from .sensitivity import (
+    l2_sensitivity,
+    split_delta,
+    squared_sensitivity_bound,
+    w_bernstein,
+    w_bernstein_code,
+    w_clt,
+)
 
 __all__ = [
     "DPSWDNoise", "PLDAccountant", "PrivacyLedger", "PrivateSampler", "RDPAccountant", "Release",

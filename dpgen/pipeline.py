@@ -80,13 +80,20 @@ def run(cfg: DictConfig) -> dict:
             "train": train_metrics,
             "device": str(device),
             "runtime_s": time.time() - t0,
-            "overrides": list(cfg.get("overrides_", []) or []),
+            "overrides": _overrides(),
         }
         logger.log_summary(results)
     finally:
         logger.finish()
     _print_summary(console, results)
     return results
+
+
+def _overrides() -> list[str]:
+    """The command-line overrides of this job (empty when run outside a Hydra app)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
 def _fmt(v) -> str:

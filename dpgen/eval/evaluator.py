@@ -6,6 +6,7 @@ import time
 
 import torch
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..data import DataSplits
 from .downstream import downstream_accuracy
@@ -37,10 +38,15 @@ class GenerativeEvaluator:
             # balanced labels (DP-MERF protocol), shuffled
             y = torch.arange(self.n_synthetic) % k
             y = y[torch.randperm(self.n_synthetic, generator=torch.Generator().manual_seed(seed))]
-            console.log(f"[eval] generating {self.n_synthetic} synthetic samples; fitting {', '.join(self.classifiers)}")
+            console.log(f"[eval] generating {self.n_synthetic} balanced synthetic samples")
             x_syn, y_syn = method.sample(self.n_synthetic, y)
-            metrics.update(downstream_accuracy(x_syn, y_syn, data.test.x, data.test.y, self.classifiers, seed,
-                                               self.logreg_max_iter, self.mlp_max_iter))
+            with Progress(SpinnerColumn(), TextColumn("[eval] {task.description}"), TimeElapsedColumn(),
+                          console=console) as progress:
+                for clf in self.classifiers:
+                    task = progress.add_task(f"fitting {clf} on synthetic, testing on real", total=1)
+                    metrics.update(downstream_accuracy(x_syn, y_syn, data.test.x, data.test.y, (clf,), seed,
+                                                       self.logreg_max_iter, self.mlp_max_iter))
+                    progress.update(task, completed=1, description=f"{clf}: accuracy {metrics[f'acc_{clf}']:.4f}")
         metrics["eval_time_s"] = time.time() - t0
         return metrics
 

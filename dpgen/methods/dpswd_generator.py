@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -148,6 +149,9 @@ class DPSWDGenerator(GenerativeMethod):
         steps = self.steps_planned(n_priv)
 
         # sigma from accountant.epsilon before training (spec §1.6; union-bound delta split)
+        if self.private and self.bound == "clt":
+            warnings.warn("model.bound=clt is an asymptotic approximation, not a rigorous bound: the reported "
+                          "(epsilon, delta) is not a DP guarantee (use bernstein or chernoff for one)", stacklevel=2)
         if self.private:
             if ledger.target_epsilon is None:
                 raise ValueError("model.private=true needs accountant.epsilon (use a non-private preset such as "
@@ -233,7 +237,10 @@ class DPSWDGenerator(GenerativeMethod):
         return {"train_steps": final_step, "train_loss": loss_val, "stopped_by_budget": stopped_by_budget,
                 "steps_planned": steps, "train_time_s": time.time() - t0,
                 "noise_std": sigma, "noise_multiplier": mult, "sensitivity": None if self.noise is None else
-                self.noise.sensitivity, "row_dim": rowmap.out_dim, "num_projections": self.k}
+                self.noise.sensitivity, "sensitivity_bound": self.bound if self.private else None,
+                "guarantee": ("none (non-private)" if not self.private else
+                              "asymptotic CLT bound: NOT a rigorous DP guarantee" if self.bound == "clt" else
+                              "rigorous"), "row_dim": rowmap.out_dim, "num_projections": self.k}
 
     def _rows(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Rows of norm <= 1/2: ``rowmap(x)`` or ``rowmap(f(x))`` with f in eval mode (a per-record map)."""

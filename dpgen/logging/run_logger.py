@@ -118,6 +118,10 @@ class RunLogger:
             s.log_metrics(metrics, step)
 
     def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None:
+        """Synthetic or public images only.  Small images (e.g. 8x8 digits) are enlarged for viewing."""
+        if images.dim() == 4 and images.shape[-1] < 32:
+            scale = -(-32 // images.shape[-1])
+            images = torch.nn.functional.interpolate(images.float(), scale_factor=scale, mode="nearest")
         for s in self.sinks:
             s.log_images(name, images, step, nrow)
 

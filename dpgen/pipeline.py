@@ -62,11 +62,15 @@ def run(cfg: DictConfig) -> dict:
         resume = _resume_path(cfg.trainer.resume, run_dir)
         if resume is not None:
             console.log(f"resuming from {resume}")
+        if cfg.trainer.get("deterministic", False):
+            warnings.warn("trainer.deterministic=true: sampling and noise are seeded from `seed`, which is logged; "
+                          "anyone who knows it can recompute the noise. Use for debugging only.", stacklevel=2)
         elif cfg.trainer.resume in (True, "true"):
             console.log("trainer.resume=true but no checkpoint in this run folder: starting fresh")
         ctx = TrainContext(device=device, logger=logger, run_dir=run_dir, seed=seed,
                            log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
-                           resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress))
+                           resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
+                           deterministic=bool(cfg.trainer.get("deterministic", False)))
         train_metrics = method.fit(data, ledger, ctx)
         evaluator = instantiate(cfg.evaluator, _convert_="all")
         metrics = evaluator(method, data, logger, seed=seed)

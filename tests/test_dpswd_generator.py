@@ -26,7 +26,7 @@ def _method(**kw) -> DPSWDGenerator:
 
 def _ctx(tmp_path, **kw) -> TrainContext:
     base = dict(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
-                checkpoint_every=5, progress=False)
+                checkpoint_every=5, progress=False, deterministic=True)
     base.update(kw)
     return TrainContext(**base)
 
@@ -203,3 +203,53 @@ def test_feature_space_variant_needs_public_data_and_trains_feature_map_on_it(tm
     m.fit(mk(TensorSplit(x[60:70], y[60:70])), PrivacyLedger(5.0, 1e-3), _ctx(tmp_path, max_steps=3))
     assert m.fmap is not None and len(before) == len(list(m.fmap.parameters()))
     assert m.sample(4)[0].shape == (4, 3, 32, 32)
+
+
+def test_poisson_release_bounds_sensitivity_for_every_possible_partner(tmp_path):
+    from dpgen.privacy import l2_sensitivity
+
+    data = digits()
+    n = len(data.private)
+    m = _method(bound="chernoff")
+    m.fit(data, PrivacyLedger(5.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=1))
+    steps = m.steps_planned(n)
+    beta = 0.5 * 1e-4 / steps
+    assert m.noise.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta / (n + 1), "chernoff"))
+    m_wor = _method(bound="chernoff")
+    m_wor.fit(data, PrivacyLedger(5.0, 1e-4, "without_replacement"), _ctx(tmp_path / "wor", max_steps=1))
+    assert m_wor.noise.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta, "chernoff"))
+
+
+def test_private_runs_draw_secret_randomness_unless_deterministic(tmp_path):
+    data = digits()
+    runs = []
+    for i in range(2):
+        torch.manual_seed(0)
+        m = _method()
+        m.fit(data, PrivacyLedger(5.0, 1e-4), _ctx(tmp_path / str(i), max_steps=3, deterministic=False))
+        runs.append(torch.cat([p.detach().flatten() for p in m.G.parameters()]))
+    assert not torch.allclose(runs[0], runs[1])
+
+
+def test_resume_refuses_a_checkpoint_written_with_other_settings(tmp_path):
+    data = digits()
+    _method().fit(data, PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=5))
+    with pytest.raises(ValueError, match="batch_size"):
+        _method(batch_size=16).fit(data, PrivacyLedger(5.0, 1e-4),
+                                   _ctx(tmp_path, max_steps=10, resume_from=tmp_path / "checkpoints" / "last.pt"))
+
+
+def test_label_concat_needs_a_conditional_generator(tmp_path):
+    from dpgen.data.base import DataSplits, PrivateSplit, TensorSplit
+
+    x, y = torch.rand(40, 3, 32, 32), torch.randint(2, (40,))
+    data = DataSplits("fake", PrivateSplit(x, y), TensorSplit(x, y), None, 2, (3, 32, 32))
+    m = DPSWDGenerator(generator=partial(DCGANDecoder, d_code=8, width=8), label_mode="concat", batch_size=8)
+    with pytest.raises(ValueError, match="label_mode=none"):
+        m.fit(data, PrivacyLedger(5.0, 1e-3), _ctx(tmp_path))
+
+
+def test_release_artifact_holds_generator_weights_only(tmp_path):
+    _method().fit(digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=2))
+    art = torch.load(tmp_path / "generator.pt", weights_only=False)
+    assert set(art) == {"generator", "signature"}

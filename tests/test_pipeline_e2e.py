@@ -61,7 +61,7 @@ def test_two_job_multirun_with_joblib_writes_one_results_file_per_job(tmp_path):
 def test_resume_flag_continues_the_ledger_of_a_run_folder(tmp_path):
     out = tmp_path / "run"
     common = ["experiment=digits_dpswd", "logger=local", "evaluator=none", "trainer.progress=false",
-              "trainer.checkpoint_every=5", f"hydra.run.dir={out}"]
+              "trainer.checkpoint_every=5", f"hydra.run.dir={out}"]  # secret RNG: the state comes from the checkpoint
     r1 = train([*common, "trainer.max_steps=10"])
     assert r1.returncode == 0, r1.stderr[-3000:]
     r2 = train([*common, "trainer.max_steps=25", "trainer.resume=true"])

@@ -25,6 +25,7 @@ class TrainContext:
     resume_from: Path | None = None
     max_steps: int | None = None  # cap (smoke runs); the privacy calibration still uses the full schedule
     progress: bool = True
+    deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable
 
     @property
     def checkpoint_path(self) -> Path:
@@ -35,7 +36,8 @@ class NonFiniteLossError(FloatingPointError):
     def __init__(self, step: int, what: str = "loss") -> None:
         super().__init__(
             f"the training {what} became NaN/inf at step {step}. Lower model.lr or check the data "
-            f"scaling; the last checkpoint is kept, resume with trainer.resume=true after fixing."
+            f"scaling; the last checkpoint is kept: after fixing, resume in place with "
+            f"hydra.run.dir=<run folder> trainer.resume=true"
         )
 
 

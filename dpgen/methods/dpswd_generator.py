@@ -30,14 +30,24 @@ that f is a fixed per-record function when it meets private images.
 
 Poisson sampling releases a fixed number B of rows so the batch size itself is never released:
 a Poisson batch larger than B keeps a uniform random subset of B rows, a smaller one is padded
-with the public centre row (zero after normalisation).  Under add/remove of one record the
+with the public centre row (zero after normalisation).  Under add/remove of one record x the
 released rows then differ in at most one row (a coupling argument), which is the assumption of
-the subsampled-Gaussian accountants.  Without replacement the batch is B rows by construction.
+the subsampled-Gaussian accountants.  When the batch was cut down, x replaces a *random* kept
+record y, so the sensitivity bound must hold for x - y for every possible partner y: the bound is
+taken at beta / (N + 1) (``partners`` in ``privacy.dpswd``).  Without replacement the batch is B
+rows by construction and the differing pair is fixed (``partners = 1``).
+
+Randomness: the sampler, the directions and the noise must be secret for the guarantee to hold.
+Unless ``trainer.deterministic=true`` (debugging and tests only), they are seeded from the OS
+entropy pool, not from ``seed`` (which is logged).  ``checkpoints/last.pt`` holds the RNG states
+needed to resume and is therefore as sensitive as the data; ``generator.pt`` (weights only) is the
+artefact to publish.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 import time
 import warnings
 from collections.abc import Callable
@@ -116,6 +126,10 @@ class DPSWDGenerator(GenerativeMethod):
         self.label_mode, self.label_weight = label_mode, float(label_weight)
         self.center, self.radius, self.private = center, radius, bool(private)
         self.sensitivity_fraction = float(sensitivity_fraction)
+        if not 0.0 < self.sensitivity_fraction < 1.0:
+            raise ValueError(f"model.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
+        if bound not in ("bernstein", "bernstein_code", "clt", "chernoff"):
+            raise ValueError(f"model.bound={bound!r} is unknown; choose bernstein, bernstein_code, clt or chernoff")
         self.make_feature_map, self.feature_lr = feature_map, float(feature_lr)
         self.fmap: torch.nn.Module | None = None
         self.G: torch.nn.Module | None = None
@@ -132,6 +146,9 @@ class DPSWDGenerator(GenerativeMethod):
         self.num_classes = data.num_classes
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes
                                      if self.label_mode == "concat" else 0).to(ctx.device)
+        if self.label_mode == "concat" and not getattr(self.G, "conditional", False):
+            raise ValueError(f"model.label_mode=concat needs a conditional generator, but {type(self.G).__name__} "
+                             "ignores labels; set model.label_mode=none")
         if self.make_feature_map is not None:
             if data.public is None:
                 raise ValueError("model.feature_map is trained on public images only: set dataset.public_fraction > 0 "
@@ -145,8 +162,16 @@ class DPSWDGenerator(GenerativeMethod):
                             self.label_weight)
         self._rowmap = rowmap
         n_priv = len(data.private)
-        sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=ctx.seed + 1)
+        if ctx.deterministic:
+            sampler_seed = ctx.seed + 1
+        else:  # secret randomness for sampling, directions and noise (see module docstring)
+            sampler_seed = secrets.randbits(63)
+            torch.manual_seed(secrets.randbits(63))
+        sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=sampler_seed)
         steps = self.steps_planned(n_priv)
+        signature = {"n_private": n_priv, "n_public": 0 if data.public is None else len(data.public),
+                     "dataset": data.name, "batch_size": self.batch_size, "epochs": self.epochs, "k": self.k,
+                     "bound": self.bound, "label_mode": self.label_mode, "sampling": ledger.sampling}
 
         # sigma from accountant.epsilon before training (spec §1.6; union-bound delta split)
         if self.private and self.bound == "clt":
@@ -159,7 +184,8 @@ class DPSWDGenerator(GenerativeMethod):
             self.noise = calibrate_dpswd(ledger.target_epsilon, ledger.delta, d=rowmap.out_dim, k=self.k,
                                          sample_rate=sampler.sample_rate, steps=steps, bound=self.bound,
                                          sampling=ledger.sampling, delta_split="union",
-                                         sensitivity_fraction=self.sensitivity_fraction)
+                                         sensitivity_fraction=self.sensitivity_fraction,
+                                         partners=n_priv + 1 if ledger.sampling == "poisson" else 1)
             sigma, mult, beta = self.noise.noise_std, self.noise.noise_multiplier, self.noise.delta_sensitivity_per_step
         else:
             sigma, mult, beta = 0.0, 0.0, 0.0
@@ -170,6 +196,12 @@ class DPSWDGenerator(GenerativeMethod):
         start = 0
         if ctx.resume_from is not None:
             ck = load_checkpoint(ctx.resume_from)
+            old = ck.get("signature", {})
+            diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
+            if diff:
+                raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
+                                 + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
+                                 + "; resume with the same experiment, dataset split and model settings")
             self.G.load_state_dict(ck["generator"])
             opt.load_state_dict(ck["optimizer"])
             if self.fmap is not None:
@@ -183,7 +215,7 @@ class DPSWDGenerator(GenerativeMethod):
         end = steps if ctx.max_steps is None else min(steps, ctx.max_steps)
 
         def save(step: int) -> None:
-            atomic_save({"step": step, "generator": self.G.state_dict(), "optimizer": opt.state_dict(),
+            atomic_save({"step": step, "signature": signature, "generator": self.G.state_dict(), "optimizer": opt.state_dict(),
                          "sampler": sampler.state_dict(), "ledger": ledger.state_dict(), "rng": rng_state(),
                          "noise": None if self.noise is None else self.noise.asdict(),
                          **({"feature_map": self.fmap.state_dict(), "feature_optimizer": opt_f.state_dict(),
@@ -234,6 +266,7 @@ class DPSWDGenerator(GenerativeMethod):
                 step = end
         final_step = step if stopped_by_budget else end
         save(final_step)
+        atomic_save({"generator": self.G.state_dict(), "signature": signature}, ctx.run_dir / "generator.pt")
         return {"train_steps": final_step, "train_loss": loss_val, "stopped_by_budget": stopped_by_budget,
                 "steps_planned": steps, "train_time_s": time.time() - t0,
                 "noise_std": sigma, "noise_multiplier": mult, "sensitivity": None if self.noise is None else

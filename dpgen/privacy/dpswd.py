@@ -13,6 +13,14 @@ with probability ``>= 1 - beta`` over the fresh directions ``U``.  Three ways of
 
 Only ``"union"`` is a guarantee for a multi-step run; the other two exist to reproduce the
 paper's numbers (``scripts/calibration_table.py``).
+
+``partners``: how many difference vectors the bound must hold for *simultaneously* at one release.
+With replace-one neighbours (fixed-size sampling without replacement) the differing pair is fixed:
+``partners = 1``.  With Poisson sampling and a fixed-size release, a batch larger than B keeps a
+random subset, so adding a record x swaps it for a *random* kept record y: the bound must hold for
+x - y for every possible partner y (the N records and the padding row), i.e. ``partners = N + 1``,
+and each vector's bound is taken at ``beta / partners`` (union bound); the reserved delta per step is
+unchanged.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ class DPSWDNoise:
 
 def _deltas(delta: float, steps: int, delta_split: str, fraction: float) -> tuple[float, float, float]:
     """(beta used in the bound, beta recorded per step, delta for the conversion)."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"model.sensitivity_fraction must be in (0, 1), got {fraction}")
     if delta_split == "union":
         beta = fraction * delta / steps
         return beta, beta, (1.0 - fraction) * delta
@@ -57,22 +67,24 @@ def _deltas(delta: float, steps: int, delta_split: str, fraction: float) -> tupl
 
 def dpswd_sensitivity(d: int, k: int, delta: float, steps: int, bound: str = "bernstein",
                       delta_split: str = "union", sensitivity_fraction: float = 0.5,
-                      row_diameter: float = 1.0) -> tuple[float, float, float]:
+                      row_diameter: float = 1.0, partners: int = 1) -> tuple[float, float, float]:
     """``(S, beta_per_step, delta_conversion)`` for ``steps`` releases of ``X U``."""
+    if partners < 1:
+        raise ValueError(f"partners must be >= 1, got {partners}")
     beta, beta_step, delta_conv = _deltas(delta, max(int(steps), 1), delta_split, sensitivity_fraction)
-    return l2_sensitivity(k, d, beta, bound, row_diameter), beta_step, delta_conv
+    return l2_sensitivity(k, d, beta / partners, bound, row_diameter), beta_step, delta_conv
 
 
 def calibrate_dpswd(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
                     bound: str = "bernstein", sampling: str = "poisson", delta_split: str = "union",
-                    sensitivity_fraction: float = 0.5, row_diameter: float = 1.0) -> DPSWDNoise:
+                    sensitivity_fraction: float = 0.5, row_diameter: float = 1.0, partners: int = 1) -> DPSWDNoise:
     """Smallest projection-noise std such that ``steps`` DP-SWD releases are (epsilon, delta)-DP.
 
     RDP accounting of the subsampled Gaussian (autodp), never overshooting ``epsilon``.
     """
     check_epsilon_delta(epsilon, delta)
     sens, beta_step, delta_conv = dpswd_sensitivity(d, k, delta, steps, bound, delta_split,
-                                                    sensitivity_fraction, row_diameter)
+                                                    sensitivity_fraction, row_diameter, partners)
     mult = RDPAccountant(sampling).calibrate(epsilon, delta_conv, sample_rate, steps)
     return DPSWDNoise(mult * sens, mult, sens, beta_step, delta_conv, sample_rate, int(steps), d, k, bound,
                       delta_split)
@@ -80,8 +92,8 @@ def calibrate_dpswd(epsilon: float, delta: float, *, d: int, k: int, sample_rate
 
 def dpswd_epsilon(noise_std: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
                   bound: str = "bernstein", sampling: str = "poisson", delta_split: str = "union",
-                  sensitivity_fraction: float = 0.5, row_diameter: float = 1.0) -> float:
+                  sensitivity_fraction: float = 0.5, row_diameter: float = 1.0, partners: int = 1) -> float:
     """Forward check: epsilon of ``steps`` releases with projection noise ``noise_std``."""
     sens, _, delta_conv = dpswd_sensitivity(d, k, delta, steps, bound, delta_split, sensitivity_fraction,
-                                            row_diameter)
+                                            row_diameter, partners)
     return RDPAccountant(sampling).epsilon_of([Release(noise_std / sens, sample_rate, steps)], delta_conv)

@@ -38,6 +38,7 @@ class TrainerSchema:
     resume: Any = False
     max_steps: int | None = None
     progress: bool = True
+    deterministic: bool = False
 
 
 REQUIRED = ("dataset", "model", "accountant", "evaluator", "logger", "trainer", "paths")

@@ -7,6 +7,13 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def with_label(z: torch.Tensor, y: torch.Tensor | None, n_labels: int) -> torch.Tensor:
+    """``[z || onehot(y)]`` for a conditional generator (``z`` unchanged when ``n_labels == 0``)."""
+    if not n_labels:
+        return z
+    return torch.cat([z, F.one_hot(y, n_labels).to(z.dtype)], dim=1)
+
+
 class ConvCondGen(nn.Module):
     """DP-MERF's conditional convolutional generator (DP-SWD Table 3, spec dpswd.md §3.1).
 
@@ -39,9 +46,7 @@ class ConvCondGen(nn.Module):
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         """``z: (n, d_code)``, ``y: (n,)`` long -> ``(n, C, H, W)``."""
-        if self.n_labels:
-            z = torch.cat([z, F.one_hot(y, self.n_labels).to(z.dtype)], dim=1)
-        x = F.relu(self.bn1(self.fc1(z)))
+        x = F.relu(self.bn1(self.fc1(with_label(z, y, self.n_labels))))
         x = self.bn2(self.fc2(x)).view(-1, self.c0, self.h0, self.w0)
         x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
         x = F.relu(self.conv1(x))
@@ -65,9 +70,7 @@ class MLPGen(nn.Module):
         return self.n_labels > 0
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        if self.n_labels:
-            z = torch.cat([z, F.one_hot(y, self.n_labels).to(z.dtype)], dim=1)
-        return self.net(z).view(-1, *self.image_shape)
+        return self.net(with_label(z, y, self.n_labels)).view(-1, *self.image_shape)
 
 
 class DCGANDecoder(nn.Module):

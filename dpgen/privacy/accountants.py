@@ -100,9 +100,20 @@ class Accountant(ABC):
         """Smallest epsilon this accountant certifies at ``delta`` for the recorded history."""
         return self.epsilon_of(self.history, delta)
 
-    @abstractmethod
     def epsilon_of(self, history: list[Release], delta: float) -> float:
         """Epsilon of an arbitrary history (pure; does not touch ``self.history``)."""
+        if not 0.0 < delta < 1.0:
+            return math.inf
+        history = [r for r in history if r.steps > 0]
+        if not history:
+            return 0.0
+        if any(r.noise_multiplier == 0 for r in history):
+            return math.inf  # an un-noised release
+        return self._epsilon(history, delta)
+
+    @abstractmethod
+    def _epsilon(self, history: list[Release], delta: float) -> float:
+        """Epsilon of a non-empty history of noisy releases, at a valid delta."""
 
     def calibrate(
         self,
@@ -160,16 +171,9 @@ class RDPAccountant(Accountant):
         super().__init__(sampling)
         self.m, self.m_max = m, m_max
 
-    def epsilon_of(self, history: list[Release], delta: float) -> float:
+    def _epsilon(self, history: list[Release], delta: float) -> float:
         from autodp import rdp_acct, rdp_bank
 
-        if not 0.0 < delta < 1.0:
-            return math.inf
-        history = [r for r in history if r.steps > 0]
-        if not history:
-            return 0.0
-        if any(r.noise_multiplier == 0 for r in history):
-            return math.inf
         acct = rdp_acct.anaRDPacct(m=self.m, m_max=self.m_max)
         for r in history:
             sig = r.noise_multiplier
@@ -200,16 +204,9 @@ class PLDAccountant(Accountant):
             )
         self.value_discretization_interval = value_discretization_interval
 
-    def epsilon_of(self, history: list[Release], delta: float) -> float:
+    def _epsilon(self, history: list[Release], delta: float) -> float:
         import dp_accounting
 
-        if not 0.0 < delta < 1.0:
-            return math.inf
-        history = [r for r in history if r.steps > 0]
-        if not history:
-            return 0.0
-        if any(r.noise_multiplier == 0 for r in history):
-            return math.inf
         events = []
         for r in history:
             ev = dp_accounting.GaussianDpEvent(r.noise_multiplier)

@@ -104,6 +104,20 @@ def bench_training(device: torch.device, steps: int = 200) -> list[tuple[str, st
              f"fit incl. calibration {dt:.1f} s)")]
 
 
+def bench_plugins(device: torch.device) -> list[tuple[str, str]]:
+    """Per-method benchmarks: every ``scripts/benches/<name>.py`` exposing ``rows(device)``."""
+    import importlib.util
+
+    rows: list[tuple[str, str]] = []
+    for path in sorted((Path(__file__).resolve().parent / "benches").glob("[a-z]*.py")):
+        spec = importlib.util.spec_from_file_location(f"dpgen_bench_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        print(f"[bench] {path.stem} ...", flush=True)
+        rows += mod.rows(device)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
@@ -113,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     rows = bench_loss(device) + bench_calibration() + bench_training(device, args.train_steps)
+    rows += bench_plugins(device)
     machine = (torch.cuda.get_device_name() if device.type == "cuda" else
                f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU threads, torch "
                f"{torch.get_num_threads()} threads")

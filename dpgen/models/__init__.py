@@ -1,5 +1,7 @@
 """Networks only: generators, feature maps, classifiers."""
 from .features import DCGANFeatureMap
 from .generators import ConvCondGen, DCGANDecoder, MLPGen
+from .sinkhorn_generators import BigGANCondGenerator, DCGANCondGenerator
 
 __all__ = ["ConvCondGen", "DCGANDecoder", "DCGANFeatureMap", "MLPGen"]
+__all__ += ["BigGANCondGenerator", "DCGANCondGenerator"]

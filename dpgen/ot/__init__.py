@@ -14,3 +14,6 @@ __all__ = [
     "sliced_wasserstein",
     "sliced_wasserstein_projected",
 ]
+from .sinkhorn import EntropicOT, cost_matrix, sinkhorn_generator_loss  # noqa: E402  (DP-Sinkhorn)
+
+__all__ += ["EntropicOT", "cost_matrix", "sinkhorn_generator_loss"]

@@ -26,3 +26,6 @@ __all__ = [
     "SAMPLING_SCHEMES", "calibrate_dpswd", "check_epsilon_delta", "dpswd_epsilon", "dpswd_sensitivity",
     "l2_sensitivity", "split_delta", "squared_sensitivity_bound", "w_bernstein", "w_bernstein_code", "w_clt",
 ]
+from .image_gradient import clip_per_row, clip_whole, effective_noise_multiplier, sanitize  # noqa: E402  (DP-Sinkhorn)
+
+__all__ += ["clip_per_row", "clip_whole", "effective_noise_multiplier", "sanitize"]

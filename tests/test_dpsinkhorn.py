@@ -193,3 +193,30 @@ def test_digits_dpsinkhorn_run_writes_results_json(tmp_path):
     assert m["fid_extractor"] == "domain" and math.isfinite(m["fid"])
     assert res["privacy"]["private_steps"] == 15 and 0 < res["privacy"]["epsilon_rdp"] <= 10.0
     assert (out / "samples.png").exists() and (out / "generator.pt").exists()
+
+
+def test_ablation_preset_sweeps_the_nine_cost_and_debias_cells():
+    from tests._hydra import compose_cfg
+
+    cfg = compose_cfg(["experiment=mnist_dpsinkhorn_ablation"], return_hydra_config=True)
+    params = cfg.hydra.sweeper.params
+    assert params["model.cost"].split(",") == ["l2", "l1", "l1+l2"]
+    assert params["model.debias"].split(",") == ["none", "full", "semi"]
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN" and cfg.model._target_.endswith("DPSinkhorn")
+
+
+@pytest.mark.parametrize("exp", ["mnist_dpsinkhorn", "fmnist_dpsinkhorn", "celeba32_dpsinkhorn", "mnist_sinkhorn",
+                                 "digits_dpsinkhorn"])
+def test_presets_compose_with_the_spec_hyperparameters(exp):
+    from hydra.utils import instantiate
+
+    from tests._hydra import compose_cfg
+
+    cfg = compose_cfg([f"experiment={exp}"])
+    m = instantiate(cfg.model, _convert_="all")
+    assert m.ratio == 0.4 and m.embed_multiplier == 15.0
+    expected = {"mnist_dpsinkhorn": (1.0, 1.1, 0.5, 0.05, 50), "fmnist_dpsinkhorn": (3.0, 0.9, 0.5, 0.05, 50),
+                "celeba32_dpsinkhorn": (1.0, 0.8, 0.1, 5.0, 200)}
+    if exp in expected:
+        assert (m.ot.m, m.sigma, m.clip_norm, m.ot.reg, m.batch_size) == expected[exp]
+    assert m.private == (exp != "mnist_sinkhorn")

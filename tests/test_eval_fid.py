@@ -166,3 +166,15 @@ def test_small_cnn_shapes_match_the_paper_at_28_and_32_px_and_fit_tiny_images():
     x[y == 0, :, 4:] += 0.6  # class 0: bright bottom half
     model = fit_cnn(x, y, 2, epochs=1, min_steps=200, batch_size=32, seed=0)
     assert accuracy(model, x, y) > 0.8
+
+
+def test_inception_extractor_takes_grayscale_images_in_0_1(monkeypatch):
+    """Plumbing only (no real weights offline): random Inception weights, grayscale [0, 1] input ->
+    (n, 2048) float64 features."""
+    import torch_fidelity.feature_extractor_inceptionv3 as tfi
+
+    monkeypatch.setattr(tfi, "load_state_dict_from_url", lambda *a, **k: {})
+    monkeypatch.setattr(tfi.FeatureExtractorInceptionV3, "load_state_dict", lambda self, sd, *a, **k: None)
+    ext = InceptionFeatures()
+    feats = ext(torch.rand(2, 1, 28, 28))
+    assert feats.shape == (2, 2048) and feats.dtype == torch.float64 and torch.isfinite(feats).all()

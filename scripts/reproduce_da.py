@@ -44,9 +44,11 @@ RELEASED_DPDANN = [("M-U", 17.0, 7438, 128, 100, 1e-5), ("U-M", 14.65, 10000, 12
                    ("VisDA", 4.75, 55387, 128, 50, 1e-6), ("Office", 9.81, 497, 32, 50, 1e-3)]
 
 
-def run_one(task: str, variant: str, seed: int, runs: Path, extra: list[str], tag: str = "") -> dict | None:
-    out = runs / f"{task}_{variant}{tag}" / f"seed{seed}"
+def run_one(task: str, variant: str, seed: int, runs: Path, extra: list[str], collect_only: bool = False) -> dict | None:
+    out = runs / f"{task}_{variant}" / f"seed{seed}"
     res = out / "results.json"
+    if not res.exists() and collect_only:
+        return None
     if not res.exists():
         cmd = [sys.executable, str(ROOT / "train.py"), f"experiment={task}_{variant}", f"seed={seed}", "logger=local",
                "trainer.progress=false", f"hydra.run.dir={out}", *extra]
@@ -84,9 +86,14 @@ def corrected_sigma(task: str, epochs: int, start_align: int) -> tuple[float, fl
 def table1(args) -> tuple[str, list[dict]]:
     extra = [f"model.epochs={args.epochs}", f"model.start_align={args.start_align}"]
     rows, all_res = [], []
+    if not args.collect_only:  # seed-major: every (task, method) gets seed 0 before any gets seed 1
+        for s in args.seeds:
+            for task in TASKS:
+                for variant in VARIANTS:
+                    run_one(task, variant, s, args.runs, extra)
     for task in TASKS:
         for variant in VARIANTS:
-            res = [r for s in args.seeds if (r := run_one(task, variant, s, args.runs, extra)) is not None]
+            res = [r for s in args.seeds if (r := run_one(task, variant, s, args.runs, extra, True)) is not None]
             all_res += res
             accs = [r["metrics"]["acc_target"] for r in res]
             src = [r["metrics"].get("acc_source", float("nan")) for r in res]
@@ -141,7 +148,7 @@ def fig3(args) -> str:
     md = []
     for variant in args.fig3_variants:
         folder = sweep / variant
-        if not any(folder.rglob("results.json")) or len(list(folder.rglob("results.json"))) < len(args.fig3_eps):
+        if not args.collect_only and len(list(folder.rglob("results.json"))) < len(args.fig3_eps):
             cmd = [sys.executable, str(ROOT / "train.py"), "-m", f"experiment={args.fig3_task}_{variant}",
                    f"accountant.epsilon={eps_list}", f"model.epochs={args.epochs}", f"model.start_align={args.start_align}",
                    "logger=local", "trainer.progress=false", f"hydra.sweep.dir={folder}", f"seed={args.seeds[0]}"]
@@ -184,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fig3-task", default="mnist_usps")
     ap.add_argument("--fig3-variants", nargs="+", default=["dpswd", "dp_dann"])
     ap.add_argument("--fig3-eps", type=float, nargs="+", default=[0.5, 1.0, 3.0, 10.0])
+    ap.add_argument("--collect-only", action="store_true", help="only tabulate finished runs; start none")
     ap.add_argument("--note", default="", help="free text appended to the section (e.g. the CPU and its load)")
     args = ap.parse_args(argv)
     t0 = time.time()

@@ -72,3 +72,23 @@ def test_missing_office_features_fail_with_the_expected_paths(tmp_path):
     r = train(["experiment=office31_dpswd", "dataset.source=dslr", f"paths.data_root={tmp_path}", "logger=local",
                f"hydra.run.dir={tmp_path / 'run'}"])
     assert r.returncode != 0 and "office31/dslr.npz" in r.stderr
+
+
+def test_sweep_report_plots_target_accuracy_against_epsilon(tmp_path):
+    """Fig. 3 path: a multirun over accountant.epsilon summarised by scripts/sweep_report.py --metric acc_target."""
+    import subprocess
+    import sys
+
+    from tests.test_pipeline_e2e import ROOT
+
+    for i, (eps, acc) in enumerate([(1.0, 0.6), (10.0, 0.7), (None, 0.8)]):
+        job = tmp_path / str(i)
+        job.mkdir()
+        privacy = {"target_epsilon": eps, "epsilon_rdp": eps if eps else "inf", "epsilon_pld": None, "delta": 1e-5}
+        (job / "results.json").write_text(json.dumps({"experiment": "mnist_usps_dpswd", "privacy": privacy,
+                                                      "metrics": {"acc_target": acc, "acc_source": 0.97}}))
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(tmp_path), "--metric", "acc_target"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "acc_target" in r.stdout and "0.6" in r.stdout and "0.8" in r.stdout
+    assert (tmp_path / "privacy_utility.png").stat().st_size > 1000

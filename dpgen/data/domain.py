@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .base import DataSplits, DatasetNotFoundError, PrivateSplit, TensorSplit, require_files
+from .base import DatasetNotFoundError, DataSplits, PrivateSplit, TensorSplit, require_files
 
 UNLABELLED = -1
 FEATURE_SUFFIXES = (".npz", ".csv")

@@ -30,10 +30,14 @@ from dpgen.privacy import RDPAccountant, Release, calibrate_dpswd  # noqa: E402
 
 START, END = "<!-- issue-5:start -->", "<!-- issue-5:end -->"
 TASKS = {"mnist_usps": "M→U", "usps_mnist": "U→M"}
-VARIANTS = ["dann", "swd", "dp_dann", "dpswd"]
-LABEL = {"dann": "DANN", "swd": "SWD", "dp_dann": "DP-DANN", "dpswd": "DP-SWD"}
+VARIANTS = ["source_only", "dann", "swd", "dp_dann", "dpswd"]
+LABEL = {"source_only": "source only (no alignment)", "dann": "DANN", "swd": "SWD", "dp_dann": "DP-DANN",
+         "dpswd": "DP-SWD"}
+# variant -> (experiment suffix, extra overrides); source only = the swd preset with alignment weight 0
+EXPERIMENT = {"source_only": ("swd", ["model.alignment.weight=0"])}
 # DP-SWD Table 1 (eps = 10, delta = 1e-5), mean ± std over 10 runs (spec dpswd.md §2.5)
-PAPER = {("mnist_usps", "dann"): "93.9 ± 0", ("mnist_usps", "swd"): "95.5 ± 1", ("mnist_usps", "dp_dann"): "87.1 ± 2",
+PAPER = {("mnist_usps", "source_only"): "—", ("usps_mnist", "source_only"): "—",
+         ("mnist_usps", "dann"): "93.9 ± 0", ("mnist_usps", "swd"): "95.5 ± 1", ("mnist_usps", "dp_dann"): "87.1 ± 2",
          ("mnist_usps", "dpswd"): "94.0 ± 0", ("usps_mnist", "dann"): "86.2 ± 2", ("usps_mnist", "swd"): "84.8 ± 2",
          ("usps_mnist", "dp_dann"): "73.5 ± 2", ("usps_mnist", "dpswd"): "83.4 ± 2"}
 # paper sigma (Table 4 / da_settings.py) and the inputs of its accountant (spec §1.6, §2.4)
@@ -50,8 +54,9 @@ def run_one(task: str, variant: str, seed: int, runs: Path, extra: list[str], co
     if not res.exists() and collect_only:
         return None
     if not res.exists():
-        cmd = [sys.executable, str(ROOT / "train.py"), f"experiment={task}_{variant}", f"seed={seed}", "logger=local",
-               "trainer.progress=false", f"hydra.run.dir={out}", *extra]
+        exp, more = EXPERIMENT.get(variant, (variant, []))
+        cmd = [sys.executable, str(ROOT / "train.py"), f"experiment={task}_{exp}", f"seed={seed}", "logger=local",
+               "trainer.progress=false", f"hydra.run.dir={out}", *extra, *more]
         print("running:", " ".join(cmd[1:]), flush=True)
         t = time.time()
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
@@ -99,11 +104,11 @@ def table1(args) -> tuple[str, list[dict]]:
             src = [r["metrics"].get("acc_source", float("nan")) for r in res]
             eps = [r["privacy"]["epsilon_rdp"] for r in res]
             tr = res[0]["train"] if res else {}
-            noise = ("—" if variant in ("dann", "swd") else
+            noise = ("—" if variant in ("dann", "swd", "source_only") else
                      f"σ = {tr.get('noise_std', float('nan')):.2f} (mult. {tr.get('noise_multiplier', float('nan')):.2f})"
                      if variant == "dpswd" else f"mult. {tr.get('noise_multiplier', float('nan')):.2f}, C = {tr.get('clip_norm')}")
             rows.append(dict(task=task, variant=variant, n=len(res), acc=mean_std(accs), src=mean_std(src),
-                             eps=("∞" if variant in ("dann", "swd") else
+                             eps=("∞" if variant in ("dann", "swd", "source_only") else
                                   (f"{max(eps):.2f}" if eps else "—")),
                              noise=noise, time=statistics.fmean([r["runtime_s"] for r in res]) if res else float("nan"),
                              steps=tr.get("train_steps"), priv=tr.get("private_steps_planned")))
@@ -160,8 +165,9 @@ def fig3(args) -> str:
                 print(r.stderr[-3000:])
         rep = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(folder), "--metric",
                               "acc_target"], capture_output=True, text=True)
+        rel = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
         md.append(f"**{LABEL[variant]}** ({TASKS.get(args.fig3_task, args.fig3_task)}, seed {args.seeds[0]}; plot: "
-                  f"`{folder / 'privacy_utility.png'}`, copied to `docs/img/da_fig3_{variant}.png`):\n\n" + rep.stdout)
+                  f"`{rel / 'privacy_utility.png'}`, copied to `docs/img/da_fig3_{variant}.png`):\n\n" + rep.stdout)
         png = folder / "privacy_utility.png"
         if png.exists():
             dst = ROOT / "docs" / "img" / f"da_fig3_{variant}.png"

@@ -26,9 +26,9 @@ Privacy boundary (the private variants):
   path from x_t to any weight); R is a PUBLIC constant (``feature_radius`` or the extractor's public
   bound, sqrt(320) for the Sigmoid digits features), never the un-noised batch maximum the released
   code uses (§1.5).  The loss gradient reaches g only through the *source* rows, so the update is a
-  function of (P_t, U, public data, current weights): post-processing of the releases.  (The
-  released code back-propagates through g(x_t) as well; that gradient is an un-noised function of
-  the target records and is not covered by the analysis, so dpgen does not do it.)
+  function of (P_t, U, public data, current weights): post-processing of the releases.  (A gradient
+  through g(x_t) would be an un-noised function of the target records, not covered by the analysis,
+  so dpgen never builds one.)
   Accounting: d = g.out_dim (320 for digits, not 784), the number of private batches actually drawn.
 * ``dp_dann``: the target batch enters only ``DPDANNAlignment._private_grads``: per-sample gradients
   of the target domain loss CE(D(GRL(g(x_t))), 0) w.r.t. *all* parameters of g and D jointly (D

@@ -208,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parts += [released_dpdann(), ""]
     if args.fig3:
         parts += ["### Fig. 3: target accuracy vs ε", "", fig3(args), ""]
-    cmd = "python scripts/reproduce_da.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = list(argv if argv is not None else sys.argv[1:])
+    shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
+    cmd = "python scripts/reproduce_da.py " + " ".join(shown)
     parts += [f"Produced by `{cmd}` in {(time.time() - t0) / 60:.1f} min wall time (cached runs are not re-run)."]
     if args.note:
         parts += ["", args.note]

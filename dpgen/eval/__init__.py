@@ -1,7 +1,8 @@
-"""Evaluation: downstream classifiers (LogReg, MLP, CNN), FID, sample grids."""
+"""Evaluation: downstream classifiers (LogReg, MLP, CNN), FID, sample grids, target accuracy."""
+from .domain_adaptation import DomainAdaptationEvaluator
 from .downstream import downstream_accuracy
 from .evaluator import GenerativeEvaluator, NoEvaluator
 from .fid import InceptionUnavailableError, domain_extractor, frechet_distance
 
-__all__ = ["GenerativeEvaluator", "InceptionUnavailableError", "NoEvaluator", "domain_extractor", "downstream_accuracy",
-           "frechet_distance"]
+__all__ = ["DomainAdaptationEvaluator", "GenerativeEvaluator", "InceptionUnavailableError", "NoEvaluator",
+           "domain_extractor", "downstream_accuracy", "frechet_distance"]

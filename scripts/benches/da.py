@@ -1,0 +1,71 @@
+"""Domain-adaptation benchmarks (issue 5): adapter training steps per second for each variant on the
+embedded ``digits_shift`` preset (28x28 digits CNN, batch 32, every step aligning), and the
+per-sample-gradient overhead of DP-DANN relative to DANN.
+
+    python scripts/benches/da.py            # prints the rows
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from functools import partial
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dpgen.data.domain import domain_pair, sklearn_digits_domain  # noqa: E402
+from dpgen.logging import RunLogger  # noqa: E402
+from dpgen.methods.base import TrainContext  # noqa: E402
+from dpgen.methods.domain_adaptation import (  # noqa: E402
+    DANNAlignment,
+    DomainAdaptation,
+    DPDANNAlignment,
+    DPSWDAlignment,
+    SWDAlignment,
+)
+from dpgen.models.da import DigitsClassifier, DigitsFeatureExtractor, DomainDiscriminator  # noqa: E402
+from dpgen.privacy import PrivacyLedger  # noqa: E402
+
+STEPS, WARMUP = 60, 10
+
+
+def _variants():
+    disc = partial(DomainDiscriminator, hidden=100)
+    return {"swd": (SWDAlignment(0.1, 200), False), "dpswd": (DPSWDAlignment(0.5, 200), True),
+            "dann": (DANNAlignment(disc, 0.1), False), "dp_dann": (DPDANNAlignment(disc, 0.1), True)}
+
+
+def _steps_per_s(data, name: str, alignment, private: bool, device: torch.device, steps: int) -> float:
+    """Aligning steps per second (after ``WARMUP`` timed-out steps), calibration excluded."""
+    m = DomainAdaptation(DigitsFeatureExtractor, DigitsClassifier, alignment, batch_size=32, epochs=1000,
+                         start_align=0, lr=1e-3, private=private)
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = PrivacyLedger(10.0 if private else None, 1e-4, "poisson", len(data.private))
+        ctx = lambda n: TrainContext(device=device, logger=RunLogger(tmp), run_dir=Path(tmp), progress=False,  # noqa: E731
+                                     deterministic=True, max_steps=n, checkpoint_every=10**9, log_every=10**9)
+        t_warm = m.fit(data, ledger, ctx(WARMUP))["train_time_s"]
+        t_all = DomainAdaptation(DigitsFeatureExtractor, DigitsClassifier, alignment, batch_size=32, epochs=1000,
+                                 start_align=0, lr=1e-3, private=private).fit(
+            data, PrivacyLedger(10.0 if private else None, 1e-4, "poisson", len(data.private)),
+            ctx(WARMUP + steps))["train_time_s"]
+    return steps / max(t_all - t_warm, 1e-9)
+
+
+def rows(device: torch.device) -> list[tuple[str, str]]:
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    data = domain_pair(sklearn_digits_domain(0), sklearn_digits_domain(1, rotation=30.0, thicken=3))
+    out, rate = [], {}
+    for name, (alignment, private) in _variants().items():
+        rate[name] = _steps_per_s(data, name, alignment, private, device, STEPS)
+        out.append((f"DA adapter training, digits_shift, {name} (batch 32, digits CNN, {device.type})",
+                    f"{rate[name]:.1f} steps/s"))
+    out.append(("DP-DANN per-sample-gradient overhead vs DANN (step time ratio)",
+                f"×{rate['dann'] / rate['dp_dann']:.2f}"))
+    return out
+
+
+if __name__ == "__main__":
+    for k, v in rows(torch.device("cuda" if torch.cuda.is_available() else "cpu")):
+        print(f"| {k} | {v} |")

@@ -26,3 +26,7 @@ __all__ = [
     "SAMPLING_SCHEMES", "calibrate_dpswd", "check_epsilon_delta", "dpswd_epsilon", "dpswd_sensitivity",
     "l2_sensitivity", "split_delta", "squared_sensitivity_bound", "w_bernstein", "w_bernstein_code", "w_clt",
 ]
+from .bayesian import BayesianAccountant, MomentsAccountant  # noqa: E402
+from .wdp import WassersteinAccountant  # noqa: E402
+
+__all__ += ["BayesianAccountant", "MomentsAccountant", "WassersteinAccountant"]

@@ -22,12 +22,19 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
 from scipy.stats import t as student_t
 
 DEFAULT_CONF = 1.0 - 1e-16
+
+
+@lru_cache(maxsize=64)
+def _t_quantile(conf: float, dof: int) -> float:
+    """Student-t quantile t_conf(dof) (cached: the same P every step)."""
+    return float(student_t.ppf(conf, dof))
 
 
 def log_mgf_subsampled_gaussian(order: int, distances, noise_std: float, q: float) -> np.ndarray:
@@ -141,7 +148,7 @@ class BayesianAccountant(_LogMGFAccountant):
                           stacklevel=2)
             self._warned = True
         T = self.total_steps
-        t_quant = float(student_t.ppf(self.conf, p - 1))
+        t_quant = _t_quantile(self.conf, p - 1)
         for i, lam in enumerate(self.orders):
             ell = T * log_mgf_subsampled_gaussian(int(lam), d, noise_std, q)       # 1. l_j = T c(lambda; d_j)
             log_mean = logsumexp(ell) - math.log(p)                                # 2. log M^

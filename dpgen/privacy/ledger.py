@@ -74,7 +74,8 @@ class PrivacyLedger:
 
     def calibrate(self, sample_rate: float, steps: int) -> float:
         """Noise multiplier for ``steps`` more releases at ``sample_rate`` so that RDP epsilon <= target
-        (the recorded history included)."""
+        (the recorded history included).  For releases without a per-step sensitivity reservation
+        (DP-SGD: clipping makes the bound hold surely); DP-SWD calibrates with ``calibrate_dpswd``."""
         if self.target_epsilon is None:
             raise ValueError("calibration needs accountant.epsilon (a number), got null")
         self._rdp.history = self._releases(self.entries)

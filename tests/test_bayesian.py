@@ -130,3 +130,16 @@ def test_e2_clipped_099_curve_matches_the_spec_reference_values():
             for k, a in (("ma", ma), ("ba", ba), ("wa", wa)):
                 got[k].append(round(a.epsilon(1e-5)))
     assert got == {"ma": [843, 8427, 42134, 84267], "ba": [376, 3620, 17758, 35684], "wa": [235, 2277, 11100, 22038]}
+
+
+def test_ma_optimised_over_integer_orders_equals_the_rdp_accountant():
+    """c(lambda) is lambda * RDP(lambda + 1) of the Poisson-subsampled Gaussian (Mironov et al. 2019), so MA
+    with all integer orders and eps = min (C - log delta) / lambda must agree with autodp's RDP accountant."""
+    from dpgen.privacy import RDPAccountant, Release
+
+    sigma, q, steps, delta = 0.8, 256 / 60000, 235, 1e-5
+    ma = MomentsAccountant(list(range(1, 64)))
+    for _ in range(steps):
+        ma.step(1.0, sigma, q)
+    rdp = RDPAccountant("poisson").epsilon_of([Release(sigma, q, steps)], delta)
+    assert ma.epsilon(delta) == pytest.approx(rdp, rel=1e-4)

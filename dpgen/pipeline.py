@@ -116,8 +116,14 @@ def _print_summary(console: Console, results: dict) -> None:
     t.add_row("epsilon spent (RDP)", _fmt(p["epsilon_rdp"]))
     t.add_row("epsilon spent (PLD)", _fmt(p["epsilon_pld"]) if p["epsilon_pld"] is not None else "n/a (sampling "
               "without replacement)")
+    for name in p.get("reported_accountants", {}):  # BA / WA / MA: beside RDP and PLD, never calibrating
+        t.add_row(f"epsilon ({name.upper()}, reported only)", _fmt(p[f"epsilon_{name}"]))
     t.add_row("delta", _fmt(p["delta"]))
     t.add_row("target epsilon", _fmt(p["target_epsilon"]))
     t.add_row("private steps", _fmt(p["private_steps"]))
     t.add_row("run time (s)", _fmt(results["runtime_s"]))
     Console().print(t)
+    if p.get("reported_accountants"):
+        for name, label in p["reported_accountants"].items():
+            Console().print(f"  {name.upper()}: {label}")
+        Console().print(f"  {p['reported_accountants_note']}")

@@ -6,3 +6,7 @@ from .fid import InceptionUnavailableError, domain_extractor, frechet_distance
 
 __all__ = ["DomainAdaptationEvaluator", "GenerativeEvaluator", "InceptionUnavailableError", "NoEvaluator",
            "domain_extractor", "downstream_accuracy", "frechet_distance"]
+__all__ = ["GenerativeEvaluator", "NoEvaluator", "downstream_accuracy"]
+from .classifier import ClassifierEvaluator  # noqa: E402
+
+__all__ += ["ClassifierEvaluator"]

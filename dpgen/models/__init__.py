@@ -5,3 +5,6 @@ from .sinkhorn_generators import BigGANCondGenerator, DCGANCondGenerator
 
 __all__ = ["ConvCondGen", "DCGANDecoder", "DCGANFeatureMap", "MLPGen"]
 __all__ += ["BigGANCondGenerator", "DCGANCondGenerator"]
+from .classifiers import ConvClassifier, cifar_convnet, mnist_convnet  # noqa: E402
+
+__all__ += ["ConvClassifier", "cifar_convnet", "mnist_convnet"]

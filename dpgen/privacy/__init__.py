@@ -29,3 +29,7 @@ __all__ = [
 from .image_gradient import clip_per_row, clip_whole, effective_noise_multiplier, sanitize  # noqa: E402  (DP-Sinkhorn)
 
 __all__ += ["clip_per_row", "clip_whole", "effective_noise_multiplier", "sanitize"]
+from .bayesian import BayesianAccountant, MomentsAccountant  # noqa: E402
+from .wdp import WassersteinAccountant  # noqa: E402
+
+__all__ += ["BayesianAccountant", "MomentsAccountant", "WassersteinAccountant"]

@@ -9,6 +9,12 @@ Mechanisms whose sensitivity bound holds only with probability ``1 - beta`` per 
 (DP-SWD's random projections, spec dpswd.md §1.3) reserve ``beta`` of delta per step: the
 ledger reports ``(eps, delta)`` with the conversion done at ``delta - sum_t beta_t``
 (union bound over the releases; Prop. 2 is the one-release case).
+
+*Reported* accountants (``add_reported``): data-dependent or non-standard accountants such as the
+Bayesian (BA) and Wasserstein (WA) accountants of ``privacy.bayesian`` / ``privacy.wdp`` receive
+per-step statistics from the method directly (``ledger.reported[name].step(...)``), are saved in
+``state_dict`` and appear in ``summary()`` as ``epsilon_<name>`` with a label.  They are NEVER used
+for calibration or for the budget stop: RDP calibrates and ``allowance`` enforces the target.
 """
 
 from __future__ import annotations
@@ -52,6 +58,31 @@ class PrivacyLedger:
         self._rdp = RDPAccountant(sampling)
         self._pld = PLDAccountant(sampling) if sampling == "poisson" else None
         self._allowance_cache: dict = {}
+        self.reported: dict = {}  # name -> reported-only accountant (epsilon(delta), state_dict, label)
+        self._pending_reported: dict = {}  # states from a checkpoint waiting for add_reported
+
+    # -- reported-only accountants ---------------------------------------------------------
+    def add_reported(self, accountant) -> None:
+        """Attach a reported-only accountant (needs ``name``, ``label``, ``epsilon(delta)``,
+        ``state_dict``, ``load_state_dict``).  A state from a loaded checkpoint is restored into it."""
+        name = accountant.name
+        if name in ("rdp", "pld"):
+            raise ValueError(f"reported accountant name {name!r} clashes with the calibrating accountants")
+        self.reported[name] = accountant
+        if name in self._pending_reported:
+            accountant.load_state_dict(self._pending_reported.pop(name))
+
+    def calibrate(self, sample_rate: float, steps: int) -> float:
+        """Noise multiplier for ``steps`` more releases at ``sample_rate`` so that RDP epsilon <= target
+        (the recorded history included).  For releases without a per-step sensitivity reservation
+        (DP-SGD: clipping makes the bound hold surely); DP-SWD calibrates with ``calibrate_dpswd``."""
+        if self.target_epsilon is None:
+            raise ValueError("calibration needs accountant.epsilon (a number), got null")
+        self._rdp.history = self._releases(self.entries)
+        try:
+            return self._rdp.calibrate(self.target_epsilon, self.delta - self.delta_reserved, sample_rate, steps)
+        finally:
+            self._rdp.reset()
 
     # -- recording -----------------------------------------------------------------------
     def record(
@@ -152,7 +183,21 @@ class PrivacyLedger:
             "epsilon_pld_note": None
             if eps_pld is not None
             else "dp-accounting has no PLD for fixed-size sampling without replacement",
+            **self._reported_summary(),
         }
+
+    def _reported_summary(self) -> dict:
+        if not self.reported:
+            return {}
+        out: dict = {}
+        notes = {}
+        for name, acct in self.reported.items():
+            out[f"epsilon_{name}"] = float(acct.epsilon(self.delta))
+            notes[name] = acct.label
+        out["reported_accountants"] = notes
+        out["reported_accountants_note"] = ("reported for comparison only; never used to calibrate noise or to "
+                                            "stop training (epsilon_rdp is the guarantee)")
+        return out
 
     # -- persistence ---------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -162,6 +207,7 @@ class PrivacyLedger:
             "sampling": self.sampling,
             "dataset_size": self.dataset_size,
             "entries": [asdict(e) for e in self.entries],
+            **({"reported": {k: a.state_dict() for k, a in self.reported.items()}} if self.reported else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -173,6 +219,11 @@ class PrivacyLedger:
                 )
         self.entries = [LedgerEntry(**e) for e in state["entries"]]
         self._allowance_cache = {}
+        pending = dict(state.get("reported", {}))
+        for name, acct in self.reported.items():
+            if name in pending:
+                acct.load_state_dict(pending.pop(name))
+        self._pending_reported = pending
 
     @classmethod
     def from_state_dict(cls, state: dict) -> PrivacyLedger:

@@ -1,12 +1,9 @@
-"""Evaluation: downstream classifiers (LogReg, MLP, CNN), FID, sample grids, target accuracy."""
+"""Evaluation: downstream classifiers (LogReg, MLP, CNN), FID, sample grids, target / test accuracy."""
+from .classifier import ClassifierEvaluator
 from .domain_adaptation import DomainAdaptationEvaluator
 from .downstream import downstream_accuracy
 from .evaluator import GenerativeEvaluator, NoEvaluator
 from .fid import InceptionUnavailableError, domain_extractor, frechet_distance
 
-__all__ = ["DomainAdaptationEvaluator", "GenerativeEvaluator", "InceptionUnavailableError", "NoEvaluator",
-           "domain_extractor", "downstream_accuracy", "frechet_distance"]
-__all__ = ["GenerativeEvaluator", "NoEvaluator", "downstream_accuracy"]
-from .classifier import ClassifierEvaluator  # noqa: E402
-
-__all__ += ["ClassifierEvaluator"]
+__all__ = ["ClassifierEvaluator", "DomainAdaptationEvaluator", "GenerativeEvaluator", "InceptionUnavailableError",
+           "NoEvaluator", "domain_extractor", "downstream_accuracy", "frechet_distance"]

@@ -21,6 +21,9 @@ generator output replaces by its sanitised version before it reaches the generat
 * The n' debiasing rows X[n:n+n'] get a gradient that does not depend on real data (the term
   W(X[0:n], X[n':n+n']) involves generated samples only); it is clipped to C (as in the code) but
   not noised.  Everything after the hooks (back-propagation through G, Adam) is post-processing.
+* Logs: the loss value and the raw cross-group gradient norm are un-noised functions of the private
+  batch, so a private run logs neither (only ε and the norm of the *released* gradient); the loss
+  curve is logged for non-private runs only.
 * An empty Poisson draw (probability ≈ e^{-B}) releases the noised gradient of the debiasing term
   alone (the cross term is taken as 0, which lies inside the C-ball), so every step is a release
   of the same mechanism and is recorded.
@@ -187,20 +190,26 @@ class DPSinkhorn(GenerativeMethod):
             task = progress.add_task("train", total=end, completed=start, info="")
             for step in range(start, end):
                 loss_val, grad_norm = self._step(sampler, opt, sigma, step)
-                if self.private:
-                    ledger.record(mult, q, 1)  # the sanitised gradient of this step was released
+                # the sanitised gradient of this step was released (non-private: an un-noised access, eps = inf)
+                ledger.record(mult if self.private else 0.0, q, 1)
                 done = step + 1
                 if done % ctx.log_every == 0 or done == end:
-                    eps = ledger.epsilon(accountant="rdp") if self.private else 0.0
-                    ctx.logger.log_metrics({"loss": loss_val, "epsilon_rdp": eps, "cross_grad_norm": grad_norm,
-                                            "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
-                    progress.update(task, info=f"loss {loss_val:.4f}  eps(RDP) {eps:.3f}")
+                    eps = ledger.epsilon(accountant="rdp")
+                    # the loss value 2 W(X, Y) - ... is an un-noised function of the private batch: it is
+                    # logged for non-private runs only; private runs log the released gradient's norm
+                    row = {"epsilon_rdp": eps, "released_grad_norm": grad_norm,
+                           "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}
+                    if not self.private:
+                        row = {"loss": loss_val, **row}
+                    ctx.logger.log_metrics(row, step=done)
+                    progress.update(task, info=(f"loss {loss_val:.4f}" if not self.private else
+                                                f"|released grad| {grad_norm:.3f}") + f"  eps(RDP) {eps:.3f}")
                 if done % ctx.checkpoint_every == 0:
                     save(done)
                 progress.update(task, completed=done)
         save(done)
         atomic_save({"generator": self.G.state_dict(), "signature": signature}, ctx.run_dir / "generator.pt")
-        return {"train_steps": done, "train_loss": loss_val, "stopped_by_budget": bool(stopped_by_budget and done == end),
+        return {"train_steps": done, "train_loss": None if self.private else loss_val, "stopped_by_budget": bool(stopped_by_budget and done == end),
                 "steps_planned": self.steps, "train_time_s": time.time() - t0, "noise_multiplier": sigma,
                 "noise_multiplier_accounted": mult, "noise_std": 2 * self.clip_norm * sigma, "clip": self.clip,
                 "clip_norm": self.clip_norm, "sensitivity": sensitivity(self.clip_norm, self.batch_size, self.clip),
@@ -220,8 +229,11 @@ class DPSinkhorn(GenerativeMethod):
         raw_norm = {}
 
         def cross_hook(g: torch.Tensor) -> torch.Tensor:  # the private release (spec §2.1)
-            raw_norm["v"] = float(g.norm())
-            return sanitize(g, self.clip_norm, sigma, self.clip) if self.private else g
+            out = sanitize(g, self.clip_norm, sigma, self.clip) if self.private else g
+            # only the norm of the *released* (sanitised) gradient may be logged: the raw norm is an
+            # un-noised function of the private batch
+            raw_norm["v"] = float(out.norm())
+            return out
 
         x_cross.register_hook(cross_hook)
         if n_extra and self.private:

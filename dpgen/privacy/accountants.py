@@ -134,7 +134,9 @@ class Accountant(ABC):
         base = list(self.history)
 
         def eps(sig: float) -> float:
-            return self.epsilon_of(base + [Release(sig, sample_rate, steps)], delta)
+            e = self.epsilon_of(base + [Release(sig, sample_rate, steps)], delta)
+            # a NaN from the numerics (autodp at tiny sigma) must never count as "within budget"
+            return math.inf if math.isnan(e) else e
 
         if eps(sigma_max) > target_epsilon:
             raise ValueError(

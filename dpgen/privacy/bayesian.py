@@ -125,7 +125,8 @@ class BayesianAccountant(_LogMGFAccountant):
     """Bayesian accountant (spec §6.3).  ``total_steps`` is Hölder's T; ``conf`` the confidence level."""
 
     name = "ba"
-    label = "Bayesian accountant (BDP, Triastcyn & Faltings 2020); data-dependent, reported only"
+    label = ("Bayesian accountant (BDP, Triastcyn & Faltings 2020); data-dependent, reported only; computed from "
+             "un-noised private gradient statistics, so this number is itself not private")
 
     def __init__(self, orders: int | Sequence[int] = 16, total_steps: int = 1, conf: float = DEFAULT_CONF) -> None:
         super().__init__(orders)

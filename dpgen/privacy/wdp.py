@@ -191,7 +191,8 @@ class WassersteinAccountant:
     """
 
     name = "wa"
-    label = "Wasserstein accountant (WDP, Yang et al. 2024); reported only, NOT a DP guarantee: it falls when noise falls"
+    label = ("Wasserstein accountant (WDP, Yang et al. 2024); reported only, NOT a DP guarantee: it falls when "
+             "noise falls; computed from un-noised private gradient statistics, so this number is itself not private")
 
     def __init__(self, order: float = 16.0, beta: float = 32.0) -> None:
         _order(order)

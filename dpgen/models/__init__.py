@@ -3,3 +3,6 @@ from .features import DCGANFeatureMap
 from .generators import ConvCondGen, DCGANDecoder, MLPGen
 
 __all__ = ["ConvCondGen", "DCGANDecoder", "DCGANFeatureMap", "MLPGen"]
+from .autoencoder import DCGANAutoencoder, LatentMLPGen, LiutkusAutoencoder  # noqa: E402  (issue 4)
+
+__all__ += ["DCGANAutoencoder", "LatentMLPGen", "LiutkusAutoencoder"]

@@ -14,3 +14,16 @@ __all__ = [
     "sliced_wasserstein",
     "sliced_wasserstein_projected",
 ]
+from .flows import (  # noqa: E402  (issue 4: sliced-Wasserstein particle flows)
+    empirical_quantiles,
+    euler_maruyama_step,
+    flow_step,
+    interp1d,
+    quantile_levels,
+    sliced_flow_drift,
+    smoothed_projections,
+    transport_map,
+)
+
+__all__ += ["empirical_quantiles", "euler_maruyama_step", "flow_step", "interp1d", "quantile_levels",
+            "sliced_flow_drift", "smoothed_projections", "transport_map"]

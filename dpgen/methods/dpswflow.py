@@ -247,6 +247,22 @@ class _LatentMethod(GenerativeMethod):
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
                                  self.latent_scale)
 
+    def restore(self, data: DataSplits, checkpoint: str | Path, device: torch.device | str = "cpu") -> None:
+        """Rebuild a trained model for ``sample`` from a run's ``checkpoints/last.pt`` (no private data read)."""
+        self.device = torch.device(device)
+        ck = load_checkpoint(checkpoint)
+        ae = None
+        if self.make_ae is not None:
+            ae = self.make_ae(image_shape=data.image_shape).to(self.device)
+            ae.load_state_dict(ck["autoencoder"])
+            ae.eval()
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
+                                 self.latent_scale)
+        self._restore_state(ck)
+
+    def _restore_state(self, ck: dict) -> None:
+        raise NotImplementedError
+
     # -- private data --------------------------------------------------------------------
     def _encode_private(self, data: DataSplits, seed: int, chunk: int = 1000) -> PrivateSplit:
         """Every private record -> its latent row, once (the paper's ``train_set_encoding.pt``, kept in memory).
@@ -342,6 +358,9 @@ class _ParticleFlow(_LatentMethod):
             raise ValueError(f"model.step_size must be > 0 and model.reg >= 0, got {step_size}, {reg}")
         self.X: torch.Tensor | None = None
         self._pool_gen = torch.Generator().manual_seed(0)
+
+    def _restore_state(self, ck: dict) -> None:
+        self.X = ck["particles"].to(self.device)
 
     def _init_particles(self) -> torch.Tensor:
         """``X_0 ~ mu_0 = N(0, I_D)`` (spec §2; not put on the sphere)."""
@@ -674,6 +693,12 @@ class DPSWGen(_LatentMethod):
                 "sensitivity_bound": self.bound if self.private else None, "guarantee": self._guarantee(),
                 "latent_dim": self.space.d, "row_dim": D, "num_projections": self.k, "sample_rate": q,
                 **self.ae_info}
+
+    def _restore_state(self, ck: dict) -> None:
+        d = self.space.dim
+        self.G = self.make_generator(d_code=self.d_code or d, out_dim=d).to(self.device)
+        self.G.load_state_dict(ck["generator"])
+        self.G.eval()
 
     @torch.no_grad()
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):

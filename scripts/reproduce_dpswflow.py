@@ -1,0 +1,290 @@
+"""Reproduce DPSWflow (Sebag et al.): the toy of Fig. 1, Table 1 (MNIST / F-MNIST, shortened), the sigma table.
+
+    python scripts/reproduce_dpswflow.py toy                 # Fig. 1: SWD after 200 steps, particles PNG
+    python scripts/reproduce_dpswflow.py runs [--only mnist]  # train.py runs: {flow-r, flow, gen} x eps {inf, 10, 5}
+    python scripts/reproduce_dpswflow.py eval                 # FID (domain extractor) + LogReg accuracy per run
+    python scripts/reproduce_dpswflow.py write                # section of docs/reproduction.md (+ sigma table)
+
+CPU budget (this project's 2 shared cores): the runs use the paper's noise calibration for the FULL
+schedule (35 / 20 epochs, 1500 steps) but stop the flow / generator early (``trainer.max_steps`` /
+``model.steps``), 2,000 particles and quantile levels instead of 10,000 / 30,000, and an
+autoencoder trained for 1,200 steps of batch 64 instead of 1,000,000 of batch 250.  Every setting
+is written next to the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "outputs" / "reproduce_dpswflow"
+FIG = ROOT / "docs" / "figures"
+DOC = ROOT / "docs" / "reproduction.md"
+START, END = "<!-- issue-4:start -->", "<!-- issue-4:end -->"
+
+METHODS = {"dpswflow_r": "DPSWflow-r", "dpswflow": "DPSWflow", "dpswgen": "DPSWgen"}
+PAPER_FID = {  # Table 1 of the paper (spec dpswflow.md §7), mean of 5 runs, Inception FID
+    ("mnist", "dpswgen"): (114, 124, 198), ("mnist", "dpswflow_r"): (21, 70, 114), ("mnist", "dpswflow"): (73, 118, 171),
+    ("fmnist", "dpswgen"): (138, 170, 199), ("fmnist", "dpswflow_r"): (42, 88, 98), ("fmnist", "dpswflow"): (96, 98, 129),
+}
+EPS = ("inf", "10", "5")
+SHORT = {"n_particles": 2000, "num_percentiles": 2000, "ae_steps": 1200, "ae_batch_size": 64,
+         "flow_r_steps": 600, "flow_steps": 600, "gen_steps": 1500}
+
+
+# -- toy (Fig. 1) -----------------------------------------------------------------------------
+def toy(steps: int = 200, n: int = 2000, seed: int = 0) -> dict:
+    from dpgen.data.toys import five_gaussians_log_density, sample_five_gaussians
+    from dpgen.ot import random_directions, sliced_wasserstein
+    from dpgen.ot.flows import empirical_quantiles, flow_step, quantile_levels, smoothed_projections
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    snaps_at = (1, 10, steps)
+    results: dict = {"settings": {"n_particles": n, "n_target": n, "N_theta": 200, "h": 1.0, "lambda": 0.001,
+                                  "steps": steps, "levels": n, "swd_probe_directions": 2000, "seed": seed,
+                                  "target": "5 isotropic Gaussians, centres on the circle of radius 2, std 0.25"}}
+    fig, axes = plt.subplots(3, 3, figsize=(9, 9))
+    grid = torch.linspace(-3.5, 3.5, 200)
+    gx, gy = torch.meshgrid(grid, grid, indexing="xy")
+    dens = five_gaussians_log_density(torch.stack([gx.flatten(), gy.flatten()], 1)).view(200, 200)
+    for row, sigma in enumerate((0.0, 0.5, 1.0)):
+        g = torch.Generator().manual_seed(seed)
+        target, _ = sample_five_gaussians(n, generator=g)
+        fresh, _ = sample_five_gaussians(n, generator=g)
+        probe = random_directions(2, 2000, generator=g)
+        x = torch.randn(n, 2, generator=g)
+        levels = quantile_levels(n)
+        swd = {0: float(sliced_wasserstein(x, fresh, directions=probe))}
+        snaps = {}
+        for t in range(1, steps + 1):
+            u = random_directions(2, 200, generator=g)
+            tq = empirical_quantiles(smoothed_projections(target, u, sigma, g), levels)  # noisy target, as Alg. 1
+            x = flow_step(x, u, tq, levels, sigma, 1.0, 0.001, g)
+            if t in snaps_at:
+                snaps[t] = x.clone()
+                swd[t] = float(sliced_wasserstein(x, fresh, directions=probe))
+        results[f"sigma={sigma}"] = {"swd_final": swd[steps], "swd_start": swd[0], "swd_step10": swd[10]}
+        for col, t in enumerate(snaps_at):
+            ax = axes[row, col]
+            ax.contour(gx, gy, dens, levels=8, colors="0.6", linewidths=0.6)
+            ax.scatter(snaps[t][:, 0], snaps[t][:, 1], s=1, c="C3")
+            ax.set_xlim(-3.5, 3.5)
+            ax.set_ylim(-3.5, 3.5)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"σ = {sigma}, step {t}, SWD {swd[t]:.3f}", fontsize=8)
+    fig.tight_layout()
+    FIG.mkdir(parents=True, exist_ok=True)
+    fig.savefig(FIG / "dpswflow_toy.png", dpi=110)
+    plt.close(fig)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "toy.json").write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    return results
+
+
+# -- Table 1 runs -----------------------------------------------------------------------------
+def run_dir(ds: str, m: str, eps: str) -> Path:
+    return OUT / f"{ds}_{m}_eps{eps}"
+
+
+def overrides(ds: str, m: str, eps: str) -> list[str]:
+    o = [f"experiment={ds}_{m}", "logger=local", "evaluator=none", "trainer.progress=false",
+         f"model.ae_steps={SHORT['ae_steps']}", f"model.ae_batch_size={SHORT['ae_batch_size']}",
+         f"model.autoencoder_cache={OUT / 'autoencoders'}", f"hydra.run.dir={run_dir(ds, m, eps)}"]
+    if m != "dpswgen":
+        o += [f"model.n_particles={SHORT['n_particles']}", f"model.num_percentiles={SHORT['num_percentiles']}"]
+    if eps == "inf":
+        o += ["accountant.epsilon=null", "model.private=false"]
+    else:
+        o += [f"accountant.epsilon={eps}"]
+        if eps == "5" and m != "dpswflow":
+            o += ["model.epochs=20"]  # paper: 20 epochs at eps = 5
+    o += {"dpswflow_r": [f"trainer.max_steps={SHORT['flow_r_steps']}"],
+          "dpswflow": [f"model.steps={SHORT['flow_steps']}"],
+          "dpswgen": [f"trainer.max_steps={SHORT['gen_steps']}"]}[m]
+    return o
+
+
+def runs(only: list[str]) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    for ds in only:
+        for m in METHODS:
+            for eps in EPS:
+                rd = run_dir(ds, m, eps)
+                if (rd / "results.json").exists():
+                    continue
+                cmd = [sys.executable, str(ROOT / "train.py"), *overrides(ds, m, eps)]
+                t0 = time.time()
+                r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+                print(f"[{time.strftime('%H:%M:%S')}] {ds} {m} eps={eps}: rc={r.returncode} {time.time() - t0:.0f}s",
+                      flush=True)
+                if r.returncode:
+                    print(r.stderr[-2000:], flush=True)
+
+
+# -- evaluation -------------------------------------------------------------------------------
+def evaluate(n_eval: int = 5000) -> dict:
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from dpgen.eval.downstream import downstream_accuracy
+
+    try:
+        from dpgen.eval import domain_extractor, frechet_distance
+    except ImportError:  # the FID evaluator of issue 3 is not merged
+        domain_extractor = frechet_distance = None
+    summary = json.loads((OUT / "summary.json").read_text()) if (OUT / "summary.json").exists() else {}
+    FIG.mkdir(parents=True, exist_ok=True)
+    from torchvision.utils import save_image
+
+    cache: dict = {}
+    for rd in sorted(OUT.glob("*_eps*")):
+        res_p = rd / "results.json"
+        if not res_p.exists():
+            continue
+        key = rd.name
+        if key in summary and (summary[key].get("fid") is not None or frechet_distance is None):
+            continue
+        cfg = OmegaConf.load(rd / ".hydra" / "config.yaml")
+        cfg.paths.data_root = os.environ.get("DPGEN_DATA_ROOT", str(ROOT / "data"))
+        cfg.paths.output_dir = str(rd)
+        ds = cfg.dataset._target_
+        if ds not in cache:
+            cache[ds] = instantiate(cfg.dataset)
+        data = cache[ds]
+        method = instantiate(cfg.model, _convert_="all")
+        method.restore(data, rd / "checkpoints" / "last.pt")
+        y = torch.arange(n_eval) % data.num_classes
+        y = y[torch.randperm(n_eval, generator=torch.Generator().manual_seed(0))]
+        torch.manual_seed(0)
+        x, y = method.sample(n_eval, y)
+        acc = downstream_accuracy(x, y, data.test.x, data.test.y, ("logreg",), 0, 1000)["acc_logreg"]
+        entry = {"acc_logreg": acc, "train": json.loads(res_p.read_text())["train"],
+                 "privacy": json.loads(res_p.read_text())["privacy"], "n_eval": n_eval}
+        if frechet_distance is not None:
+            ext, plan, info = domain_extractor(data, None)
+            entry["fid"] = float(frechet_distance(plan.ref.x, x, ext))
+            entry["fid_info"] = {k: v for k, v in {**plan.describe(), **info}.items() if isinstance(v, (str, int, float))}
+        grid_y = torch.arange(data.num_classes).repeat_interleave(10)
+        gx, _ = method.sample(len(grid_y), grid_y)
+        save_image(gx, FIG / f"dpswflow_{key}.png", nrow=10, padding=2, pad_value=1.0)
+        summary[key] = entry
+        print(key, {k: v for k, v in entry.items() if k in ("acc_logreg", "fid")}, flush=True)
+        (OUT / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+# -- docs -------------------------------------------------------------------------------------
+def _fmt(v, nd: int = 1) -> str:
+    return "—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
+
+
+def section() -> str:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from dpswflow_sigma_table import markdown as sigma_md
+
+    toy_p, sum_p = OUT / "toy.json", OUT / "summary.json"
+    toy_r = json.loads(toy_p.read_text()) if toy_p.exists() else None
+    summ = json.loads(sum_p.read_text()) if sum_p.exists() else {}
+    L = [START, "## DPSWflow (Sebag et al., TMLR) — issue 4", "",
+         "Produced by `scripts/reproduce_dpswflow.py` (`toy`, `runs`, `eval`, `write`) and "
+         "`scripts/dpswflow_sigma_table.py`.", "", "### σ ↔ ε (App. C.5; spec §4.2–4.3)", "", sigma_md(), "",
+         "Interpretation: the paper's σ is a noise multiplier of the subsampled Gaussian with q = 250/N_priv "
+         "(N = 30,000 for the flows, 28,500 for DPSWgen, 81,385 for CelebA) and T = int(epochs·N/250) steps; "
+         "ε from a moments accountant at δ. The released code's accumulation bug over-states ε by 12–32 %; the "
+         "correct accountant (identical to autodp's Poisson RDP) lands 2–6 % above the paper's ε, always on the "
+         "optimistic side, so the pairs are reproduced to that residual and no single interpretation gives all "
+         "of them exactly. dpgen calibrates σ itself (union-bound δ split, fixed-size Poisson release with β/(N+1), "
+         "Chernoff bound) and never uses the published pairs. For the one-shot mechanism the paper's classic "
+         "formula is not (10, δ)-DP (exact ε 10.35 / 10.22): dpgen refuses it and calibrates with the ledger's "
+         "RDP accountant (default) or the exact analytic Gaussian (`model.calibration=analytic`, certified by PLD).",
+         ""]
+    L += ["### Toy (Fig. 1): SWD to the five-Gaussian target after 200 steps", ""]
+    if toy_r:
+        s = toy_r["settings"]
+        L += ["| σ | paper SWD | ours SWD (step 0 → 10 → 200) |", "|---|---|---|"]
+        for sig, paper in (("0.0", "0.08"), ("0.5", "0.81"), ("1.0", "fails to match")):
+            r = toy_r[f"sigma={sig}"]
+            L.append(f"| {sig} | {paper} | {r['swd_start']:.3f} → {r['swd_step10']:.3f} → **{r['swd_final']:.3f}** |")
+        L += ["", f"Settings: {s['n_particles']} particles from N(0, I₂), target = {s['target']} ({s['n_target']} "
+              f"points, re-noised every step as Algorithm 1), N_θ = 200 fresh directions, h = 1, λ = 0.001, "
+              f"{s['levels']} quantile levels; SWD = SW₂ with {s['swd_probe_directions']} directions against a fresh "
+              "target sample (no noise). The paper gives neither the mixture nor its SWD estimator, so absolute "
+              "values are not comparable: ours is the SW₂ distance in units of the data (radius-2 circle), and at "
+              "σ = 0 it is dominated by the finite-sample floor of two 2,000-point sets. The shape of the "
+              "result matches: σ = 0 converges, σ = 0.5 matches the modes with a visible bias, σ = 1 blurs them.",
+              "", "![toy](figures/dpswflow_toy.png)", "",
+              "Command: `python scripts/reproduce_dpswflow.py toy` (CPU, about a minute).", ""]
+    L += ["### Table 1: MNIST / Fashion-MNIST (shortened schedule on CPU)", ""]
+    if summ:
+        fid_kind = next((v.get("fid_info", {}).get("fid_extractor_trained_on") for v in summ.values()
+                         if v.get("fid") is not None), None)
+        L += ["| dataset | method | paper FID ∞ / 10 / 5 | ours FID ∞ / 10 / 5 | ours LogReg acc. ∞ / 10 / 5 | "
+              "ε spent (RDP) 10 / 5 | noise std 10 / 5 |", "|---|---|---|---|---|---|---|"]
+        for ds in ("mnist", "fmnist"):
+            for m, name in METHODS.items():
+                rs = [summ.get(f"{ds}_{m}_eps{e}") for e in EPS]
+                fid = " / ".join(_fmt(r.get("fid") if r else None) for r in rs)
+                acc = " / ".join(_fmt(100 * r["acc_logreg"] if r else None) for r in rs)
+                epss = " / ".join(_fmt(r["privacy"]["epsilon_rdp"] if r else None, 2) for r in rs[1:])
+                noise = " / ".join(_fmt(r["train"]["noise_std"] if r else None, 2) for r in rs[1:])
+                paper = " / ".join(str(v) for v in PAPER_FID[(ds, m)])
+                L.append(f"| {'MNIST' if ds == 'mnist' else 'F-MNIST'} | {name} | {paper} | {fid} | {acc} | {epss} | "
+                         f"{noise} |")
+        L += ["", f"FID: {'domain extractor (' + str(fid_kind) + '), NOT comparable in value with the paper' + chr(39) + 's Inception FID' if fid_kind else 'pending (the FID evaluator of issue 3 was not available to this run)'}; "
+              f"{next(iter(summ.values()))['n_eval']} generated images; LogReg trained on the same balanced synthetic "
+              "set, tested on the real test set. One run per cell (the paper: mean of 5).", ""]
+        L += ["Sample grids (one row per class; ε = 10):", ""]
+        for ds in ("mnist", "fmnist"):
+            L.append(" ".join(f"![{ds} {m}](figures/dpswflow_{ds}_{m}_eps10.png)" for m in METHODS))
+        L.append("")
+    L += [END]
+    return "\n".join(L)
+
+
+def write_doc() -> None:
+    text = DOC.read_text()
+    sec = section()
+    if START in text:
+        pre, rest = text.split(START, 1)
+        post = rest.split(END, 1)[1] if END in rest else ""
+        text = pre + sec + post
+    else:
+        text = text.rstrip("\n") + "\n\n" + sec + "\n"
+    DOC.write_text(text)
+    print(f"wrote {DOC}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["toy", "runs", "eval", "write"])
+    ap.add_argument("--only", nargs="*", default=["mnist", "fmnist"])
+    ap.add_argument("--n-eval", type=int, default=5000)
+    a = ap.parse_args()
+    if a.what == "toy":
+        toy()
+    elif a.what == "runs":
+        runs(a.only)
+    elif a.what == "eval":
+        evaluate(a.n_eval)
+    else:
+        write_doc()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -227,7 +227,7 @@ def test_digits_dpswflow_r_preset_writes_results(tmp_path):
     out = tmp_path / "run"
     r = train(["experiment=digits_dpswflow_r", "logger=local", "trainer.max_steps=15", "trainer.progress=false",
                "model.ae_steps=30", "model.n_particles=200", "evaluator.n_synthetic=500",
-               "evaluator.mlp_max_iter=20", f"hydra.run.dir={out}"])
+               "evaluator.classifiers=[logreg]", "evaluator.fid.enabled=false", f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert 0 <= res["metrics"]["acc_logreg"] <= 1

@@ -1,5 +1,7 @@
-"""Evaluation: downstream classifiers, sample grids."""
+"""Evaluation: downstream classifiers (LogReg, MLP, CNN), FID, sample grids."""
 from .downstream import downstream_accuracy
 from .evaluator import GenerativeEvaluator, NoEvaluator
+from .fid import InceptionUnavailableError, domain_extractor, frechet_distance
 
-__all__ = ["GenerativeEvaluator", "NoEvaluator", "downstream_accuracy"]
+__all__ = ["GenerativeEvaluator", "InceptionUnavailableError", "NoEvaluator", "domain_extractor", "downstream_accuracy",
+           "frechet_distance"]

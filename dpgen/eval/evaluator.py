@@ -1,54 +1,169 @@
-"""Evaluators (Hydra targets) called by the pipeline after training."""
+"""Evaluators (Hydra targets) called by the pipeline after training.
+
+``GenerativeEvaluator`` (``configs/evaluator/generative.yaml``), for every generative method:
+
+1. sample grids: one overview (one row per class, ``samples.png``) and one grid per class
+   (``samples_class<k>.png``), locally and on W&B through the run logger; synthetic only;
+2. a balanced labelled synthetic set (``n_synthetic``, 60,000 by default: DP-MERF / DP-SWD /
+   DP-Sinkhorn protocol);
+3. downstream accuracy on the real test set of LogReg, MLP (scikit-learn) and a small CNN (torch);
+4. FID (torchmetrics) of ``n_fid`` synthetic images against a NON-private reference set with the
+   ``inception`` or the offline ``domain`` extractor (see :mod:`dpgen.eval.fid` for which data
+   trains the domain extractor and which is the reference); the metrics record the extractor
+   actually used, the data it was trained on and the reference set.
+
+What a method must provide: ``sample(n, labels) -> (images (n, C, H, W) in [0, 1], labels (n,))``.
+Nothing private is read here: the test split and (optionally) the public split only.
+"""
 
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..data import DataSplits
+from ..utils import pick_device
 from .downstream import downstream_accuracy
+from .fid import (
+    EXTRACTORS,
+    DomainSettings,
+    InceptionFeatures,
+    InceptionUnavailableError,
+    domain_extractor,
+    frechet_distance,
+)
+
+_FID_DEFAULTS = {"enabled": False, "extractor": "inception", "fallback": None, "n_fid": 10000,
+                 "inception_weights": None, "cache_dir": None, "min_public": 1000, "batch_size": 500,
+                 "domain": {}}
+_CNN_DEFAULTS = {"epochs": 10, "batch_size": 128, "lr": 1e-3, "patience": 3, "min_steps": 0}
 
 
 class GenerativeEvaluator:
-    """Synthetic sample grid + downstream LogReg/MLP accuracy on the real test set.
+    """Sample grids, downstream LogReg/MLP/CNN accuracy on the real test set, FID.
 
-    Only synthetic samples are plotted (``samples.png``); no private record is ever shown.
+    Only synthetic samples are plotted; no private record is ever shown or read.
+    Settings (all ``evaluator.*``): ``n_synthetic``, ``classifiers`` (subset of logreg, mlp, cnn),
+    ``grid_per_class``, ``class_grids``, ``logreg_max_iter``, ``mlp_max_iter``, ``cnn`` (epochs,
+    batch_size, lr, patience), ``fid`` (enabled, extractor, fallback, n_fid, inception_weights,
+    cache_dir, min_public, batch_size, domain: {epochs, batch_size, lr, num_features}), ``device``.
     """
 
     def __init__(self, n_synthetic: int = 60000, classifiers: tuple[str, ...] = ("logreg", "mlp"),
-                 grid_per_class: int = 10, logreg_max_iter: int = 5000, mlp_max_iter: int = 200) -> None:
+                 grid_per_class: int = 10, logreg_max_iter: int = 5000, mlp_max_iter: int = 200,
+                 cnn: dict | None = None, fid: dict | None = None, class_grids: bool = True,
+                 device: str = "auto") -> None:
         self.n_synthetic, self.classifiers = int(n_synthetic), tuple(classifiers)
-        self.grid_per_class = grid_per_class
+        bad = [c for c in self.classifiers if c not in ("logreg", "mlp", "cnn")]
+        if bad:
+            raise ValueError(f"evaluator.classifiers: unknown {bad}; choose from logreg, mlp, cnn")
+        self.grid_per_class, self.class_grids = int(grid_per_class), bool(class_grids)
         self.logreg_max_iter, self.mlp_max_iter = logreg_max_iter, mlp_max_iter
+        unknown = set(cnn or {}) - set(_CNN_DEFAULTS) - {"weight_decay", "val_fraction", "num_features", "min_steps"}
+        if unknown:
+            raise ValueError(f"evaluator.cnn: unknown keys {sorted(unknown)}; known: {sorted(_CNN_DEFAULTS)}")
+        self.cnn = {**_CNN_DEFAULTS, **(cnn or {})}
+        unknown = set(fid or {}) - set(_FID_DEFAULTS)
+        if unknown:
+            raise ValueError(f"evaluator.fid: unknown keys {sorted(unknown)}; known: {sorted(_FID_DEFAULTS)}")
+        self.fid = {**_FID_DEFAULTS, **(fid or {})}
+        for key in ("extractor", "fallback"):
+            v = self.fid[key]
+            if v not in EXTRACTORS and not (key == "fallback" and v in (None, "none")):
+                raise ValueError(f"evaluator.fid.{key}={v!r}: choose from {EXTRACTORS}"
+                                 + (" or null (no fallback)" if key == "fallback" else ""))
+        self.domain_settings = DomainSettings(**self.fid["domain"])
+        self.device = device
 
+    # ------------------------------------------------------------------------------------
     def __call__(self, method, data: DataSplits, logger, seed: int = 0) -> dict:
         console = Console(stderr=True)
         t0 = time.time()
+        device = pick_device(self.device)
         k = data.num_classes
-        # grid: one row per class (conditional generators), synthetic only
-        labels = torch.arange(k).repeat_interleave(self.grid_per_class)
-        grid, _ = method.sample(len(labels), labels)
-        if data.image_shape[1] > 1:  # image data
-            logger.log_images("samples", grid, nrow=self.grid_per_class)
+        is_image = data.image_shape[1] > 1
+        if is_image:
+            self._grids(method, k, logger)
         metrics: dict = {}
-        if self.n_synthetic > 0 and self.classifiers:
+        fid_on = bool(self.fid["enabled"]) and is_image and int(self.fid["n_fid"]) > 0
+        n_clf = self.n_synthetic if self.classifiers else 0
+        n_gen = max(n_clf, int(self.fid["n_fid"]) if fid_on else 0)
+        if n_gen > 0:
             # balanced labels (DP-MERF protocol), shuffled
-            y = torch.arange(self.n_synthetic) % k
-            y = y[torch.randperm(self.n_synthetic, generator=torch.Generator().manual_seed(seed))]
-            console.log(f"[eval] generating {self.n_synthetic} balanced synthetic samples")
-            x_syn, y_syn = method.sample(self.n_synthetic, y)
+            y = torch.arange(n_gen) % k
+            y = y[torch.randperm(n_gen, generator=torch.Generator().manual_seed(seed))]
+            console.log(f"[eval] generating {n_gen} balanced synthetic samples")
+            x_syn, y_syn = method.sample(n_gen, y)
+            self._check_samples(x_syn, data)
+        if n_clf > 0:
             with Progress(SpinnerColumn(), TextColumn("[eval] {task.description}"), TimeElapsedColumn(),
                           console=console) as progress:
                 for clf in self.classifiers:
                     task = progress.add_task(f"fitting {clf} on synthetic, testing on real", total=1)
-                    metrics.update(downstream_accuracy(x_syn, y_syn, data.test.x, data.test.y, (clf,), seed,
-                                                       self.logreg_max_iter, self.mlp_max_iter))
+                    metrics.update(downstream_accuracy(x_syn[:n_clf], y_syn[:n_clf], data.test.x, data.test.y, (clf,),
+                                                       seed, self.logreg_max_iter, self.mlp_max_iter, cnn=self.cnn,
+                                                       num_classes=k, device=device))
                     progress.update(task, completed=1, description=f"{clf}: accuracy {metrics[f'acc_{clf}']:.4f}")
+        if fid_on:
+            metrics.update(self._fid(x_syn[: int(self.fid["n_fid"])], data, device, console))
         metrics["eval_time_s"] = time.time() - t0
         return metrics
+
+    # ------------------------------------------------------------------------------------
+    def _grids(self, method, k: int, logger) -> None:
+        labels = torch.arange(k).repeat_interleave(self.grid_per_class)
+        grid, _ = method.sample(len(labels), labels)
+        logger.log_images("samples", grid, nrow=self.grid_per_class)
+        if self.class_grids and k > 1:
+            for c in range(k):  # one square grid per class
+                n = self.grid_per_class ** 2
+                imgs, _ = method.sample(n, torch.full((n,), c, dtype=torch.long))
+                logger.log_images(f"samples_class{c}", imgs, nrow=self.grid_per_class)
+
+    @staticmethod
+    def _check_samples(x: torch.Tensor, data: DataSplits) -> None:
+        if tuple(x.shape[1:]) != tuple(data.image_shape):
+            raise ValueError(f"method.sample returned images of shape {tuple(x.shape[1:])}, but dataset {data.name!r} "
+                             f"has image_shape {tuple(data.image_shape)}; sample() must return (n, C, H, W) in [0, 1]")
+        lo, hi = float(x.min()), float(x.max())
+        if lo < -1e-3 or hi > 1 + 1e-3:
+            warnings.warn(f"method.sample returned values in [{lo:.3f}, {hi:.3f}], not [0, 1]: the evaluator clamps "
+                          "them for FID; map the generator's output to [0, 1] in sample()", stacklevel=3)
+
+    def _fid(self, x_fake: torch.Tensor, data: DataSplits, device: torch.device, console: Console) -> dict:
+        wanted = self.fid["extractor"]
+        fallback = self.fid["fallback"] if self.fid["fallback"] not in (None, "none") else None
+        info: dict = {"fid_extractor_requested": wanted}
+        used = wanted
+        if wanted == "inception":
+            try:
+                extractor = InceptionFeatures(self.fid["inception_weights"]).to(device)
+                info.update({"fid_extractor_trained_on": "ImageNet (Inception-v3, torch-fidelity weights)",
+                             "fid_reference": f"test split (n={len(data.test)})"})
+                ref = data.test.x
+            except InceptionUnavailableError as e:
+                if fallback is None:
+                    raise InceptionUnavailableError(f"{e}\n(evaluator.fid.fallback is null, so the run stops here)") from e
+                console.log(f"[eval][bold red]Inception FID unavailable[/]: {e}\n"
+                            f"[eval] falling back to evaluator.fid.fallback={fallback}: this FID is NOT comparable "
+                            "with published Inception FIDs")
+                warnings.warn(f"Inception FID unavailable ({type(e.__cause__).__name__}); using the "
+                              f"'{fallback}' extractor (evaluator.fid.fallback)", stacklevel=2)
+                used = fallback
+        if used == "domain":
+            extractor, plan, extra = domain_extractor(data, self.fid["cache_dir"], self.domain_settings,
+                                                      int(self.fid["min_public"]), device, log=console.log)
+            info.update(plan.describe())
+            info.update(extra)
+            ref = plan.ref.x
+        console.log(f"[eval] FID ({used} features): {x_fake.shape[0]} generated vs {ref.shape[0]} reference images")
+        value = frechet_distance(ref, x_fake, extractor, batch_size=int(self.fid["batch_size"]), device=device)
+        return {"fid": value, "fid_extractor": used, "fid_n_generated": int(x_fake.shape[0]),
+                "fid_n_reference": int(ref.shape[0]), **info}
 
 
 class NoEvaluator:

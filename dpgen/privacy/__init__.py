@@ -34,3 +34,7 @@ from .dpswflow import (  # noqa: E402  (issue 4: DPSWflow calibration)
 )
 
 __all__ += ["OneShotNoise", "calibrate_flow_r", "calibrate_one_shot", "moments_accountant_epsilon"]
+
+from .image_gradient import clip_per_row, clip_whole, effective_noise_multiplier, sanitize  # noqa: E402  (DP-Sinkhorn)
+
+__all__ += ["clip_per_row", "clip_whole", "effective_noise_multiplier", "sanitize"]

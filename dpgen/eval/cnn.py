@@ -1,0 +1,109 @@
+"""Small torch CNN: DP-Sinkhorn's downstream classifier and dpgen's domain FID feature extractor.
+
+Architecture (spec dpsinkhorn.md §4, ``finalize_result.py``):
+  Conv(C->32, 3) -> MaxPool 2 -> ReLU -> Dropout2d 0.5 -> Conv(32->64, 3) -> MaxPool 2 -> ReLU ->
+  Dropout2d 0.5 -> Conv(64->128, 3) -> ReLU -> flatten -> Linear(->F) -> ReLU -> Dropout 0.5 ->
+  Linear(F->#classes),  F = 128.
+At 28 px the flattened size is 1152 (128*3*3), at 32 px 2048.  Images smaller than 20 px (the
+8x8 digits) use padding 1 in the convolutions so that the three convolutions still fit.
+
+Training (dpgen, CPU-friendly; the paper uses SGD lr 1e-3 for up to 500 epochs, patience 60):
+Adam, the first 90 % of the (synthetic) training set for fitting and the last 10 % for early
+stopping on validation accuracy; the best validation state is restored (as in the paper).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SmallCNN(nn.Module):
+    """``x: (n, C, H, W)`` in [0, 1] -> logits ``(n, num_classes)``; ``features(x)``: ``(n, num_features)``
+    (the penultimate layer, after ReLU)."""
+
+    def __init__(self, in_channels: int, image_size: int, num_classes: int, num_features: int = 128,
+                 dropout: float = 0.5) -> None:
+        super().__init__()
+        pad = 1 if image_size < 20 else 0
+        self.trunk = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 3, padding=pad), nn.MaxPool2d(2), nn.ReLU(), nn.Dropout2d(dropout),
+            nn.Conv2d(32, 64, 3, padding=pad), nn.MaxPool2d(2), nn.ReLU(), nn.Dropout2d(dropout),
+            nn.Conv2d(64, 128, 3, padding=pad), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            flat = self.trunk(torch.zeros(1, in_channels, image_size, image_size)).shape[1]
+        self.penultimate = nn.Sequential(nn.Linear(flat, num_features), nn.ReLU())
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(num_features, num_classes))
+        self.num_features = int(num_features)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.penultimate(self.trunk(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000,
+             device: torch.device | str = "cpu") -> float:
+    """Top-1 accuracy of ``model`` (eval mode) on ``(x, y)``."""
+    model.eval()
+    correct = 0
+    for i in range(0, x.shape[0], batch_size):
+        pred = model(x[i:i + batch_size].to(device)).argmax(1).cpu()
+        correct += int((pred == y[i:i + batch_size]).sum())
+    return correct / max(int(x.shape[0]), 1)
+
+
+def fit_cnn(x: torch.Tensor, y: torch.Tensor, num_classes: int, epochs: int = 10, batch_size: int = 128,
+            lr: float = 1e-3, weight_decay: float = 0.0, patience: int = 3, val_fraction: float = 0.1,
+            num_features: int = 128, seed: int = 0, device: torch.device | str = "cpu",
+            progress=None, min_steps: int = 0) -> SmallCNN:
+    """Train a :class:`SmallCNN` on ``x: (n, C, H, W)`` in [0, 1], ``y: (n,)``; early stopping on the last
+    ``val_fraction`` of the rows; returns the best-validation model in eval mode.
+
+    ``progress``: an optional callable ``progress(epoch, val_acc)`` (e.g. to update a rich bar).
+    ``min_steps``: the number of epochs is raised so that at least this many Adam steps are taken
+    (small training sets, e.g. the 8x8 digits).
+    """
+    if epochs < 1:
+        raise ValueError(f"CNN epochs must be >= 1, got {epochs} (evaluator.cnn_epochs / evaluator.fid.domain_epochs)")
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    n = int(x.shape[0])
+    n_val = int(round(val_fraction * n)) if n >= 20 else 0
+    x_tr, y_tr = x[:n - n_val], y[:n - n_val]
+    x_va, y_va = x[n - n_val:], y[n - n_val:]
+    _, c, h, _ = x.shape
+    model = SmallCNN(c, h, num_classes, num_features).to(device)
+    steps_per_epoch = max(1, math.ceil(x_tr.shape[0] / batch_size))
+    epochs = max(int(epochs), math.ceil(min_steps / steps_per_epoch))
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    best, best_state, bad = -1.0, None, 0
+    for epoch in range(epochs):
+        model.train()
+        perm = torch.randperm(x_tr.shape[0], generator=gen)
+        for i in range(0, x_tr.shape[0], batch_size):
+            idx = perm[i:i + batch_size]
+            loss = F.cross_entropy(model(x_tr[idx].to(device)), y_tr[idx].to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        if n_val == 0:
+            best_state = copy.deepcopy(model.state_dict())
+            continue
+        acc = accuracy(model, x_va, y_va, device=device)
+        if progress is not None:
+            progress(epoch + 1, acc)
+        if acc > best:
+            best, best_state, bad = acc, copy.deepcopy(model.state_dict()), 0
+        else:
+            bad += 1
+            if bad >= patience:
+                break
+    model.load_state_dict(best_state)
+    return model.eval()

@@ -45,11 +45,11 @@ SHORT = {"n_particles": 2000, "num_percentiles": 2000, "ae_steps": 1200, "ae_bat
 
 # -- toy (Fig. 1) -----------------------------------------------------------------------------
 def toy(steps: int = 200, n: int = 2000, seed: int = 0) -> dict:
+    import matplotlib
+
     from dpgen.data.toys import five_gaussians_log_density, sample_five_gaussians
     from dpgen.ot import random_directions, sliced_wasserstein
     from dpgen.ot.flows import empirical_quantiles, flow_step, quantile_levels, smoothed_projections
-
-    import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

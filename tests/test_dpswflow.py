@@ -213,11 +213,32 @@ def test_flow_samples_have_the_requested_labels_shape_and_range(data, tmp_path):
     labels = torch.arange(200) % 10
     x, y = m.sample(200, labels)  # more than the 64 particles: resampled with jitter
     assert x.shape == (200, 1, 8, 8) and torch.equal(y, labels) and 0 <= x.min() and x.max() <= 1
+    again = DPSWFlowR(**COMMON, num_projections=40, batch_size=32, epochs=1)
+    again.restore(data, tmp_path / "checkpoints" / "last.pt")  # sampling from a run folder, no private data
+    assert torch.equal(again.X, m.X)
+    assert torch.allclose(again.space.decode(again.X), m.space.decode(m.X))
 
 
 def test_private_flow_refuses_a_hand_set_noise_std():
     with pytest.raises(ValueError, match="noise_std"):
         DPSWFlowR(**COMMON, noise_std=0.5)
+
+
+@pytest.mark.parametrize("preset", [f"{ds}_{m}" for ds in ("mnist", "fmnist", "celeba") for m in
+                                    ("dpswflow_r", "dpswflow", "dpswgen")] + ["digits_dpswflow_r", "toy_dpswflow"])
+def test_dpswflow_presets_build_their_method_and_autoencoder(preset):
+    from hydra.utils import instantiate
+
+    from tests._hydra import compose_cfg
+
+    cfg = compose_cfg([f"experiment={preset}"], out_dir=__import__("pathlib").Path("/tmp/unused"))
+    m = instantiate(cfg.model, _convert_="all")
+    assert isinstance(m, (DPSWFlowR, DPSWFlow, DPSWGen))
+    if m.make_ae is not None:
+        shape = (3, 64, 64) if preset.startswith("celeba") else (1, 8, 8) if preset.startswith("digits") else (1, 28, 28)
+        ae = m.make_ae(image_shape=shape).eval()
+        z = ae.encode(torch.rand(2, *shape))
+        assert torch.allclose(z.norm(dim=1), torch.ones(2), atol=1e-5) and ae.decode(z).shape == (2, *shape)
 
 
 # -- end to end -------------------------------------------------------------------------------

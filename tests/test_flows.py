@@ -74,9 +74,9 @@ def test_transport_map_pushes_particle_quantiles_onto_target_quantiles_and_is_mo
 
 def test_euler_maruyama_diffusion_has_variance_two_lambda_h():
     g = torch.Generator().manual_seed(3)
-    x = torch.zeros(200000, 2)
+    x = torch.zeros(50000, 2)
     out = euler_maruyama_step(x, torch.zeros_like(x), h=0.5, reg=0.2, generator=g)
-    assert out.var().item() == pytest.approx(2 * 0.2 * 0.5, rel=0.02)
+    assert out.var().item() == pytest.approx(2 * 0.2 * 0.5, rel=0.03)
     assert torch.equal(euler_maruyama_step(x + 1, torch.ones_like(x), h=0.5, reg=0.0), torch.full_like(x, 0.5))
 
 
@@ -93,11 +93,12 @@ def test_toy_particles_converge_towards_the_five_gaussians(sigma):
     def swd(a: torch.Tensor) -> float:
         return float(sliced_wasserstein(a, fresh, directions=probe))
 
-    history = [swd(x)]
-    for _ in range(60):
+    history = {0: swd(x)}
+    for t in range(1, 61):
         u = random_directions(2, 200, generator=g)
         noisy_target = smoothed_projections(target, u, sigma, g)
         x = flow_step(x, u, empirical_quantiles(noisy_target, levels), levels, sigma, 1.0, 0.001, g)
-        history.append(swd(x))
-    assert history[-1] < 0.25 * history[0]
-    assert np.mean(history[-10:]) < np.mean(history[10:20]) + 0.05
+        if t in (15, 60):
+            history[t] = swd(x)
+    assert history[60] < 0.3 * history[0]
+    assert history[60] < history[15] + 0.02

@@ -219,6 +219,38 @@ def test_flow_samples_have_the_requested_labels_shape_and_range(data, tmp_path):
     assert torch.allclose(again.space.decode(again.X), m.space.decode(m.X))
 
 
+@pytest.mark.parametrize("cls", [DPSWFlowR, DPSWFlow])
+def test_checkpoint_holds_no_private_record_nor_private_latent(data, tmp_path, cls):
+    m = cls(**COMMON, num_projections=31, projections_per_step=25, steps=6) if cls is DPSWFlow else \
+        cls(**COMMON, num_projections=40, batch_size=32, epochs=1)
+    m.fit(data, PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=6))
+    ck = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
+    x, y = data.private._gather(torch.arange(len(data.private)))  # test-only access to the records
+    secrets_ = [x.flatten(1), m.space.rows(x, y)]
+
+    def tensors(o):
+        if torch.is_tensor(o):
+            yield o
+        elif isinstance(o, dict):
+            for v in o.values():
+                yield from tensors(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                yield from tensors(v)
+
+    for t in tensors(ck):
+        for flat in secrets_:
+            if t.is_floating_point() and t.numel() >= flat.shape[1] and t.numel() % flat.shape[1] == 0:
+                assert torch.cdist(t.reshape(-1, flat.shape[1]).float(), flat).min() > 1e-4
+
+
+def test_non_private_flow_records_infinite_epsilon(data, tmp_path):
+    ledger = PrivacyLedger(None, 1e-4)
+    m = DPSWFlow(**COMMON, private=False, num_projections=31, projections_per_step=25, steps=3)
+    out = m.fit(data, ledger, _ctx(tmp_path))
+    assert ledger.epsilon() == math.inf and out["noise_std"] == 0.0 and ledger.steps == 1
+
+
 def test_private_flow_refuses_a_hand_set_noise_std():
     with pytest.raises(ValueError, match="noise_std"):
         DPSWFlowR(**COMMON, noise_std=0.5)

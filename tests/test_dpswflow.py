@@ -74,7 +74,7 @@ def test_private_latent_rows_have_unit_norm(label_mode):
 
 
 def test_rows_without_autoencoder_are_clipped_into_the_unit_ball():
-    space = LatentSpace(None, (1, 1, 2), 5, "none", 1.0, 2.0)
+    space = LatentSpace(None, (1, 1, 2), 5, "none", 1.0, 2.0)  # clip=True: every private run
     rows = space.rows(torch.randn(500, 1, 1, 2) * 5, None)
     assert (rows.norm(dim=1) <= 1 + 1e-6).all()
 

@@ -90,11 +90,12 @@ class LatentSpace:
 
     ``rows(x, y) = clip_1( [ a * e(x) || b * onehot(y) ] )``, ``e(x)`` = frozen encoder output
     normalised to norm 1 (or ``flatten(x) / latent_scale`` without autoencoder, e.g. the 2-D
-    toy), ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).
+    toy), ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).  ``clip=False`` (allowed only
+    for non-private runs without autoencoder: the toy flows in data units) skips the final clip.
     """
 
     def __init__(self, ae: torch.nn.Module | None, image_shape: tuple[int, ...], n_classes: int, label_mode: str,
-                 label_weight: float, latent_scale: float) -> None:
+                 label_weight: float, latent_scale: float, clip: bool = True) -> None:
         if label_mode not in ("concat", "none"):
             raise ValueError(f"model.label_mode must be 'concat' or 'none', got {label_mode!r}")
         if latent_scale <= 0:
@@ -104,12 +105,14 @@ class LatentSpace:
         self.d = ae.latent_dim if ae is not None else int(torch.tensor(image_shape).prod())
         self.dim = self.d + (self.n_classes if label_mode == "concat" else 0)
         self.a = 1.0 / math.sqrt(1.0 + self.w**2) if label_mode == "concat" else 1.0
+        self.clip = bool(clip)  # False only for non-private runs without AE (the toy in data units)
 
     @torch.no_grad()
     def latents(self, x: torch.Tensor) -> torch.Tensor:
         """``x: (n, C, H, W)`` -> ``(n, d)`` of norm <= 1 (exactly 1 with an autoencoder)."""
         if self.ae is None:
-            return clip_rows(x.flatten(1) / self.latent_scale, 1.0)
+            z = x.flatten(1) / self.latent_scale
+            return clip_rows(z, 1.0) if self.clip else z
         self.ae.eval()  # BatchNorm running statistics: a fixed per-record map
         return unit_normalise(self.ae.encode(x))
 
@@ -119,7 +122,7 @@ class LatentSpace:
         z = self.latents(x)
         if self.label_mode == "concat":
             z = torch.cat([self.a * z, (self.w * self.a) * F.one_hot(y, self.n_classes).to(z.dtype)], dim=1)
-        return clip_rows(z, 1.0)
+        return clip_rows(z, 1.0) if self.clip else z
 
     def labels(self, rows: torch.Tensor) -> torch.Tensor | None:
         """Argmax of the label part (``None`` with ``label_mode=none``)."""
@@ -245,7 +248,7 @@ class _LatentMethod(GenerativeMethod):
                 self.ae_info["ae_test_mse"] = float(F.mse_loss(ae(data.test.x[:1000].to(ctx.device)),
                                                                data.test.x[:1000].to(ctx.device)))
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
-                                 self.latent_scale)
+                                 self.latent_scale, clip=self.private or ae is not None)
 
     def restore(self, data: DataSplits, checkpoint: str | Path, device: torch.device | str = "cpu") -> None:
         """Rebuild a trained model for ``sample`` from a run's ``checkpoints/last.pt`` (no private data read)."""
@@ -257,7 +260,7 @@ class _LatentMethod(GenerativeMethod):
             ae.load_state_dict(ck["autoencoder"])
             ae.eval()
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
-                                 self.latent_scale)
+                                 self.latent_scale, clip=self.private or ae is not None)
         self._restore_state(ck)
 
     def _restore_state(self, ck: dict) -> None:

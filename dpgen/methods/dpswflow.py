@@ -1,0 +1,735 @@
+"""DPSWflow-r, DPSWflow and the DPSWgen baseline (Sebag et al., TMLR; spec dpswflow.md).
+
+All three work in the latent space of an autoencoder trained on the PUBLIC split only
+(``dataset.public_fraction``, 0.5 in the presets); the AE is then frozen and applied in eval mode.
+
+Privacy boundary: private images are touched only in ``_LatentMethod._private_rows`` (a batch from
+the PrivateSampler) and ``DPSWFlow._one_shot_release`` (the whole private set, read once through a
+PrivateSampler with q = 1).  There each record is mapped by public functions to a row of norm <= 1
+(``LatentSpace.rows``: frozen encoder -> unit normalisation (enforced: ``clip_rows``, not assumed)
+-> optional scaled one-hot label), so two rows differ by at most 2 (the factor 2 of spec §4.1);
+the rows are projected on unit directions and released once with Gaussian noise through
+``dpgen.ot.sliced.gaussian_projection_release``.  Everything after — quantiles, drift, particle
+updates, generator gradients, decoding — is post-processing.
+
+Per-step private releases (what the ledger records):
+
+* DPSWflow-r (Algorithm 1): at every step a fresh Poisson batch (released at the fixed size B,
+  public zero rows pad a short batch, a long one is cut to a random subset) is projected on
+  ``num_projections`` FRESH directions and noised: ``A_t = Y_t U_t + Z_t``.  One subsampled
+  Gaussian release per step, q = B/N, T = epochs * ceil(N/B) (or ``steps``) releases.
+* DPSWflow (Algorithm 2): ``num_projections`` directions are drawn ONCE, the projections of the
+  whole private set are noised ONCE (one Gaussian mechanism, sample rate 1, recorded once) and
+  its quantile function is computed once; each step subsamples ``projections_per_step`` of these
+  directions (fresh, without replacement — the released code reuses one multinomial draw) and
+  re-noises only the particles.  Nothing private is touched after the release ("free" steps).
+  The released code re-noises the private projections at every step; that is not covered by
+  the one-shot analysis and is not done here.
+* DPSWgen (§6): DP-SWD between a private latent batch and generated latents at every step, as
+  ``DPSWDGenerator`` does in pixel space; accounting as DPSWflow-r.
+
+Noise: with ``private=true`` the std is calibrated for ``accountant.epsilon`` (union-bound delta
+split; ``privacy.dpswflow``).  ``private=false`` gives epsilon = infinity; ``noise_std`` then only
+smooths (the toy of Fig. 1, sigma in {0, 0.5, 1}).
+
+Labels (``label_mode``): ``concat`` (default) appends ``label_weight * onehot(y)`` to the unit
+latent and rescales the row to norm 1, so one flow transports labelled rows (as DP-SWD's
+``label_mode=concat``); a synthetic sample's label is the argmax of its label part.  ``none``
+flows the latents only (the paper's d = 8); labels are then meaningless for downstream accuracy.
+
+Generation (``sample``): the flows return decoded final particles.  For ``n`` larger than the
+particle count, particles are drawn with replacement (among those whose label part has the
+requested argmax) and perturbed by ``sample_jitter`` Gaussian noise in latent space; the
+image part of every latent is put back on the unit sphere (the decoder's training domain) before
+decoding.  DPSWgen draws fresh generator samples and keeps those of the requested label.
+
+Randomness: sampling, directions and noise are seeded from OS entropy unless
+``trainer.deterministic=true``; checkpoints hold RNG states and are as sensitive as the data.
+The autoencoder is trained from ``seed`` on public data (cacheable in ``autoencoder_cache``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from ..data import DataSplits, PrivateSplit
+from ..models.autoencoder import unit_normalise
+from ..ot import dp_sliced_wasserstein, random_directions
+from ..ot import sliced as _sliced
+from ..ot.flows import (
+    empirical_quantiles,
+    euler_maruyama_step,
+    quantile_levels,
+    sliced_flow_drift,
+    smoothed_projections,
+)
+from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy.dpswflow import (
+    analytic_gaussian_epsilon,
+    calibrate_flow_r,
+    calibrate_one_shot,
+)
+from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
+from .base import GenerativeMethod, NonFiniteLossError, TrainContext
+from .dpswd_generator import clip_rows, fixed_size
+
+
+# ---------------------------------------------------------------------------------------------
+class LatentSpace:
+    """Public map records <-> latent rows in the unit ball of R^D (D = d, or d + K with labels).
+
+    ``rows(x, y) = clip_1( [ a * e(x) || b * onehot(y) ] )``, ``e(x)`` = frozen encoder output
+    normalised to norm 1 (or ``flatten(x) / latent_scale`` without autoencoder, e.g. the 2-D
+    toy), ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).  ``clip=False`` (allowed only
+    for non-private runs without autoencoder: the toy flows in data units) skips the final clip.
+    """
+
+    def __init__(self, ae: torch.nn.Module | None, image_shape: tuple[int, ...], n_classes: int, label_mode: str,
+                 label_weight: float, latent_scale: float, clip: bool = True) -> None:
+        if label_mode not in ("concat", "none"):
+            raise ValueError(f"model.label_mode must be 'concat' or 'none', got {label_mode!r}")
+        if latent_scale <= 0:
+            raise ValueError(f"model.latent_scale must be > 0, got {latent_scale}")
+        self.ae, self.image_shape, self.n_classes = ae, tuple(image_shape), int(n_classes)
+        self.label_mode, self.w, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
+        self.d = ae.latent_dim if ae is not None else int(torch.tensor(image_shape).prod())
+        self.dim = self.d + (self.n_classes if label_mode == "concat" else 0)
+        self.a = 1.0 / math.sqrt(1.0 + self.w**2) if label_mode == "concat" else 1.0
+        self.clip = bool(clip)  # False only for non-private runs without AE (the toy in data units)
+
+    @torch.no_grad()
+    def latents(self, x: torch.Tensor) -> torch.Tensor:
+        """``x: (n, C, H, W)`` -> ``(n, d)`` of norm <= 1 (exactly 1 with an autoencoder)."""
+        if self.ae is None:
+            z = x.flatten(1) / self.latent_scale
+            return clip_rows(z, 1.0) if self.clip else z
+        self.ae.eval()  # BatchNorm running statistics: a fixed per-record map
+        return unit_normalise(self.ae.encode(x))
+
+    @torch.no_grad()
+    def rows(self, x: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
+        """``(n, D)`` rows of norm <= 1 (the sensitivity assumption, enforced by the final clip)."""
+        z = self.latents(x)
+        if self.label_mode == "concat":
+            z = torch.cat([self.a * z, (self.w * self.a) * F.one_hot(y, self.n_classes).to(z.dtype)], dim=1)
+        return clip_rows(z, 1.0) if self.clip else z
+
+    def labels(self, rows: torch.Tensor) -> torch.Tensor | None:
+        """Argmax of the label part (``None`` with ``label_mode=none``)."""
+        if self.label_mode != "concat":
+            return None
+        return rows[:, self.d:].argmax(dim=1)
+
+    @torch.no_grad()
+    def decode(self, rows: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
+        """Latent rows ``(n, D)`` -> images ``(n, *image_shape)`` (cpu)."""
+        z = rows[:, :self.d]
+        if self.ae is None:
+            return (z * self.latent_scale).reshape(-1, *self.image_shape).cpu()
+        self.ae.eval()
+        z = unit_normalise(z)  # back onto the decoder's training domain (the image part only)
+        return torch.cat([self.ae.decode(z[i:i + batch_size]).cpu() for i in range(0, z.shape[0], batch_size)])
+
+
+def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int, batch_size: int, lr: float,
+                      device: torch.device, seed: int, progress: bool = True) -> float:
+    """MSE autoencoder training on PUBLIC images only (spec §5: Adam, no weight decay).  Returns the
+    mean loss over the last 50 steps."""
+    g = torch.Generator().manual_seed(seed + 17)
+    opt = torch.optim.Adam(ae.parameters(), lr=lr)
+    ae.train()
+    losses: list[float] = []
+    bar = Progress(TextColumn("[bold]autoencoder (public)[/] {task.completed}/{task.total}"), BarColumn(),
+                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not progress)
+    with bar:
+        task = bar.add_task("ae", total=steps, info="")
+        for step in range(steps):
+            idx = torch.randint(x_public.shape[0], (min(batch_size, x_public.shape[0]),), generator=g)
+            x = x_public[idx].to(device)
+            loss = F.mse_loss(ae(x), x)
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(step, "autoencoder loss")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            if (step + 1) % 50 == 0 or step + 1 == steps:
+                bar.update(task, completed=step + 1, info=f"mse {sum(losses[-50:]) / len(losses[-50:]):.4f}")
+    ae.eval()
+    return sum(losses[-50:]) / max(len(losses[-50:]), 1)
+
+
+# ---------------------------------------------------------------------------------------------
+class _LatentMethod(GenerativeMethod):
+    """Autoencoder set-up, latent rows, private batches, checkpoints and sampling shared by all three."""
+
+    kind = "latent"
+
+    def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
+                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = None,
+                 num_projections: int = 70, batch_size: int = 250, epochs: int = 35, steps: int | None = None,
+                 bound: str = "chernoff", private: bool = True, noise_std: float = 0.0,
+                 sensitivity_fraction: float = 0.5, label_mode: str = "concat", label_weight: float = 1.0,
+                 latent_scale: float = 1.0, sample_jitter: float = 0.02) -> None:
+        self.make_ae = autoencoder
+        self.ae_steps, self.ae_batch_size, self.ae_lr = int(ae_steps), int(ae_batch_size), float(ae_lr)
+        self.ae_cache = autoencoder_cache
+        self.k, self.batch_size, self.epochs = int(num_projections), int(batch_size), int(epochs)
+        self.steps = None if steps is None else int(steps)
+        if bound not in ("bernstein", "bernstein_code", "clt", "chernoff"):
+            raise ValueError(f"model.bound={bound!r} is unknown; choose bernstein, bernstein_code, clt or chernoff")
+        self.bound, self.private, self.noise_std_arg = bound, bool(private), float(noise_std)
+        if self.private and self.noise_std_arg != 0.0:
+            raise ValueError("model.noise_std is the smoothing of a NON-private run (model.private=false); a private "
+                             "run calibrates the noise from accountant.epsilon: drop model.noise_std")
+        if self.noise_std_arg < 0:
+            raise ValueError(f"model.noise_std must be >= 0, got {noise_std}")
+        self.sensitivity_fraction = float(sensitivity_fraction)
+        self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
+        self.sample_jitter = float(sample_jitter)
+        self.space: LatentSpace | None = None
+        self.device = torch.device("cpu")
+        self.ae_info: dict = {}
+
+    # -- schedule ------------------------------------------------------------------------
+    def steps_planned(self, n_private: int) -> int:
+        """``steps`` if given, else ``epochs * ceil(N / B)`` private batches."""
+        return self.steps if self.steps is not None else self.epochs * math.ceil(n_private / self.batch_size)
+
+    # -- autoencoder ---------------------------------------------------------------------
+    def _ae_key(self, data: DataSplits, ae: torch.nn.Module, seed: int) -> str:
+        pub = data.public
+        fp = (data.name, len(pub), round(float(pub.x.double().sum()), 4), repr(ae), self.ae_steps, self.ae_batch_size,
+              self.ae_lr, seed)
+        return hashlib.sha1(repr(fp).encode()).hexdigest()[:16]
+
+    def _setup_latent(self, data: DataSplits, ctx: TrainContext, ae_state: dict | None = None) -> None:
+        ae = None
+        if self.make_ae is not None:
+            if data.public is None:
+                raise ValueError("the autoencoder is trained on public images only: set dataset.public_fraction > 0 "
+                                 "(the DPSWflow presets use dataset.public_fraction=0.5)")
+            torch.manual_seed(ctx.seed)  # public data, public seed: a reproducible AE (init and training)
+            ae = self.make_ae(image_shape=data.image_shape).to(ctx.device)
+            if ae_state is not None:  # resume: the same frozen AE
+                ae.load_state_dict(ae_state)
+                self.ae_info = {"ae_source": "checkpoint"}
+            else:
+                key = self._ae_key(data, ae, ctx.seed)
+                cache = Path(self.ae_cache) / f"ae_{data.name}_{key}.pt" if self.ae_cache else None
+                if cache is not None and cache.exists():
+                    ck = load_checkpoint(cache)
+                    ae.load_state_dict(ck["state_dict"])
+                    self.ae_info = {"ae_source": f"cache {cache}", "ae_mse": ck["mse"], "ae_steps": ck["steps"]}
+                else:
+                    t0 = time.time()
+                    mse = train_autoencoder(ae, data.public.x, steps=self.ae_steps, batch_size=self.ae_batch_size,
+                                            lr=self.ae_lr, device=ctx.device, seed=ctx.seed, progress=ctx.progress)
+                    self.ae_info = {"ae_source": "trained", "ae_mse": mse, "ae_steps": self.ae_steps,
+                                    "ae_train_time_s": time.time() - t0}
+                    if cache is not None:
+                        atomic_save({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_steps}, cache)
+            ae.eval()
+            for p in ae.parameters():
+                p.requires_grad_(False)
+            with torch.no_grad():  # public reconstructions, for a person to look at
+                xp = data.public.x[:16].to(ctx.device)
+                ctx.logger.log_images("autoencoder_public_reconstructions", torch.cat([xp, ae(xp)]).cpu(), nrow=16)
+                self.ae_info["ae_test_mse"] = float(F.mse_loss(ae(data.test.x[:1000].to(ctx.device)),
+                                                               data.test.x[:1000].to(ctx.device)))
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
+                                 self.latent_scale, clip=self.private or ae is not None)
+
+    def restore(self, data: DataSplits, checkpoint: str | Path, device: torch.device | str = "cpu") -> None:
+        """Rebuild a trained model for ``sample`` from a run's ``checkpoints/last.pt`` (no private data read)."""
+        self.device = torch.device(device)
+        ck = load_checkpoint(checkpoint)
+        ae = None
+        if self.make_ae is not None:
+            ae = self.make_ae(image_shape=data.image_shape).to(self.device)
+            ae.load_state_dict(ck["autoencoder"])
+            ae.eval()
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
+                                 self.latent_scale, clip=self.private or ae is not None)
+        self._restore_state(ck)
+
+    def _restore_state(self, ck: dict) -> None:
+        raise NotImplementedError
+
+    # -- private data --------------------------------------------------------------------
+    def _encode_private(self, data: DataSplits, seed: int, chunk: int = 1000) -> PrivateSplit:
+        """Every private record -> its latent row, once (the paper's ``train_set_encoding.pt``, kept in memory).
+
+        The encoder is a fixed per-record public map, so encoding the whole set and then sampling rows is the
+        same mechanism as sampling records and then encoding them.  The records are read through a
+        PrivateSampler with q = 1 (this reads, it releases nothing); the result is again a PrivateSplit,
+        readable only through a PrivateSampler.
+        """
+        n = len(data.private)
+        x, y = PrivateSampler(data.private, n, "without_replacement", seed=seed).sample()
+        rows = torch.cat([self.space.rows(x[i:i + chunk].to(self.device), y[i:i + chunk].to(self.device)).cpu()
+                          for i in range(0, n, chunk)])
+        return PrivateSplit(rows, y)
+
+    def _private_rows(self, sampler: PrivateSampler) -> torch.Tensor:
+        """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release)."""
+        rows, _ = sampler.sample()
+        return fixed_size(rows.to(self.device), self.batch_size)  # padding rows are public zeros (distance <= 1)
+
+    def _secret_seed(self, ctx: TrainContext) -> int:
+        if ctx.deterministic:
+            torch.manual_seed(ctx.seed + 3)
+            return ctx.seed + 1
+        torch.manual_seed(secrets.randbits(63))  # secret directions and noise
+        return secrets.randbits(63)
+
+    def _signature(self, data: DataSplits, ledger: PrivacyLedger) -> dict:
+        return {"method": type(self).__name__, "n_private": len(data.private), "dataset": data.name,
+                "n_public": 0 if data.public is None else len(data.public), "batch_size": self.batch_size,
+                "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.bound,
+                "label_mode": self.label_mode, "sampling": ledger.sampling, "private": self.private}
+
+    def _load(self, ctx: TrainContext, signature: dict) -> dict:
+        ck = load_checkpoint(ctx.resume_from)
+        old = ck.get("signature", {})
+        diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
+        if diff:
+            raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
+                             + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
+                             + "; resume with the same experiment, dataset split and model settings")
+        return ck
+
+    def _progress(self, ctx: TrainContext, name: str) -> Progress:
+        return Progress(TextColumn(f"[bold]{name}[/] " + "{task.completed}/{task.total}"), BarColumn(),
+                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                        disable=not ctx.progress)
+
+    def _guarantee(self) -> str:
+        if not self.private:
+            return "none (non-private; noise_std only smooths)"
+        return "asymptotic CLT bound: NOT a rigorous DP guarantee" if self.bound == "clt" else "rigorous"
+
+    def _warn_clt(self) -> None:
+        if self.private and self.bound == "clt":
+            warnings.warn("model.bound=clt is an asymptotic approximation, not a rigorous bound: the reported "
+                          "(epsilon, delta) is not a DP guarantee (use chernoff or bernstein for one)", stacklevel=3)
+
+    def _log_particles_png(self, ctx: TrainContext, x: torch.Tensor, data: DataSplits) -> None:
+        """2-D latent without autoencoder (the toy): scatter of particles over the (public) test set."""
+        if self.space is None or self.space.ae is not None or self.space.d != 2:
+            return
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(4, 4))
+        t = data.test.x.flatten(1)
+        ax.scatter(t[:, 0], t[:, 1], s=2, c="0.7", label="test sample of the target")
+        p = self.space.decode(x).flatten(1)
+        ax.scatter(p[:, 0], p[:, 1], s=2, c="C3", label="particles")
+        ax.legend(loc="upper right", fontsize=7)
+        fig.tight_layout()
+        fig.savefig(ctx.run_dir / "particles.png", dpi=120)
+        plt.close(fig)
+
+    def _record(self, ledger: PrivacyLedger, mult: float, q: float, beta: float) -> None:
+        ledger.record(mult if self.private else 0.0, q, 1, beta if self.private else 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+class _ParticleFlow(_LatentMethod):
+    """Particles, their update and the sampling of decoded particles (shared by both flows)."""
+
+    def __init__(self, n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
+                 num_percentiles: int = 30000, **kw) -> None:
+        super().__init__(**kw)
+        self.n_particles, self.h, self.reg = int(n_particles), float(step_size), float(reg)
+        self.m = int(num_percentiles)
+        if self.n_particles < 2:
+            raise ValueError(f"model.n_particles must be >= 2, got {n_particles}")
+        if self.h <= 0 or self.reg < 0:
+            raise ValueError(f"model.step_size must be > 0 and model.reg >= 0, got {step_size}, {reg}")
+        self.X: torch.Tensor | None = None
+        self._pool_gen = torch.Generator().manual_seed(0)
+
+    def _restore_state(self, ck: dict) -> None:
+        self.X = ck["particles"].to(self.device)
+
+    def _init_particles(self) -> torch.Tensor:
+        """``X_0 ~ mu_0 = N(0, I_D)`` (spec §2; not put on the sphere)."""
+        return torch.randn(self.n_particles, self.space.dim, device=self.device)
+
+    def _move(self, u: torch.Tensor, tq: torch.Tensor, levels: torch.Tensor, sigma: float, step: int) -> float:
+        """Particle update (Algorithms 1-2, last lines); returns the mean drift norm."""
+        proj = smoothed_projections(self.X, u, sigma)
+        v = sliced_flow_drift(proj, tq, levels, u)  # Eq. 20
+        x_new = euler_maruyama_step(self.X, v, self.h, self.reg)  # X - h v + sqrt(2 lambda h) Z
+        if not torch.isfinite(x_new).all():
+            raise NonFiniteLossError(step, "particle position")
+        self.X = x_new
+        return float(v.norm(dim=1).mean())
+
+    @torch.no_grad()
+    def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
+        if self.X is None:
+            raise RuntimeError("call fit() before sample()")
+        k = self.space.n_classes
+        if labels is None:
+            labels = torch.arange(n) % k
+        pool_labels = self.space.labels(self.X)
+        idx = torch.empty(n, dtype=torch.long)
+        if pool_labels is None:
+            idx = torch.randint(self.X.shape[0], (n,), generator=self._pool_gen)
+        else:
+            pool_labels = pool_labels.cpu()
+            for c in labels.unique().tolist():
+                want = (labels == c).nonzero().flatten()
+                have = (pool_labels == c).nonzero().flatten()
+                if have.numel() == 0:  # no particle of this class: any particle (its label is then wrong)
+                    have = torch.arange(self.X.shape[0])
+                idx[want] = have[torch.randint(have.numel(), (want.numel(),), generator=self._pool_gen)]
+        z = self.X[idx.to(self.X.device)]
+        if self.sample_jitter > 0 and n > self.X.shape[0]:
+            z = z + self.sample_jitter * torch.randn(z.shape, generator=self._pool_gen).to(z.device)
+        return self.space.decode(z, batch_size), labels.cpu()
+
+    def _train_metrics(self, data: DataSplits, steps: int, planned: int, stopped: bool, t0: float, sigma: float,
+                       mult: float, sens: float | None, info: dict) -> dict:
+        out = {"train_steps": steps, "steps_planned": planned, "stopped_by_budget": stopped,
+               "train_time_s": time.time() - t0, "noise_std": sigma, "noise_multiplier": mult, "sensitivity": sens,
+               "sensitivity_bound": self.bound if self.private else None, "guarantee": self._guarantee(),
+               "latent_dim": self.space.d, "row_dim": self.space.dim, "n_particles": self.n_particles,
+               "num_projections": self.k, **self.ae_info, **info}
+        if self.space.labels(self.X) is not None:
+            counts = torch.bincount(self.space.labels(self.X).cpu(), minlength=self.space.n_classes)
+            out["particle_label_fractions"] = (counts.float() / counts.sum()).tolist()
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+class DPSWFlowR(_ParticleFlow):
+    """DPSWflow-r (Algorithm 1): fresh directions and a fresh private batch every step."""
+
+    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
+        self.device = ctx.device
+        ck = None
+        signature = self._signature(data, ledger)
+        if ctx.resume_from is not None:
+            ck = self._load(ctx, signature)
+        self._setup_latent(data, ctx, None if ck is None else ck.get("autoencoder"))
+        n_priv, D = len(data.private), self.space.dim
+        seed = self._secret_seed(ctx)
+        sampler = PrivateSampler(self._encode_private(data, seed + 1), self.batch_size, ledger.sampling, seed=seed)
+        q, steps = sampler.sample_rate, self.steps_planned(n_priv)
+        self._warn_clt()
+        if self.private:
+            if ledger.target_epsilon is None:
+                raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
+            noise = calibrate_flow_r(ledger.target_epsilon, ledger.delta, d=D, k=self.k, sample_rate=q, steps=steps,
+                                     bound=self.bound, sampling=ledger.sampling,
+                                     sensitivity_fraction=self.sensitivity_fraction,
+                                     partners=n_priv + 1 if ledger.sampling == "poisson" else 1)
+            sigma, mult, beta, sens = noise.noise_std, noise.noise_multiplier, noise.delta_sensitivity_per_step, \
+                noise.sensitivity
+        else:
+            sigma, mult, beta, sens = self.noise_std_arg, 0.0, 0.0, None
+        levels = quantile_levels(self.m, device=ctx.device)
+        start = 0
+        self.X = self._init_particles()
+        if ck is not None:
+            self.X = ck["particles"].to(ctx.device)
+            sampler.load_state_dict(ck["sampler"])
+            ledger.load_state_dict(ck["ledger"])
+            set_rng_state(ck["rng"])
+            start = int(ck["step"])
+        end = steps if ctx.max_steps is None else min(steps, ctx.max_steps)
+
+        def save(step: int) -> None:
+            atomic_save({"step": step, "signature": signature, "particles": self.X.cpu(), "sampler": sampler.state_dict(),
+                         "ledger": ledger.state_dict(), "rng": rng_state(),
+                         "autoencoder": None if self.space.ae is None else self.space.ae.state_dict()},
+                        ctx.checkpoint_path)
+
+        allowance = ledger.allowance(mult, q, beta) if self.private else None
+        used, stopped, t0, drift, step = 0, False, time.time(), float("nan"), start
+        with self._progress(ctx, "DPSWflow-r") as bar, torch.no_grad():
+            task = bar.add_task("flow", total=end, completed=start, info="")
+            for step in range(start, end):
+                if self.private and used >= allowance:
+                    stopped = True
+                    break
+                rows = self._private_rows(sampler)  # (B, D), norm <= 1
+                u = random_directions(D, self.k, device=ctx.device)  # Alg. 1: fresh directions
+                a = _sliced.gaussian_projection_release(rows, u, sigma)  # (B, k): THE private release
+                self._record(ledger, mult, q, beta)
+                used += 1
+                tq = empirical_quantiles(a.transpose(0, 1).contiguous(), levels)  # target inverse CDF (Eq. 21)
+                drift = self._move(u, tq, levels, sigma, step)
+                done = step + 1
+                if done % ctx.log_every == 0 or done == end:
+                    eps = ledger.epsilon(accountant="rdp")
+                    ctx.logger.log_metrics({"drift_norm": drift, "epsilon_rdp": eps,
+                                            "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
+                    bar.update(task, info=f"|v| {drift:.4f}  eps(RDP) {eps:.3f}")
+                if done % ctx.checkpoint_every == 0:
+                    save(done)
+                bar.update(task, completed=done)
+            else:
+                step = end
+        final = step if stopped else end
+        save(final)
+        self._log_particles_png(ctx, self.X, data)
+        return self._train_metrics(data, final, steps, stopped, t0, sigma, mult, sens,
+                                   {"final_drift_norm": drift, "sample_rate": q,
+                                    "private_releases": ledger.steps})
+
+
+# ---------------------------------------------------------------------------------------------
+class DPSWFlow(_ParticleFlow):
+    """DPSWflow (Algorithm 2): directions and the noisy private quantiles ONCE; free particle steps."""
+
+    def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", **kw) -> None:
+        kw.setdefault("num_projections", 31)
+        kw.setdefault("steps", 1500)
+        super().__init__(**kw)
+        self.m_theta = int(projections_per_step)
+        if not 1 <= self.m_theta <= self.k:
+            raise ValueError(f"model.projections_per_step must be in [1, num_projections={self.k}], got "
+                             f"{projections_per_step}")
+        if calibration not in ("rdp", "analytic"):
+            raise ValueError(f"model.calibration={calibration!r}: choose rdp (the ledger's accountant) or analytic "
+                             "(exact Gaussian mechanism); the paper's classic formula is not a valid bound at "
+                             "eps = 10 (scripts/dpswflow_sigma_table.py)")
+        self.calibration = calibration
+        self.u_all: torch.Tensor | None = None
+        self.tq_all: torch.Tensor | None = None
+
+    def _signature(self, data: DataSplits, ledger: PrivacyLedger) -> dict:
+        return {**super()._signature(data, ledger), "m_theta": self.m_theta, "calibration": self.calibration}
+
+    def _one_shot_release(self, data: DataSplits, sigma: float, levels: torch.Tensor, seed: int) -> None:
+        """Alg. 2 lines 1-3: U once; ``A = Y U + Z`` on ALL private rows, ONCE; its quantiles once."""
+        encoded = self._encode_private(data, seed)  # every private record's latent row
+        rows, _ = PrivateSampler(encoded, len(encoded), "without_replacement", seed=seed).sample()  # q = 1
+        rows = rows.to(self.device)
+        self.u_all = random_directions(self.space.dim, self.k, device=self.device)  # drawn once
+        a = _sliced.gaussian_projection_release(rows, self.u_all, sigma)  # (N, k): THE private release
+        del rows
+        self.tq_all = empirical_quantiles(a.transpose(0, 1).contiguous(), levels)  # (k, M), once
+
+    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
+        self.device = ctx.device
+        ck = None
+        signature = self._signature(data, ledger)
+        if ctx.resume_from is not None:
+            ck = self._load(ctx, signature)
+        self._setup_latent(data, ctx, None if ck is None else ck.get("autoencoder"))
+        D, steps = self.space.dim, self.steps_planned(len(data.private))
+        seed = self._secret_seed(ctx)
+        self._warn_clt()
+        info: dict = {}
+        if self.private:
+            if ledger.target_epsilon is None:
+                raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
+            noise = calibrate_one_shot(ledger.target_epsilon, ledger.delta, d=D, k=self.k, bound=self.bound,
+                                       calibration=self.calibration, sensitivity_fraction=self.sensitivity_fraction)
+            sigma, mult, beta, sens = noise.noise_std, noise.noise_multiplier, noise.delta_sensitivity, noise.sensitivity
+            info = {"one_shot_epsilon_exact": analytic_gaussian_epsilon(mult, noise.delta_conversion),
+                    "one_shot_calibration": self.calibration}
+        else:
+            sigma, mult, beta, sens = self.noise_std_arg, 0.0, 0.0, None
+        levels = quantile_levels(self.m, device=ctx.device)
+        start = 0
+        self.X = self._init_particles()
+        if ck is not None:
+            self.X, self.u_all, self.tq_all = (ck[k].to(ctx.device) for k in ("particles", "directions", "quantiles"))
+            ledger.load_state_dict(ck["ledger"])
+            set_rng_state(ck["rng"])
+            start = int(ck["step"])
+        else:
+            self._check_budget(ledger, mult, beta)
+            self._one_shot_release(data, sigma, levels, seed)
+            self._record(ledger, mult, 1.0, beta)  # the single release: q = 1, one step
+        end = steps if ctx.max_steps is None else min(steps, ctx.max_steps)
+
+        def save(step: int) -> None:
+            atomic_save({"step": step, "signature": signature, "particles": self.X.cpu(), "directions": self.u_all.cpu(),
+                         "quantiles": self.tq_all.cpu(), "ledger": ledger.state_dict(), "rng": rng_state(),
+                         "autoencoder": None if self.space.ae is None else self.space.ae.state_dict()},
+                        ctx.checkpoint_path)
+
+        t0, drift, step = time.time(), float("nan"), start
+        with self._progress(ctx, "DPSWflow") as bar, torch.no_grad():
+            task = bar.add_task("flow", total=end, completed=start, info="")
+            for step in range(start, end):
+                idx = torch.randperm(self.k, device=ctx.device)[:self.m_theta]  # M_theta of the N_theta directions
+                drift = self._move(self.u_all[:, idx], self.tq_all[idx], levels, sigma, step)  # particles re-noised
+                done = step + 1
+                if done % ctx.log_every == 0 or done == end:
+                    ctx.logger.log_metrics({"drift_norm": drift, "epsilon_rdp": ledger.epsilon(accountant="rdp"),
+                                            "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
+                    bar.update(task, info=f"|v| {drift:.4f}")
+                if done % ctx.checkpoint_every == 0:
+                    save(done)
+                bar.update(task, completed=done)
+        save(end)
+        self._log_particles_png(ctx, self.X, data)
+        return self._train_metrics(data, end, steps, False, t0, sigma, mult, sens,
+                                   {"final_drift_norm": drift, "private_releases": ledger.steps, **info})
+
+    def _check_budget(self, ledger: PrivacyLedger, mult: float, beta: float) -> None:
+        """Refuse the one-shot release if it would exceed the target (RDP; PLD for ``analytic``)."""
+        if not self.private:
+            return
+        trial = PrivacyLedger.from_state_dict(ledger.state_dict())
+        trial.record(mult, 1.0, 1, beta)
+        acct = "pld" if self.calibration == "analytic" else "rdp"
+        eps = trial.epsilon(accountant=acct)
+        if eps is None:
+            raise ValueError("model.calibration=analytic is certified by the PLD accountant, which needs "
+                             "accountant.sampling=poisson; use model.calibration=rdp")
+        if eps > ledger.target_epsilon * (1 + 1e-3):
+            raise ValueError(f"the one-shot release would spend eps = {eps:.3f} > accountant.epsilon = "
+                             f"{ledger.target_epsilon} ({acct}); raise accountant.epsilon")
+
+
+# ---------------------------------------------------------------------------------------------
+class DPSWGen(_LatentMethod):
+    """DPSWgen baseline (§6): latent MLP generator trained with DP-SWD against private latent batches."""
+
+    def __init__(self, generator: Callable[..., torch.nn.Module], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), d_code: int | None = None, **kw) -> None:
+        kw.setdefault("sample_jitter", 0.0)
+        super().__init__(**kw)
+        self.make_generator, self.lr, self.betas, self.d_code = generator, float(lr), tuple(betas), d_code
+        self.G: torch.nn.Module | None = None
+
+    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
+        self.device = ctx.device
+        ck = None
+        signature = self._signature(data, ledger)
+        if ctx.resume_from is not None:
+            ck = self._load(ctx, signature)
+        self._setup_latent(data, ctx, None if ck is None else ck.get("autoencoder"))
+        n_priv, D = len(data.private), self.space.dim
+        self.G = self.make_generator(d_code=self.d_code or D, out_dim=D).to(ctx.device)
+        seed = self._secret_seed(ctx)
+        sampler = PrivateSampler(self._encode_private(data, seed + 1), self.batch_size, ledger.sampling, seed=seed)
+        q, steps = sampler.sample_rate, self.steps_planned(n_priv)
+        self._warn_clt()
+        if self.private:
+            if ledger.target_epsilon is None:
+                raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
+            noise = calibrate_flow_r(ledger.target_epsilon, ledger.delta, d=D, k=self.k, sample_rate=q, steps=steps,
+                                     bound=self.bound, sampling=ledger.sampling,
+                                     sensitivity_fraction=self.sensitivity_fraction,
+                                     partners=n_priv + 1 if ledger.sampling == "poisson" else 1)
+            sigma, mult, beta, sens = noise.noise_std, noise.noise_multiplier, noise.delta_sensitivity_per_step, \
+                noise.sensitivity
+        else:
+            sigma, mult, beta, sens = self.noise_std_arg, 0.0, 0.0, None
+        opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
+        start = 0
+        if ck is not None:
+            self.G.load_state_dict(ck["generator"])
+            opt.load_state_dict(ck["optimizer"])
+            sampler.load_state_dict(ck["sampler"])
+            ledger.load_state_dict(ck["ledger"])
+            set_rng_state(ck["rng"])
+            start = int(ck["step"])
+        end = steps if ctx.max_steps is None else min(steps, ctx.max_steps)
+
+        def save(step: int) -> None:
+            atomic_save({"step": step, "signature": signature, "generator": self.G.state_dict(),
+                         "optimizer": opt.state_dict(), "sampler": sampler.state_dict(), "ledger": ledger.state_dict(),
+                         "rng": rng_state(), "autoencoder": None if self.space.ae is None else
+                         self.space.ae.state_dict()}, ctx.checkpoint_path)
+
+        allowance = ledger.allowance(mult, q, beta) if self.private else None
+        used, stopped, t0, loss_val, step = 0, False, time.time(), float("nan"), start
+        self.G.train()
+        with self._progress(ctx, "DPSWgen") as bar:
+            task = bar.add_task("gen", total=end, completed=start, info="")
+            for step in range(start, end):
+                if self.private and used >= allowance:
+                    stopped = True
+                    break
+                rows = self._private_rows(sampler)
+                fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=ctx.device))
+                loss = dp_sliced_wasserstein(fake, rows, sigma, k=self.k, q=2.0,
+                                             directions=random_directions(D, self.k, device=ctx.device))
+                self._record(ledger, mult, q, beta)  # the private release happened inside the loss
+                used += 1
+                if not torch.isfinite(loss):
+                    raise NonFiniteLossError(step)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                loss_val = float(loss.detach())
+                done = step + 1
+                if done % ctx.log_every == 0 or done == end:
+                    eps = ledger.epsilon(accountant="rdp")
+                    ctx.logger.log_metrics({"loss": loss_val, "epsilon_rdp": eps,
+                                            "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
+                    bar.update(task, info=f"loss {loss_val:.4f}  eps(RDP) {eps:.3f}")
+                if done % ctx.checkpoint_every == 0:
+                    save(done)
+                bar.update(task, completed=done)
+            else:
+                step = end
+        final = step if stopped else end
+        save(final)
+        self.G.eval()
+        atomic_save({"generator": self.G.state_dict(), "signature": signature}, ctx.run_dir / "generator.pt")
+        return {"train_steps": final, "steps_planned": steps, "stopped_by_budget": stopped, "train_loss": loss_val,
+                "train_time_s": time.time() - t0, "noise_std": sigma, "noise_multiplier": mult, "sensitivity": sens,
+                "sensitivity_bound": self.bound if self.private else None, "guarantee": self._guarantee(),
+                "latent_dim": self.space.d, "row_dim": D, "num_projections": self.k, "sample_rate": q,
+                **self.ae_info}
+
+    def _restore_state(self, ck: dict) -> None:
+        d = self.space.dim
+        self.G = self.make_generator(d_code=self.d_code or d, out_dim=d).to(self.device)
+        self.G.load_state_dict(ck["generator"])
+        self.G.eval()
+
+    @torch.no_grad()
+    def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
+        if self.G is None:
+            raise RuntimeError("call fit() before sample()")
+        self.G.eval()
+        k = self.space.n_classes
+        if labels is None:
+            labels = torch.arange(n) % k
+        if self.space.label_mode != "concat":
+            z = torch.cat([self.G(torch.randn(min(batch_size, n - i), self.G.d_code, device=self.device))
+                           for i in range(0, n, batch_size)])
+            return self.space.decode(z, batch_size), labels.cpu()
+        # keep generated rows whose label part has the requested argmax (rejection, then any row)
+        out = torch.empty(n, self.space.dim, device=self.device)
+        todo = {c: (labels == c).nonzero().flatten().tolist() for c in labels.unique().tolist()}
+        for _ in range(200):
+            if not any(todo.values()):
+                break
+            z = self.G(torch.randn(batch_size, self.G.d_code, device=self.device))
+            lab = self.space.labels(z).cpu()
+            for c, slots in todo.items():
+                hit = (lab == c).nonzero().flatten().tolist()
+                take = min(len(hit), len(slots))
+                if take:
+                    out[slots[:take]] = z[hit[:take]]
+                    todo[c] = slots[take:]
+        rest = [i for slots in todo.values() for i in slots]
+        if rest:
+            out[rest] = self.G(torch.randn(len(rest), self.G.d_code, device=self.device))
+        return self.space.decode(out, batch_size), labels.cpu()

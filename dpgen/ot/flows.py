@@ -1,0 +1,128 @@
+"""Sliced-Wasserstein particle flows (DPSWflow, spec dpswflow.md §1-2).
+
+Small pure functions: the smoothed projected CDF / inverse CDF of a set of 1-D projections, the
+monotone transport map between them, the particle drift (Eq. 20-21) and one Euler-Maruyama step
+of the SDE (§1).  Layout: projections are stored direction-major, ``(k, n)`` = k directions by
+n points, so that every row is one 1-D distribution (sort / searchsorted along the last axis).
+Directions follow ``dpgen.ot.sliced``: ``U: (d, k)`` with unit columns.
+
+The functional is ``F(mu) = 1/2 G_sigma SW_2^2(mu, nu) + lambda H(mu)`` and its Wasserstein
+gradient flow moves every particle with ``dX = -v(X) dt + sqrt(2 lambda) dW``, where
+``v(x) = mean_j (<x, u_j> - T_j(<x, u_j>)) u_j`` and ``T_j = F^{-1}_{u_j # nu * N_sigma} o
+F_{u_j # mu * N_sigma}`` (particle CDF first, then the target quantile function; spec §1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_EPS = torch.finfo(torch.float32).eps
+
+
+def quantile_levels(m: int, *, device: torch.device | str | None = None,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``p: (m,)`` = ``linspace(0, 1, m)``, endpoints included (spec §2, ``num_percentiles``)."""
+    if m < 2:
+        raise ValueError(f"the number of quantile levels (model.num_percentiles) must be >= 2, got {m}")
+    return torch.linspace(0.0, 1.0, m, device=device, dtype=dtype)
+
+
+def empirical_quantiles(proj: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """Inverse CDF of each row at ``levels`` (Eq. 21), ``torch.quantile``'s *linear* rule.
+
+    ``proj: (k, n)``, ``levels: (m,)`` in [0, 1] -> ``(k, m)``: the piecewise-linear interpolation
+    of the n sorted values at positions ``p (n - 1)`` (spec §2 step 2).  Done with sort + gather,
+    which has no size limit (``torch.quantile`` refuses inputs above 2^24 elements).
+    """
+    n = proj.shape[-1]
+    s, _ = torch.sort(proj, dim=-1)
+    if n == 1:
+        return s.expand(*s.shape[:-1], levels.shape[0]).clone()
+    pos = levels.to(proj.dtype) * (n - 1)
+    lo = pos.floor().long().clamp(0, n - 2)
+    frac = pos - lo.to(proj.dtype)
+    lo_v = s[..., lo]
+    return lo_v + frac * (s[..., lo + 1] - lo_v)
+
+
+def interp1d(x: torch.Tensor, y: torch.Tensor, x_new: torch.Tensor) -> torch.Tensor:
+    """Batched piecewise-linear interpolation with linear extrapolation (spec §2, ``interp``).
+
+    ``x: (k, m)`` increasing rows, ``y: (k, m)`` or ``(m,)``, ``x_new: (k, n)`` -> ``(k, n)``.
+    For each row: ``i = searchsorted(x, x_new) - 1`` clamped to ``[0, m - 2]``, then
+    ``y_i + (y_{i+1} - y_i) / (x_{i+1} - x_i + eps) (x_new - x_i)``; ``eps`` (float32 machine
+    epsilon) guards zero-width segments (ties).
+    """
+    m = x.shape[-1]
+    if y.dim() == 1:
+        y = y.expand(x.shape[0], m)
+    i = (torch.searchsorted(x.contiguous(), x_new.contiguous()) - 1).clamp(0, m - 2)
+    x0, x1 = x.gather(-1, i), x.gather(-1, i + 1)
+    y0, y1 = y.gather(-1, i), y.gather(-1, i + 1)
+    return y0 + (y1 - y0) / (x1 - x0 + _EPS) * (x_new - x0)
+
+
+def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """``T(z) = F^{-1}_target(F_particles(z))`` at every particle projection (Eq. 20-21).
+
+    ``proj: (k, n)`` (noisy) particle projections, ``target_quantiles: (k, m)`` the target's inverse
+    CDF at ``levels: (m,)`` -> ``(k, n)``.  The particle CDF is read off the particles' own
+    quantiles at the same levels (spec §2 steps 4-5).
+    """
+    xq = empirical_quantiles(proj, levels)  # (k, m)   particle inverse CDF
+    cdf = interp1d(xq, levels.to(proj.dtype), proj)  # (k, n)  F_mu(z), Eq. 21
+    return interp1d(levels.to(proj.dtype).expand_as(target_quantiles), target_quantiles, cdf)  # F_nu^{-1}
+
+
+def sliced_flow_drift(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: torch.Tensor,
+                      u: torch.Tensor) -> torch.Tensor:
+    """Particle drift ``v_i = (1/k) sum_j (P_ji - T_ji) u_j`` (Eq. 20; spec §2 step 6).
+
+    ``proj: (k, n)``, ``target_quantiles: (k, m)``, ``levels: (m,)``, ``u: (d, k)`` -> ``v: (n, d)``.
+    With sigma = 0 and equal-size point sets this is ``n`` times the Euclidean gradient of
+    ``1/2 SW_2^2`` with respect to the particle positions (the Wasserstein gradient).
+    """
+    t = transport_map(proj, target_quantiles, levels)
+    return (proj - t).transpose(0, 1) @ u.transpose(0, 1) / u.shape[1]
+
+
+def smoothed_projections(x: torch.Tensor, u: torch.Tensor, sigma: float,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+    """``(X U + Z)^T: (k, n)`` with ``Z ~ N(0, sigma^2)``: samples of ``u # mu * N_sigma`` (spec §2 step 3).
+
+    Used for the particle (public) side only; the private side is released through
+    ``dpgen.ot.sliced.gaussian_projection_release``.
+    """
+    p = (x @ u).transpose(0, 1)
+    if sigma > 0:
+        z = torch.randn(p.shape, generator=generator, dtype=p.dtype,
+                        device="cpu" if generator is not None else p.device)
+        p = p + sigma * z.to(p.device)
+    return p.contiguous()
+
+
+def euler_maruyama_step(x: torch.Tensor, drift: torch.Tensor, h: float, reg: float,
+                        generator: torch.Generator | None = None) -> torch.Tensor:
+    """``X_{k+1} = X_k - h v_k(X_k) + sqrt(2 lambda h) Z``, ``Z ~ N(0, I_d)`` (spec §1, SDE).
+
+    ``x, drift: (n, d)``; ``h`` step size, ``reg`` = lambda (entropy weight; 0 = no diffusion).
+    """
+    out = x - h * drift
+    if reg > 0:
+        z = torch.randn(x.shape, generator=generator, dtype=x.dtype,
+                        device="cpu" if generator is not None else x.device)
+        out = out + math.sqrt(2.0 * reg * h) * z.to(x.device)
+    return out
+
+
+def flow_step(x: torch.Tensor, u: torch.Tensor, target_quantiles: torch.Tensor, levels: torch.Tensor,
+              sigma: float, h: float, reg: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One particle update of Algorithms 1-2 given the target's (noisy) inverse CDF.
+
+    ``x: (n, d)``, ``u: (d, k)``, ``target_quantiles: (k, m)`` -> ``(n, d)``.
+    """
+    proj = smoothed_projections(x, u, sigma, generator)  # noisy particle projections
+    v = sliced_flow_drift(proj, target_quantiles, levels, u)  # Eq. 20
+    return euler_maruyama_step(x, v, h, reg, generator)  # SDE discretisation

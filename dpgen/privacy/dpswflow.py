@@ -1,0 +1,191 @@
+"""Noise calibration of DPSWflow / DPSWflow-r / DPSWgen (spec dpswflow.md §4).
+
+Private records reach the flows as latent rows on (DPSWflow: *of*) the unit sphere, so two rows
+differ by at most 2: the DP-SWD sensitivity of ``X -> X U`` is ``2 sqrt(w(k, d, beta))``
+(``ROW_DIAMETER = 2``, the "factor 2" of §4.1).
+
+* DPSWflow-r and DPSWgen release one noisy projected *subsampled* batch per step: a subsampled
+  Gaussian mechanism composed over the steps; calibrate with ``calibrate_dpswd(..., row_diameter=2)``
+  (re-exported here as :func:`calibrate_flow_r`).
+* DPSWflow (Algorithm 2) releases the noisy projections of the *whole* private set **once**:
+  a single Gaussian mechanism (no subsampling, replace-one neighbours, N public):
+  :func:`calibrate_one_shot`.
+* :func:`moments_accountant_epsilon` is the Abadi et al. moments accountant of the released code
+  (integer orders, with or without its accumulation bug, §4.2), used only to reproduce the
+  paper's sigma <-> epsilon pairs (``scripts/dpswflow_sigma_table.py``).
+
+Pure functions: numpy / scipy / autodp only, no Hydra.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.special import gammaln, logsumexp
+
+from .accountants import RDPAccountant, check_epsilon_delta
+from .dpswd import DPSWDNoise, calibrate_dpswd, dpswd_epsilon
+from .sensitivity import l2_sensitivity, w_clt
+
+ROW_DIAMETER = 2.0  # unit-norm latents: ||x - x'|| <= 2 (spec §4.1)
+ONE_SHOT_CALIBRATIONS = ("rdp", "analytic", "classic")
+
+
+def calibrate_flow_r(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
+                     bound: str = "chernoff", sampling: str = "poisson", sensitivity_fraction: float = 0.5,
+                     partners: int = 1) -> DPSWDNoise:
+    """DPSWflow-r / DPSWgen: ``steps`` subsampled releases of ``Y U + Z`` on unit-norm rows (§4.2).
+
+    Union-bound delta split (``privacy.dpswd``, ``"union"``) with row diameter 2.
+    """
+    return calibrate_dpswd(epsilon, delta, d=d, k=k, sample_rate=sample_rate, steps=steps, bound=bound,
+                           sampling=sampling, delta_split="union", sensitivity_fraction=sensitivity_fraction,
+                           row_diameter=ROW_DIAMETER, partners=partners)
+
+
+def flow_r_epsilon(noise_std: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
+                   bound: str = "chernoff", sampling: str = "poisson", sensitivity_fraction: float = 0.5,
+                   partners: int = 1) -> float:
+    """Forward check of :func:`calibrate_flow_r`."""
+    return dpswd_epsilon(noise_std, delta, d=d, k=k, sample_rate=sample_rate, steps=steps, bound=bound,
+                         sampling=sampling, delta_split="union", sensitivity_fraction=sensitivity_fraction,
+                         row_diameter=ROW_DIAMETER, partners=partners)
+
+
+# -- one-shot Gaussian mechanism (Algorithm 2) -------------------------------------------------
+@dataclass(frozen=True)
+class OneShotNoise:
+    noise_std: float  # std added once to every private projection
+    noise_multiplier: float  # noise_std / sensitivity (recorded in the ledger with sample_rate 1)
+    sensitivity: float  # 2 sqrt(w(k, d, beta))
+    delta_sensitivity: float  # beta: failure probability of the sensitivity bound (reserved once)
+    delta_conversion: float
+    calibration: str
+    d: int
+    k: int
+    bound: str
+
+    def asdict(self) -> dict:
+        return asdict(self)
+
+
+def classic_gaussian_multiplier(epsilon: float, delta: float) -> float:
+    """``c / epsilon`` with ``c = sqrt(2 ln(1.25 / delta))`` (Dwork & Roth Thm A.1; proven for eps < 1)."""
+    check_epsilon_delta(epsilon, delta)
+    return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+
+
+def analytic_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
+    """Exact epsilon of one Gaussian mechanism at ``delta`` (Balle & Wang 2018, autodp)."""
+    from autodp import dp_bank
+
+    if noise_multiplier <= 0:
+        return math.inf
+    return float(dp_bank.get_eps_ana_gaussian(noise_multiplier, delta))
+
+
+def analytic_gaussian_multiplier(epsilon: float, delta: float, rel_tol: float = 1e-6) -> float:
+    """Smallest noise multiplier with exact epsilon <= ``epsilon`` (bisection; never overshoots)."""
+    check_epsilon_delta(epsilon, delta)
+    lo, hi = 1e-4, 1.0
+    while analytic_gaussian_epsilon(hi, delta) > epsilon:
+        lo, hi = hi, 2 * hi
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if analytic_gaussian_epsilon(mid, delta) > epsilon else (lo, mid)
+    return hi
+
+
+def one_shot_sensitivity(d: int, k: int, delta_sensitivity: float, bound: str = "chernoff") -> float:
+    """``S = 2 sqrt(w(k, d, beta))`` for the single release of ``Y U`` (§4.1)."""
+    return l2_sensitivity(k, d, delta_sensitivity, bound, ROW_DIAMETER)
+
+
+def calibrate_one_shot(epsilon: float, delta: float, *, d: int, k: int, bound: str = "chernoff",
+                       calibration: str = "rdp", sensitivity_fraction: float = 0.5) -> OneShotNoise:
+    """Noise std of the single Gaussian release of Algorithm 2 (§4.3).
+
+    delta is split once (Prop. 2): ``beta = f delta`` for the sensitivity bound, ``(1 - f) delta``
+    for the conversion.  ``calibration``:
+
+    * ``rdp`` (runs' default): the RDP accountant the ledger uses (``RDPAccountant``, q = 1,
+      one step), so the run's reported ``epsilon_rdp`` is <= the target;
+    * ``analytic``: the exact Gaussian mechanism (Balle & Wang 2018); smaller noise, certified
+      by the ledger's PLD accountant (exact for one Gaussian) but not by its RDP one;
+    * ``classic``: the paper / code formula ``c S / eps``, ``c = sqrt(2 ln(1.25 / delta_conv))``
+      (spec §4.3).  Proven only for eps < 1; at eps = 10 it is *not* (10, delta)-DP (exact
+      epsilon 10.35 at delta_conv = 5e-6): reported for the table, refused by runs.
+    """
+    check_epsilon_delta(epsilon, delta)
+    if calibration not in ONE_SHOT_CALIBRATIONS:
+        raise ValueError(f"model.calibration={calibration!r} is unknown; choose one of "
+                         f"{', '.join(ONE_SHOT_CALIBRATIONS)}")
+    if not 0.0 < sensitivity_fraction < 1.0:
+        raise ValueError(f"model.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
+    beta = sensitivity_fraction * delta
+    delta_conv = delta - beta
+    sens = one_shot_sensitivity(d, k, beta, bound)
+    if calibration == "rdp":
+        mult = RDPAccountant("poisson").calibrate(epsilon, delta_conv, 1.0, 1)
+    elif calibration == "analytic":
+        mult = analytic_gaussian_multiplier(epsilon, delta_conv)
+    else:
+        mult = classic_gaussian_multiplier(epsilon, delta_conv)
+    return OneShotNoise(mult * sens, mult, sens, beta, delta_conv, calibration, d, k, bound)
+
+
+def paper_one_shot_sigma(epsilon: float, delta: float, d: int, k: int) -> float:
+    """The released code's ``get_sigma``: ``c S / eps`` with the CLT bound at delta/2 (§4.3)."""
+    s = ROW_DIAMETER * math.sqrt(w_clt(k, d, delta / 2.0))
+    return classic_gaussian_multiplier(epsilon, delta / 2.0) * s
+
+
+def paper_flow_noise_std(noise_multiplier: float, d: int, k: int, delta: float) -> float:
+    """What the released code adds per projection: ``sigma * 2 sqrt(w_CLT(k, d, delta/2))`` (§4.2)."""
+    return noise_multiplier * ROW_DIAMETER * math.sqrt(w_clt(k, d, delta / 2.0))
+
+
+# -- the released code's moments accountant (§4.2) -------------------------------------------
+def log_moment_subsampled_gaussian(noise_multiplier: float, q: float, order: int) -> float:
+    """``log E_{z~mu}[(mu(z)/mu0(z))^lambda]``, mu0 = N(0, s^2), mu = (1-q) mu0 + q N(1, s^2).
+
+    Equals ``log A_{lambda+1}`` with ``A_a = sum_k C(a, k) (1-q)^{a-k} q^k exp(k(k-1) / (2 s^2))``
+    (binomial expansion; every term positive, summed in log space).  One step.
+    """
+    a = order + 1
+    kk = np.arange(a + 1, dtype=float)
+    log_binom = gammaln(a + 1) - gammaln(kk + 1) - gammaln(a - kk + 1)
+    with np.errstate(divide="ignore"):
+        terms = (log_binom + (a - kk) * np.log1p(-q) + kk * np.log(q)
+                 + kk * (kk - 1) / (2.0 * noise_multiplier**2))
+    return float(logsumexp(terms))
+
+
+def moments_accountant_epsilon(noise_multiplier: float, q: float, steps: int, delta: float,
+                               max_order: int = 32, accumulate_bug: bool = False) -> float:
+    """Abadi et al.'s moments accountant as in the released code (TF ``gaussian_moments``).
+
+    ``eps = min_{lambda=1..max_order} (T alpha(lambda) + ln(1/delta)) / lambda`` with
+    ``alpha(lambda)`` the one-step log-moment.  ``accumulate_bug=True`` reproduces the released
+    code, whose running log-moment is initialised once outside the order loop, so order lambda
+    stores the sum over orders 1..lambda (conservative).
+    """
+    orders = range(1, max_order + 1)
+    mom = np.array([steps * log_moment_subsampled_gaussian(noise_multiplier, q, lam) for lam in orders])
+    if accumulate_bug:
+        mom = np.cumsum(mom)
+    lam = np.arange(1, max_order + 1, dtype=float)
+    return float(np.min((mom + math.log(1.0 / delta)) / lam))
+
+
+def multiplier_for_epsilon(epsilon_fn, epsilon: float, lo: float = 0.05, hi: float = 50.0,
+                           rel_tol: float = 1e-5) -> float:
+    """Bisection: smallest noise multiplier with ``epsilon_fn(sigma) <= epsilon`` (decreasing fn)."""
+    if epsilon_fn(hi) > epsilon:
+        raise ValueError(f"epsilon {epsilon} not reachable with noise multiplier <= {hi}")
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if epsilon_fn(mid) > epsilon else (lo, mid)
+    return hi

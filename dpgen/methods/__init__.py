@@ -1,8 +1,10 @@
 """Training algorithms, one module per paper method."""
 from .base import GenerativeMethod, Method, NonFiniteLossError, TrainContext
+from .domain_adaptation import DomainAdaptation
+from .dpsgd_classifier import DPSGDClassifier
+from .dpsinkhorn import DPSinkhorn
 from .dpswd_generator import DPSWDGenerator
+from .dpswflow import DPSWFlow, DPSWFlowR, DPSWGen
 
-__all__ = ["DPSWDGenerator", "GenerativeMethod", "Method", "NonFiniteLossError", "TrainContext"]
-from .dpswflow import DPSWFlow, DPSWFlowR, DPSWGen  # noqa: E402  (issue 4)
-
-__all__ += ["DPSWFlow", "DPSWFlowR", "DPSWGen"]
+__all__ = ["DPSGDClassifier", "DPSWDGenerator", "DPSWFlow", "DPSWFlowR", "DPSWGen", "DPSinkhorn", "DomainAdaptation",
+           "GenerativeMethod", "Method", "NonFiniteLossError", "TrainContext"]

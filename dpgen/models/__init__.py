@@ -1,14 +1,10 @@
-"""Networks only: generators, feature maps, classifiers."""
+"""Networks only: generators, feature maps, autoencoders, classifiers."""
+from .autoencoder import DCGANAutoencoder, LatentMLPGen, LiutkusAutoencoder
+from .classifiers import ConvClassifier, cifar_convnet, mnist_convnet
 from .features import DCGANFeatureMap
 from .generators import ConvCondGen, DCGANDecoder, MLPGen
 from .sinkhorn_generators import BigGANCondGenerator, DCGANCondGenerator
 
-__all__ = ["ConvCondGen", "DCGANDecoder", "DCGANFeatureMap", "MLPGen"]
-from .autoencoder import DCGANAutoencoder, LatentMLPGen, LiutkusAutoencoder  # noqa: E402  (issue 4)
-
-__all__ += ["DCGANAutoencoder", "LatentMLPGen", "LiutkusAutoencoder"]
-
-__all__ += ["BigGANCondGenerator", "DCGANCondGenerator"]
-from .classifiers import ConvClassifier, cifar_convnet, mnist_convnet  # noqa: E402
-
-__all__ += ["ConvClassifier", "cifar_convnet", "mnist_convnet"]
+__all__ = ["BigGANCondGenerator", "ConvClassifier", "ConvCondGen", "DCGANAutoencoder", "DCGANCondGenerator",
+           "DCGANDecoder", "DCGANFeatureMap", "LatentMLPGen", "LiutkusAutoencoder", "MLPGen", "cifar_convnet",
+           "mnist_convnet"]

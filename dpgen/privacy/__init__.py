@@ -9,7 +9,10 @@ from .accountants import (
     Release,
     check_epsilon_delta,
 )
+from .bayesian import BayesianAccountant, MomentsAccountant
 from .dpswd import DPSWDNoise, calibrate_dpswd, dpswd_epsilon, dpswd_sensitivity
+from .dpswflow import OneShotNoise, calibrate_flow_r, calibrate_one_shot, moments_accountant_epsilon
+from .image_gradient import clip_per_row, clip_whole, effective_noise_multiplier, sanitize
 from .ledger import PrivacyLedger
 from .sampler import PrivateSampler
 from .sensitivity import (
@@ -20,25 +23,13 @@ from .sensitivity import (
     w_bernstein_code,
     w_clt,
 )
+from .wdp import WassersteinAccountant
 
 __all__ = [
-    "DPSWDNoise", "PLDAccountant", "PrivacyLedger", "PrivateSampler", "RDPAccountant", "Release",
-    "SAMPLING_SCHEMES", "calibrate_dpswd", "check_epsilon_delta", "dpswd_epsilon", "dpswd_sensitivity",
-    "l2_sensitivity", "split_delta", "squared_sensitivity_bound", "w_bernstein", "w_bernstein_code", "w_clt",
+    "BayesianAccountant", "DPSWDNoise", "MomentsAccountant", "OneShotNoise", "PLDAccountant", "PrivacyLedger",
+    "PrivateSampler", "RDPAccountant", "Release", "SAMPLING_SCHEMES", "WassersteinAccountant", "calibrate_dpswd",
+    "calibrate_flow_r", "calibrate_one_shot", "check_epsilon_delta", "clip_per_row", "clip_whole",
+    "dpswd_epsilon", "dpswd_sensitivity", "effective_noise_multiplier", "l2_sensitivity",
+    "moments_accountant_epsilon", "sanitize", "split_delta", "squared_sensitivity_bound", "w_bernstein",
+    "w_bernstein_code", "w_clt",
 ]
-from .dpswflow import (  # noqa: E402  (issue 4: DPSWflow calibration)
-    OneShotNoise,
-    calibrate_flow_r,
-    calibrate_one_shot,
-    moments_accountant_epsilon,
-)
-
-__all__ += ["OneShotNoise", "calibrate_flow_r", "calibrate_one_shot", "moments_accountant_epsilon"]
-
-from .image_gradient import clip_per_row, clip_whole, effective_noise_multiplier, sanitize  # noqa: E402  (DP-Sinkhorn)
-
-__all__ += ["clip_per_row", "clip_whole", "effective_noise_multiplier", "sanitize"]
-from .bayesian import BayesianAccountant, MomentsAccountant  # noqa: E402
-from .wdp import WassersteinAccountant  # noqa: E402
-
-__all__ += ["BayesianAccountant", "MomentsAccountant", "WassersteinAccountant"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ import torch
 
 from ..data import DataSplits
 from ..privacy import PrivacyLedger
+from ..utils import load_checkpoint
 
 
 @dataclass
@@ -30,6 +32,30 @@ class TrainContext:
     @property
     def checkpoint_path(self) -> Path:
         return self.run_dir / "checkpoints" / "last.pt"
+
+
+def secret_seed(ctx: TrainContext, offset: int = 1) -> int:
+    """Seed for a private sampler / noise generator, and reseed torch's global RNG (directions, noise).
+
+    Secret (OS entropy) unless ``trainer.deterministic=true``, in which case both derive from the
+    logged ``seed`` (reproducible, but the noise becomes guessable: debugging and tests only).
+    """
+    if ctx.deterministic:
+        return ctx.seed + offset
+    torch.manual_seed(secrets.randbits(63))
+    return secrets.randbits(63)
+
+
+def load_resume_checkpoint(path: Path, signature: dict) -> dict:
+    """Load a checkpoint to resume from, refusing one written by a run with other settings."""
+    ck = load_checkpoint(path)
+    old = ck.get("signature", {})
+    diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
+    if diff:
+        raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
+                         + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
+                         + "; resume with the same experiment, dataset split and model settings")
+    return ck
 
 
 class NonFiniteLossError(FloatingPointError):

@@ -45,7 +45,6 @@ target accesses with noise multiplier 0, so the run reports epsilon = inf.
 from __future__ import annotations
 
 import math
-import secrets
 import time
 import warnings
 from abc import ABC, abstractmethod
@@ -62,8 +61,8 @@ from ..models.da import grad_reverse
 from ..ot import dp_sliced_wasserstein, random_directions, sliced_wasserstein
 from ..privacy import PrivacyLedger, PrivateSampler, RDPAccountant, calibrate_dpswd
 from ..privacy.dpsgd import clip_per_sample, noisy_mean, per_sample_grads
-from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
-from .base import Method, NonFiniteLossError, TrainContext
+from ..utils import atomic_save, rng_state, set_rng_state
+from .base import Method, NonFiniteLossError, TrainContext, load_resume_checkpoint, secret_seed
 from .dpswd_generator import clip_rows, fixed_size
 
 SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (§2.4)
@@ -340,11 +339,7 @@ class DomainAdaptation(Method):
         n_priv, n_src = len(data.private), len(data.public)
         if self.batch_size > n_src:
             raise ValueError(f"model.batch_size={self.batch_size} exceeds the {n_src} source records; lower it")
-        if ctx.deterministic:
-            sampler_seed = ctx.seed + 1
-        else:  # secret randomness for sampling, directions and noise
-            sampler_seed = secrets.randbits(63)
-            torch.manual_seed(secrets.randbits(63))
+        sampler_seed = secret_seed(ctx)  # secret sampling, directions and noise (module docstring)
         sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=sampler_seed)
         spe, warm, end_planned = self.schedule(n_priv)
         private_steps = end_planned - warm
@@ -359,12 +354,7 @@ class DomainAdaptation(Method):
                      "sampling": ledger.sampling}
         start = 0
         if ctx.resume_from is not None:
-            ck = load_checkpoint(ctx.resume_from)
-            old = ck.get("signature", {})
-            diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
-            if diff:
-                raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
-                                 + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items()))
+            ck = load_resume_checkpoint(ctx.resume_from, signature)
             self.g.load_state_dict(ck["g"])
             self.h.load_state_dict(ck["h"])
             extra.load_state_dict(ck["alignment_modules"])

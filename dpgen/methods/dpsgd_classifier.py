@@ -38,7 +38,6 @@ data); ``classifier.pt`` (weights only) is the artefact to publish.
 from __future__ import annotations
 
 import math
-import secrets
 import time
 from collections.abc import Callable, Sequence
 
@@ -51,8 +50,8 @@ from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.bayesian import DEFAULT_CONF, BayesianAccountant, MomentsAccountant
 from ..privacy.dpsgd import assign_grads, clip_per_sample, noisy_mean, per_sample_grads
 from ..privacy.wdp import WassersteinAccountant, pairwise_distances
-from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
-from .base import Method, NonFiniteLossError, TrainContext
+from ..utils import atomic_save, rng_state, set_rng_state
+from .base import Method, NonFiniteLossError, TrainContext, load_resume_checkpoint, secret_seed
 
 
 def _loss_one(output_fn: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -123,10 +122,8 @@ class DPSGDClassifier(Method):
             raise ValueError("the DP-SGD classifier is accounted for Poisson sampling (add/remove adjacency, "
                              "sensitivity C): set accountant.sampling=poisson")
         n_priv = len(data.private)
-        if ctx.deterministic:
-            sampler_seed, noise_seed = ctx.seed + 1, ctx.seed + 2
-        else:  # secret randomness for sampling, noise and pair selection (module docstring)
-            sampler_seed, noise_seed = secrets.randbits(63), secrets.randbits(63)
+        # secret randomness for sampling, noise and pair selection (module docstring)
+        sampler_seed, noise_seed = secret_seed(ctx, 1), secret_seed(ctx, 2)
         sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=sampler_seed)
         noise_gen = torch.Generator().manual_seed(noise_seed)
         q = sampler.sample_rate
@@ -152,13 +149,7 @@ class DPSGDClassifier(Method):
         opt = torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum)
         start = 0
         if ctx.resume_from is not None:
-            ck = load_checkpoint(ctx.resume_from)
-            old = ck.get("signature", {})
-            diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
-            if diff:
-                raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
-                                 + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
-                                 + "; resume with the same experiment, dataset and model settings")
+            ck = load_resume_checkpoint(ctx.resume_from, signature)
             self.net.load_state_dict(ck["network"])
             opt.load_state_dict(ck["optimizer"])
             sampler.load_state_dict(ck["sampler"])

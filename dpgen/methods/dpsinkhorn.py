@@ -46,7 +46,6 @@ Randomness: sampling and noise are seeded from the OS entropy pool unless
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable
 
@@ -63,8 +62,14 @@ from ..privacy.image_gradient import (
     sanitize,
     sensitivity,
 )
-from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
-from .base import GenerativeMethod, NonFiniteLossError, TrainContext
+from ..utils import atomic_save, rng_state, set_rng_state
+from .base import (
+    GenerativeMethod,
+    NonFiniteLossError,
+    TrainContext,
+    load_resume_checkpoint,
+    secret_seed,
+)
 
 
 class DPSinkhorn(GenerativeMethod):
@@ -135,11 +140,7 @@ class DPSinkhorn(GenerativeMethod):
     def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
         self.device, self.num_classes = ctx.device, data.num_classes
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
-        if ctx.deterministic:
-            sampler_seed = ctx.seed + 1
-        else:  # secret randomness for sampling and noise (module docstring)
-            sampler_seed = secrets.randbits(63)
-            torch.manual_seed(secrets.randbits(63))
+        sampler_seed = secret_seed(ctx)  # secret sampling, directions and noise (module docstring)
         sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=sampler_seed)
         q = sampler.sample_rate
         sigma, mult = self._schedule(ledger, q)
@@ -153,13 +154,7 @@ class DPSinkhorn(GenerativeMethod):
         opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
         start = 0
         if ctx.resume_from is not None:
-            ck = load_checkpoint(ctx.resume_from)
-            old = ck.get("signature", {})
-            diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
-            if diff:
-                raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
-                                 + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
-                                 + "; resume with the same experiment, dataset split and model settings")
+            ck = load_resume_checkpoint(ctx.resume_from, signature)
             self.G.load_state_dict(ck["generator"])
             opt.load_state_dict(ck["optimizer"])
             sampler.load_state_dict(ck["sampler"])

@@ -47,7 +47,6 @@ artefact to publish.
 from __future__ import annotations
 
 import math
-import secrets
 import time
 import warnings
 from collections.abc import Callable
@@ -59,8 +58,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from ..data import DataSplits
 from ..ot import dp_sliced_wasserstein, random_directions
 from ..privacy import PrivacyLedger, PrivateSampler, calibrate_dpswd
-from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
-from .base import GenerativeMethod, NonFiniteLossError, TrainContext
+from ..utils import atomic_save, rng_state, set_rng_state
+from .base import (
+    GenerativeMethod,
+    NonFiniteLossError,
+    TrainContext,
+    load_resume_checkpoint,
+    secret_seed,
+)
 
 
 class RowMap:
@@ -162,11 +167,7 @@ class DPSWDGenerator(GenerativeMethod):
                             self.label_weight)
         self._rowmap = rowmap
         n_priv = len(data.private)
-        if ctx.deterministic:
-            sampler_seed = ctx.seed + 1
-        else:  # secret randomness for sampling, directions and noise (see module docstring)
-            sampler_seed = secrets.randbits(63)
-            torch.manual_seed(secrets.randbits(63))
+        sampler_seed = secret_seed(ctx)  # secret sampling, directions and noise (module docstring)
         sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=sampler_seed)
         steps = self.steps_planned(n_priv)
         signature = {"n_private": n_priv, "n_public": 0 if data.public is None else len(data.public),
@@ -195,13 +196,7 @@ class DPSWDGenerator(GenerativeMethod):
         pub_gen = torch.Generator().manual_seed(ctx.seed + 2)
         start = 0
         if ctx.resume_from is not None:
-            ck = load_checkpoint(ctx.resume_from)
-            old = ck.get("signature", {})
-            diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
-            if diff:
-                raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
-                                 + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
-                                 + "; resume with the same experiment, dataset split and model settings")
+            ck = load_resume_checkpoint(ctx.resume_from, signature)
             self.G.load_state_dict(ck["generator"])
             opt.load_state_dict(ck["optimizer"])
             if self.fmap is not None:

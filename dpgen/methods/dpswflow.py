@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import secrets
 import time
 import warnings
 from collections.abc import Callable
@@ -80,7 +79,13 @@ from ..privacy.dpswflow import (
     calibrate_one_shot,
 )
 from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
-from .base import GenerativeMethod, NonFiniteLossError, TrainContext
+from .base import (
+    GenerativeMethod,
+    NonFiniteLossError,
+    TrainContext,
+    load_resume_checkpoint,
+    secret_seed,
+)
 from .dpswd_generator import clip_rows, fixed_size
 
 
@@ -289,9 +294,7 @@ class _LatentMethod(GenerativeMethod):
     def _secret_seed(self, ctx: TrainContext) -> int:
         if ctx.deterministic:
             torch.manual_seed(ctx.seed + 3)
-            return ctx.seed + 1
-        torch.manual_seed(secrets.randbits(63))  # secret directions and noise
-        return secrets.randbits(63)
+        return secret_seed(ctx)  # secret sampler seed; reseeds torch (directions, noise) unless deterministic
 
     def _signature(self, data: DataSplits, ledger: PrivacyLedger) -> dict:
         return {"method": type(self).__name__, "n_private": len(data.private), "dataset": data.name,
@@ -300,14 +303,7 @@ class _LatentMethod(GenerativeMethod):
                 "label_mode": self.label_mode, "sampling": ledger.sampling, "private": self.private}
 
     def _load(self, ctx: TrainContext, signature: dict) -> dict:
-        ck = load_checkpoint(ctx.resume_from)
-        old = ck.get("signature", {})
-        diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
-        if diff:
-            raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
-                             + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
-                             + "; resume with the same experiment, dataset split and model settings")
-        return ck
+        return load_resume_checkpoint(ctx.resume_from, signature)
 
     def _progress(self, ctx: TrainContext, name: str) -> Progress:
         return Progress(TextColumn(f"[bold]{name}[/] " + "{task.completed}/{task.total}"), BarColumn(),

@@ -315,6 +315,20 @@ class _LatentMethod(GenerativeMethod):
             return "none (non-private; noise_std only smooths)"
         return "asymptotic CLT bound: NOT a rigorous DP guarantee" if self.bound == "clt" else "rigorous"
 
+    def _per_step_noise(self, ledger: PrivacyLedger, D: int, q: float, steps: int,
+                        n_priv: int) -> tuple[float, float, float, float | None]:
+        """(noise std, noise multiplier, beta per step, sensitivity) of the per-step subsampled release
+        (DPSWflow-r, DPSWgen); non-private: the configured smoothing std, no accounting."""
+        if not self.private:
+            return self.noise_std_arg, 0.0, 0.0, None
+        if ledger.target_epsilon is None:
+            raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
+        noise = calibrate_flow_r(ledger.target_epsilon, ledger.delta, d=D, k=self.k, sample_rate=q, steps=steps,
+                                 bound=self.bound, sampling=ledger.sampling,
+                                 sensitivity_fraction=self.sensitivity_fraction,
+                                 partners=n_priv + 1 if ledger.sampling == "poisson" else 1)
+        return noise.noise_std, noise.noise_multiplier, noise.delta_sensitivity_per_step, noise.sensitivity
+
     def _warn_clt(self) -> None:
         if self.private and self.bound == "clt":
             warnings.warn("model.bound=clt is an asymptotic approximation, not a rigorous bound: the reported "
@@ -428,17 +442,7 @@ class DPSWFlowR(_ParticleFlow):
         sampler = PrivateSampler(self._encode_private(data, seed + 1), self.batch_size, ledger.sampling, seed=seed)
         q, steps = sampler.sample_rate, self.steps_planned(n_priv)
         self._warn_clt()
-        if self.private:
-            if ledger.target_epsilon is None:
-                raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
-            noise = calibrate_flow_r(ledger.target_epsilon, ledger.delta, d=D, k=self.k, sample_rate=q, steps=steps,
-                                     bound=self.bound, sampling=ledger.sampling,
-                                     sensitivity_fraction=self.sensitivity_fraction,
-                                     partners=n_priv + 1 if ledger.sampling == "poisson" else 1)
-            sigma, mult, beta, sens = noise.noise_std, noise.noise_multiplier, noise.delta_sensitivity_per_step, \
-                noise.sensitivity
-        else:
-            sigma, mult, beta, sens = self.noise_std_arg, 0.0, 0.0, None
+        sigma, mult, beta, sens = self._per_step_noise(ledger, D, q, steps, n_priv)
         levels = quantile_levels(self.m, device=ctx.device)
         start = 0
         self.X = self._init_particles()
@@ -623,17 +627,7 @@ class DPSWGen(_LatentMethod):
         sampler = PrivateSampler(self._encode_private(data, seed + 1), self.batch_size, ledger.sampling, seed=seed)
         q, steps = sampler.sample_rate, self.steps_planned(n_priv)
         self._warn_clt()
-        if self.private:
-            if ledger.target_epsilon is None:
-                raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
-            noise = calibrate_flow_r(ledger.target_epsilon, ledger.delta, d=D, k=self.k, sample_rate=q, steps=steps,
-                                     bound=self.bound, sampling=ledger.sampling,
-                                     sensitivity_fraction=self.sensitivity_fraction,
-                                     partners=n_priv + 1 if ledger.sampling == "poisson" else 1)
-            sigma, mult, beta, sens = noise.noise_std, noise.noise_multiplier, noise.delta_sensitivity_per_step, \
-                noise.sensitivity
-        else:
-            sigma, mult, beta, sens = self.noise_std_arg, 0.0, 0.0, None
+        sigma, mult, beta, sens = self._per_step_noise(ledger, D, q, steps, n_priv)
         opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
         start = 0
         if ck is not None:

@@ -62,7 +62,7 @@ import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..data import DataSplits, PrivateSplit
-from ..models.autoencoder import unit_normalise
+from ..privacy.rows import unit_normalise
 from ..ot import dp_sliced_wasserstein, random_directions
 from ..ot import sliced as _sliced
 from ..ot.flows import (
@@ -78,6 +78,7 @@ from ..privacy.dpswflow import (
     calibrate_flow_r,
     calibrate_one_shot,
 )
+from ..privacy.rows import clip_rows, fixed_size
 from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
 from .base import (
     GenerativeMethod,
@@ -86,7 +87,6 @@ from .base import (
     load_resume_checkpoint,
     secret_seed,
 )
-from .dpswd_generator import clip_rows, fixed_size
 
 
 # ---------------------------------------------------------------------------------------------

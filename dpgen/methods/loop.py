@@ -68,6 +68,18 @@ class Budget:
             self.left -= 1
 
 
+def progress_bar(name: str, ctx: TrainContext, transient: bool = False) -> Progress:
+    """The progress bar of the loop (also used for a method's PUBLIC pre-training, e.g. DPSWflow's AE)."""
+    return Progress(TextColumn(f"[bold]{name}[/] " + "{task.completed}/{task.total}"), BarColumn(),
+                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                    disable=not ctx.progress, transient=transient)
+
+
+def save_public_artifact(obj: dict, path) -> None:
+    """Atomic write of a PUBLIC artefact outside the checkpoint (e.g. an autoencoder trained on public data only)."""
+    atomic_save(obj, path)
+
+
 def _check_finite(values: dict, step: int) -> None:
     for k, v in values.items():
         if isinstance(v, float) and not math.isfinite(v):
@@ -116,9 +128,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
         end = min(end, int(ctx.max_steps))
 
     t0, done, values, stopped = time.time(), start, {}, False
-    bar = Progress(TextColumn(f"[bold]{method.name}[/] " + "{task.completed}/{task.total}"), BarColumn(),
-                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                   disable=not ctx.progress, transient=False)
+    bar = progress_bar(method.name, ctx)
     with bar:
         task = bar.add_task("train", total=end, completed=start, info="")
         for t in range(start, end):

@@ -160,6 +160,37 @@ def test_resume_continues_the_ledger_and_the_step_count(tmp_path, data):
         _fit(tmp_path, data, steps=6, resume=tmp_path / "checkpoints" / "last.pt", clip_norm=0.3)
 
 
+def test_a_non_finite_private_loss_neither_stops_nor_steers_the_run(tmp_path, data, monkeypatch):
+    """Defect 4: the run aborted when the UN-noised private loss was not finite (a one-bit release).
+    Now nothing branches on it: the sanitiser maps non-finite gradient entries to 0 before clipping
+    (the release is then noise only), the run goes on and every step is recorded."""
+    import dpgen.methods.dpsinkhorn as mod
+
+    real = mod.sinkhorn_generator_loss
+
+    def nan_cross_term(ot, rows_gen, rows_real, n, debias, ratio):  # NaN through the private cross term only
+        return real(ot, rows_gen, rows_real, n, debias, ratio) + rows_gen[:n].sum() * rows_real.sum() * float("nan")
+
+    monkeypatch.setattr(mod, "sinkhorn_generator_loss", nan_cross_term)
+    method, ledger, out, _ = _fit(tmp_path, data, steps=3, noise_multiplier=2.0)
+    assert out["train_steps"] == 3 == ledger.steps and math.isfinite(out["train_released_grad_norm"])
+    assert all(torch.isfinite(p).all() for p in method.G.parameters())
+
+
+def test_a_non_finite_private_pixel_cannot_crash_the_run(tmp_path, data):
+    """Real images enter through the PUBLIC value range (NaN -> the range's low end, clamp), so a bad
+    private record cannot abort the run (GeomLoss raises on a NaN diameter)."""
+    from dpgen.data.base import DataSplits, PrivateSplit
+
+    x, y = data.private._gather(torch.arange(len(data.private)))
+    x = x.clone()
+    x[:, :, 0, 0] = float("nan")
+    bad = DataSplits(data.name, PrivateSplit(x, y), data.test, None, data.num_classes, data.image_shape,
+                     data.value_range)
+    _, ledger, out, _ = _fit(tmp_path, bad, steps=2, noise_multiplier=2.0)
+    assert out["train_steps"] == 2 == ledger.steps
+
+
 def test_bad_settings_name_the_setting():
     for kw, key in [({"cost": "l3"}, "model.cost"), ({"debias": "half"}, "model.debias"),
                     ({"clip": "col"}, "model.clip"), ({"clip_norm": 0}, "model.clip_norm"),

@@ -159,8 +159,9 @@ class DPSinkhorn(GenerativeMethod):
         if n_extra and self.private:
             x_debias.register_hook(lambda g: clip_whole(g, self.clip_norm))  # no data dependence: clip, no noise
         x_t, y_t = self.sampler.sample()                                              # Y ~ Poisson(q) private batch
-        lo, hi = self._range
-        rows_real = embed((x_t.to(dev) - lo) / (hi - lo) * 2.0 - 1.0, y_t.to(dev), k, self.embed_multiplier)
+        lo, hi = self._range  # public value range: a non-finite or out-of-range pixel cannot crash the loss
+        x_t = torch.nan_to_num(x_t.to(dev), nan=lo, posinf=hi, neginf=lo).clamp(lo, hi)
+        rows_real = embed((x_t - lo) / (hi - lo) * 2.0 - 1.0, y_t.to(dev), k, self.embed_multiplier)
         rows_gen = embed(torch.cat([x_cross, x_debias]), y_all, k, self.embed_multiplier)
         if rows_real.shape[0] > 0:  # L = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])  (semi-debiased, spec §1)
             loss = sinkhorn_generator_loss(self.ot, rows_gen, rows_real, n, self.debias, self.ratio)

@@ -282,3 +282,30 @@ def test_digits_networks_match_the_spec_sizes():
     assert DigitsClassifier(320, 10)(torch.rand(3, 320)).shape == (3, 10)
     with pytest.raises(ValueError, match="28x28"):
         DigitsFeatureExtractor(in_shape=(1, 16, 16))
+
+
+# ------------------------------------------------------------------- issue 11: replace-one DP-DANN
+@pytest.mark.parametrize("fixed", [None, 3.0])
+def test_replace_one_dp_dann_accounts_with_twice_the_sensitivity(tmp_path, fixed):
+    """Sampling without replacement = replace-one: the clipped sum moves by up to 2C, so noise sigma*C
+    is a Gaussian mechanism with multiplier sigma/2; the reported epsilon is the RDP epsilon of sigma/2."""
+    data = _tiny_data()
+    a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=fixed)
+    led = PrivacyLedger(50.0, 1e-4, "without_replacement", len(data.private))
+    out = _method(a, epochs=3, start_align=1).fit(data, led, _ctx(tmp_path))
+    sigma, q = out["noise_multiplier"], 10 / len(data.private)
+    want = RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2, q, led.steps)], 1e-4)
+    assert led.steps == 8 and led.epsilon() == pytest.approx(want, rel=1e-9)
+    assert out["accounted_noise_multiplier"] == pytest.approx(sigma / 2)
+    assert out["sensitivity_on_sum"] == pytest.approx(2.0 * a.clip_norm)
+    if fixed is None:  # calibrated: sigma/2 meets the target, sigma/2 is the smallest that does
+        assert want <= 50.0
+        assert RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2 * 0.98, q, 8)], 1e-4) > 50.0
+
+
+def test_poisson_dp_dann_accounts_with_sigma_itself(tmp_path):
+    data = _tiny_data()
+    a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=3.0)
+    led = PrivacyLedger(50.0, 1e-4, "poisson", len(data.private))
+    out = _method(a, epochs=3, start_align=1).fit(data, led, _ctx(tmp_path))
+    assert out["accounted_noise_multiplier"] == 3.0 and led.entries[0].noise_multiplier == 3.0

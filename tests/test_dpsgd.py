@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from dpgen.privacy.dpsgd import assign_grads, clip_per_sample, per_sample_grads, private_gradient
@@ -49,3 +50,13 @@ def test_assign_grads_writes_param_grad():
     g = {k: torch.full_like(p, 0.5) for k, p in m.named_parameters()}
     assign_grads(m, g)
     assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in m.parameters())
+
+
+def test_replace_one_halves_the_accounted_multiplier():
+    from dpgen.privacy.dpsgd import accounted_multiplier, noise_multiplier_for, sensitivity_in_clip_norms
+
+    assert sensitivity_in_clip_norms("poisson") == 1.0 and sensitivity_in_clip_norms("without_replacement") == 2.0
+    assert accounted_multiplier(3.0, "poisson") == 3.0 and accounted_multiplier(3.0, "without_replacement") == 1.5
+    assert noise_multiplier_for(1.5, "without_replacement") == 3.0
+    with pytest.raises(ValueError, match="accountant.sampling"):
+        sensitivity_in_clip_norms("shuffle")

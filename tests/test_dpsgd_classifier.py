@@ -157,3 +157,42 @@ def test_mnist_preset_runs_on_shared_data(tmp_path, data_root):
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert res["n_private"] == 60000 and res["privacy"]["private_steps"] == 1
+
+
+# ------------------------------------------------------------------------ issue 11: privacy defects
+def _tiny_splits(n: int = 60, seed: int = 0):
+    from dpgen.data import DataSplits, PrivateSplit, TensorSplit
+
+    gen = torch.Generator().manual_seed(seed)
+    x, y = torch.rand(n, 1, 8, 8, generator=gen), torch.randint(3, (n,), generator=gen)
+    return DataSplits(name="tiny", private=PrivateSplit(x, y), test=TensorSplit(x[:10], y[:10]), public=None,
+                      num_classes=3, image_shape=(1, 8, 8))
+
+
+def _tiny_fit(tmp_path: Path, ledger, **kw):
+    from functools import partial
+
+    from dpgen.logging import RunLogger
+    from dpgen.methods.base import TrainContext
+
+    net = partial(ConvClassifier, channels=(2, 2), kernel_size=3, padding=1, hidden=(4, 4), norm="none")
+    m = DPSGDClassifier(network=net, batch_size=10, epochs=1, lr=0.1, microbatch=8, **kw)
+    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, progress=False,
+                       deterministic=True)
+    return m, m.fit(_tiny_splits(), ledger, ctx)
+
+
+@pytest.mark.parametrize("fixed", [None, 3.0])
+def test_replace_one_dp_sgd_accounts_with_twice_the_sensitivity(tmp_path, fixed):
+    """Sampling without replacement = replace-one: the clipped sum moves by up to 2C, so the ledger's
+    epsilon is the RDP epsilon of multiplier sigma/2 (the same rule as DP-DANN)."""
+    from dpgen.privacy import PrivacyLedger, RDPAccountant, Release
+
+    led = PrivacyLedger(50.0, 1e-4, "without_replacement", 60)
+    _, out = _tiny_fit(tmp_path, led, noise_multiplier=fixed)
+    sigma = out["noise_multiplier"]
+    want = RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2, 10 / 60, 6)], 1e-4)
+    assert led.steps == 6 and led.epsilon() == pytest.approx(want, rel=1e-9)
+    assert out["accounted_noise_multiplier"] == pytest.approx(sigma / 2) and out["sensitivity_on_sum"] == 2.0
+    if fixed is None:
+        assert want <= 50.0

@@ -34,8 +34,11 @@ Privacy boundary (the private variants):
   of the target domain loss CE(D(GRL(g(x_t))), 0) w.r.t. *all* parameters of g and D jointly (D
   directly, g through the gradient-reversal layer) are clipped to a joint L2 norm C, summed, noised
   with N(0, sigma^2 C^2) and divided by the public expected batch size qN (DP-SGD, Abadi et al.).
-  Everything else (source CE, source domain loss) is public.  sigma is calibrated to
-  ``accountant.epsilon`` with the RDP accountant for the planned number of private steps.
+  Everything else (source CE, source domain loss) is public.  The neighbouring relation follows
+  ``accountant.sampling``: Poisson = add/remove (sensitivity C, the ledger records sigma);
+  without_replacement = replace-one (sensitivity 2C, the ledger records sigma / 2).  The accounted
+  multiplier is calibrated to ``accountant.epsilon`` with the RDP accountant for the planned number
+  of private steps, and sigma = accounted multiplier * (sensitivity / C).
 Both record every private release in the ledger, use the ledger's sampling for the sampler, stop
 before the target epsilon would be exceeded (``ledger.allowance``), and draw sampling / directions /
 noise from OS entropy unless ``trainer.deterministic=true``.  The non-private variants record their
@@ -59,8 +62,15 @@ from torch import nn
 from ..data import DataSplits
 from ..models.da import grad_reverse
 from ..ot import dp_sliced_wasserstein, random_directions, sliced_wasserstein
-from ..privacy import PrivacyLedger, PrivateSampler, RDPAccountant, calibrate_dpswd
-from ..privacy.dpsgd import clip_per_sample, noisy_mean, per_sample_grads
+from ..privacy import PrivacyLedger, PrivateSampler, calibrate_dpswd
+from ..privacy.dpsgd import (
+    accounted_multiplier,
+    clip_per_sample,
+    noise_multiplier_for,
+    noisy_mean,
+    per_sample_grads,
+    sensitivity_in_clip_norms,
+)
 from ..utils import atomic_save, rng_state, set_rng_state
 from .base import Method, NonFiniteLossError, TrainContext, load_resume_checkpoint, secret_seed
 from .dpswd_generator import clip_rows, fixed_size
@@ -111,9 +121,15 @@ class Alignment(ABC):
         """``x_s: (B, *input)`` public source batch, ``f_s = g(x_s): (B, d)`` (train mode, with grad);
         ``x_t: (b, *input)`` the private batch."""
 
+    @property
+    def accounted_multiplier(self) -> float:
+        """Noise std / L2 sensitivity of one release under the ledger's neighbouring relation (what
+        the ledger records and the budget stop uses)."""
+        return self.noise_multiplier
+
     def record(self, ledger: PrivacyLedger, sample_rate: float) -> None:
         """One access to a private batch: record it (noise 0 = not private -> epsilon inf)."""
-        ledger.record(self.noise_multiplier, sample_rate, 1, self.delta_per_step)
+        ledger.record(self.accounted_multiplier, sample_rate, 1, self.delta_per_step)
 
 
 # ---------------------------------------------------------------------------------------- swd
@@ -261,22 +277,33 @@ class DPDANNAlignment(DANNAlignment):
         self.clip_norm = float(clip_norm)
         self.fixed_multiplier = noise_multiplier
         self.expected_batch = 1.0
+        self.sampling = "poisson"
         self.generator: torch.Generator | None = None  # None: the (secretly seeded) global RNG
+
+    @property
+    def accounted_multiplier(self) -> float:
+        """sigma under add/remove (Poisson, sensitivity C); sigma / 2 under replace-one (sampling without
+        replacement: one replaced record moves the clipped sum by up to 2C)."""
+        return accounted_multiplier(self.noise_multiplier, self.sampling)
 
     def setup(self, actx):
         super().setup(actx)
         self._path = _DomainPath(actx.feature_extractor, self._mods["disc"])
         led = actx.ledger
+        self.sampling = led.sampling
         self.expected_batch = actx.sample_rate * actx.n_private
         if self.fixed_multiplier is not None:  # e.g. the released baseline's sigma: report the epsilon it gives
             self.noise_multiplier = float(self.fixed_multiplier)
         else:
             if led.target_epsilon is None:
                 raise ValueError("the dp_dann alignment needs accountant.epsilon (or model.alignment.noise_multiplier)")
-            self.noise_multiplier = RDPAccountant(led.sampling).calibrate(led.target_epsilon, led.delta, actx.sample_rate,
-                                                                          actx.private_steps)
+            # calibrate the accounted multiplier, then scale the noise by the sensitivity (C or 2C)
+            self.noise_multiplier = noise_multiplier_for(led.calibrate(actx.sample_rate, actx.private_steps),
+                                                         led.sampling)
         return {"noise_multiplier": self.noise_multiplier, "clip_norm": self.clip_norm,
-                "noise_std_on_sum": self.noise_multiplier * self.clip_norm, "guarantee": "rigorous"}
+                "noise_std_on_sum": self.noise_multiplier * self.clip_norm,
+                "sensitivity_on_sum": sensitivity_in_clip_norms(led.sampling) * self.clip_norm,
+                "accounted_noise_multiplier": self.accounted_multiplier, "guarantee": "rigorous"}
 
     @staticmethod
     def _one_loss(out_fn, x: torch.Tensor) -> torch.Tensor:
@@ -373,7 +400,7 @@ class DomainAdaptation(Method):
                          "public_generator": pub_gen.get_state(), "report": report}, ctx.checkpoint_path)
 
         q = sampler.sample_rate
-        allowance = ledger.allowance(self.alignment.noise_multiplier, q, self.alignment.delta_per_step) \
+        allowance = ledger.allowance(self.alignment.accounted_multiplier, q, self.alignment.delta_per_step) \
             if self.private else None
         used_since, stopped_by_budget = 0, False
         # private gradients are keyed by the names of the g+D module of the alignment (DP-DANN)

@@ -7,8 +7,13 @@ of std sigma*C (DP-SGD, Abadi et al. 2016, Algorithm 1).  Everything after that 
 evaluation) is post-processing.  The per-sample gradients exist only inside that function, for one
 step, and are never logged or saved.
 
+Neighbouring relation (``accountant.sampling``): ``poisson`` = add/remove one record, the clipped sum
+moves by <= C and the ledger records sigma; ``without_replacement`` (fixed batches of B) = replace one
+record, the sum moves by <= 2C and the ledger records sigma / 2 (calibration targets sigma / 2, then
+sigma = 2 x that).  See ``privacy.dpsgd.accounted_multiplier``.
+
 Algorithm (one step; T = epochs * ceil(N / B) steps, q = B / N):
-  1. B_t ~ Poisson(q) batch from the sampler                                   (Alg. 1 line 3)
+  1. B_t ~ Poisson(q) batch from the sampler (or B of N without replacement)  (Alg. 1 line 3)
   2. g_i = grad l(theta; x_i),  g~_i = g_i / max(1, ||g_i|| / C)                (lines 5-6)
   3. g~ = (sum_i g~_i + N(0, sigma^2 C^2 I)) / (q N)   <- the only private release  (line 7)
   4. theta <- theta - lr g~ (SGD, optional momentum)                           (line 8)
@@ -48,7 +53,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.bayesian import DEFAULT_CONF, BayesianAccountant, MomentsAccountant
-from ..privacy.dpsgd import assign_grads, clip_per_sample, noisy_mean, per_sample_grads
+from ..privacy.dpsgd import (
+    accounted_multiplier,
+    assign_grads,
+    clip_per_sample,
+    noise_multiplier_for,
+    noisy_mean,
+    per_sample_grads,
+    sensitivity_in_clip_norms,
+)
 from ..privacy.wdp import WassersteinAccountant, pairwise_distances
 from ..utils import atomic_save, rng_state, set_rng_state
 from .base import Method, NonFiniteLossError, TrainContext, load_resume_checkpoint, secret_seed
@@ -118,9 +131,6 @@ class DPSGDClassifier(Method):
         if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.net.modules()):
             raise ValueError("the network has BatchNorm: per-sample gradients are undefined for it in training "
                              "mode; use model.network.norm=group or none")
-        if self.private and ledger.sampling != "poisson":
-            raise ValueError("the DP-SGD classifier is accounted for Poisson sampling (add/remove adjacency, "
-                             "sensitivity C): set accountant.sampling=poisson")
         n_priv = len(data.private)
         # secret randomness for sampling, noise and pair selection (module docstring)
         sampler_seed, noise_seed = secret_seed(ctx, 1), secret_seed(ctx, 2)
@@ -133,7 +143,7 @@ class DPSGDClassifier(Method):
 
         if self.private:
             if self.noise_multiplier_cfg is None:  # sigma from accountant.epsilon (RDP) for the whole schedule
-                sigma = ledger.calibrate(q, steps)
+                sigma = noise_multiplier_for(ledger.calibrate(q, steps), ledger.sampling)
             else:
                 sigma = self.noise_multiplier_cfg
             # reported-only accountants (never calibrate, never stop training)
@@ -166,7 +176,9 @@ class DPSGDClassifier(Method):
                          "noise_generator": noise_gen.get_state(), "rng": rng_state(), "noise_multiplier": sigma},
                         ctx.checkpoint_path)
 
-        allowance = ledger.allowance(sigma, q) if self.private else None
+        # noise std sigma*C over the sensitivity (C add/remove, 2C replace-one): what the ledger records
+        accounted = accounted_multiplier(sigma, ledger.sampling)
+        allowance = ledger.allowance(accounted, q) if self.private else None
         used_since, stopped_by_budget = 0, False
         t0, step = time.time(), start
         self.net.train()
@@ -183,7 +195,7 @@ class DPSGDClassifier(Method):
                 x, y = sampler.sample()
                 if self.private:
                     grads, distances = self._private_step(x, y, sigma, q * n_priv, noise_gen)
-                    ledger.record(sigma, q)                         # the release of line 7
+                    ledger.record(accounted, q)                     # the release of line 7
                     self.wa.step(distances, sigma * self.C, q)      # reported only
                     self.ba.step(distances, sigma * self.C, q)
                     self.ma.step(self.C, sigma * self.C, q)
@@ -214,6 +226,8 @@ class DPSGDClassifier(Method):
         return {"train_steps": final_step, "steps_planned": steps, "stopped_by_budget": stopped_by_budget,
                 "train_time_s": train_time, "steps_per_s": (final_step - start) / max(train_time, 1e-9),
                 "noise_multiplier": sigma, "noise_std": sigma * self.C if self.private else 0.0,
+                "accounted_noise_multiplier": accounted,
+                "sensitivity_on_sum": sensitivity_in_clip_norms(ledger.sampling) * self.C,
                 "max_grad_norm": self.C, "sample_rate": q, "epochs_done": final_step * q,
                 "pairs_per_step": self.n_pairs if self.private else 0, "pair_mode": self.pair_mode,
                 "guarantee": "rigorous (RDP/PLD)" if self.private else "none (non-private)"}

@@ -11,9 +11,16 @@ One step on a Poisson batch B_t (rate q, expected size q N), the accountant's as
     g~_i     = g_i / max(1, ||g_i||_2 / C)                         clip to norm C         (line 6)
     g~       = (sum_i g~_i + N(0, sigma^2 C^2 I)) / (q N)          noise, average         (line 7)
 
-Under add/remove of one record the clipped sum changes by at most C in L2, so the release is the
-subsampled Gaussian mechanism with noise multiplier ``sigma`` (what the ledger records).  Dividing
-by the *public* expected batch size q N (not the realised, private size) keeps it post-processing.
+Neighbouring relation and sensitivity (``accountant.sampling``):
+
+* ``poisson`` (add/remove one record): the clipped sum changes by at most C in L2, so the release
+  is the subsampled Gaussian mechanism with noise multiplier ``sigma`` (std / sensitivity).
+* ``without_replacement`` (replace one record, fixed batch size B): the clipped sum changes by
+  ``||g~_x - g~_x'|| <= 2C``, so noise of std ``sigma C`` is a Gaussian mechanism with multiplier
+  ``sigma / 2``: the ledger records (and calibration targets) ``sigma / 2``.
+
+:func:`accounted_multiplier` / :func:`noise_multiplier_for` convert between the two.  Dividing by
+the *public* expected batch size q N (not the realised, private size) keeps it post-processing.
 """
 
 from __future__ import annotations
@@ -24,6 +31,27 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 Grads = dict[str, torch.Tensor]
+
+
+def sensitivity_in_clip_norms(sampling: str) -> float:
+    """L2 sensitivity of the clipped sum ``sum_i g~_i`` in units of C under the relation of ``sampling``:
+    1 for ``poisson`` (add/remove one record), 2 for ``without_replacement`` (replace one record)."""
+    if sampling == "poisson":
+        return 1.0
+    if sampling == "without_replacement":
+        return 2.0
+    raise ValueError(f"accountant.sampling={sampling!r} is unknown; choose poisson or without_replacement")
+
+
+def accounted_multiplier(noise_multiplier: float, sampling: str) -> float:
+    """Multiplier the accountant must record for noise std ``noise_multiplier * C`` on the clipped sum:
+    std / sensitivity = ``noise_multiplier / sensitivity_in_clip_norms(sampling)``."""
+    return float(noise_multiplier) / sensitivity_in_clip_norms(sampling)
+
+
+def noise_multiplier_for(accounted: float, sampling: str) -> float:
+    """Inverse of :func:`accounted_multiplier`: noise std in units of C that gives the accounted multiplier."""
+    return float(accounted) * sensitivity_in_clip_norms(sampling)
 
 
 def per_sample_grads(model: torch.nn.Module, loss_one: Callable[..., torch.Tensor], *batch: torch.Tensor,

@@ -53,7 +53,11 @@ def test_assign_grads_writes_param_grad():
 
 
 def test_replace_one_halves_the_accounted_multiplier():
-    from dpgen.privacy.dpsgd import accounted_multiplier, noise_multiplier_for, sensitivity_in_clip_norms
+    from dpgen.privacy.dpsgd import (
+        accounted_multiplier,
+        noise_multiplier_for,
+        sensitivity_in_clip_norms,
+    )
 
     assert sensitivity_in_clip_norms("poisson") == 1.0 and sensitivity_in_clip_norms("without_replacement") == 2.0
     assert accounted_multiplier(3.0, "poisson") == 3.0 and accounted_multiplier(3.0, "without_replacement") == 1.5

@@ -196,3 +196,11 @@ def test_replace_one_dp_sgd_accounts_with_twice_the_sensitivity(tmp_path, fixed)
     assert out["accounted_noise_multiplier"] == pytest.approx(sigma / 2) and out["sensitivity_on_sum"] == 2.0
     if fixed is None:
         assert want <= 50.0
+
+
+def test_non_private_sgd_reports_infinite_epsilon(tmp_path):
+    from dpgen.privacy import PrivacyLedger
+
+    led = PrivacyLedger(None, 1e-4, "poisson", 60)
+    _, out = _tiny_fit(tmp_path, led, private=False)
+    assert led.steps == 6 and math.isinf(led.epsilon()) and math.isinf(led.summary()["epsilon_pld"])

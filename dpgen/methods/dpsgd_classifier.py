@@ -202,6 +202,7 @@ class DPSGDClassifier(Method):
                     used_since += 1
                 else:
                     grads = self._plain_step(x, y)
+                    ledger.record(0.0, q)  # an un-noised access to a private batch: epsilon = inf
                 if not all(torch.isfinite(g).all() for g in grads.values()):
                     raise NonFiniteLossError(step, "gradient")
                 assign_grads(self.net, grads)
@@ -284,7 +285,8 @@ class DPSGDClassifier(Method):
         return p if self.pair_mode == "add_remove" else p * (p - 1) // 2
 
     def _plain_step(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Non-private SGD step on the mean loss (``private=false`` baseline; nothing is accounted)."""
+        """Non-private SGD step on the mean loss (``private=false`` baseline; recorded with noise 0, so the
+        run reports epsilon = inf like every other non-private baseline)."""
         x, y = self._normalize(x.to(self.device)), y.to(self.device)
         self.net.zero_grad(set_to_none=True)
         loss = F.cross_entropy(self.net(x), y) if x.shape[0] else None

@@ -45,8 +45,9 @@ def run(preset: str, out: Path, extra: list[str]) -> dict:
     res_file = out / "results.json"
     if res_file.exists():  # resumable script: finished runs are kept
         return json.loads(res_file.read_text())
+    # WA/BA/MA read un-noised private gradients: an explicit opt-in (the runs are labelled "not DP")
     cmd = [sys.executable, str(ROOT / "train.py"), f"experiment={preset}", "logger=local", "trainer.progress=false",
-           "trainer.log_every=25", f"hydra.run.dir={out}", *extra]
+           "trainer.log_every=25", "accountant.data_dependent_reports=true", f"hydra.run.dir={out}", *extra]
     print("$", " ".join(cmd[1:]), flush=True)
     r = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "HYDRA_FULL_ERROR": "1"}, capture_output=True, text=True)
     (out / "stdout.txt").write_text(r.stdout + "\n" + r.stderr[-5000:])

@@ -77,7 +77,8 @@ def test_bad_settings_fail_with_messages_naming_them():
 # ---------------------------------------------------------------------------------- end to end
 def test_digits_dpsgd_run_writes_results_with_four_epsilons(tmp_path):
     out = tmp_path / "run"
-    r = train(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=20", f"hydra.run.dir={out}"])
+    r = train(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=20", "accountant.data_dependent_reports=true",
+               f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert 0.0 <= res["metrics"]["test_accuracy"] <= 1.0
@@ -87,6 +88,7 @@ def test_digits_dpsgd_run_writes_results_with_four_epsilons(tmp_path):
     assert p["epsilon_rdp"] <= p["target_epsilon"] and p["private_steps"] == 20
     assert res["train"]["noise_multiplier"] > 0.5  # calibrated for the full schedule, not for 20 steps
     assert "epsilon (WA, reported only)" in r.stdout and "NOT a DP" in r.stdout
+    assert p["status"] == "not DP: data-dependent reports" and "not DP: data-dependent reports" in r.stdout
     header = (out / "metrics.csv").read_text().splitlines()[0]
     assert "epsilon_wa" in header and "epsilon_rdp" in header
     ck = load_checkpoint(out / "checkpoints" / "last.pt")
@@ -96,7 +98,8 @@ def test_digits_dpsgd_run_writes_results_with_four_epsilons(tmp_path):
 
 def test_resumed_run_continues_the_reported_accountants(tmp_path):
     out = tmp_path / "run"
-    common = ["experiment=digits_dpsgd", *FAST, "evaluator=none", "trainer.checkpoint_every=5", f"hydra.run.dir={out}"]
+    common = ["experiment=digits_dpsgd", *FAST, "evaluator=none", "trainer.checkpoint_every=5",
+              "accountant.data_dependent_reports=true", f"hydra.run.dir={out}"]
     assert train([*common, "trainer.max_steps=10"]).returncode == 0
     r = train([*common, "trainer.max_steps=15", "trainer.resume=true"])
     assert r.returncode == 0, r.stderr[-3000:]
@@ -204,3 +207,17 @@ def test_non_private_sgd_reports_infinite_epsilon(tmp_path):
     led = PrivacyLedger(None, 1e-4, "poisson", 60)
     _, out = _tiny_fit(tmp_path, led, private=False)
     assert led.steps == 6 and math.isinf(led.epsilon()) and math.isinf(led.summary()["epsilon_pld"])
+
+
+def test_default_private_run_publishes_no_data_dependent_accountant(tmp_path):
+    """WA/BA are un-noised functions of private gradients: off unless accountant.data_dependent_reports=true."""
+    out = tmp_path / "run"
+    r = train(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=10", "evaluator=none", f"hydra.run.dir={out}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    p = json.loads((out / "results.json").read_text())["privacy"]
+    assert not any(k in p for k in ("epsilon_wa", "epsilon_ba", "epsilon_ma", "reported_accountants", "status"))
+    assert p["data_dependent_reports"] is False and math.isfinite(p["epsilon_rdp"])
+    header = (out / "metrics.csv").read_text().splitlines()[0]
+    assert "epsilon_rdp" in header and not any(k in header for k in ("epsilon_wa", "epsilon_ba", "epsilon_ma"))
+    assert "WA" not in r.stdout and "not DP" not in r.stdout
+    assert "reported" not in load_checkpoint(out / "checkpoints" / "last.pt")["ledger"]

@@ -18,8 +18,10 @@ Algorithm (one step; T = epochs * ceil(N / B) steps, q = B / N):
   3. g~ = (sum_i g~_i + N(0, sigma^2 C^2 I)) / (q N)   <- the only private release  (line 7)
   4. theta <- theta - lr g~ (SGD, optional momentum)                           (line 8)
   5. accounting: RDP (calibrates sigma, enforces the budget stop) and PLD from (sigma, q);
-     reported only: WA (Theorem 2 of WDP) and BA from the distances of P(P-1)/2 pairs of
-     neighbouring gradient sums, MA at the worst-case distance C.
+     only with ``accountant.data_dependent_reports=true`` (off by default): WA (Theorem 2 of WDP)
+     and BA from the distances of P(P-1)/2 pairs of neighbouring gradient sums, MA at the
+     worst-case distance C.  WA/BA are un-noised functions of private gradients, so such a run is
+     labelled "not DP: data-dependent reports" in results.json, the printed table and W&B.
 
 Pair statistics (spec wdp.md §6.4, adapted; ``pair_mode``).  WA and BA need distances
 ``d = ||g - g'||`` between the released gradient sums of neighbouring datasets.  The release here is
@@ -32,8 +34,9 @@ members x:
     The authors add noise sigma*C to the batch MEAN instead, so their d/s is about B times smaller.
 ``pair_mask_keep < 1`` multiplies the vectors by one Bernoulli coordinate mask, as the authors do
 (they also sparsify their update; dpgen does not, so the default is 1).  The WA/BA values are
-computed from private gradients and are not themselves covered by the guarantee: report them as
-comparisons, as the paper does.  Only ``epsilon_rdp`` (and ``epsilon_pld``) are guarantees.
+computed from private gradients and are not themselves covered by the guarantee: they are computed
+and published only on the explicit opt-in above.  Only ``epsilon_rdp`` (and ``epsilon_pld``) are
+guarantees.
 
 Randomness: the sampler, the noise and the pair selection use secret OS-seeded generators unless
 ``trainer.deterministic=true``.  ``checkpoints/last.pt`` holds their states (as sensitive as the
@@ -112,6 +115,7 @@ class DPSGDClassifier(Method):
         self.ba_orders, self.ba_conf, self.ma_orders = list(ba_orders), float(ba_conf), list(ma_orders)
         self.net: torch.nn.Module | None = None
         self.device = torch.device("cpu")
+        self.reports = False  # WA/BA/MA: only with accountant.data_dependent_reports=true (set in fit)
 
     # ------------------------------------------------------------------------------------
     def steps_planned(self, n_private: int) -> int:
@@ -138,23 +142,31 @@ class DPSGDClassifier(Method):
         noise_gen = torch.Generator().manual_seed(noise_seed)
         q = sampler.sample_rate
         steps = self.steps_planned(n_priv)
+        # WA/BA (and MA beside them) are computed from un-noised clipped gradients of private records: an
+        # explicit opt-in whose run is labelled "not DP: data-dependent reports" (privacy.ledger)
+        self.reports = self.private and ledger.data_dependent_reports
+        if self.reports and ledger.sampling != "poisson":
+            raise ValueError("accountant.data_dependent_reports=true (WA/BA/MA) is implemented for Poisson sampling "
+                             "(add/remove pairs) only: set accountant.sampling=poisson or "
+                             "accountant.data_dependent_reports=false")
         signature = {"n_private": n_priv, "dataset": data.name, "batch_size": self.batch_size, "epochs": self.epochs,
-                     "private": self.private, "max_grad_norm": self.C, "sampling": ledger.sampling}
+                     "private": self.private, "max_grad_norm": self.C, "sampling": ledger.sampling,
+                     "data_dependent_reports": self.reports}
 
         if self.private:
             if self.noise_multiplier_cfg is None:  # sigma from accountant.epsilon (RDP) for the whole schedule
                 sigma = noise_multiplier_for(ledger.calibrate(q, steps), ledger.sampling)
             else:
                 sigma = self.noise_multiplier_cfg
-            # reported-only accountants (never calibrate, never stop training)
+        else:
+            sigma = 0.0
+        self.sigma = sigma
+        if self.reports:  # reported-only accountants (never calibrate, never stop training)
             self.wa = WassersteinAccountant(self.wa_order, self.wa_beta)
             self.ba = BayesianAccountant(self.ba_orders, total_steps=steps, conf=self.ba_conf)
             self.ma = MomentsAccountant(self.ma_orders)
             for acct in (self.wa, self.ba, self.ma):
                 ledger.add_reported(acct)
-        else:
-            sigma = 0.0
-        self.sigma = sigma
 
         opt = torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum)
         start = 0
@@ -196,9 +208,10 @@ class DPSGDClassifier(Method):
                 if self.private:
                     grads, distances = self._private_step(x, y, sigma, q * n_priv, noise_gen)
                     ledger.record(accounted, q)                     # the release of line 7
-                    self.wa.step(distances, sigma * self.C, q)      # reported only
-                    self.ba.step(distances, sigma * self.C, q)
-                    self.ma.step(self.C, sigma * self.C, q)
+                    if self.reports:                                # opt-in, not covered by epsilon
+                        self.wa.step(distances, sigma * self.C, q)
+                        self.ba.step(distances, sigma * self.C, q)
+                        self.ma.step(self.C, sigma * self.C, q)
                     used_since += 1
                 else:
                     grads = self._plain_step(x, y)
@@ -230,20 +243,21 @@ class DPSGDClassifier(Method):
                 "accounted_noise_multiplier": accounted,
                 "sensitivity_on_sum": sensitivity_in_clip_norms(ledger.sampling) * self.C,
                 "max_grad_norm": self.C, "sample_rate": q, "epochs_done": final_step * q,
-                "pairs_per_step": self.n_pairs if self.private else 0, "pair_mode": self.pair_mode,
+                "pairs_per_step": self.n_pairs if self.reports else 0, "pair_mode": self.pair_mode,
                 "guarantee": "rigorous (RDP/PLD)" if self.private else "none (non-private)"}
 
     # ------------------------------------------------------------------------------------
     def _private_step(self, x: torch.Tensor, y: torch.Tensor, sigma: float, expected_batch: float,
                       noise_gen: torch.Generator) -> tuple[dict[str, torch.Tensor], list[float]]:
-        """Lines 5-7 on one private batch, in microbatches.  Returns the private gradient and the
-        pair distances for WA/BA.  The per-sample gradients die with this frame."""
+        """Lines 5-7 on one private batch, in microbatches.  Returns the private gradient and (only with
+        ``self.reports``, the data-dependent opt-in) the pair distances for WA/BA, else ``[]``.  The
+        per-sample gradients die with this frame."""
         x, y = self._normalize(x.to(self.device)), y.to(self.device)
         n = x.shape[0]
         params = {k: v.detach() for k, v in self.net.named_parameters() if v.requires_grad}
         total = {k: torch.zeros_like(v) for k, v in params.items()}
         m = min(self.pair_samples, n)
-        chosen = torch.randperm(n, generator=noise_gen)[:m].tolist() if n else []
+        chosen = torch.randperm(n, generator=noise_gen)[:m].tolist() if n and self.reports else []
         chosen_set = set(chosen)
         pair_vecs: list[torch.Tensor] = []
         for i in range(0, n, self.microbatch):
@@ -258,7 +272,7 @@ class DPSGDClassifier(Method):
             del g, clipped
         # line 7: noise on the SUM (sensitivity C under add/remove), divide by the public q N
         private = noisy_mean({k: v.unsqueeze(0) for k, v in total.items()}, self.C, sigma, expected_batch, noise_gen)
-        distances = self._pair_distances(pair_vecs, noise_gen)
+        distances = self._pair_distances(pair_vecs, noise_gen) if self.reports else []
         return private, distances
 
     def _pair_distances(self, pair_vecs: list[torch.Tensor], noise_gen: torch.Generator) -> list[float]:

@@ -66,6 +66,7 @@ def dpsgd_rows(device: torch.device, batch: int = 256, repeats: int = 3) -> list
     torch.manual_seed(0)
     m = DPSGDClassifier(network=mnist_convnet, batch_size=batch, normalize_mean=(0.1307,), normalize_std=(0.3081,))
     m.net, m.device = mnist_convnet().to(device), device
+    m.reports = True  # time the pair statistics too (the accountant.data_dependent_reports=true path)
     x, y = torch.rand(batch, 1, 28, 28), torch.randint(10, (batch,))
     gen = torch.Generator().manual_seed(0)
     m._private_step(x, y, 1.0, float(batch), gen)  # warm-up

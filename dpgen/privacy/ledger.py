@@ -34,7 +34,6 @@ from .accountants import (
     check_sampling,
 )
 
-
 NOT_DP_DATA_DEPENDENT = "not DP: data-dependent reports"
 
 

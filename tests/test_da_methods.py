@@ -309,3 +309,19 @@ def test_poisson_dp_dann_accounts_with_sigma_itself(tmp_path):
     led = PrivacyLedger(50.0, 1e-4, "poisson", len(data.private))
     out = _method(a, epochs=3, start_align=1).fit(data, led, _ctx(tmp_path))
     assert out["accounted_noise_multiplier"] == 3.0 and led.entries[0].noise_multiplier == 3.0
+
+
+def test_short_epochs_clamp_start_align_with_a_warning_naming_both_settings():
+    """issue 16: a preset's start_align with a short model.epochs override runs (aligning in the last epoch)."""
+    with pytest.warns(UserWarning, match=r"model\.start_align=10 >= model\.epochs=2.*model\.start_align=1"):
+        m = _method(SWDAlignment(num_projections=10), epochs=2, start_align=10, private=False)
+    assert m.start_align == 1 and m.schedule(40)[1] == 4  # 4 warm-up steps of 8
+    with pytest.raises(ValueError, match="model.start_align"):
+        _method(SWDAlignment(num_projections=10), epochs=2, start_align=-1, private=False)
+
+
+def test_da_preset_with_a_short_epochs_override_builds(tmp_path):
+    cfg = compose_cfg(["experiment=mnist_usps_dpswd", "model.epochs=1"], out_dir=tmp_path)
+    with pytest.warns(UserWarning, match="model.start_align"):
+        m = instantiate(cfg.model, _convert_="all")
+    assert m.start_align == 0 and m.epochs == 1

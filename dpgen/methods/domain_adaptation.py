@@ -340,8 +340,15 @@ class DomainAdaptation(Method):
             raise ValueError(f"model.private={private} but {type(alignment).__name__} is "
                              f"{'private' if alignment.private else 'not private'}; set model.private="
                              f"{str(alignment.private).lower()}")
-        if not 0 <= start_align < epochs:
-            raise ValueError(f"model.start_align must be in [0, model.epochs={epochs}), got {start_align}")
+        if not epochs >= 1:
+            raise ValueError(f"model.epochs must be >= 1, got {epochs}")
+        if not start_align >= 0:
+            raise ValueError(f"model.start_align must be >= 0 (warm-up epochs before alignment), got {start_align}")
+        if start_align >= epochs:  # e.g. a preset's start_align with a short model.epochs override
+            warnings.warn(f"model.start_align={start_align} >= model.epochs={epochs}: alignment would never run; "
+                          f"using model.start_align={epochs - 1} (set model.start_align below model.epochs to choose)",
+                          stacklevel=2)
+            start_align = epochs - 1
         self.make_g, self.make_h, self.alignment = feature_extractor, classifier, alignment
         self.batch_size, self.epochs, self.start_align = int(batch_size), int(epochs), int(start_align)
         self.lr, self.betas, self.private = float(lr), tuple(betas), bool(private)

@@ -191,7 +191,7 @@ def test_replace_one_dp_sgd_accounts_with_twice_the_sensitivity(tmp_path, fixed)
     epsilon is the RDP epsilon of multiplier sigma/2 (the same rule as DP-DANN)."""
     from dpgen.privacy import PrivacyLedger, RDPAccountant, Release
 
-    led = PrivacyLedger(50.0, 1e-4, "without_replacement", 60)
+    led = PrivacyLedger(50.0, 1e-4, "without_replacement")
     _, out = _tiny_fit(tmp_path, led, noise_multiplier=fixed)
     sigma = out["noise_multiplier"]
     want = RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2, 10 / 60, 6)], 1e-4)
@@ -204,7 +204,7 @@ def test_replace_one_dp_sgd_accounts_with_twice_the_sensitivity(tmp_path, fixed)
 def test_non_private_sgd_reports_infinite_epsilon(tmp_path):
     from dpgen.privacy import PrivacyLedger
 
-    led = PrivacyLedger(None, 1e-4, "poisson", 60)
+    led = PrivacyLedger(None, 1e-4, "poisson")
     _, out = _tiny_fit(tmp_path, led, private=False)
     assert led.steps == 6 and math.isinf(led.epsilon()) and math.isinf(led.summary()["epsilon_pld"])
 

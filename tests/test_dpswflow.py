@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import dpgen.methods.dpswflow as flowmod
-import dpgen.ot.sliced as sliced
 from dpgen.data.datasets import digits
 from dpgen.logging import RunLogger
 from dpgen.methods import DPSWFlow, DPSWFlowR, DPSWGen, TrainContext
@@ -45,16 +44,17 @@ def _ctx(tmp_path, **kw) -> TrainContext:
 
 def _spy_releases(monkeypatch) -> list[tuple[torch.Tensor, float, tuple]]:
     """Count every call of the Gaussian projection mechanism (the private release) and keep its noise."""
-    real = sliced.gaussian_projection_release
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+
+    real = GaussianProjectionRelease.release
     calls: list = []
 
-    def spy(x, u, sigma, generator=None):
-        out = real(x, u, sigma, generator=generator)
-        if not x.requires_grad:  # generated rows (DPSWgen) enter with gradients; private rows never do
-            calls.append(((out - x @ u).detach(), sigma, tuple(x.shape)))
+    def spy(self, x, u):
+        out = real(self, x, u)
+        calls.append(((out - x @ u).detach(), self.noise_std, tuple(x.shape)))
         return out
 
-    monkeypatch.setattr(sliced, "gaussian_projection_release", spy)
+    monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
     return calls
 
 
@@ -112,6 +112,17 @@ def test_dpswflow_noises_the_private_projections_exactly_once(data, tmp_path, mo
     assert noise.std().item() == pytest.approx(sigma, rel=0.03)  # the noise added equals the calibrated noise
     assert ledger.steps == 1 and ledger.entries[0].sample_rate == 1.0
     assert ledger.epsilon() <= 10.0
+
+
+def test_dpswflow_one_shot_release_is_recorded_replace_one_not_poisson(data, tmp_path):
+    """Defect 7: the one-shot release (whole set, N public) was labelled with the sampler's poisson."""
+    ledger = PrivacyLedger(10.0, 1e-4, "poisson")
+    out = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=3).fit(data, ledger, _ctx(tmp_path))
+    assert [(e.relation, e.sample_rate) for e in ledger.entries] == [("replace_one", 1.0)]
+    assert ledger.summary()["neighbouring_relation"] == "replace_one"
+    assert out["mechanisms"]["one_shot"]["relation"] == "replace_one"
+    art = torch.load(tmp_path / "release.pt", weights_only=False)  # weights only: particles and the public AE
+    assert set(art) == {"particles", "autoencoder", "signature"}
 
 
 def test_dpswflow_r_noises_a_fresh_private_batch_every_step(data, tmp_path, monkeypatch):

@@ -71,9 +71,9 @@ from ..privacy.dpsgd import (
     per_sample_grads,
     sensitivity_in_clip_norms,
 )
+from ..privacy.rows import clip_rows, fixed_size
 from ..utils import atomic_save, rng_state, set_rng_state
 from .base import Method, NonFiniteLossError, TrainContext, load_resume_checkpoint, secret_seed
-from .dpswd_generator import clip_rows, fixed_size
 
 SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (§2.4)
 

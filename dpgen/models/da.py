@@ -42,15 +42,6 @@ def grad_reverse(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     return _GradientReversal.apply(x, float(scale))
 
 
-class GradientReversal(nn.Module):
-    def __init__(self, scale: float = 1.0) -> None:
-        super().__init__()
-        self.scale = float(scale)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return grad_reverse(x, self.scale)
-
-
 # ----------------------------------------------------------------------------------- digits
 class DigitsFeatureExtractor(nn.Module):
     """g for MNIST/USPS 28x28 (§2.3): Conv(1->32,5) -> MaxPool2 -> ReLU -> Conv(32->20,5) ->

@@ -221,11 +221,3 @@ class PLDAccountant(Accountant):
         acct.compose(dp_accounting.ComposedDpEvent(events))
         return float(acct.get_epsilon(delta))
 
-
-def make_accountant(name: str, sampling: str) -> Accountant:
-    """Build an accountant by its short name (``rdp`` or ``pld``)."""
-    if name == "rdp":
-        return RDPAccountant(sampling)
-    if name == "pld":
-        return PLDAccountant(sampling)
-    raise ValueError(f"unknown accountant {name!r}; choose rdp or pld")

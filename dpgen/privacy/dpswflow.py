@@ -26,7 +26,7 @@ import numpy as np
 from scipy.special import gammaln, logsumexp
 
 from .accountants import RDPAccountant, check_epsilon_delta
-from .dpswd import DPSWDNoise, calibrate_dpswd, dpswd_epsilon
+from .dpswd import DPSWDNoise, calibrate_dpswd
 from .sensitivity import l2_sensitivity, w_clt
 
 ROW_DIAMETER = 2.0  # unit-norm latents: ||x - x'|| <= 2 (spec §4.1)
@@ -43,15 +43,6 @@ def calibrate_flow_r(epsilon: float, delta: float, *, d: int, k: int, sample_rat
     return calibrate_dpswd(epsilon, delta, d=d, k=k, sample_rate=sample_rate, steps=steps, bound=bound,
                            sampling=sampling, delta_split="union", sensitivity_fraction=sensitivity_fraction,
                            row_diameter=ROW_DIAMETER, partners=partners)
-
-
-def flow_r_epsilon(noise_std: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
-                   bound: str = "chernoff", sampling: str = "poisson", sensitivity_fraction: float = 0.5,
-                   partners: int = 1) -> float:
-    """Forward check of :func:`calibrate_flow_r`."""
-    return dpswd_epsilon(noise_std, delta, d=d, k=k, sample_rate=sample_rate, steps=steps, bound=bound,
-                         sampling=sampling, delta_split="union", sensitivity_fraction=sensitivity_fraction,
-                         row_diameter=ROW_DIAMETER, partners=partners)
 
 
 # -- one-shot Gaussian mechanism (Algorithm 2) -------------------------------------------------

@@ -105,18 +105,6 @@ def rdp_to_wdp(eps: float, mu: ArrayLike, sens: float = 1.0) -> np.ndarray:
     return 0.5 * sens * (2.0 * eps) ** (1.0 / (2.0 * _order(mu)))
 
 
-def wdp_to_dp(eps: float, mu: float, lipschitz: float, reading: str = "a") -> float:
-    """Prop. 11 [uncertain in the spec]: (mu, eps)-WDP with an L-Lipschitz output log-density =>
-    pure DP with budget ``L eps^{mu/(mu+1)}`` (reading ``"a"``) or ``L eps^{mu/(2(mu+1))}``
-    (reading ``"b"``, the one matching the printed zCDP exponent).  Not used by any experiment."""
-    _order(mu)
-    if reading == "a":
-        return lipschitz * eps ** (mu / (mu + 1.0))
-    if reading == "b":
-        return lipschitz * eps ** (mu / (2.0 * (mu + 1.0)))
-    raise ValueError(f"reading must be 'a' or 'b', got {reading!r}")
-
-
 # -------------------------------------------------------------------------- Lemma 1 (§5.3)
 def gaussian_abs_moment(mu: float, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
     """Lemma 1 (Winkelbauer 2012, eq. 17): ``E|Z|^mu`` for ``Z ~ N(mean, var)``, real ``mu > -1``.

@@ -23,22 +23,23 @@ def _timeit(fn, repeats: int = 5, warmup: int = 1) -> float:
 
 
 def _step_time(device: torch.device, batch: int = 50) -> tuple[str, str]:
-    from dpgen.data import PrivateSplit
+    from pathlib import Path
+
+    from dpgen.data.base import DataSplits, PrivateSplit, TensorSplit
+    from dpgen.methods import TrainContext
     from dpgen.methods.dpsinkhorn import DPSinkhorn
     from dpgen.models import DCGANCondGenerator
-    from dpgen.privacy import PrivateSampler
+    from dpgen.privacy import PrivacyLedger
 
     g = torch.Generator().manual_seed(0)
     x, y = torch.rand(60000, 1, 28, 28, generator=g), torch.randint(10, (60000,), generator=g)
-    m = DPSinkhorn(partial(DCGANCondGenerator), batch_size=batch, steps=10, m=1.0, noise_multiplier=1.1)
-    m.device, m.num_classes = device, 10
-    m.G = DCGANCondGenerator((1, 28, 28), 10).to(device)
-    m._to_pm1 = lambda t: t * 2 - 1
-    opt = torch.optim.Adam(m.G.parameters(), lr=1e-5)
-    sampler = PrivateSampler(PrivateSplit(x, y), batch, "poisson", seed=0)
+    data = DataSplits("bench", PrivateSplit(x, y), TensorSplit(x[:10], y[:10]), None, 10, (1, 28, 28))
+    m = DPSinkhorn(partial(DCGANCondGenerator), batch_size=batch, steps=10, m=1.0, noise_multiplier=1.1, lr=1e-5)
+    m.setup(data, PrivacyLedger(10.0, 1e-5), TrainContext(device=device, logger=None, run_dir=Path("."),
+                                                         progress=False, deterministic=True))
 
     def step() -> None:
-        m._step(sampler, opt, 1.1, 0)
+        m.step(0)
         if device.type == "cuda":
             torch.cuda.synchronize()
 

@@ -103,7 +103,7 @@ def main() -> None:
     for ds, dp, nonpriv in rows:
         p, t, pa = dp["privacy"], dp["train"], PAPER.get(ds, {})
         lines.append(
-            f"| {ds} | {t['train_steps']} steps, q = {t['sample_rate']:.4f} ({t['epochs_done']:.2f} epochs) | "
+            f"| {ds} | {t['train_steps']} steps, q = {t['sample_rate']:.4f} ({t['train_steps'] * t['sample_rate']:.2f} epochs) | "
             f"{nonpriv['metrics']['test_accuracy']:.4f} | {dp['metrics']['test_accuracy']:.4f} | "
             f"{t['noise_multiplier']:.3f} | {fmt(p['epsilon_rdp'])} | {fmt(p['epsilon_pld'])} | {fmt(p['epsilon_ma'])} | "
             f"{fmt(p['epsilon_ba'])} | {fmt(p['epsilon_wa'])} | {pa.get('acc', ('—', '—'))[0]} / "

@@ -57,9 +57,9 @@ def test_per_sample_clipping_bounds_every_norm_and_keeps_small_gradients():
 def test_pair_distances_add_remove_and_leave_one_out_modes():
     vecs = torch.tensor([[3.0, 4.0], [0.0, 1.0], [1.0, 0.0]])
     gen = torch.Generator().manual_seed(0)
-    m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="add_remove", max_grad_norm=2.0)
+    m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="add_remove", clip_norm=2.0)
     assert m._pair_distances([vecs], gen) == pytest.approx([5.0, 1.0, 1.0, 2.0])  # padded with C
-    m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="loo", max_grad_norm=2.0)
+    m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="loo", clip_norm=2.0)
     d = m._pair_distances([vecs], gen)
     assert d[:3] == pytest.approx([math.sqrt(9 + 9), math.sqrt(4 + 16), math.sqrt(2)])
     assert d[3:] == [4.0] * 3 and len(d) == 6  # padded with 2C to P(P-1)/2
@@ -68,8 +68,8 @@ def test_pair_distances_add_remove_and_leave_one_out_modes():
 def test_bad_settings_fail_with_messages_naming_them():
     with pytest.raises(ValueError, match="model.pair_samples"):
         DPSGDClassifier(network=mnist_convnet, pair_samples=2)
-    with pytest.raises(ValueError, match="model.max_grad_norm"):
-        DPSGDClassifier(network=mnist_convnet, max_grad_norm=0)
+    with pytest.raises(ValueError, match="model.clip_norm"):
+        DPSGDClassifier(network=mnist_convnet, clip_norm=0)
     with pytest.raises(ValueError, match="model.pair_mode"):
         DPSGDClassifier(network=mnist_convnet, pair_mode="x")
 

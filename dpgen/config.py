@@ -28,6 +28,7 @@ class AccountantSchema:
     epsilon: float | None = 10.0
     delta: float = 1e-5
     sampling: str = "poisson"
+    data_dependent_reports: bool = False  # WA/BA/MA reports from un-noised private statistics: run labelled "not DP"
 
 
 @dataclass
@@ -72,6 +73,9 @@ def validate(cfg: DictConfig) -> None:
     if acc.get("sampling") not in SAMPLING_SCHEMES:
         raise ConfigError(f"accountant.sampling={acc.get('sampling')!r} is not a known sampling scheme; choose "
                           f"{' or '.join(SAMPLING_SCHEMES)}")
+    if acc.get("data_dependent_reports", False) and acc.get("sampling") != "poisson":
+        raise ConfigError("accountant.data_dependent_reports=true (WA/BA/MA) is implemented for Poisson sampling only: "
+                          "set accountant.sampling=poisson or accountant.data_dependent_reports=false")
     private = cfg.model.get("private", True)
     if private and eps is None:
         raise ConfigError("accountant.epsilon=null needs model.private=false (a non-private run); set "

@@ -116,6 +116,8 @@ def _print_summary(console: Console, results: dict) -> None:
     for k, v in results["metrics"].items():
         t.add_row(k, _fmt(v))
     p = results["privacy"]
+    if p.get("status"):  # e.g. "not DP: data-dependent reports" (accountant.data_dependent_reports=true)
+        t.add_row("privacy status", f"[bold red]{p['status']}[/]")
     note = qualifier(p.get("guarantee", RIGOROUS))
     t.add_row("epsilon spent (RDP)", _fmt(p["epsilon_rdp"]) + (f"  ({note})" if note else ""))
     t.add_row("epsilon spent (PLD)", _fmt(p["epsilon_pld"]) if p["epsilon_pld"] is not None else "n/a (sampling "
@@ -133,3 +135,6 @@ def _print_summary(console: Console, results: dict) -> None:
         for name, label in p["reported_accountants"].items():
             Console().print(f"  {name.upper()}: {label}")
         Console().print(f"  {p['reported_accountants_note']}")
+    if p.get("status"):
+        Console().print(f"  [bold red]{p['status']}[/]: the run folder publishes un-noised functions of private "
+                        "records; it is not covered by its epsilon")

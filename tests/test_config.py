@@ -76,3 +76,14 @@ def test_submitit_slurm_launcher_composes():
 def test_joblib_launcher_composes():
     cfg = compose_cfg(["hydra/launcher=joblib"], return_hydra_config=True)
     assert "joblib" in cfg.hydra.launcher._target_.lower()
+
+
+def test_data_dependent_reports_is_a_typed_opt_in_for_poisson_only(tmp_path, data_must_not_load):
+    cfg = compose_cfg(["accountant.data_dependent_reports=maybe"], out_dir=tmp_path)
+    with pytest.raises(ConfigError, match="data_dependent_reports"):
+        run(cfg)
+    cfg = compose_cfg(["accountant.data_dependent_reports=true", "accountant.sampling=without_replacement"],
+                      out_dir=tmp_path)
+    with pytest.raises(ConfigError, match="accountant.data_dependent_reports"):
+        run(cfg)
+    assert compose_cfg([], out_dir=tmp_path).accountant.data_dependent_reports is False

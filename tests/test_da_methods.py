@@ -121,6 +121,7 @@ def test_dpswd_adapter_noisy_release_hides_the_target_batch_as_sigma_grows():
     def grads(a, x_t):
         g.zero_grad()
         torch.manual_seed(123)  # same directions and noise for both target batches
+        a.mechanism.generator.manual_seed(123)  # the release's own noise generator
         a(g, x_s, g(x_s), x_t).loss.backward()
         return torch.cat([p.grad.flatten() for p in g.parameters()])
 
@@ -168,7 +169,7 @@ def test_dp_dann_one_target_record_moves_the_noiseless_gradient_by_at_most_c_ove
     g = _mlp_g()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), weight=0.3, clip_norm=0.1)
     a.setup(_actx(g))
-    a.noise_multiplier = 0.0
+    a.mechanism.noise_std = 0.0  # the noiseless release (the sensitivity is a property of the clipped sum)
     x = torch.randn(10, 12) * 5
     extra = torch.randn(1, 12) * 50
     g1, g2 = a._private_grads(x), a._private_grads(torch.cat([x, extra]))
@@ -282,3 +283,47 @@ def test_digits_networks_match_the_spec_sizes():
     assert DigitsClassifier(320, 10)(torch.rand(3, 320)).shape == (3, 10)
     with pytest.raises(ValueError, match="28x28"):
         DigitsFeatureExtractor(in_shape=(1, 16, 16))
+
+
+# ------------------------------------------------------------------- issue 11: replace-one DP-DANN
+@pytest.mark.parametrize("fixed", [None, 3.0])
+def test_replace_one_dp_dann_accounts_with_twice_the_sensitivity(tmp_path, fixed):
+    """Sampling without replacement = replace-one: the clipped sum moves by up to 2C, so noise of std
+    sigma*C is a Gaussian mechanism with multiplier sigma/2; the reported epsilon is the RDP epsilon of
+    sigma/2 (sigma = noise std / C, the DP-SGD convention)."""
+    data = _tiny_data()
+    a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=fixed)
+    led = PrivacyLedger(50.0, 1e-4, "without_replacement")
+    out = _method(a, epochs=3, start_align=1).fit(data, led, _ctx(tmp_path))
+    sigma, q = out["noise_std_on_sum"] / a.clip_norm, 10 / len(data.private)
+    want = RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2, q, led.steps)], 1e-4)
+    assert led.steps == 8 and led.epsilon() == pytest.approx(want, rel=1e-9)
+    assert out["noise_multiplier"] == pytest.approx(sigma / 2)  # noise std / sensitivity
+    assert out["sensitivity_on_sum"] == pytest.approx(2.0 * a.clip_norm)
+    if fixed is None:  # calibrated: sigma/2 meets the target, sigma/2 is the smallest that does
+        assert want <= 50.0
+        assert RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2 * 0.98, q, 8)], 1e-4) > 50.0
+
+
+def test_poisson_dp_dann_accounts_with_sigma_itself(tmp_path):
+    data = _tiny_data()
+    a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=3.0)
+    led = PrivacyLedger(50.0, 1e-4, "poisson")
+    out = _method(a, epochs=3, start_align=1).fit(data, led, _ctx(tmp_path))
+    assert out["noise_std_on_sum"] == 3.0 * a.clip_norm and led.entries[0].noise_multiplier == 3.0
+
+
+def test_short_epochs_clamp_start_align_with_a_warning_naming_both_settings():
+    """issue 16: a preset's start_align with a short model.epochs override runs (aligning in the last epoch)."""
+    with pytest.warns(UserWarning, match=r"model\.start_align=10 >= model\.epochs=2.*model\.start_align=1"):
+        m = _method(SWDAlignment(num_projections=10), epochs=2, start_align=10, private=False)
+    assert m.start_align == 1 and m.schedule(40)[1] == 4  # 4 warm-up steps of 8
+    with pytest.raises(ValueError, match="model.start_align"):
+        _method(SWDAlignment(num_projections=10), epochs=2, start_align=-1, private=False)
+
+
+def test_da_preset_with_a_short_epochs_override_builds(tmp_path):
+    cfg = compose_cfg(["experiment=mnist_usps_dpswd", "model.epochs=1"], out_dir=tmp_path)
+    with pytest.warns(UserWarning, match="model.start_align"):
+        m = instantiate(cfg.model, _convert_="all")
+    assert m.start_align == 0 and m.epochs == 1

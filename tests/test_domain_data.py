@@ -120,3 +120,28 @@ def test_labels_beyond_num_classes_are_rejected(tmp_path):
     _write_npz(tmp_path / "office31" / "dslr.npz", 40, 8, 31, 0)
     with pytest.raises(ValueError, match="num_classes"):
         feature_pair(str(tmp_path), "office31", "amazon", "dslr", num_classes=31)
+
+
+def test_transductive_evaluation_needs_the_explicit_flag_and_is_labelled(tmp_path):
+    """test_fraction=0 evaluates on the private target records: refused unless allowed, then labelled."""
+    from dpgen.eval import DomainAdaptationEvaluator
+
+    (tmp_path / "office31").mkdir()
+    _write_npz(tmp_path / "office31" / "amazon.npz", 62, 8, 31, 0)
+    _write_npz(tmp_path / "office31" / "webcam.npz", 62, 8, 31, 1)
+    with pytest.raises(ValueError, match="dataset.allow_transductive_eval=true"):
+        feature_pair(str(tmp_path), "office31", "amazon", "webcam", num_classes=31, test_fraction=0)
+    with pytest.warns(UserWarning, match="not covered"):
+        pair = feature_pair(str(tmp_path), "office31", "amazon", "webcam", num_classes=31, test_fraction=0,
+                            allow_transductive_eval=True)
+    assert pair.transductive_eval and len(pair.test) == len(pair.private) == 62
+
+    class Const:
+        def predict(self, x, batch_size=1000):
+            return torch.zeros(len(x), dtype=torch.long)
+
+    m = DomainAdaptationEvaluator(plot=False)(Const(), pair, logger=None)
+    assert m["acc_target_note"] == "computed on private records — not covered by ε"
+    split = feature_pair(str(tmp_path), "office31", "amazon", "webcam", num_classes=31, test_fraction=0.5)
+    assert not split.transductive_eval
+    assert "acc_target_note" not in DomainAdaptationEvaluator(plot=False)(Const(), split, logger=None)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from dpgen.privacy.dpsgd import assign_grads, clip_per_sample, per_sample_grads, private_gradient
+from dpgen.privacy import PrivacyLedger
+from dpgen.privacy.dpsgd import assign_grads, clip_per_sample, per_sample_grads
+from dpgen.privacy.mechanisms import NoisyGradientSum
 
 
 def _model() -> torch.nn.Module:
@@ -39,7 +41,9 @@ def test_clipping_bounds_every_sample_norm_and_keeps_small_ones():
 def test_noise_std_equals_sigma_times_clip_over_expected_batch():
     c, sigma, qn = 2.0, 1.5, 10.0
     zeros = {"w": torch.zeros(4, 20000)}
-    out, _ = private_gradient(zeros, c, sigma, qn, generator=torch.Generator().manual_seed(1))
+    mech = NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=c, sample_rate=0.1, expected_batch_size=qn, seed=1)
+    mech.set_noise_multiplier(sigma)
+    out = mech.release([zeros])
     std = out["w"].std().item()
     assert abs(std - sigma * c / qn) / (sigma * c / qn) < 0.03
 
@@ -49,3 +53,22 @@ def test_assign_grads_writes_param_grad():
     g = {k: torch.full_like(p, 0.5) for k, p in m.named_parameters()}
     assign_grads(m, g)
     assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in m.parameters())
+
+
+def test_noisy_gradient_sum_clips_inside_and_doubles_the_sensitivity_under_replace_one():
+    """The mechanism enforces ||g~_i|| <= C itself; sensitivity C (add/remove) or 2C (replace-one), so a
+    replace-one release with the same noise multiplier adds twice the noise std and records the same
+    multiplier, with its relation."""
+    big = {"w": torch.randn(6, 50) * 100}
+    for sampling, sens in (("poisson", 1.5), ("without_replacement", 3.0)):
+        led = PrivacyLedger(5.0, 1e-5, sampling)
+        mech = NoisyGradientSum(led, clip_norm=1.5, sample_rate=0.1, expected_batch_size=6.0, seed=0)
+        assert mech.sensitivity == sens
+        mech.noise_std = 0.0  # noiseless: the sum of 6 clipped rows has norm <= 6 C
+        out = mech.release([big])
+        assert out["w"].norm() * 6.0 <= 6 * 1.5 * (1 + 1e-5)
+        mech.set_noise_multiplier(2.0)
+        assert mech.noise_std == 2.0 * sens
+        mech.release([{"w": big["w"][:0]}])  # an empty batch is a release too
+        assert led.steps == 2 and led.entries[-1].noise_multiplier == 2.0
+        assert led.entries[-1].relation == ("add_remove" if sampling == "poisson" else "replace_one")

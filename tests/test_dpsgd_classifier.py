@@ -57,9 +57,9 @@ def test_per_sample_clipping_bounds_every_norm_and_keeps_small_gradients():
 def test_pair_distances_add_remove_and_leave_one_out_modes():
     vecs = torch.tensor([[3.0, 4.0], [0.0, 1.0], [1.0, 0.0]])
     gen = torch.Generator().manual_seed(0)
-    m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="add_remove", max_grad_norm=2.0)
+    m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="add_remove", clip_norm=2.0)
     assert m._pair_distances([vecs], gen) == pytest.approx([5.0, 1.0, 1.0, 2.0])  # padded with C
-    m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="loo", max_grad_norm=2.0)
+    m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="loo", clip_norm=2.0)
     d = m._pair_distances([vecs], gen)
     assert d[:3] == pytest.approx([math.sqrt(9 + 9), math.sqrt(4 + 16), math.sqrt(2)])
     assert d[3:] == [4.0] * 3 and len(d) == 6  # padded with 2C to P(P-1)/2
@@ -68,8 +68,8 @@ def test_pair_distances_add_remove_and_leave_one_out_modes():
 def test_bad_settings_fail_with_messages_naming_them():
     with pytest.raises(ValueError, match="model.pair_samples"):
         DPSGDClassifier(network=mnist_convnet, pair_samples=2)
-    with pytest.raises(ValueError, match="model.max_grad_norm"):
-        DPSGDClassifier(network=mnist_convnet, max_grad_norm=0)
+    with pytest.raises(ValueError, match="model.clip_norm"):
+        DPSGDClassifier(network=mnist_convnet, clip_norm=0)
     with pytest.raises(ValueError, match="model.pair_mode"):
         DPSGDClassifier(network=mnist_convnet, pair_mode="x")
 
@@ -77,7 +77,8 @@ def test_bad_settings_fail_with_messages_naming_them():
 # ---------------------------------------------------------------------------------- end to end
 def test_digits_dpsgd_run_writes_results_with_four_epsilons(tmp_path):
     out = tmp_path / "run"
-    r = train(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=20", f"hydra.run.dir={out}"])
+    r = train(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=20", "accountant.data_dependent_reports=true",
+               f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert 0.0 <= res["metrics"]["test_accuracy"] <= 1.0
@@ -87,6 +88,7 @@ def test_digits_dpsgd_run_writes_results_with_four_epsilons(tmp_path):
     assert p["epsilon_rdp"] <= p["target_epsilon"] and p["private_steps"] == 20
     assert res["train"]["noise_multiplier"] > 0.5  # calibrated for the full schedule, not for 20 steps
     assert "epsilon (WA, reported only)" in r.stdout and "NOT a DP" in r.stdout
+    assert p["status"] == "not DP: data-dependent reports" and "not DP: data-dependent reports" in r.stdout
     header = (out / "metrics.csv").read_text().splitlines()[0]
     assert "epsilon_wa" in header and "epsilon_rdp" in header
     ck = load_checkpoint(out / "checkpoints" / "last.pt")
@@ -96,7 +98,8 @@ def test_digits_dpsgd_run_writes_results_with_four_epsilons(tmp_path):
 
 def test_resumed_run_continues_the_reported_accountants(tmp_path):
     out = tmp_path / "run"
-    common = ["experiment=digits_dpsgd", *FAST, "evaluator=none", "trainer.checkpoint_every=5", f"hydra.run.dir={out}"]
+    common = ["experiment=digits_dpsgd", *FAST, "evaluator=none", "trainer.checkpoint_every=5",
+              "accountant.data_dependent_reports=true", f"hydra.run.dir={out}"]
     assert train([*common, "trainer.max_steps=10"]).returncode == 0
     r = train([*common, "trainer.max_steps=15", "trainer.resume=true"])
     assert r.returncode == 0, r.stderr[-3000:]
@@ -157,3 +160,64 @@ def test_mnist_preset_runs_on_shared_data(tmp_path, data_root):
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert res["n_private"] == 60000 and res["privacy"]["private_steps"] == 1
+
+
+# ------------------------------------------------------------------------ issue 11: privacy defects
+def _tiny_splits(n: int = 60, seed: int = 0):
+    from dpgen.data import DataSplits, PrivateSplit, TensorSplit
+
+    gen = torch.Generator().manual_seed(seed)
+    x, y = torch.rand(n, 1, 8, 8, generator=gen), torch.randint(3, (n,), generator=gen)
+    return DataSplits(name="tiny", private=PrivateSplit(x, y), test=TensorSplit(x[:10], y[:10]), public=None,
+                      num_classes=3, image_shape=(1, 8, 8))
+
+
+def _tiny_fit(tmp_path: Path, ledger, **kw):
+    from functools import partial
+
+    from dpgen.logging import RunLogger
+    from dpgen.methods.base import TrainContext
+
+    net = partial(ConvClassifier, channels=(2, 2), kernel_size=3, padding=1, hidden=(4, 4), norm="none")
+    m = DPSGDClassifier(network=net, batch_size=10, epochs=1, lr=0.1, microbatch=8, **kw)
+    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, progress=False,
+                       deterministic=True)
+    return m, m.fit(_tiny_splits(), ledger, ctx)
+
+
+@pytest.mark.parametrize("fixed", [None, 3.0])
+def test_replace_one_dp_sgd_accounts_with_twice_the_sensitivity(tmp_path, fixed):
+    """Sampling without replacement = replace-one: the clipped sum moves by up to 2C, so the ledger's
+    epsilon is the RDP epsilon of multiplier sigma/2 (the same rule as DP-DANN)."""
+    from dpgen.privacy import PrivacyLedger, RDPAccountant, Release
+
+    led = PrivacyLedger(50.0, 1e-4, "without_replacement")
+    _, out = _tiny_fit(tmp_path, led, noise_multiplier=fixed)
+    sigma = out["noise_multiplier"]
+    want = RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2, 10 / 60, 6)], 1e-4)
+    assert led.steps == 6 and led.epsilon() == pytest.approx(want, rel=1e-9)
+    assert out["accounted_noise_multiplier"] == pytest.approx(sigma / 2) and out["sensitivity_on_sum"] == 2.0
+    if fixed is None:
+        assert want <= 50.0
+
+
+def test_non_private_sgd_reports_infinite_epsilon(tmp_path):
+    from dpgen.privacy import PrivacyLedger
+
+    led = PrivacyLedger(None, 1e-4, "poisson")
+    _, out = _tiny_fit(tmp_path, led, private=False)
+    assert led.steps == 6 and math.isinf(led.epsilon()) and math.isinf(led.summary()["epsilon_pld"])
+
+
+def test_default_private_run_publishes_no_data_dependent_accountant(tmp_path):
+    """WA/BA are un-noised functions of private gradients: off unless accountant.data_dependent_reports=true."""
+    out = tmp_path / "run"
+    r = train(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=10", "evaluator=none", f"hydra.run.dir={out}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    p = json.loads((out / "results.json").read_text())["privacy"]
+    assert not any(k in p for k in ("epsilon_wa", "epsilon_ba", "epsilon_ma", "reported_accountants", "status"))
+    assert p["data_dependent_reports"] is False and math.isfinite(p["epsilon_rdp"])
+    header = (out / "metrics.csv").read_text().splitlines()[0]
+    assert "epsilon_rdp" in header and not any(k in header for k in ("epsilon_wa", "epsilon_ba", "epsilon_ma"))
+    assert "WA" not in r.stdout and "not DP" not in r.stdout
+    assert "reported" not in load_checkpoint(out / "checkpoints" / "last.pt")["ledger"]

@@ -12,7 +12,7 @@ from dpgen.privacy.wdp import WassersteinAccountant
 
 
 def _ledger_with_reported(steps: int = 3) -> PrivacyLedger:
-    led = PrivacyLedger(epsilon=5.0, delta=1e-5)
+    led = PrivacyLedger(epsilon=5.0, delta=1e-5, data_dependent_reports=True)
     for a in (WassersteinAccountant(16, 32), BayesianAccountant(16, total_steps=10), MomentsAccountant(16)):
         led.add_reported(a)
     for _ in range(steps):
@@ -42,13 +42,13 @@ def test_reported_state_survives_a_checkpoint_in_either_attach_order():
     led = _ledger_with_reported(steps=4)
     state = led.state_dict()
     # attach first, then load
-    a = PrivacyLedger(epsilon=5.0, delta=1e-5)
+    a = PrivacyLedger(epsilon=5.0, delta=1e-5, data_dependent_reports=True)
     wa = WassersteinAccountant(16, 32)
     a.add_reported(wa)
     a.load_state_dict(state)
     assert wa.steps == 4 and wa.epsilon(1e-5) == pytest.approx(led.summary()["epsilon_wa"])
     # load first (pipeline order), attach later
-    b = PrivacyLedger(epsilon=5.0, delta=1e-5)
+    b = PrivacyLedger(epsilon=5.0, delta=1e-5, data_dependent_reports=True)
     b.load_state_dict(state)
     ba = BayesianAccountant(16, total_steps=10)
     b.add_reported(ba)
@@ -74,3 +74,20 @@ def test_calibrate_hits_the_target_and_accounts_for_the_history():
     assert led2.calibrate(0.02, 200) > sigma  # part of the budget is already spent
     with pytest.raises(ValueError, match="clashes"):
         led.add_reported(type("X", (), {"name": "rdp"})())
+
+
+# ------------------------------------------------------------ issue 11: data-dependent reports opt-in
+def test_reported_accountants_need_the_explicit_opt_in_and_label_the_run_not_dp():
+    led = PrivacyLedger(epsilon=5.0, delta=1e-5)
+    with pytest.raises(ValueError, match="accountant.data_dependent_reports=true"):
+        led.add_reported(WassersteinAccountant(16, 32))
+    assert led.summary()["data_dependent_reports"] is False and "status" not in led.summary()
+    s = _ledger_with_reported().summary()
+    assert s["data_dependent_reports"] is True and s["status"] == "not DP: data-dependent reports"
+
+
+def test_resume_cannot_switch_data_dependent_reports():
+    state = _ledger_with_reported().state_dict()
+    with pytest.raises(ValueError, match="accountant.data_dependent_reports=true"):
+        PrivacyLedger(epsilon=5.0, delta=1e-5).load_state_dict(state)
+    assert PrivacyLedger.from_state_dict(state).data_dependent_reports

@@ -20,6 +20,6 @@ class ClassifierEvaluator:
             raise TypeError(f"evaluator=classifier needs a classifier method with predict(x); "
                             f"{type(method).__name__} has none (use evaluator=generative or none)")
         t0 = time.time()
-        logits = method.predict(data.test.x, batch_size=self.batch_size)
-        acc = float((logits.argmax(dim=1) == data.test.y).float().mean())
+        pred = method.predict(data.test.x, batch_size=self.batch_size)  # class labels (n,)
+        acc = float((pred == data.test.y).float().mean())
         return {"test_accuracy": acc, "n_test": int(data.test.y.shape[0]), "eval_time_s": time.time() - t0}

@@ -10,42 +10,39 @@ component (``model.alignment._target_``), one class per variant:
 * :class:`DANNAlignment`    — ``dann``: gradient reversal + domain discriminator (Ganin et al.); not private.
 * :class:`DPDANNAlignment`  — ``dp_dann``: DANN whose target-dependent gradients go through DP-SGD.
 
-Training loop (Alg. 2, one step; T = epochs * ceil(N_t / B) steps, an epoch being one expected pass
-over the private target set — the step count the paper's accountant assumed):
+Training step (Alg. 2; T = epochs * ceil(N_t / B) steps, an epoch being one expected pass over the
+private target set — the step count the paper's accountant assumed), run by ``methods.loop``:
   1. source batch (x_s, y_s): B public records, uniformly at random (public randomness)
   2. L_c = CE(h(g(x_s)), y_s)                                                       (Alg. 2 line 7)
   3. from epoch ``start_align`` on: private target batch x_t ~ PrivateSampler(rate B/N_t),
      L = L_c + alignment(g, g(x_s), x_t)                                           (lines 8-12)
   4. Adam step on g, h (and the discriminator)                                      (line 13)
-Warm-up steps (epochs < start_align) never touch the private data.
+Warm-up steps (epochs < start_align) never touch the private data (``step_mechanisms`` is empty).
 
-Privacy boundary (the private variants):
-* ``dpswd``: the target batch enters only ``DPSWDAlignment._target_rows`` -> the Gaussian release
-  ``P_t = r(x_t) U + Z_t``.  r(x) = clip_{1/2}(g(x) / (2R)) with g in *eval* mode, under
-  ``no_grad``: a fixed per-record map (no dropout randomness, no BatchNorm statistics, no autograd
-  path from x_t to any weight); R is a PUBLIC constant (``feature_radius`` or the extractor's public
-  bound, sqrt(320) for the Sigmoid digits features), never the un-noised batch maximum the released
-  code uses (§1.5).  The loss gradient reaches g only through the *source* rows, so the update is a
-  function of (P_t, U, public data, current weights): post-processing of the releases.  (A gradient
-  through g(x_t) would be an un-noised function of the target records, not covered by the analysis,
-  so dpgen never builds one.)
+Privacy boundary (the private variants): the target batch reaches the weights only through the
+alignment's mechanism (``privacy.mechanisms``), whose ``release`` adds the calibrated noise and
+records the release in the ledger in the same call.
+* ``dpswd``: ``GaussianProjectionRelease`` of the rows r(x_t) = clip_{1/2}(g(x_t) / (2R))
+  (``privacy.rows.scale_and_clip``), g in *eval* mode, under ``no_grad``: a fixed per-record map (no
+  dropout randomness, no BatchNorm statistics, no autograd path from x_t to any weight); R is a
+  PUBLIC constant (``feature_radius`` or the extractor's public bound, sqrt(320) for the Sigmoid
+  digits features), never the un-noised batch maximum the released code uses (§1.5).  The loss
+  gradient reaches g only through the *source* rows: post-processing of the release.
   Accounting: d = g.out_dim (320 for digits, not 784), the number of private batches actually drawn.
-* ``dp_dann``: the target batch enters only ``DPDANNAlignment._private_grads``: per-sample gradients
-  of the target domain loss CE(D(GRL(g(x_t))), 0) w.r.t. *all* parameters of g and D jointly (D
-  directly, g through the gradient-reversal layer) are clipped to a joint L2 norm C, summed, noised
-  with N(0, sigma^2 C^2) and divided by the public expected batch size qN (DP-SGD, Abadi et al.).
-  Everything else (source CE, source domain loss) is public.  sigma is calibrated to
-  ``accountant.epsilon`` with the RDP accountant for the planned number of private steps.
-Both record every private release in the ledger, use the ledger's sampling for the sampler, stop
-before the target epsilon would be exceeded (``ledger.allowance``), and draw sampling / directions /
-noise from OS entropy unless ``trainer.deterministic=true``.  The non-private variants record their
-target accesses with noise multiplier 0, so the run reports epsilon = inf.
+* ``dp_dann``: ``NoisyGradientSum`` of the per-sample gradients of the target domain loss
+  CE(D(GRL(g(x_t))), 0) w.r.t. *all* parameters of g and D jointly (D directly, g through the
+  gradient-reversal layer): clipped to a joint L2 norm C, summed, noised, divided by the public
+  expected batch size qN (DP-SGD, Abadi et al.).  Sensitivity C under add/remove (Poisson), 2C under
+  replace-one (sampling without replacement).  Everything else (source CE, source domain loss) is
+  public.
+The non-private variants record each target access with noise multiplier 0 (``UnnoisedAccess``),
+so the run reports epsilon = inf.  Sampling, directions and noise come from OS entropy unless
+``trainer.deterministic=true``.
 """
 
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -53,17 +50,22 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from torch import nn
 
 from ..data import DataSplits
 from ..models.da import grad_reverse
-from ..ot import dp_sliced_wasserstein, random_directions, sliced_wasserstein
-from ..privacy import PrivacyLedger, PrivateSampler, RDPAccountant, calibrate_dpswd
-from ..privacy.dpsgd import clip_per_sample, noisy_mean, per_sample_grads
-from ..privacy.rows import clip_rows, fixed_size
-from ..utils import atomic_save, rng_state, set_rng_state
-from .base import Method, NonFiniteLossError, TrainContext, load_resume_checkpoint, secret_seed
+from ..ot import random_directions, sliced_wasserstein
+from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projected
+from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy.dpsgd import per_sample_grads
+from ..privacy.mechanisms import (
+    GaussianProjectionRelease,
+    Mechanism,
+    NoisyGradientSum,
+    UnnoisedAccess,
+)
+from ..privacy.rows import fixed_size, scale_and_clip
+from .base import Method, TrainContext, mechanism_seed, secret_seed
 
 SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (§2.4)
 
@@ -79,27 +81,29 @@ class AlignmentContext:
     batch_size: int
     ledger: PrivacyLedger
     device: torch.device
+    seed: int | None = None  # the mechanism's noise seed (None: OS entropy)
 
 
 @dataclass
 class AlignmentOutput:
     loss: torch.Tensor  # public-autograd part, added to L_c before backward
     private_grads: dict[str, torch.Tensor] | None = None  # {param name in `modules()`: grad}, added after backward
-    value: float = float("nan")  # for logging
+    value: float = float("nan")  # for logging (public or released)
 
 
 class Alignment(ABC):
-    """The alignment term of one DA variant."""
+    """The alignment term of one DA variant; ``mechanism`` is its one release per aligning step."""
 
     private: bool = False
 
     def __init__(self, weight: float = 1.0) -> None:
         self.weight = float(weight)
-        self.noise_multiplier = 0.0
-        self.delta_per_step = 0.0
+        self.mechanism: Mechanism | None = None
 
     def setup(self, actx: AlignmentContext) -> dict:
-        """Build extra networks, calibrate the noise; return what to report in the results."""
+        """Build extra networks and the mechanism (calibrated); return what to report in the results.
+        Non-private variants: an ``UnnoisedAccess`` (epsilon = inf)."""
+        self.mechanism = UnnoisedAccess(actx.ledger, sample_rate=actx.sample_rate)
         return {}
 
     def modules(self) -> nn.ModuleDict:
@@ -109,11 +113,7 @@ class Alignment(ABC):
     @abstractmethod
     def __call__(self, g: nn.Module, x_s: torch.Tensor, f_s: torch.Tensor, x_t: torch.Tensor) -> AlignmentOutput:
         """``x_s: (B, *input)`` public source batch, ``f_s = g(x_s): (B, d)`` (train mode, with grad);
-        ``x_t: (b, *input)`` the private batch."""
-
-    def record(self, ledger: PrivacyLedger, sample_rate: float) -> None:
-        """One access to a private batch: record it (noise 0 = not private -> epsilon inf)."""
-        ledger.record(self.noise_multiplier, sample_rate, 1, self.delta_per_step)
+        ``x_t: (b, *input)`` the private batch (used only through ``self.mechanism``)."""
 
 
 # ---------------------------------------------------------------------------------------- swd
@@ -125,14 +125,14 @@ class SWDAlignment(Alignment):
         self.k, self.power = int(num_projections), float(power)
 
     def __call__(self, g, x_s, f_s, x_t):
-        f_t = g(x_t)
-        sw = sliced_wasserstein(f_s, f_t, k=self.k, q=self.power)
+        self.mechanism.release()  # an un-noised access, recorded
+        sw = sliced_wasserstein(f_s, g(x_t), k=self.k, q=self.power)
         return AlignmentOutput(self.weight * sw, value=float(sw.detach()))
 
 
 # -------------------------------------------------------------------------------------- dpswd
 class DPSWDAlignment(Alignment):
-    """Algorithm 2: ``weight * 2R * DPSWD_sigma(r(x_s), r(x_t))`` with r = clip_{1/2}(g(.)/(2R)).
+    """Algorithm 2: ``weight * 2R * SW_2(r(x_s) U + Z_s, r(x_t) U + Z_t)`` with r = clip_{1/2}(g(.)/(2R)).
 
     ``feature_radius`` R: public bound used to scale feature rows (rows with ||g(x)|| > R are clipped,
     so ||r(x)|| <= 1/2 always and two rows differ by <= 1, Lemma 2's assumption).  ``None`` takes the
@@ -149,7 +149,7 @@ class DPSWDAlignment(Alignment):
                              "chernoff")
         self.k, self.power, self.bound = int(num_projections), float(power), bound
         self.feature_radius, self.sensitivity_fraction = feature_radius, float(sensitivity_fraction)
-        self.noise_std, self.radius, self.batch_size, self.d = 0.0, 1.0, 0, 0
+        self.radius, self.batch_size, self.d = 1.0, 0, 0
 
     def setup(self, actx):
         g = actx.feature_extractor
@@ -160,27 +160,38 @@ class DPSWDAlignment(Alignment):
         if not float(r) > 0:
             raise ValueError(f"model.alignment.feature_radius must be > 0, got {r}")
         self.radius, self.batch_size, self.d = float(r), actx.batch_size, int(g.out_dim)
-        led = actx.ledger
-        if led.target_epsilon is None:
+        if actx.ledger.target_epsilon is None:
             raise ValueError("the dpswd alignment needs accountant.epsilon (use the swd preset for no privacy)")
-        if self.bound == "clt":
-            warnings.warn("model.alignment.bound=clt is an asymptotic approximation, not a rigorous bound: the "
-                          "reported (epsilon, delta) is not a DP guarantee", stacklevel=2)
         # sigma for the real feature dimension and the real number of private batches (spec §1.6, corrected)
-        noise = calibrate_dpswd(led.target_epsilon, led.delta, d=self.d, k=self.k, sample_rate=actx.sample_rate,
-                                steps=actx.private_steps, bound=self.bound, sampling=led.sampling, delta_split="union",
-                                sensitivity_fraction=self.sensitivity_fraction,
-                                partners=actx.n_private + 1 if led.sampling == "poisson" else 1)
-        self.noise_std, self.noise_multiplier = noise.noise_std, noise.noise_multiplier
-        self.delta_per_step = noise.delta_sensitivity_per_step
-        return {"noise_std": self.noise_std, "noise_multiplier": self.noise_multiplier, "sensitivity": noise.sensitivity,
+        self.mechanism = GaussianProjectionRelease(
+            actx.ledger, dim=self.d, num_projections=self.k, steps=actx.private_steps, sample_rate=actx.sample_rate,
+            n_private=actx.n_private, bound=self.bound, sensitivity_fraction=self.sensitivity_fraction,
+            row_diameter=1.0, seed=actx.seed)
+        self.mechanism.calibrate(actx.private_steps)
+        m = self.mechanism
+        return {"noise_std": m.noise_std, "noise_multiplier": m.noise_multiplier, "sensitivity": m.sensitivity,
                 "sensitivity_bound": self.bound, "feature_dim": self.d, "num_projections": self.k,
-                "feature_radius": self.radius,
-                "guarantee": "asymptotic CLT bound: NOT a rigorous DP guarantee" if self.bound == "clt" else "rigorous"}
+                "feature_radius": self.radius, "guarantee": m.guarantee}
+
+    @property
+    def noise_std(self) -> float:
+        return self.mechanism.noise_std
+
+    @noise_std.setter
+    def noise_std(self, value: float) -> None:  # tests: the same release with another std
+        self.mechanism.noise_std = float(value)
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.mechanism.noise_multiplier
+
+    @property
+    def delta_per_step(self) -> float:
+        return self.mechanism.beta
 
     def rows(self, f: torch.Tensor) -> torch.Tensor:
         """Lines 10-11 with a public constant: ``clip_{1/2}(f / (2R))``, ``(n, d) -> (n, d)``."""
-        return clip_rows(f / (2.0 * self.radius), 0.5)
+        return scale_and_clip(f, self.radius)
 
     def _eval_features(self, g: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """g(x) in eval mode: a deterministic per-record map (no dropout; BatchNorm, if any, frozen)."""
@@ -197,13 +208,14 @@ class DPSWDAlignment(Alignment):
         return fixed_size(self.rows(self._eval_features(g, x_t)), self.batch_size)
 
     def __call__(self, g, x_s, f_s, x_t):
-        rows_t = self._target_rows(g, x_t)
+        rows_t = self._target_rows(g, x_t)                                           # lines 10-11, target
         u = random_directions(self.d, self.k, device=f_s.device, dtype=f_s.dtype)  # fresh directions (§1.1)
-        # the source side through the same (eval-mode) map as the target, so both sides are comparable
+        p_t = self.mechanism.release(rows_t, u)                                      # P_t = r(x_t) U + Z_t
+        # the source side through the same (eval-mode) map, smoothed with noise of the same std (line 12)
         rows_s = self.rows(self._eval_features(g, x_s))
-        # P_t = rows_t U + Z_t is released inside; gradients flow through the source rows only (line 12)
-        dpswd = dp_sliced_wasserstein(rows_s, rows_t, self.noise_std, q=self.power, directions=u)
-        return AlignmentOutput(self.weight * 2.0 * self.radius * dpswd, value=float(dpswd.detach()))
+        p_s = gaussian_projection_release(rows_s, u, self.mechanism.noise_std)      # P_s = r(x_s) U + Z_s
+        sw = sliced_wasserstein_projected(p_s, p_t, self.power)
+        return AlignmentOutput(self.weight * 2.0 * self.radius * sw, value=float(sw.detach()))
 
 
 # --------------------------------------------------------------------------------------- dann
@@ -228,7 +240,7 @@ class DANNAlignment(Alignment):
 
     def setup(self, actx):
         self._mods["disc"] = self.make_discriminator(in_dim=actx.feature_extractor.out_dim).to(actx.device)
-        return {}
+        return super().setup(actx)
 
     def modules(self):
         return self._mods
@@ -238,6 +250,7 @@ class DANNAlignment(Alignment):
         return F.cross_entropy(logits, torch.full((f.shape[0],), label, dtype=torch.long, device=f.device))
 
     def __call__(self, g, x_s, f_s, x_t):
+        self.mechanism.release()  # an un-noised access, recorded
         dom = self._domain_loss(f_s, SOURCE_DOMAIN) + self._domain_loss(g(x_t), TARGET_DOMAIN)
         return AlignmentOutput(self.weight * dom, value=float(dom.detach()))
 
@@ -245,10 +258,12 @@ class DANNAlignment(Alignment):
 class DPDANNAlignment(DANNAlignment):
     """DANN with DP-SGD on the target domain loss (spec §2.4, dpgen's corrected DP-DANN).
 
-    Private part: ``weight * (sum_i clip_C(grad_{g,D} CE(D(GRL(g(x_t^i))), 0)) + N(0, sigma^2 C^2)) / (qN)``
-    — joint clipping over g and D (the released code clips each tensor separately, which makes the
-    real sensitivity C * sqrt(#tensors), and adds noise to each per-sample gradient).  Public part:
-    ``weight * CE(D(GRL(g(x_s))), 1)`` by ordinary autograd.
+    Private part: ``weight * (sum_i clip_C(grad_{g,D} CE(D(GRL(g(x_t^i))), 0)) + N(0, s^2)) / (qN)``
+    with s = noise_multiplier * sensitivity (C add/remove, 2C replace-one) — joint clipping over g and
+    D (the released code clips each tensor separately, which makes the real sensitivity
+    C * sqrt(#tensors), and adds noise to each per-sample gradient).  Public part:
+    ``weight * CE(D(GRL(g(x_s))), 1)`` by ordinary autograd.  ``noise_multiplier``: null = calibrated
+    to accountant.epsilon; a number = fixed (noise std / sensitivity), the epsilon it gives is reported.
     """
 
     private = True
@@ -260,23 +275,30 @@ class DPDANNAlignment(DANNAlignment):
             raise ValueError(f"model.alignment.clip_norm must be > 0, got {clip_norm}")
         self.clip_norm = float(clip_norm)
         self.fixed_multiplier = noise_multiplier
-        self.expected_batch = 1.0
-        self.generator: torch.Generator | None = None  # None: the (secretly seeded) global RNG
 
     def setup(self, actx):
-        super().setup(actx)
+        self._mods["disc"] = self.make_discriminator(in_dim=actx.feature_extractor.out_dim).to(actx.device)
         self._path = _DomainPath(actx.feature_extractor, self._mods["disc"])
         led = actx.ledger
-        self.expected_batch = actx.sample_rate * actx.n_private
+        self.mechanism = NoisyGradientSum(led, clip_norm=self.clip_norm, sample_rate=actx.sample_rate,
+                                          expected_batch_size=actx.sample_rate * actx.n_private, seed=actx.seed)
         if self.fixed_multiplier is not None:  # e.g. the released baseline's sigma: report the epsilon it gives
-            self.noise_multiplier = float(self.fixed_multiplier)
+            self.mechanism.set_noise_multiplier(float(self.fixed_multiplier))
         else:
             if led.target_epsilon is None:
                 raise ValueError("the dp_dann alignment needs accountant.epsilon (or model.alignment.noise_multiplier)")
-            self.noise_multiplier = RDPAccountant(led.sampling).calibrate(led.target_epsilon, led.delta, actx.sample_rate,
-                                                                          actx.private_steps)
-        return {"noise_multiplier": self.noise_multiplier, "clip_norm": self.clip_norm,
-                "noise_std_on_sum": self.noise_multiplier * self.clip_norm, "guarantee": "rigorous"}
+            self.mechanism.calibrate(actx.private_steps)
+        m = self.mechanism
+        return {"noise_multiplier": m.noise_multiplier, "clip_norm": self.clip_norm, "noise_std_on_sum": m.noise_std,
+                "sensitivity_on_sum": m.sensitivity, "neighbouring_relation": m.relation, "guarantee": m.guarantee}
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.mechanism.noise_multiplier
+
+    @property
+    def expected_batch(self) -> float:
+        return self.mechanism.expected_batch_size
 
     @staticmethod
     def _one_loss(out_fn, x: torch.Tensor) -> torch.Tensor:
@@ -290,9 +312,8 @@ class DPDANNAlignment(DANNAlignment):
         return per_sample_grads(self._path, self._one_loss, x_t, params=params)
 
     def _private_grads(self, x_t: torch.Tensor) -> dict[str, torch.Tensor]:
-        grads = self.per_sample_target_grads(x_t)
-        clipped, _ = clip_per_sample(grads, self.clip_norm)  # joint clip over g and D (line 6)
-        noisy = noisy_mean(clipped, self.clip_norm, self.noise_multiplier, self.expected_batch, self.generator)  # line 7
+        """Lines 5-7: per-sample gradients -> the mechanism (joint clip, sum, noise, / qN) -> x weight."""
+        noisy = self.mechanism.release([self.per_sample_target_grads(x_t)])
         return {k: self.weight * v for k, v in noisy.items()}
 
     def __call__(self, g, x_s, f_s, x_t):
@@ -304,6 +325,8 @@ class DPDANNAlignment(DANNAlignment):
 class DomainAdaptation(Method):
     """g + h trained on the public source, aligned to the private target by ``alignment``."""
 
+    release_name = "da_model.pt"
+
     def __init__(self, feature_extractor: Callable[..., nn.Module], classifier: Callable[..., nn.Module],
                  alignment: Alignment, batch_size: int = 128, epochs: int = 100, start_align: int = 10,
                  lr: float = 5e-4, betas: tuple[float, float] = (0.5, 0.999), private: bool = True) -> None:
@@ -313,11 +336,19 @@ class DomainAdaptation(Method):
             raise ValueError(f"model.private={private} but {type(alignment).__name__} is "
                              f"{'private' if alignment.private else 'not private'}; set model.private="
                              f"{str(alignment.private).lower()}")
-        if not 0 <= start_align < epochs:
-            raise ValueError(f"model.start_align must be in [0, model.epochs={epochs}), got {start_align}")
+        if not epochs >= 1:
+            raise ValueError(f"model.epochs must be >= 1, got {epochs}")
+        if not start_align >= 0:
+            raise ValueError(f"model.start_align must be >= 0 (warm-up epochs before alignment), got {start_align}")
+        if start_align >= epochs:  # e.g. a preset's start_align with a short model.epochs override
+            warnings.warn(f"model.start_align={start_align} >= model.epochs={epochs}: alignment would never run; "
+                          f"using model.start_align={epochs - 1} (set model.start_align below model.epochs to choose)",
+                          stacklevel=2)
+            start_align = epochs - 1
         self.make_g, self.make_h, self.alignment = feature_extractor, classifier, alignment
         self.batch_size, self.epochs, self.start_align = int(batch_size), int(epochs), int(start_align)
         self.lr, self.betas, self.private = float(lr), tuple(betas), bool(private)
+        self.name = f"DA/{type(alignment).__name__}"
         self.g: nn.Module | None = None
         self.h: nn.Module | None = None
         self.device = torch.device("cpu")
@@ -327,115 +358,94 @@ class DomainAdaptation(Method):
         spe = math.ceil(n_private / self.batch_size)
         return spe, self.start_align * spe, self.epochs * spe
 
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
+    def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         if data.public is None or not len(data.public):
             raise ValueError("domain adaptation needs a labelled source domain in data.public: use a DA dataset "
                              "(dataset=mnist_usps, usps_mnist, office31, visda or digits_shift)")
-        self.device = ctx.device
-        self.num_classes = data.num_classes
+        self.device, self.num_classes, self.source = ctx.device, data.num_classes, data.public
         in_shape = tuple(getattr(data, "input_shape", ()) or data.public.x.shape[1:])
         self.g = self.make_g(in_shape=in_shape).to(ctx.device)
         self.h = self.make_h(in_dim=self.g.out_dim, num_classes=data.num_classes).to(ctx.device)
         n_priv, n_src = len(data.private), len(data.public)
         if self.batch_size > n_src:
             raise ValueError(f"model.batch_size={self.batch_size} exceeds the {n_src} source records; lower it")
-        sampler_seed = secret_seed(ctx)  # secret sampling, directions and noise (module docstring)
-        sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=sampler_seed)
-        spe, warm, end_planned = self.schedule(n_priv)
-        private_steps = end_planned - warm
-        report = self.alignment.setup(AlignmentContext(self.g, n_priv, sampler.sample_rate, private_steps,
-                                                       self.batch_size, ledger, ctx.device))
-        extra = self.alignment.modules()
-        params = [*self.g.parameters(), *self.h.parameters(), *extra.parameters()]
-        opt = torch.optim.Adam(params, lr=self.lr, betas=self.betas)
-        pub_gen = torch.Generator().manual_seed(ctx.seed + 2)  # source batches: public randomness
-        signature = {"n_private": n_priv, "n_source": n_src, "dataset": data.name, "batch_size": self.batch_size,
-                     "epochs": self.epochs, "start_align": self.start_align, "alignment": type(self.alignment).__name__,
-                     "sampling": ledger.sampling}
-        start = 0
-        if ctx.resume_from is not None:
-            ck = load_resume_checkpoint(ctx.resume_from, signature)
-            self.g.load_state_dict(ck["g"])
-            self.h.load_state_dict(ck["h"])
-            extra.load_state_dict(ck["alignment_modules"])
-            opt.load_state_dict(ck["optimizer"])
-            sampler.load_state_dict(ck["sampler"])
-            ledger.load_state_dict(ck["ledger"])
-            pub_gen.set_state(ck["public_generator"])
-            set_rng_state(ck["rng"])
-            start = int(ck["step"])
-        end = end_planned if ctx.max_steps is None else min(end_planned, ctx.max_steps)
+        # secret sampling, directions and noise (module docstring)
+        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx))
+        self.spe, self.warm, self.end = self.schedule(n_priv)
+        self.report = self.alignment.setup(AlignmentContext(
+            self.g, n_priv, self.sampler.sample_rate, self.end - self.warm, self.batch_size, ledger, ctx.device,
+            seed=mechanism_seed(ctx)))
+        self.mechanisms = {"alignment": self.alignment.mechanism}
+        self.extra = self.alignment.modules()
+        # private gradients (DP-DANN) are keyed by the names of the alignment's g+D module
+        self._path_params = dict(getattr(self.alignment, "_path", nn.Module()).named_parameters())
+        params = [*self.g.parameters(), *self.h.parameters(), *self.extra.parameters()]
+        self.opt = torch.optim.Adam(params, lr=self.lr, betas=self.betas)
+        self.pub_gen = torch.Generator().manual_seed(ctx.seed + 2)  # source batches: public randomness
+        self._signature = {"n_private": n_priv, "n_source": n_src, "dataset": data.name,
+                           "batch_size": self.batch_size, "epochs": self.epochs, "start_align": self.start_align,
+                           "alignment": type(self.alignment).__name__, "sampling": ledger.sampling}
 
-        def save(step: int) -> None:
-            atomic_save({"step": step, "signature": signature, "g": self.g.state_dict(), "h": self.h.state_dict(),
-                         "alignment_modules": extra.state_dict(), "optimizer": opt.state_dict(),
-                         "sampler": sampler.state_dict(), "ledger": ledger.state_dict(), "rng": rng_state(),
-                         "public_generator": pub_gen.get_state(), "report": report}, ctx.checkpoint_path)
+    @property
+    def total_steps(self) -> int:
+        return self.end
 
-        q = sampler.sample_rate
-        allowance = ledger.allowance(self.alignment.noise_multiplier, q, self.alignment.delta_per_step) \
-            if self.private else None
-        used_since, stopped_by_budget = 0, False
-        # private gradients are keyed by the names of the g+D module of the alignment (DP-DANN)
-        path_params = dict(getattr(self.alignment, "_path", nn.Module()).named_parameters())
-        t0, step = time.time(), start
-        last = {"loss_cls": float("nan"), "align": float("nan")}
-        progress = Progress(TextColumn(f"[bold]DA/{type(self.alignment).__name__}[/] {{task.completed}}/{{task.total}}"),
-                            BarColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                            disable=not ctx.progress, transient=False)
-        with progress:
-            task = progress.add_task("train", total=end, completed=start, info="")
-            for step in range(start, end):
-                align_now = step >= warm
-                if align_now and self.private and used_since >= allowance:
-                    stopped_by_budget = True
-                    break
-                self.g.train()
-                self.h.train()
-                idx = torch.randint(n_src, (self.batch_size,), generator=pub_gen)
-                x_s, y_s = data.public.x[idx].to(ctx.device), data.public.y[idx].to(ctx.device)
-                f_s = self.g(x_s)
-                loss_c = F.cross_entropy(self.h(f_s), y_s)  # line 7
-                loss, out = loss_c, None
-                if align_now:
-                    x_t, _ = sampler.sample()  # labels are -1: the target is unlabelled
-                    out = self.alignment(self.g, x_s, f_s, x_t.to(ctx.device))
-                    self.alignment.record(ledger, q)  # the release of this step
-                    used_since += 1
-                    loss = loss_c + out.loss
-                if not torch.isfinite(loss):
-                    raise NonFiniteLossError(step)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if out is not None and out.private_grads is not None:
-                    for k, gr in out.private_grads.items():
-                        p = path_params[k]
-                        p.grad = gr.to(p.dtype) if p.grad is None else p.grad + gr.to(p.dtype)
-                opt.step()
-                last = {"loss_cls": float(loss_c.detach()), "align": out.value if out is not None else float("nan")}
-                done = step + 1
-                if done % ctx.log_every == 0 or done == end:
-                    eps = ledger.epsilon(accountant="rdp")
-                    ctx.logger.log_metrics({**last, "epsilon_rdp": eps, "aligning": int(align_now),
-                                            "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
-                    progress.update(task, info=f"L_c {last['loss_cls']:.3f}  align {last['align']:.4f}  eps {eps:.3g}")
-                if done % ctx.checkpoint_every == 0:
-                    save(done)
-                progress.update(task, completed=done)
-            else:
-                step = end
-        final_step = step if stopped_by_budget else end
-        save(final_step)
-        atomic_save({"g": self.g.state_dict(), "h": self.h.state_dict(), "signature": signature},
-                    ctx.run_dir / "da_model.pt")
-        return {"train_steps": final_step, "steps_planned": end_planned, "warmup_steps": warm,
-                "steps_per_epoch": spe, "private_steps_planned": private_steps, "stopped_by_budget": stopped_by_budget,
-                "train_time_s": time.time() - t0, "train_loss_cls": last["loss_cls"], "train_align": last["align"],
-                "alignment": type(self.alignment).__name__, "private": self.private, **report}
+    def step_mechanisms(self, t: int) -> list[Mechanism]:
+        return [] if t < self.warm else [self.alignment.mechanism]
+
+    def step(self, t: int) -> dict:
+        """Algorithm 2, one step (module docstring)."""
+        self.g.train()
+        self.h.train()
+        idx = torch.randint(len(self.source), (self.batch_size,), generator=self.pub_gen)   # 1. public batch
+        x_s, y_s = self.source.x[idx].to(self.device), self.source.y[idx].to(self.device)
+        f_s = self.g(x_s)
+        loss_c = F.cross_entropy(self.h(f_s), y_s)                                           # 2. L_c (line 7)
+        loss, out = loss_c, None
+        if t >= self.warm:                                                                   # 3. align (8-12)
+            x_t, _ = self.sampler.sample()  # labels are -1: the target is unlabelled
+            out = self.alignment(self.g, x_s, f_s, x_t.to(self.device))  # the release happens in here
+            loss = loss_c + out.loss
+        self.opt.zero_grad(set_to_none=True)                                                 # 4. Adam (13)
+        loss.backward()
+        if out is not None and out.private_grads is not None:
+            for k, gr in out.private_grads.items():
+                p = self._path_params[k]
+                p.grad = gr.to(p.dtype) if p.grad is None else p.grad + gr.to(p.dtype)
+        self.opt.step()
+        values = {"loss": float(loss.detach()), "loss_cls": float(loss_c.detach()), "aligning": float(out is not None)}
+        if out is not None:
+            values["align"] = out.value
+        return values  # public (source) or released quantities only
+
+    def progress_info(self, values: dict) -> str:
+        return f"L_c {values['loss_cls']:.3f}" + (f"  align {values['align']:.4f}" if "align" in values else "")
+
+    # -- state ------------------------------------------------------------------------------
+    def signature(self) -> dict:
+        return self._signature
+
+    def state_dict(self) -> dict:
+        return {"g": self.g.state_dict(), "h": self.h.state_dict(), "alignment_modules": self.extra.state_dict(),
+                "optimizer": self.opt.state_dict(), "public_generator": self.pub_gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.g.load_state_dict(state["g"])
+        self.h.load_state_dict(state["h"])
+        self.extra.load_state_dict(state["alignment_modules"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.pub_gen.set_state(state["public_generator"])
+
+    def release_state(self) -> dict:
+        return {"g": self.g.state_dict(), "h": self.h.state_dict()}
+
+    def train_summary(self) -> dict:
+        return {"warmup_steps": self.warm, "steps_per_epoch": self.spe, "private_steps_planned": self.end - self.warm,
+                "alignment": type(self.alignment).__name__, "private": self.private, **self.report}
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
-        """Class predictions ``(n,)`` for inputs ``x: (n, *input_shape)`` (eval mode, on cpu)."""
+        """Class labels ``(n,)`` for inputs ``x: (n, *input_shape)`` (eval mode, on cpu)."""
         if self.g is None or self.h is None:
             raise RuntimeError("call fit() before predict()")
         self.g.eval()

@@ -1,20 +1,27 @@
 """DP-SGD image classifier with four accountants side by side (WDP experiments E3, spec wdp-experiments.md).
 
-Privacy boundary: private images are touched only in ``_private_step``: a Poisson batch drawn by the
-PrivateSampler is normalised by PUBLIC constants, per-sample gradients are computed (torch.func),
-each is clipped to l2 norm <= C, the clipped gradients are summed and released with Gaussian noise
-of std sigma*C (DP-SGD, Abadi et al. 2016, Algorithm 1).  Everything after that (the SGD step, the
-evaluation) is post-processing.  The per-sample gradients exist only inside that function, for one
-step, and are never logged or saved.
+Privacy boundary: private images are touched only in ``step``: a batch drawn by the PrivateSampler
+is normalised by PUBLIC constants, per-sample gradients are computed (torch.func) and handed to the
+``NoisyGradientSum`` mechanism (``privacy.mechanisms``), which clips each to l2 norm <= C, sums, adds
+Gaussian noise of std s = noise_multiplier * sensitivity, divides by the public q N and records the
+release in the ledger (DP-SGD, Abadi et al. 2016, Algorithm 1).  Everything after that (the SGD step,
+the evaluation) is post-processing.  The per-sample gradients exist only inside one step and are
+never logged or saved.
 
-Algorithm (one step; T = epochs * ceil(N / B) steps, q = B / N):
-  1. B_t ~ Poisson(q) batch from the sampler                                   (Alg. 1 line 3)
-  2. g_i = grad l(theta; x_i),  g~_i = g_i / max(1, ||g_i|| / C)                (lines 5-6)
-  3. g~ = (sum_i g~_i + N(0, sigma^2 C^2 I)) / (q N)   <- the only private release  (line 7)
+Neighbouring relation (``accountant.sampling``): ``poisson`` = add/remove one record, the clipped sum
+moves by <= C; ``without_replacement`` (fixed batches of B) = replace one record, it moves by <= 2C
+(the mechanism's ``sensitivity``); the noise multiplier is std / sensitivity in both cases.
+
+Algorithm (one step, run by ``methods.loop``; T = epochs * ceil(N / B) steps, q = B / N):
+  1. B_t ~ Poisson(q) batch from the sampler (or B of N without replacement)  (Alg. 1 line 3)
+  2. g_i = grad l(theta; x_i)                                                  (line 5)
+  3. g~ = (sum_i clip_C(g_i) + N(0, s^2 I)) / (q N)   <- the only private release  (lines 6-7)
   4. theta <- theta - lr g~ (SGD, optional momentum)                           (line 8)
   5. accounting: RDP (calibrates sigma, enforces the budget stop) and PLD from (sigma, q);
-     reported only: WA (Theorem 2 of WDP) and BA from the distances of P(P-1)/2 pairs of
-     neighbouring gradient sums, MA at the worst-case distance C.
+     only with ``accountant.data_dependent_reports=true`` (off by default): WA (Theorem 2 of WDP)
+     and BA from the distances of P(P-1)/2 pairs of neighbouring gradient sums, MA at the
+     worst-case distance C.  WA/BA are un-noised functions of private gradients, so such a run is
+     labelled "not DP: data-dependent reports" in results.json, the printed table and W&B.
 
 Pair statistics (spec wdp.md §6.4, adapted; ``pair_mode``).  WA and BA need distances
 ``d = ||g - g'||`` between the released gradient sums of neighbouring datasets.  The release here is
@@ -27,8 +34,12 @@ members x:
     The authors add noise sigma*C to the batch MEAN instead, so their d/s is about B times smaller.
 ``pair_mask_keep < 1`` multiplies the vectors by one Bernoulli coordinate mask, as the authors do
 (they also sparsify their update; dpgen does not, so the default is 1).  The WA/BA values are
-computed from private gradients and are not themselves covered by the guarantee: report them as
-comparisons, as the paper does.  Only ``epsilon_rdp`` (and ``epsilon_pld``) are guarantees.
+computed from private gradients and are not themselves covered by the guarantee: they are computed
+and published only on the explicit opt-in above.  Only ``epsilon_rdp`` (and ``epsilon_pld``) are
+guarantees.
+
+A non-private run (``private=false``) takes plain SGD steps on the mean loss and records each batch
+access with noise multiplier 0 (``UnnoisedAccess``): it reports epsilon = inf.
 
 Randomness: the sampler, the noise and the pair selection use secret OS-seeded generators unless
 ``trainer.deterministic=true``.  ``checkpoints/last.pt`` holds their states (as sensitive as the
@@ -38,20 +49,20 @@ data); ``classifier.pt`` (weights only) is the artefact to publish.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.bayesian import DEFAULT_CONF, BayesianAccountant, MomentsAccountant
-from ..privacy.dpsgd import assign_grads, clip_per_sample, noisy_mean, per_sample_grads
+from ..privacy.dpsgd import assign_grads, per_sample_grads
+from ..privacy.mechanisms import NoisyGradientSum, UnnoisedAccess
 from ..privacy.wdp import WassersteinAccountant, pairwise_distances
-from ..utils import atomic_save, rng_state, set_rng_state
-from .base import Method, NonFiniteLossError, TrainContext, load_resume_checkpoint, secret_seed
+from .base import Method, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
+
+Grads = dict[str, torch.Tensor]
 
 
 def _loss_one(output_fn: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -62,8 +73,10 @@ def _loss_one(output_fn: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.
 class DPSGDClassifier(Method):
     """CNN classifier trained with DP-SGD (or plain SGD when ``private=false``)."""
 
+    release_name = "classifier.pt"
+
     def __init__(self, network: Callable[..., torch.nn.Module], batch_size: int = 1024, epochs: int = 25,
-                 lr: float = 0.01, momentum: float = 0.0, max_grad_norm: float = 1.0,
+                 lr: float = 0.01, momentum: float = 0.0, clip_norm: float = 1.0,
                  noise_multiplier: float | None = None, private: bool = True,
                  normalize_mean: Sequence[float] = (0.5,), normalize_std: Sequence[float] = (0.5,),
                  microbatch: int = 128, pair_samples: int = 8, pair_mode: str = "add_remove",
@@ -72,14 +85,15 @@ class DPSGDClassifier(Method):
                  ba_conf: float = DEFAULT_CONF, ma_orders: Sequence[int] = (16,)) -> None:
         self.make_network = network
         self.batch_size, self.epochs, self.lr, self.momentum = int(batch_size), int(epochs), float(lr), float(momentum)
-        self.C = float(max_grad_norm)
+        self.C = float(clip_norm)
         if not self.C > 0:
-            raise ValueError(f"model.max_grad_norm (clipping bound C) must be > 0, got {max_grad_norm}")
+            raise ValueError(f"model.clip_norm (clipping bound C) must be > 0, got {clip_norm}")
         if noise_multiplier is not None and not float(noise_multiplier) > 0:
             raise ValueError(f"model.noise_multiplier must be > 0 or null (calibrate to accountant.epsilon), "
                              f"got {noise_multiplier}")
         self.noise_multiplier_cfg = None if noise_multiplier is None else float(noise_multiplier)
         self.private = bool(private)
+        self.name = "DP-SGD" if self.private else "SGD"
         self.mean = torch.tensor(list(normalize_mean), dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(list(normalize_std), dtype=torch.float32).view(1, -1, 1, 1)
         if torch.any(self.std <= 0):
@@ -99,17 +113,18 @@ class DPSGDClassifier(Method):
         self.ba_orders, self.ba_conf, self.ma_orders = list(ba_orders), float(ba_conf), list(ma_orders)
         self.net: torch.nn.Module | None = None
         self.device = torch.device("cpu")
+        self.reports = False  # WA/BA/MA: only with accountant.data_dependent_reports=true (set in setup)
 
     # ------------------------------------------------------------------------------------
     def steps_planned(self, n_private: int) -> int:
-        """``epochs * ceil(N / B)`` Poisson batches (each of expected size B = q N)."""
+        """``epochs * ceil(N / B)`` batches (each of expected size B = q N)."""
         return self.epochs * math.ceil(n_private / self.batch_size)
 
     def _normalize(self, x: torch.Tensor) -> torch.Tensor:
         """Public per-channel constants (no statistic of the private data)."""
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
+    def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device = ctx.device
         c, h, _ = data.image_shape
         if self.mean.shape[1] not in (1, c) or self.std.shape[1] not in (1, c):
@@ -118,135 +133,96 @@ class DPSGDClassifier(Method):
         if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.net.modules()):
             raise ValueError("the network has BatchNorm: per-sample gradients are undefined for it in training "
                              "mode; use model.network.norm=group or none")
-        if self.private and ledger.sampling != "poisson":
-            raise ValueError("the DP-SGD classifier is accounted for Poisson sampling (add/remove adjacency, "
-                             "sensitivity C): set accountant.sampling=poisson")
+        # WA/BA (and MA beside them) are computed from un-noised clipped gradients of private records: an
+        # explicit opt-in whose run is labelled "not DP: data-dependent reports" (privacy.ledger)
+        self.reports = self.private and ledger.data_dependent_reports
+        if self.reports and ledger.sampling != "poisson":
+            raise ValueError("accountant.data_dependent_reports=true (WA/BA/MA) is implemented for Poisson sampling "
+                             "(add/remove pairs) only: set accountant.sampling=poisson or "
+                             "accountant.data_dependent_reports=false")
         n_priv = len(data.private)
         # secret randomness for sampling, noise and pair selection (module docstring)
-        sampler_seed, noise_seed = secret_seed(ctx, 1), secret_seed(ctx, 2)
-        sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=sampler_seed)
-        noise_gen = torch.Generator().manual_seed(noise_seed)
-        q = sampler.sample_rate
-        steps = self.steps_planned(n_priv)
-        signature = {"n_private": n_priv, "dataset": data.name, "batch_size": self.batch_size, "epochs": self.epochs,
-                     "private": self.private, "max_grad_norm": self.C, "sampling": ledger.sampling}
-
-        if self.private:
+        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx, 1))
+        q = self.sampler.sample_rate
+        self._steps = self.steps_planned(n_priv)
+        if self.private:  # lines 6-7: the one private release per step
+            self.gradient_release = NoisyGradientSum(ledger, clip_norm=self.C, sample_rate=q, expected_batch_size=q * n_priv,
+                                            seed=mechanism_seed(ctx, 2))
             if self.noise_multiplier_cfg is None:  # sigma from accountant.epsilon (RDP) for the whole schedule
-                sigma = ledger.calibrate(q, steps)
+                self.gradient_release.calibrate(self._steps)
             else:
-                sigma = self.noise_multiplier_cfg
-            # reported-only accountants (never calibrate, never stop training)
+                self.gradient_release.set_noise_multiplier(self.noise_multiplier_cfg)
+        else:  # plain SGD: an un-noised access per step (epsilon = inf)
+            self.gradient_release = UnnoisedAccess(ledger, sample_rate=q)
+        self.mechanisms = {"gradient": self.gradient_release}
+        self.pair_gen = torch.Generator().manual_seed(secret_seed(ctx, 3))  # pair selection (reports only)
+        if self.reports:  # reported-only accountants (never calibrate, never stop training)
             self.wa = WassersteinAccountant(self.wa_order, self.wa_beta)
-            self.ba = BayesianAccountant(self.ba_orders, total_steps=steps, conf=self.ba_conf)
+            self.ba = BayesianAccountant(self.ba_orders, total_steps=self._steps, conf=self.ba_conf)
             self.ma = MomentsAccountant(self.ma_orders)
             for acct in (self.wa, self.ba, self.ma):
                 ledger.add_reported(acct)
-        else:
-            sigma = 0.0
-        self.sigma = sigma
-
-        opt = torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum)
-        start = 0
-        if ctx.resume_from is not None:
-            ck = load_resume_checkpoint(ctx.resume_from, signature)
-            self.net.load_state_dict(ck["network"])
-            opt.load_state_dict(ck["optimizer"])
-            sampler.load_state_dict(ck["sampler"])
-            ledger.load_state_dict(ck["ledger"])
-            noise_gen.set_state(ck["noise_generator"])
-            set_rng_state(ck["rng"])
-            sigma = self.sigma = float(ck["noise_multiplier"])
-            start = int(ck["step"])
-        end = steps if ctx.max_steps is None else min(steps, ctx.max_steps)
-
-        def save(step: int) -> None:
-            atomic_save({"step": step, "signature": signature, "network": self.net.state_dict(),
-                         "optimizer": opt.state_dict(), "sampler": sampler.state_dict(), "ledger": ledger.state_dict(),
-                         "noise_generator": noise_gen.get_state(), "rng": rng_state(), "noise_multiplier": sigma},
-                        ctx.checkpoint_path)
-
-        allowance = ledger.allowance(sigma, q) if self.private else None
-        used_since, stopped_by_budget = 0, False
-        t0, step = time.time(), start
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum)
         self.net.train()
-        progress = Progress(TextColumn("[bold]DP-SGD[/] {task.completed}/{task.total}" if self.private else
-                                       "[bold]SGD[/] {task.completed}/{task.total}"), BarColumn(),
-                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                            disable=not ctx.progress, transient=False)
-        with progress:
-            task = progress.add_task("train", total=end, completed=start, info="")
-            for step in range(start, end):
-                if self.private and used_since >= allowance:
-                    stopped_by_budget = True  # the next step would exceed accountant.epsilon (RDP)
-                    break
-                x, y = sampler.sample()
-                if self.private:
-                    grads, distances = self._private_step(x, y, sigma, q * n_priv, noise_gen)
-                    ledger.record(sigma, q)                         # the release of line 7
-                    self.wa.step(distances, sigma * self.C, q)      # reported only
-                    self.ba.step(distances, sigma * self.C, q)
-                    self.ma.step(self.C, sigma * self.C, q)
-                    used_since += 1
-                else:
-                    grads = self._plain_step(x, y)
-                if not all(torch.isfinite(g).all() for g in grads.values()):
-                    raise NonFiniteLossError(step, "gradient")
-                assign_grads(self.net, grads)
-                opt.step()
-                done = step + 1
-                if done % ctx.log_every == 0 or done == end:
-                    row = {"steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}
-                    if self.private:
-                        row.update({"epsilon_rdp": ledger.epsilon(accountant="rdp"),
-                                    **{f"epsilon_{k}": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}})
-                    ctx.logger.log_metrics(row, step=done)
-                    progress.update(task, info=f"eps(RDP) {row['epsilon_rdp']:.3f}" if self.private else "")
-                if done % ctx.checkpoint_every == 0:
-                    save(done)
-                progress.update(task, completed=done)
-            else:
-                step = end
-        final_step = step if stopped_by_budget else end
-        save(final_step)
-        atomic_save({"network": self.net.state_dict(), "signature": signature}, ctx.run_dir / "classifier.pt")
-        train_time = time.time() - t0
-        return {"train_steps": final_step, "steps_planned": steps, "stopped_by_budget": stopped_by_budget,
-                "train_time_s": train_time, "steps_per_s": (final_step - start) / max(train_time, 1e-9),
-                "noise_multiplier": sigma, "noise_std": sigma * self.C if self.private else 0.0,
-                "max_grad_norm": self.C, "sample_rate": q, "epochs_done": final_step * q,
-                "pairs_per_step": self.n_pairs if self.private else 0, "pair_mode": self.pair_mode,
-                "guarantee": "rigorous (RDP/PLD)" if self.private else "none (non-private)"}
+        self._signature = {"n_private": n_priv, "dataset": data.name, "batch_size": self.batch_size,
+                           "epochs": self.epochs, "private": self.private, "clip_norm": self.C,
+                           "sampling": ledger.sampling, "data_dependent_reports": self.reports}
+
+    @property
+    def total_steps(self) -> int:
+        return self._steps
+
+    def step(self, t: int) -> dict:
+        """Algorithm 1, one step (module docstring)."""
+        x, y = self.sampler.sample()                                           # 1. private batch
+        x, y = self._normalize(x.to(self.device)), y.to(self.device)
+        if self.private:
+            grads = self._private_gradient(x, y)                               # 2-3. clip, sum, noise (recorded)
+        else:
+            self.gradient_release.release()                                             # un-noised access (recorded)
+            grads = self._plain_gradient(x, y)
+        if not all(torch.isfinite(g).all() for g in grads.values()):            # released (noised) gradient
+            raise NonFiniteLossError(t, "gradient")
+        assign_grads(self.net, grads)
+        self.opt.step()                                                        # 4. theta <- theta - lr g~
+        return {}  # nothing per step: the loop logs epsilon (and the opt-in reported accountants)
 
     # ------------------------------------------------------------------------------------
-    def _private_step(self, x: torch.Tensor, y: torch.Tensor, sigma: float, expected_batch: float,
-                      noise_gen: torch.Generator) -> tuple[dict[str, torch.Tensor], list[float]]:
-        """Lines 5-7 on one private batch, in microbatches.  Returns the private gradient and the
-        pair distances for WA/BA.  The per-sample gradients die with this frame."""
-        x, y = self._normalize(x.to(self.device)), y.to(self.device)
-        n = x.shape[0]
+    def _per_sample_chunks(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[Grads]:
+        """Per-sample gradients ``{name: (b, *shape)}`` in microbatches (at least one chunk, maybe empty)."""
         params = {k: v.detach() for k, v in self.net.named_parameters() if v.requires_grad}
-        total = {k: torch.zeros_like(v) for k, v in params.items()}
-        m = min(self.pair_samples, n)
-        chosen = torch.randperm(n, generator=noise_gen)[:m].tolist() if n else []
-        chosen_set = set(chosen)
+        if x.shape[0] == 0:
+            yield {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
+        for i in range(0, x.shape[0], self.microbatch):
+            yield per_sample_grads(self.net, _loss_one, x[i:i + self.microbatch], y[i:i + self.microbatch],
+                                   params=params)
+
+    def _private_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
+        """Lines 5-7 through the mechanism.  With the data-dependent opt-in, P random batch members'
+        clipped gradients are kept for the WA/BA pair distances (never released or logged)."""
+        if not self.reports:
+            return self.gradient_release.release(self._per_sample_chunks(x, y))
+        n = x.shape[0]
+        chosen = set(torch.randperm(n, generator=self.pair_gen)[:min(self.pair_samples, n)].tolist()) if n else set()
         pair_vecs: list[torch.Tensor] = []
-        for i in range(0, n, self.microbatch):
-            g = per_sample_grads(self.net, _loss_one, x[i:i + self.microbatch], y[i:i + self.microbatch],
-                                 params=params)
-            clipped, _ = clip_per_sample(g, self.C)                          # line 6
-            for k, v in clipped.items():
-                total[k] += v.sum(dim=0)
-            rows = [j - i for j in range(i, min(i + self.microbatch, n)) if j in chosen_set]
+        offset = [0]
+
+        def observe(clipped: Grads) -> None:
+            b = next(iter(clipped.values())).shape[0]
+            rows = [j - offset[0] for j in range(offset[0], offset[0] + b) if j in chosen]
             if rows:
                 pair_vecs.append(torch.cat([v[rows].flatten(1) for v in clipped.values()], dim=1))
-            del g, clipped
-        # line 7: noise on the SUM (sensitivity C under add/remove), divide by the public q N
-        private = noisy_mean({k: v.unsqueeze(0) for k, v in total.items()}, self.C, sigma, expected_batch, noise_gen)
-        distances = self._pair_distances(pair_vecs, noise_gen)
-        return private, distances
+            offset[0] += b
 
-    def _pair_distances(self, pair_vecs: list[torch.Tensor], noise_gen: torch.Generator) -> list[float]:
+        private = self.gradient_release.release(self._per_sample_chunks(x, y), observe=observe)
+        distances = self._pair_distances(pair_vecs, self.pair_gen)
+        s = self.gradient_release.noise_std
+        self.wa.step(distances, s, self.gradient_release.sample_rate)                   # reported only
+        self.ba.step(distances, s, self.gradient_release.sample_rate)
+        self.ma.step(self.C, s, self.gradient_release.sample_rate)
+        return private
+
+    def _pair_distances(self, pair_vecs: list[torch.Tensor], gen: torch.Generator) -> list[float]:
         """Distances between neighbouring releases (module docstring, ``pair_mode``); padded with the
         public worst case (C, or 2C for ``loo``) when the batch had fewer than ``pair_samples`` members."""
         worst = self.C if self.pair_mode == "add_remove" else 2.0 * self.C
@@ -255,7 +231,7 @@ class DPSGDClassifier(Method):
         if pair_vecs:
             vecs = torch.cat(pair_vecs, dim=0)
             if self.pair_mask_keep < 1.0:  # one Bernoulli coordinate mask for all vectors (authors' recipe)
-                keep = torch.rand(vecs.shape[1], generator=noise_gen) < self.pair_mask_keep
+                keep = torch.rand(vecs.shape[1], generator=gen) < self.pair_mask_keep
                 vecs = vecs * keep.to(vecs.device, vecs.dtype)
             if self.pair_mode == "add_remove":
                 d = vecs.double().norm(dim=1).tolist()
@@ -269,24 +245,45 @@ class DPSGDClassifier(Method):
         p = self.pair_samples
         return p if self.pair_mode == "add_remove" else p * (p - 1) // 2
 
-    def _plain_step(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Non-private SGD step on the mean loss (``private=false`` baseline; nothing is accounted)."""
-        x, y = self._normalize(x.to(self.device)), y.to(self.device)
+    def _plain_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
+        """Non-private SGD gradient of the mean loss (``private=false`` baseline)."""
         self.net.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(self.net(x), y) if x.shape[0] else None
-        if loss is None:
+        if not x.shape[0]:
             return {k: torch.zeros_like(p) for k, p in self.net.named_parameters()}
-        loss.backward()
+        F.cross_entropy(self.net(x), y).backward()
         return {k: p.grad.detach().clone() for k, p in self.net.named_parameters()}
+
+    # -- state ------------------------------------------------------------------------------
+    def signature(self) -> dict:
+        return self._signature
+
+    def state_dict(self) -> dict:
+        return {"network": self.net.state_dict(), "optimizer": self.opt.state_dict(),
+                "pair_generator": self.pair_gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["network"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.pair_gen.set_state(state["pair_generator"])
+
+    def release_state(self) -> dict:
+        return {"network": self.net.state_dict()}
+
+    def train_summary(self) -> dict:
+        m = self.gradient_release
+        return {"noise_multiplier": m.noise_multiplier, "noise_std": m.noise_std, "clip_norm": self.C,
+                "sensitivity_on_sum": m.sensitivity, "sample_rate": m.sample_rate,
+                "pairs_per_step": self.n_pairs if self.reports else 0, "pair_mode": self.pair_mode,
+                "guarantee": m.guarantee}
 
     # ------------------------------------------------------------------------------------
     @torch.no_grad()
     def predict(self, x: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
-        """Logits ``(n, classes)`` for PUBLIC/test images ``x: (n, C, H, W)`` in [0, 1] (on cpu)."""
+        """Class labels ``(n,)`` for PUBLIC/test images ``x: (n, C, H, W)`` in [0, 1] (on cpu)."""
         if self.net is None:
             raise RuntimeError("call fit() before predict()")
         self.net.eval()
-        out = [self.net(self._normalize(x[i:i + batch_size].to(self.device))).cpu()
+        out = [self.net(self._normalize(x[i:i + batch_size].to(self.device))).argmax(1).cpu()
                for i in range(0, x.shape[0], batch_size)]
         self.net.train()
-        return torch.cat(out) if out else torch.zeros(0)
+        return torch.cat(out) if out else torch.empty(0, dtype=torch.long)

@@ -12,7 +12,7 @@
    ``values = method.step(t)`` — every private release happens in here, through a mechanism that
    records itself; a resume never re-releases a finished step;
    non-finite check on ``values`` (public or released quantities only; never an un-noised loss);
-   log cadence (values + epsilon_rdp + steps/s); atomic checkpoint cadence; progress bar;
+   log cadence (values + epsilon_rdp + opt-in reported accountants + steps/s); atomic checkpoint cadence; progress bar;
 5. final checkpoint; the weights-only release artefact ``ctx.run_dir / method.release_name``
    (``method.release_state()`` + the signature); ``method.finish(ctx)``;
 6. returns the training summary (steps, budget stop, time, every mechanism's ``describe()``,
@@ -142,7 +142,9 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             done = t + 1
             if done % ctx.log_every == 0 or done == end:
                 eps = ledger.epsilon(accountant="rdp")
-                ctx.logger.log_metrics({**values, "epsilon_rdp": eps,
+                # reported-only accountants exist only on the accountant.data_dependent_reports opt-in
+                reported = {f"epsilon_{k}": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
+                ctx.logger.log_metrics({**values, "epsilon_rdp": eps, **reported,
                                         "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
                 bar.update(task, info=f"{method.progress_info(values)}  eps(RDP) {eps:.3f}")
             if done % ctx.checkpoint_every == 0:

@@ -11,9 +11,11 @@ One step on a Poisson batch B_t (rate q, expected size q N), the accountant's as
     g~_i     = g_i / max(1, ||g_i||_2 / C)                         clip to norm C         (line 6)
     g~       = (sum_i g~_i + N(0, sigma^2 C^2 I)) / (q N)          noise, average         (line 7)
 
-Under add/remove of one record the clipped sum changes by at most C in L2, so the release is the
-subsampled Gaussian mechanism with noise multiplier ``sigma`` (what the ledger records).  Dividing
-by the *public* expected batch size q N (not the realised, private size) keeps it post-processing.
+The noise (line 7) is added by the mechanism ``privacy.mechanisms.NoisyGradientSum``, which clips
+with :func:`clip_per_sample`, sums, adds N(0, s^2) from its own generator and records the release:
+sensitivity C under add/remove (Poisson), 2C under replace-one (sampling without replacement).
+Dividing by the *public* expected batch size q N (not the realised, private size) keeps it
+post-processing.  This module holds the pure functions only.
 """
 
 from __future__ import annotations
@@ -62,37 +64,6 @@ def clip_per_sample(grads: Grads, max_norm: float) -> tuple[Grads, torch.Tensor]
     scale = (max_norm / norms.clamp_min(1e-12)).clamp(max=1.0)
     clipped = {k: g * scale.view(-1, *([1] * (g.dim() - 1))) for k, g in grads.items()}
     return clipped, norms
-
-
-def noisy_mean(clipped: Grads, max_norm: float, noise_multiplier: float, expected_batch_size: float,
-               generator: torch.Generator | None = None) -> Grads:
-    """``(sum_i g~_i + N(0, (sigma C)^2 I)) / (q N)`` for every parameter (line 7).
-
-    The noise is drawn on the gradients' device from ``generator`` (a secret, OS-seeded generator in
-    training; seeded only in tests).
-    """
-    if expected_batch_size <= 0:
-        raise ValueError(f"expected batch size q*N must be > 0, got {expected_batch_size}")
-    out: Grads = {}
-    for k, g in clipped.items():
-        s = g.sum(dim=0)
-        if noise_multiplier > 0:
-            z = torch.randn(s.shape, generator=generator, device="cpu" if generator is not None else s.device,
-                            dtype=s.dtype).to(s.device)
-            s = s + (noise_multiplier * max_norm) * z
-        out[k] = s / expected_batch_size
-    return out
-
-
-def private_gradient(grads: Grads, max_norm: float, noise_multiplier: float, expected_batch_size: float,
-                     generator: torch.Generator | None = None) -> tuple[Grads, torch.Tensor]:
-    """Lines 6-7 together: clip each sample to ``max_norm``, sum, add noise, divide by ``q N``.
-
-    Returns the private gradient and the per-sample norms before clipping (for diagnostics only: do
-    not log them per sample).
-    """
-    clipped, norms = clip_per_sample(grads, max_norm)
-    return noisy_mean(clipped, max_norm, noise_multiplier, expected_batch_size, generator), norms
 
 
 def assign_grads(model: torch.nn.Module, grads: Grads, accumulate: bool = False) -> None:

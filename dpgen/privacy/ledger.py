@@ -20,6 +20,10 @@ Bayesian (BA) and Wasserstein (WA) accountants of ``privacy.bayesian`` / ``priva
 per-step statistics from the method directly (``ledger.reported[name].step(...)``), are saved in
 ``state_dict`` and appear in ``summary()`` as ``epsilon_<name>`` with a label.  They are NEVER used
 for calibration or for the budget stop: RDP calibrates and ``allowance`` enforces the target.
+They are computed from un-noised statistics of private records (WA, BA), so publishing them is not
+covered by the run's epsilon: they need the explicit opt-in ``data_dependent_reports=True``
+(``accountant.data_dependent_reports=true``), and such a run is labelled
+``"not DP: data-dependent reports"`` in ``summary()`` (results.json, the printed table, W&B).
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def relation_of_sampling(sampling: str) -> str:
     """
     return {"poisson": "add_remove", "without_replacement": "replace_one"}[check_sampling(sampling)]
 
+NOT_DP_DATA_DEPENDENT = "not DP: data-dependent reports"
+
 
 @dataclass(frozen=True)
 class LedgerEntry:
@@ -74,8 +80,10 @@ class PrivacyLedger:
         epsilon: float | None,
         delta: float,
         sampling: str = "poisson",
+        data_dependent_reports: bool = False,
     ) -> None:
         check_epsilon_delta(epsilon, delta)
+        self.data_dependent_reports = bool(data_dependent_reports)
         self.target_epsilon = None if epsilon is None else float(epsilon)
         self.delta = float(delta)
         self.sampling = check_sampling(sampling)
@@ -93,6 +101,10 @@ class PrivacyLedger:
         name = accountant.name
         if name in ("rdp", "pld"):
             raise ValueError(f"reported accountant name {name!r} clashes with the calibrating accountants")
+        if not self.data_dependent_reports:
+            raise ValueError(f"the {name!r} accountant is computed from un-noised private statistics and would be "
+                             "published outside the guarantee: set accountant.data_dependent_reports=true to report "
+                             "it (the run is then labelled 'not DP: data-dependent reports')")
         self.reported[name] = accountant
         if name in self._pending_reported:
             accountant.load_state_dict(self._pending_reported.pop(name))
@@ -277,6 +289,8 @@ class PrivacyLedger:
             "epsilon_pld_note": None
             if eps_pld is not None
             else "dp-accounting has no PLD for fixed-size sampling without replacement",
+            "data_dependent_reports": self.data_dependent_reports,
+            **({"status": NOT_DP_DATA_DEPENDENT} if self.data_dependent_reports else {}),
             **self._reported_summary(),
         }
 
@@ -299,6 +313,7 @@ class PrivacyLedger:
             "target_epsilon": self.target_epsilon,
             "delta": self.delta,
             "sampling": self.sampling,
+            "data_dependent_reports": self.data_dependent_reports,
             "entries": [asdict(e) for e in self.entries],
             **({"reported": {k: a.state_dict() for k, a in self.reported.items()}} if self.reported else {}),
         }
@@ -318,6 +333,11 @@ class PrivacyLedger:
                     f"{setting}={getattr(self, key)!r}; resume with {setting}={state[key]!r} (or start a new run "
                     "folder)"
                 )
+        old_reports = bool(state.get("data_dependent_reports", bool(state.get("reported"))))
+        if old_reports != self.data_dependent_reports:
+            raise ValueError(f"checkpoint ledger has data_dependent_reports={old_reports} but this run has "
+                             f"{self.data_dependent_reports}; resume with accountant.data_dependent_reports="
+                             f"{str(old_reports).lower()}")
         self.entries = [LedgerEntry(**e) for e in state["entries"]]
         self._allowance_cache = {}
         pending = dict(state.get("reported", {}))
@@ -328,6 +348,7 @@ class PrivacyLedger:
 
     @classmethod
     def from_state_dict(cls, state: dict) -> PrivacyLedger:
-        led = cls(state["target_epsilon"], state["delta"], state["sampling"])
+        led = cls(state["target_epsilon"], state["delta"], state["sampling"],
+                  data_dependent_reports=bool(state.get("data_dependent_reports", bool(state.get("reported")))))
         led.load_state_dict(state)
         return led

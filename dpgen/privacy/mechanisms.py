@@ -29,6 +29,8 @@ GaussianProjectionRelease      ``rows @ U + N(0, s^2)``, per step            DP-
                                                                              DA dpswd
 OneShotProjectionRelease       same, the whole private set once (N public)   DPSWflow (Algorithm 2)
 ImageGradientSanitiser         ``clip_C(G) + N(0, (2 C sigma)^2)``          DP-Sinkhorn
+NoisyGradientSum               ``(sum_i clip_C(g_i) + N(0, s^2)) / (q N)``   DP-DANN, DP-SGD classifier
+UnnoisedAccess                 nothing added, recorded with multiplier 0     non-private baselines
 =============================  ===========================================  =========================
 
 Adding a kind: subclass :class:`Mechanism`, set ``kind``, implement ``sensitivity_under`` for both
@@ -42,10 +44,12 @@ import math
 import secrets
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 import torch
 
+from .dpsgd import clip_per_sample
 from .guarantee import guarantee_label, qualifier
 from .image_gradient import CLIP_MODES, clip_per_row, clip_whole
 from .ledger import RELATIONS, LedgerEntry, PrivacyLedger, relation_of_sampling
@@ -355,3 +359,79 @@ class ImageGradientSanitiser(Mechanism):
 
     def describe(self) -> dict:
         return {**super().describe(), "clip": self.clip, "clip_norm": self.clip_norm, "sigma": self.sigma}
+
+
+class NoisyGradientSum(Mechanism):
+    """DP-SGD's release (Abadi et al. 2016, Alg. 1 lines 6-7; DP-DANN and the DP-SGD classifier).
+
+    ``per-sample gradients g_i -> g~_i = g_i / max(1, ||g_i|| / C)`` (joint L2 norm over every
+    tensor) ``-> sum_i g~_i + N(0, noise_std^2 I) -> / (q N)`` with the PUBLIC expected batch size
+    q N (never the realised, private one).  The clipping happens inside ``release``, so the bound is
+    enforced, not assumed.  Sensitivity of the clipped sum (``sum_sensitivity``): C under add/remove
+    (Poisson), 2C under replace-one (sampling without replacement), so noise_std = multiplier * C or
+    multiplier * 2C.  ``release`` takes the per-sample gradients in chunks (memory) and draws one noise
+    tensor per parameter, in the dict's order, from the mechanism's own generator.
+    """
+
+    kind = "noisy_gradient_sum"
+
+    def __init__(self, ledger: PrivacyLedger, *, clip_norm: float, sample_rate: float, expected_batch_size: float,
+                 private: bool = True, seed: int | None = None) -> None:
+        super().__init__(ledger, sample_rate=sample_rate, private=private, seed=seed)
+        if not clip_norm > 0:
+            raise ValueError(f"the clip norm C must be > 0, got {clip_norm}")
+        if not expected_batch_size > 0:
+            raise ValueError(f"the expected batch size q N must be > 0, got {expected_batch_size}")
+        self.clip_norm, self.expected_batch_size = float(clip_norm), float(expected_batch_size)
+
+    def sensitivity_under(self, relation: str) -> float:
+        return sum_sensitivity(self.clip_norm, relation)
+
+    def release(self, per_sample: Iterable[dict[str, torch.Tensor]],
+                observe: Callable[[dict[str, torch.Tensor]], None] | None = None) -> dict[str, torch.Tensor]:
+        """``per_sample``: chunks ``{name: (b, *shape)}`` of per-sample gradients (at least one chunk,
+        possibly with b = 0) -> ``{name: shape}`` = (sum of clipped + noise) / (q N), recorded.
+
+        ``observe(clipped_chunk)`` sees each clipped chunk (only for the opt-in data-dependent reports
+        of the DP-SGD classifier; the chunk never leaves through the release)."""
+        total: dict[str, torch.Tensor] | None = None
+        for chunk in per_sample:
+            clipped, _ = clip_per_sample(chunk, self.clip_norm)                     # line 6: joint clip to C
+            if observe is not None:
+                observe(clipped)
+            if total is None:
+                total = {k: torch.zeros_like(v[0]) if v.shape[0] else v.new_zeros(v.shape[1:])
+                         for k, v in clipped.items()}
+            for k, v in clipped.items():
+                total[k] += v.sum(dim=0)
+        if total is None:
+            raise ValueError("release() needs at least one chunk of per-sample gradients (it may be empty)")
+        out = {}
+        for k, s in total.items():                                                  # line 7: noise on the SUM
+            z = self.noise(s.shape, s)
+            out[k] = (s if z is None else s + z) / self.expected_batch_size        # / public q N
+        self._record()
+        return out
+
+    def _config(self) -> dict:
+        return {**super()._config(), "clip_norm": self.clip_norm, "expected_batch_size": self.expected_batch_size}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "clip_norm": self.clip_norm, "expected_batch_size": self.expected_batch_size}
+
+
+class UnnoisedAccess(Mechanism):
+    """A non-private baseline's use of a private batch (SWD / DANN alignment, plain SGD): nothing is
+    added, the access is recorded with noise multiplier 0, so the run reports epsilon = infinity."""
+
+    kind = "unnoised_access"
+
+    def __init__(self, ledger: PrivacyLedger, *, sample_rate: float) -> None:
+        super().__init__(ledger, sample_rate=sample_rate, private=False, seed=0)
+
+    def sensitivity_under(self, relation: str) -> float:
+        return math.inf
+
+    def release(self) -> None:
+        """Record one un-noised access (the caller then uses the batch as it is)."""
+        self._record()

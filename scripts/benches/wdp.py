@@ -14,8 +14,9 @@ sys.path.insert(0, str(ROOT))
 
 from dpgen.methods.dpsgd_classifier import DPSGDClassifier  # noqa: E402
 from dpgen.models import mnist_convnet  # noqa: E402
-from dpgen.privacy import PLDAccountant, RDPAccountant, Release  # noqa: E402
+from dpgen.privacy import PLDAccountant, PrivacyLedger, RDPAccountant, Release  # noqa: E402
 from dpgen.privacy.bayesian import BayesianAccountant, MomentsAccountant  # noqa: E402
+from dpgen.privacy.mechanisms import NoisyGradientSum  # noqa: E402
 from dpgen.privacy.wdp import WassersteinAccountant  # noqa: E402
 
 STEPS, Q, SIGMA, DELTA = 10_000, 256 / 60000, 1.0, 1e-5
@@ -66,12 +67,17 @@ def dpsgd_rows(device: torch.device, batch: int = 256, repeats: int = 3) -> list
     torch.manual_seed(0)
     m = DPSGDClassifier(network=mnist_convnet, batch_size=batch, normalize_mean=(0.1307,), normalize_std=(0.3081,))
     m.net, m.device = mnist_convnet().to(device), device
-    x, y = torch.rand(batch, 1, 28, 28), torch.randint(10, (batch,))
-    gen = torch.Generator().manual_seed(0)
-    m._private_step(x, y, 1.0, float(batch), gen)  # warm-up
-    m._plain_step(x, y)
-    t_priv = min(_timed(lambda: m._private_step(x, y, 1.0, float(batch), gen)) for _ in range(repeats))
-    t_plain = min(_timed(lambda: m._plain_step(x, y)) for _ in range(repeats))
+    # the DP-SGD release with the accountant.data_dependent_reports=true pair statistics (the WDP path)
+    m.gradient_release = NoisyGradientSum(PrivacyLedger(None, 1e-5, data_dependent_reports=True), clip_norm=1.0,
+                                          sample_rate=batch / 60000, expected_batch_size=float(batch), seed=0)
+    m.gradient_release.set_noise_multiplier(1.0)
+    m.reports, m.pair_gen = True, torch.Generator().manual_seed(0)
+    m.wa, m.ba, m.ma = WassersteinAccountant(16, 32), BayesianAccountant(16, total_steps=10**6), MomentsAccountant(16)
+    x, y = m._normalize(torch.rand(batch, 1, 28, 28).to(device)), torch.randint(10, (batch,)).to(device)
+    m._private_gradient(x, y)  # warm-up
+    m._plain_gradient(x, y)
+    t_priv = min(_timed(lambda: m._private_gradient(x, y)) for _ in range(repeats))
+    t_plain = min(_timed(lambda: m._plain_gradient(x, y)) for _ in range(repeats))
     return [(f"wdp: DP-SGD step, mnist_dpsgd CNN, batch {batch} ({device.type})", f"{1 / t_priv:.2f} steps/s"),
             (f"wdp: non-private SGD step, same net and batch ({device.type})", f"{1 / t_plain:.2f} steps/s"),
             ("wdp: DP-SGD / non-private step-time ratio", f"{t_priv / t_plain:.1f}x slower")]

@@ -15,7 +15,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
-from .privacy.accountants import SAMPLING_SCHEMES
+from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
+from .utils.threads import resolve_threads
 
 
 class ConfigError(ValueError):
@@ -28,11 +29,13 @@ class AccountantSchema:
     epsilon: float | None = 10.0
     delta: float = 1e-5
     sampling: str = "poisson"
+    calibrate_with: str = "auto"
 
 
 @dataclass
 class TrainerSchema:
     device: str = "auto"
+    threads: Any = 1  # int >= 1 or "auto" (dpgen.utils.threads)
     log_every: int = 50
     checkpoint_every: int = 500
     resume: Any = False
@@ -72,10 +75,18 @@ def validate(cfg: DictConfig) -> None:
     if acc.get("sampling") not in SAMPLING_SCHEMES:
         raise ConfigError(f"accountant.sampling={acc.get('sampling')!r} is not a known sampling scheme; choose "
                           f"{' or '.join(SAMPLING_SCHEMES)}")
+    try:
+        calibrating_accountant(acc.get("sampling"), acc.get("calibrate_with", "auto"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     private = cfg.model.get("private", True)
     if private and eps is None:
         raise ConfigError("accountant.epsilon=null needs model.private=false (a non-private run); set "
                           "accountant.epsilon to a number for a private run")
+    try:
+        resolve_threads(cfg.trainer.get("threads", 1), cores=1, jobs=1)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     resume = cfg.trainer.get("resume", False)
     if isinstance(resume, str) and resume not in ("true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")

@@ -1,6 +1,6 @@
 """``run(cfg)``: the composition of one run, nothing else (docs/ARCHITECTURE.md).
 
-1. validate; seed; pick device
+1. validate; CPU threads (``trainer.threads``, before any torch work); seed; pick device
 2. data    = instantiate(cfg.dataset)     -> public / private / test splits
 3. ledger  = instantiate(cfg.accountant)  -> the privacy budget and its ledger
 4. method  = instantiate(cfg.model); method.fit(data, ledger, ctx)
@@ -22,6 +22,7 @@ from rich.table import Table
 from .config import validate
 from .methods.base import TrainContext
 from .utils import pick_device, seed_everything
+from .utils.threads import apply_threads
 
 
 def _resume_path(resume, run_dir: Path) -> Path | None:
@@ -39,6 +40,7 @@ def _resume_path(resume, run_dir: Path) -> Path | None:
 
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
+    threads = apply_threads(cfg.trainer.get("threads", 1))
     t0 = time.time()
     console = Console(stderr=True)
     seed = int(cfg.get("seed", 0))
@@ -47,7 +49,7 @@ def run(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     name = cfg.get("experiment_name", "run")
-    console.log(f"[bold]{name}[/] on {device}; run folder {run_dir}")
+    console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
     data = instantiate(cfg.dataset)
     n_priv = len(data.private)
@@ -83,6 +85,7 @@ def run(cfg: DictConfig) -> dict:
             "privacy": privacy,
             "train": train_metrics,
             "device": str(device),
+            "threads": threads,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
         }

@@ -116,6 +116,9 @@ def _print_summary(console: Console, results: dict) -> None:
     for k, v in results["metrics"].items():
         t.add_row(k, _fmt(v))
     p = results["privacy"]
+    if p.get("calibrating_accountant"):
+        t.add_row(f"epsilon spent (guarantee: {p['calibrating_accountant'].upper()}, calibrates and stops)",
+                  _fmt(p["epsilon"]))
     t.add_row("epsilon spent (RDP)", _fmt(p["epsilon_rdp"]))
     t.add_row("epsilon spent (PLD)", _fmt(p["epsilon_pld"]) if p["epsilon_pld"] is not None else "n/a (sampling "
               "without replacement)")

@@ -1,6 +1,6 @@
 """``run(cfg)``: the composition of one run, nothing else (docs/ARCHITECTURE.md).
 
-1. validate; seed; pick device
+1. validate; CPU threads (``trainer.threads``, before any torch work); seed; pick device
 2. method, evaluator, ledger = instantiate(cfg.model / cfg.evaluator / cfg.accountant): every setting
    is checked before any data is read (a typo in evaluator.* fails in seconds)
 3. data    = instantiate(cfg.dataset)     -> public / private / test splits
@@ -24,6 +24,7 @@ from .config import validate
 from .methods.base import TrainContext
 from .privacy.guarantee import RIGOROUS, qualifier
 from .utils import pick_device, seed_everything
+from .utils.threads import apply_threads
 
 
 def _resume_path(resume, run_dir: Path) -> Path | None:
@@ -41,6 +42,7 @@ def _resume_path(resume, run_dir: Path) -> Path | None:
 
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
+    threads = apply_threads(cfg.trainer.get("threads", 1))
     t0 = time.time()
     console = Console(stderr=True)
     seed = int(cfg.get("seed", 0))
@@ -49,7 +51,7 @@ def run(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     name = cfg.get("experiment_name", "run")
-    console.log(f"[bold]{name}[/] on {device}; run folder {run_dir}")
+    console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
     # settings first: a bad model / evaluator / accountant setting fails before the data is loaded
     method = instantiate(cfg.model, _convert_="all")
@@ -86,6 +88,7 @@ def run(cfg: DictConfig) -> dict:
             "privacy": privacy,
             "train": train_metrics,
             "device": str(device),
+            "threads": threads,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
         }
@@ -119,6 +122,9 @@ def _print_summary(console: Console, results: dict) -> None:
     if p.get("status"):  # e.g. "not DP: data-dependent reports" (accountant.data_dependent_reports=true)
         t.add_row("privacy status", f"[bold red]{p['status']}[/]")
     note = qualifier(p.get("guarantee", RIGOROUS))
+    if p.get("calibrating_accountant"):
+        t.add_row(f"epsilon spent (guarantee: {p['calibrating_accountant'].upper()}, calibrates and stops)",
+                  _fmt(p["epsilon"]) + (f"  ({note})" if note else ""))
     t.add_row("epsilon spent (RDP)", _fmt(p["epsilon_rdp"]) + (f"  ({note})" if note else ""))
     t.add_row("epsilon spent (PLD)", _fmt(p["epsilon_pld"]) if p["epsilon_pld"] is not None else "n/a (sampling "
               "without replacement)")

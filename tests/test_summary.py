@@ -7,7 +7,13 @@ import io
 import pytest
 from rich.console import Console
 
-from dpgen.logging.summary import LABELS, group_results, guarantee_label, metric_family, print_summary
+from dpgen.logging.summary import (
+    LABELS,
+    group_results,
+    guarantee_label,
+    metric_family,
+    print_summary,
+)
 
 PRIVATE = {"experiment": "digits_dpswd", "dataset": "digits", "n_private": 1347, "device": "cpu",
            "metrics": {"acc_logreg": 0.21, "acc_mlp": 0.18, "fid": 219.8, "fid_extractor": "domain",

@@ -169,7 +169,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
     """
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        key = (row.get("experiment"), tuple(sorted(o for o in row["overrides"] if _override_key(o) not in SEED_KEYS)))
+        key = (row.get("experiment"), tuple(o for o in row["overrides"] if _override_key(o) not in SEED_KEYS))
         groups.setdefault(key, []).append(row)
     configs = []
     for (experiment, overrides), members in groups.items():
@@ -248,15 +248,24 @@ def _table(header: list[str], rows: list[list[str]], text_cols: set[int] | None 
     return "\n".join(lines) + "\n"
 
 
+def common_overrides(configs: list[dict]) -> list[str]:
+    """Overrides every configuration shares (shown once above the table, not in every row)."""
+    if len(configs) < 2:
+        return []
+    first = configs[0]["overrides"]
+    return [o for o in first if all(o in c["overrides"] for c in configs[1:])]
+
+
 def to_markdown(configs: list[dict], metrics: list[str], accountants: list[str]) -> str:
-    """Results: overrides, seeds, ε per accountant + guarantee, utility metrics, runtime."""
+    """Results: overrides (those not common to all), seeds, ε per accountant + guarantee, utility, runtime."""
+    common = set(common_overrides(configs))
     header = ["overrides", "seeds", "target ε", "δ",
               *(f"ε ({a.upper()}{'' if a in CALIBRATING else ', reported only'})" for a in accountants),
               "guarantee", *metrics, "runtime (s)"]
     body = []
     for c in configs:
         body.append([
-            ", ".join(c["overrides"]) or "(defaults)",
+            ", ".join(o for o in c["overrides"] if o not in common) or "(defaults)",
             ", ".join(c["seeds"]) if c["n"] > 1 else c["seeds"][0],
             fmt(c["target_epsilon"]),
             fmt(c["delta"]),
@@ -346,6 +355,11 @@ def plot(configs: list[dict], metrics: list[str], title: str = "sweep"):
                                label=f"{name}{suffix}, non-private ceiling (ε = ∞)")
         for t in targets:
             ax.axvline(t, color="0.4", linestyle=":", linewidth=1)
+        for m in configs:  # a job that stopped early (trainer.max_steps) spent far less than its target
+            eps, t = m["stats"].get("eps_rdp"), m["target_epsilon"]
+            if eps and t and math.isfinite(eps[0]) and 0 < eps[0] < 0.9 * t:
+                ax.annotate(f"target ε {fmt(t)}", (eps[0], 0.02), xycoords=("data", "axes fraction"), rotation=90,
+                            fontsize=7, color="0.35", ha="right", va="bottom")
         if targets:
             ax.plot([], [], color="0.4", linestyle=":", label="target ε " + ", ".join(fmt(t) for t in targets))
         if any_points:
@@ -398,16 +412,21 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     configs = aggregate(rows)
     table = to_markdown(configs, metrics, accountant_names(rows))
+    common = common_overrides(configs)
     title = _experiment_title(rows)
     md_path, png_path = out / "sweep_report.md", out / "privacy_utility.png"
     md_path.write_text(
         f"# {title} — {args.folder}\n\n![privacy–utility](privacy_utility.png)\n\n"
-        f"## Results ({len(rows)} jobs, {len(configs)} configurations; mean ± std over seeds)\n\n{table}\n"
+        f"## Results ({len(rows)} jobs, {len(configs)} configurations; mean ± std over seeds)\n\n"
+        + (f"Overrides common to every job: `{' '.join(common)}`\n\n" if common else "")
+        + f"{table}\n"
         "ε (RDP) and ε (PLD) are guarantees when the guarantee column says rigorous; reported-only "
         "accountants are not.\n\n"
         f"## Provenance (per job; not plotted)\n\n{provenance_markdown(rows)}"
     )
     plot(configs, metrics, title).savefig(png_path, dpi=120)
+    if common:
+        print(f"overrides common to every job: {' '.join(common)}")
     print(table, end="")
     print(f"wrote {md_path} and {png_path} ({len(rows)} jobs, {len(configs)} configurations)", file=sys.stderr)
     return 0

@@ -22,8 +22,10 @@ def main(cfg: DictConfig) -> float | None:
         results = run(cfg)
     except Exception as err:
         message = user_error(err)
-        if message is None or _is_multirun():  # a bug keeps its traceback; a sweep reports through Hydra
+        if message is None:  # a bug keeps its traceback
             raise
+        if _is_multirun():  # a sweep reports through Hydra: the user's error itself, not Hydra's wrapper of it
+            raise _unwrap(err) from None
         _remove_untouched_run_dir()
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -37,13 +39,18 @@ def main(cfg: DictConfig) -> float | None:
 def user_error(err: BaseException) -> str | None:
     """The message of a user's mistake (a bad setting, missing data), printed without a traceback;
     None for anything else.  Hydra wraps errors raised while instantiating a target: unwrap them."""
-    from hydra.errors import InstantiationException
-
     from dpgen.config import ConfigError
     from dpgen.data.base import DatasetNotFoundError
 
-    cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ is not None else err
+    cause = _unwrap(err)
     return str(cause) if isinstance(cause, (ConfigError, DatasetNotFoundError)) else None
+
+
+def _unwrap(err: BaseException) -> BaseException:
+    """The error a Hydra ``InstantiationException`` wraps (whose repr prints line breaks as backslash-n)."""
+    from hydra.errors import InstantiationException
+
+    return err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ is not None else err
 
 
 def _is_multirun() -> bool:

@@ -66,8 +66,14 @@ def _read_overrides(job_dir: Path, results: dict) -> list[str]:
     path = job_dir / ".hydra" / "overrides.yaml"
     if path.is_file():
         loaded = yaml.safe_load(path.read_text()) or []
-        return [str(o) for o in loaded]
-    return [str(o) for o in results.get("overrides") or []]
+        return [_normalise(str(o)) for o in loaded]
+    return [_normalise(str(o)) for o in results.get("overrides") or []]
+
+
+def _normalise(override: str) -> str:
+    """``trainer.progress=False`` and ``trainer.progress=false`` are one override (Hydra writes both)."""
+    key, sep, value = override.partition("=")
+    return f"{key}{sep}{value.lower()}" if value.lower() in ("true", "false", "null", "none") else override
 
 
 def _override_key(override: str) -> str:
@@ -320,17 +326,19 @@ def plot(configs: list[dict], metrics: list[str], title: str = "sweep"):
     panels = families(metrics)
     series = _series(configs)
     many = len(series) > 1
+    common = set(common_overrides(configs))
     targets = sorted({c["target_epsilon"] for c in configs
                       if c["target_epsilon"] is not None and math.isfinite(c["target_epsilon"])})
     guarantees = sorted({c["guarantee"] for c in configs if math.isfinite(c["epsilon"])})
-    fig = Figure(figsize=(5.2 * max(len(panels), 1), 4.4))
+    fig = Figure(figsize=(5.2 * max(len(panels), 1), 5.2))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
     for ax, (family, names) in zip(axes, panels.items(), strict=False):
         any_points = False
         color = 0
         for (_, extra), members in series.items():
-            suffix = f" [{', '.join(extra) or 'defaults'}]" if many else ""
+            shown = [o for o in extra if o not in common]
+            suffix = f" [{', '.join(shown) or 'defaults'}]" if many else ""
             for name in names:
                 c = f"C{color % 10}"
                 color += 1
@@ -367,9 +375,11 @@ def plot(configs: list[dict], metrics: list[str], title: str = "sweep"):
         ax.set_xlabel("ε spent (RDP" + (f"; {', '.join(guarantees)}" if guarantees else "") + ")")
         ax.set_ylabel(family + (" (lower is better)" if family in ("FID", "sliced Wasserstein") else ""))
         ax.set_title(family)
+        if family in ("accuracy", "target accuracy (DA)"):
+            ax.set_ylim(bottom=0.0)  # accuracies live in [0, 1]; a wide std bar must not suggest otherwise
         ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="x-small")
+        if ax.get_legend_handles_labels()[0]:  # below the panel: never over a line
+            ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     fig.suptitle(f"{title}: privacy–utility")
     fig.tight_layout()
     return fig

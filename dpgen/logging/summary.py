@@ -151,13 +151,18 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
     if p.get("status"):
         rows.append(("privacy", "status", f"{p['status']}: the run folder publishes un-noised functions of "
                      "private records and is not covered by its epsilon"))
-    if not non_private and p.get("calibrating_accountant"):
-        rows.append(("privacy", f"epsilon spent ({p['calibrating_accountant'].upper()}: calibrates and stops)",
+    calibrating = None if non_private else p.get("calibrating_accountant")
+    if calibrating:
+        rows.append(("privacy", f"epsilon spent ({calibrating.upper()}: calibrates and stops)",
                      f"{fmt(p.get('epsilon'))}  ({label})"))
-    rows.append(("privacy", "epsilon spent (RDP)", f"{fmt(p.get('epsilon_rdp'))}  ({label})"))
+
+    def other(name: str) -> str:  # the same releases under another accountant: a looser, valid bound
+        return f"  ({label})" if calibrating in (None, name) else "  (same releases, another accountant)"
+
+    rows.append(("privacy", "epsilon spent (RDP)", f"{fmt(p.get('epsilon_rdp'))}" + other("rdp")))
     if not non_private:
         pld = p.get("epsilon_pld")
-        rows.append(("privacy", "epsilon spent (PLD)", f"{fmt(pld)}  ({label})" if pld is not None else
+        rows.append(("privacy", "epsilon spent (PLD)", f"{fmt(pld)}" + other("pld") if pld is not None else
                      "n/a (" + (raw.get("epsilon_pld_note") or "no PLD for this sampling") + ")"))
         for key, value in p.items():
             if key.endswith("_reported_only"):

@@ -190,7 +190,8 @@ def _evaluate(ds_name: str, n_eval: int) -> dict:
             cache[ds] = instantiate(cfg.dataset)
         data = cache[ds]
         method = instantiate(cfg.model, _convert_="all")
-        method.restore(data, rd / "checkpoints" / "last.pt")
+        art = rd / "release.pt"  # the weights-only artefact (older run folders: the checkpoint)
+        method.restore(data, art if art.exists() else rd / "checkpoints" / "last.pt")
         y = torch.arange(n_eval) % data.num_classes
         y = y[torch.randperm(n_eval, generator=torch.Generator().manual_seed(0))]
         torch.manual_seed(0)

@@ -117,12 +117,16 @@ def test_dpswflow_noises_the_private_projections_exactly_once(data, tmp_path, mo
 def test_dpswflow_one_shot_release_is_recorded_replace_one_not_poisson(data, tmp_path):
     """Defect 7: the one-shot release (whole set, N public) was labelled with the sampler's poisson."""
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
-    out = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=3).fit(data, ledger, _ctx(tmp_path))
+    m = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=3)
+    out = m.fit(data, ledger, _ctx(tmp_path))
     assert [(e.relation, e.sample_rate) for e in ledger.entries] == [("replace_one", 1.0)]
     assert ledger.summary()["neighbouring_relation"] == "replace_one"
     assert out["mechanisms"]["one_shot"]["relation"] == "replace_one"
     art = torch.load(tmp_path / "release.pt", weights_only=False)  # weights only: particles and the public AE
     assert set(art) == {"particles", "autoencoder", "signature"}
+    again = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=3)
+    again.restore(data, tmp_path / "release.pt")  # a sampler from the published artefact alone
+    assert torch.equal(again.X, m.X)
 
 
 def test_dpswflow_r_noises_a_fresh_private_batch_every_step(data, tmp_path, monkeypatch):

@@ -508,7 +508,8 @@ class DPSWFlow(_ParticleFlow):
             if ledger.allowance_for([self.one_shot.ledger_entry()], acct, at_most=1) < 1:
                 raise ValueError(f"the one-shot release would exceed accountant.epsilon = {ledger.target_epsilon} "
                                  f"({acct}); raise accountant.epsilon")
-        self._encoded = self._encode_private(data, self._seed) if ctx.resume_state is None else None
+        released = ctx.resume_state is not None and ctx.resume_state.get("quantiles") is not None
+        self._encoded = None if released else self._encode_private(data, self._seed)  # read, not released
         self._init_particles(data)
         self._last_drift = float("nan")
 
@@ -537,11 +538,14 @@ class DPSWFlow(_ParticleFlow):
         return {"drift_norm": self._last_drift}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "directions": self.u_all.cpu(), "quantiles": self.tq_all.cpu()}
+        released = self.tq_all is not None  # None only if the run stopped before its release
+        return {**super().state_dict(), "directions": self.u_all.cpu() if released else None,
+                "quantiles": self.tq_all.cpu() if released else None}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.u_all, self.tq_all = state["directions"].to(self.device), state["quantiles"].to(self.device)
+        if state["quantiles"] is not None:
+            self.u_all, self.tq_all = state["directions"].to(self.device), state["quantiles"].to(self.device)
 
     def train_summary(self) -> dict:
         out = super().train_summary()

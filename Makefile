@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install train test bench lint reproduce clean
+.PHONY: install train test test-all bench lint reproduce clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,8 +21,13 @@ install: $(STAMP)
 train: $(STAMP)
 	$(BIN)/python train.py $(ARGS)
 
-## fast unit, property and end-to-end tests (CPU); fails when no test runs (pytest exit 5)
+## fast unit, property and shrunk end-to-end tests (CPU, < 10 min on 2 cores from a fresh clone);
+## caches go to pytest's tmp folder; fails when no test runs (pytest exit 5 is an error)
 test: $(STAMP)
+	$(BIN)/python -m pytest -n auto -q -m "not slow" $(PYTEST_ARGS)
+
+## every test, including the long end-to-end runs marked `slow`
+test-all: $(STAMP)
 	$(BIN)/python -m pytest -n auto -q $(PYTEST_ARGS)
 
 ## benchmarks: writes docs/benchmarks.md

@@ -15,7 +15,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
-from .privacy.accountants import SAMPLING_SCHEMES
+from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
+from .utils.threads import resolve_threads
 
 
 class ConfigError(ValueError):
@@ -29,11 +30,13 @@ class AccountantSchema:
     delta: float = 1e-5
     sampling: str = "poisson"
     data_dependent_reports: bool = False  # WA/BA/MA reports from un-noised private statistics: run labelled "not DP"
+    calibrate_with: str = "auto"
 
 
 @dataclass
 class TrainerSchema:
     device: str = "auto"
+    threads: Any = 1  # int >= 1 or "auto" (dpgen.utils.threads)
     log_every: int = 50
     checkpoint_every: int = 500
     resume: Any = False
@@ -76,10 +79,18 @@ def validate(cfg: DictConfig) -> None:
     if acc.get("data_dependent_reports", False) and acc.get("sampling") != "poisson":
         raise ConfigError("accountant.data_dependent_reports=true (WA/BA/MA) is implemented for Poisson sampling only: "
                           "set accountant.sampling=poisson or accountant.data_dependent_reports=false")
+    try:
+        calibrating_accountant(acc.get("sampling"), acc.get("calibrate_with", "auto"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     private = cfg.model.get("private", True)
     if private and eps is None:
         raise ConfigError("accountant.epsilon=null needs model.private=false (a non-private run); set "
                           "accountant.epsilon to a number for a private run")
+    try:
+        resolve_threads(cfg.trainer.get("threads", 1), cores=1, jobs=1)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     resume = cfg.trainer.get("resume", False)
     if isinstance(resume, str) and resume not in ("true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")

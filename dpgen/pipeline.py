@@ -1,6 +1,6 @@
 """``run(cfg)``: the composition of one run, nothing else (docs/ARCHITECTURE.md).
 
-1. validate; seed; pick device
+1. validate; CPU threads (``trainer.threads``, before any torch work); seed; pick device
 2. method, evaluator, ledger = instantiate(cfg.model / cfg.evaluator / cfg.accountant): every setting
    is checked before any data is read (a typo in evaluator.* fails in seconds)
 3. data    = instantiate(cfg.dataset)     -> public / private / test splits
@@ -18,12 +18,12 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
-from rich.table import Table
 
 from .config import validate
+from .logging.summary import print_summary
 from .methods.base import TrainContext
-from .privacy.guarantee import RIGOROUS, qualifier
 from .utils import pick_device, seed_everything
+from .utils.threads import apply_threads
 
 
 def _resume_path(resume, run_dir: Path) -> Path | None:
@@ -41,6 +41,7 @@ def _resume_path(resume, run_dir: Path) -> Path | None:
 
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
+    threads = apply_threads(cfg.trainer.get("threads", 1))
     t0 = time.time()
     console = Console(stderr=True)
     seed = int(cfg.get("seed", 0))
@@ -49,7 +50,7 @@ def run(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     name = cfg.get("experiment_name", "run")
-    console.log(f"[bold]{name}[/] on {device}; run folder {run_dir}")
+    console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
     # settings first: a bad model / evaluator / accountant setting fails before the data is loaded
     method = instantiate(cfg.model, _convert_="all")
@@ -86,13 +87,14 @@ def run(cfg: DictConfig) -> dict:
             "privacy": privacy,
             "train": train_metrics,
             "device": str(device),
+            "threads": threads,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
         }
         logger.log_summary(results)
     finally:
         logger.finish()
-    _print_summary(console, results)
+    print_summary(results)  # privacy | utility | provenance (dpgen/logging/summary.py)
     return results
 
 
@@ -101,40 +103,3 @@ def _overrides() -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}" if (v != 0 and abs(v) < 1e-3) else f"{v:.4f}"
-    return str(v)
-
-
-def _print_summary(console: Console, results: dict) -> None:
-    t = Table(title=f"{results['experiment']} — results", show_header=True)
-    t.add_column("quantity")
-    t.add_column("value")
-    for k, v in results["metrics"].items():
-        t.add_row(k, _fmt(v))
-    p = results["privacy"]
-    if p.get("status"):  # e.g. "not DP: data-dependent reports" (accountant.data_dependent_reports=true)
-        t.add_row("privacy status", f"[bold red]{p['status']}[/]")
-    note = qualifier(p.get("guarantee", RIGOROUS))
-    t.add_row("epsilon spent (RDP)", _fmt(p["epsilon_rdp"]) + (f"  ({note})" if note else ""))
-    t.add_row("epsilon spent (PLD)", _fmt(p["epsilon_pld"]) if p["epsilon_pld"] is not None else "n/a (sampling "
-              "without replacement)")
-    for name in p.get("reported_accountants", {}):  # BA / WA / MA: beside RDP and PLD, never calibrating
-        t.add_row(f"epsilon ({name.upper()}, reported only)", _fmt(p[f"epsilon_{name}"]))
-    t.add_row("guarantee", p.get("guarantee", RIGOROUS))
-    t.add_row("neighbouring relation", str(p.get("neighbouring_relation")))
-    t.add_row("delta", _fmt(p["delta"]))
-    t.add_row("target epsilon", _fmt(p["target_epsilon"]))
-    t.add_row("private steps", _fmt(p["private_steps"]))
-    t.add_row("run time (s)", _fmt(results["runtime_s"]))
-    Console().print(t)
-    if p.get("reported_accountants"):
-        for name, label in p["reported_accountants"].items():
-            Console().print(f"  {name.upper()}: {label}")
-        Console().print(f"  {p['reported_accountants_note']}")
-    if p.get("status"):
-        Console().print(f"  [bold red]{p['status']}[/]: the run folder publishes un-noised functions of private "
-                        "records; it is not covered by its epsilon")

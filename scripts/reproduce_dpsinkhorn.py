@@ -83,7 +83,7 @@ def section(run_dirs: list[Path], invocation: str | None = None) -> str:
                f"{m.get('fid_n_generated')} generated)") if "fid" in m else "—"
         eps = "non-private" if p["epsilon_rdp"] in (None, float("inf")) or p["target_epsilon"] is None else \
             f"{p['epsilon_rdp']:.2f} / {p['epsilon_pld']:.2f}, {p['delta']:g}"
-        sig = f"σ = {t['noise_multiplier']:.3f}{' (calibrated)' if t.get('sigma_calibrated') else ''}, " \
+        sig = f"σ = {t.get('sigma', t['noise_multiplier']):.3f}{' (calibrated)' if t.get('sigma_calibrated') else ''}, " \
               f"{t['train_steps']} steps" if t.get("noise_multiplier") else f"{t['train_steps']} steps"
         cmd_file = d / "command.txt"
         cmd = cmd_file.read_text().splitlines()[0] if cmd_file.exists() else "(see .hydra/overrides.yaml)"

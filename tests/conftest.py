@@ -1,4 +1,10 @@
-"""Shared fixtures.  Real datasets come from $DPGEN_DATA_ROOT (CI: ../shared/data)."""
+"""Shared fixtures.  Real datasets come from $DPGEN_DATA_ROOT (CI: ../shared/data).
+
+Hermetic caches: every cache a test (or a ``train.py`` it spawns) could write — dpgen's FID domain
+extractor (``DPGEN_CACHE_DIR``), torch hub (``TORCH_HOME``), matplotlib, W&B — points into this
+session's pytest temporary folder (shared by the xdist workers of one session), never the user's home.
+Long end-to-end runs are marked ``slow``: ``make test`` skips them, ``make test-all`` runs them.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+
+HERMETIC_DIRS = {"DPGEN_CACHE_DIR": "dpgen-cache", "TORCH_HOME": "torch-home", "MPLCONFIGDIR": "matplotlib",
+                 "WANDB_CACHE_DIR": "wandb-cache", "WANDB_CONFIG_DIR": "wandb-config", "WANDB_DATA_DIR": "wandb-data",
+                 "XDG_CACHE_HOME": "xdg-cache"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_caches(tmp_path_factory):
+    """Point every cache into the session's temporary folder (restored afterwards)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # one folder for all workers of this session: the FID extractor trains once
+    saved = {k: os.environ.get(k) for k in HERMETIC_DIRS}
+    for var, name in HERMETIC_DIRS.items():
+        (base / name).mkdir(parents=True, exist_ok=True)
+        os.environ[var] = str(base / name)
+    yield base
+    for var, old in saved.items():
+        if old is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = old
 
 
 def shared_data_root() -> Path | None:

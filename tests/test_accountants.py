@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpgen.privacy import PLDAccountant, RDPAccountant, Release, calibrate_dpswd, dpswd_epsilon
+from dpgen.privacy import (
+    PLDAccountant,
+    RDPAccountant,
+    Release,
+    calibrate,
+    calibrate_dpswd,
+    dpswd_epsilon,
+)
+from dpgen.privacy.accountants import largest_steps_within, make_accountant, solve_noise_multiplier
 
 # Table 4 (eps = 10): name, delta, d, k, N, epochs, B, sigma (paper), bound
 TABLE4 = [
@@ -47,13 +57,56 @@ def test_prop2_split_reproduces_2023_corrected_sigmas(name, n, s_bern, s_clt):
 
 @settings(max_examples=12, deadline=None)
 @given(eps=st.floats(0.3, 20.0), q=st.floats(0.001, 0.2), steps=st.integers(1, 3000),
-       sampling=st.sampled_from(["poisson", "without_replacement"]))
-def test_calibration_never_exceeds_target_epsilon(eps, q, steps, sampling):
-    acct = RDPAccountant(sampling)
-    sigma = acct.calibrate(eps, 1e-5, q, steps)
+       scheme=st.sampled_from([("poisson", "rdp"), ("poisson", "pld"), ("without_replacement", "rdp")]))
+def test_calibration_never_exceeds_target_epsilon(eps, q, steps, scheme):
+    sampling, name = scheme
+    acct = make_accountant(name, sampling)
+    sigma = calibrate(eps, 1e-5, q, steps, sampling, accountant=name)
     assert acct.epsilon_of([Release(sigma, q, steps)], 1e-5) <= eps
-    # and it is tight: 2 % less noise would exceed the target
-    assert acct.epsilon_of([Release(sigma * 0.98, q, steps)], 1e-5) > eps
+    # and it is tight: 0.5 % less noise would exceed the target (the search stops within 0.1 %)
+    assert acct.epsilon_of([Release(sigma * 0.995, q, steps)], 1e-5) > eps
+
+
+def test_auto_calibrates_with_pld_for_poisson_and_rdp_without_replacement():
+    q, steps = 0.01, 2000
+    assert calibrate(5.0, 1e-5, q, steps, "poisson") == calibrate(5.0, 1e-5, q, steps, "poisson", accountant="pld")
+    assert calibrate(5.0, 1e-5, q, steps, "without_replacement") == \
+        RDPAccountant("without_replacement").calibrate(5.0, 1e-5, q, steps)
+    with pytest.raises(ValueError, match="calibrate_with"):
+        calibrate(5.0, 1e-5, q, steps, "without_replacement", accountant="pld")
+
+
+@settings(max_examples=300, deadline=None)
+@given(p=st.floats(0.3, 8.0), c=st.floats(1e-3, 1e3), target=st.floats(0.01, 100.0),
+       kink=st.floats(0.05, 20.0), guess=st.one_of(st.none(), st.floats(1e-3, 1e3)),
+       rel_tol=st.sampled_from([1e-3, 1e-2]))
+def test_root_search_never_returns_a_sigma_above_target(p, c, target, kink, guess, rel_tol):
+    """Pure property of the search on monotone curves (a power law with a kink and a flat infinite
+    part below sigma = 1e-3): the result is within budget and within rel_tol of the true root."""
+    def eps(sig):
+        if sig < 1e-3:
+            return math.inf
+        return c * sig ** -p * (1.0 if sig > kink else (kink / sig) ** 0.5)
+
+    if eps(1e6) > target:  # unreachable: a clear error instead
+        with pytest.raises(ValueError, match="cannot be reached"):
+            solve_noise_multiplier(eps, target, sigma_max=1e6)
+        return
+    sig = solve_noise_multiplier(eps, target, rel_tol=rel_tol, sigma_max=1e6, sigma_guess=guess)
+    assert eps(sig) <= target
+    # the true root sits in [sig / (1 + 2 rel_tol), sig]: slightly less noise is above the target
+    assert eps(sig / (1 + 2 * rel_tol)) > target or sig <= 1e-3 * (1 + 2 * rel_tol)
+
+
+@settings(max_examples=300, deadline=None)
+@given(root=st.integers(0, 10**7), p=st.floats(0.2, 3.0), guess=st.integers(1, 10**7))
+def test_integer_step_search_finds_the_last_step_within_budget(root, p, guess):
+    target = 1.0
+
+    def eps(s):
+        return ((s + 0.5) / (root + 1)) ** p  # <= 1 exactly for s <= root
+
+    assert largest_steps_within(eps, target, guess=guess) == root
 
 
 def test_dpswd_forward_epsilon_matches_calibration_target():

@@ -17,7 +17,6 @@ from dpgen.privacy import PrivacyLedger, PrivateSampler
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
 
 METHODS = Path(__file__).resolve().parents[1] / "dpgen" / "methods"
-NOT_YET_MIGRATED: set[str] = set()  # every method is on the loop (issue 11)
 FORBIDDEN_CALLS = {"atomic_save", "Progress", "record", "save"}
 
 
@@ -33,8 +32,6 @@ def _calls(path: Path) -> set[str]:
 @pytest.mark.parametrize("path", sorted(p for p in METHODS.glob("*.py") if p.name not in {"loop.py", "__init__.py"}),
                          ids=lambda p: p.name)
 def test_no_method_checkpoints_draws_a_bar_or_records_a_release_itself(path):
-    if path.name in NOT_YET_MIGRATED:
-        pytest.skip("migrated by the other half of issue 11")
     bad = _calls(path) & FORBIDDEN_CALLS
     assert not bad, f"{path.name} calls {sorted(bad)}: only methods/loop.py and privacy/mechanisms.py may"
     src = path.read_text()

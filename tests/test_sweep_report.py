@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,8 @@ sweep_report = _load_module()
 
 
 # (subfolder, job number, overrides, target ε, ε RDP, ε PLD, acc_logreg): job numbers deliberately
-# not in ε order, two jobs share ε=10 (seeds), one is non-private, one is nested one level deeper.
+# not in ε order, two jobs share ε=10 and differ only by seed, one is non-private, one is nested one
+# level deeper.
 JOBS = [
     ("", 0, ["accountant.epsilon=10", "seed=0"], 10.0, 9.99, 8.49, 0.6),
     ("", 1, ["model.private=false"], None, "inf", None, 0.9),
@@ -46,14 +48,17 @@ def multirun(tmp_path_factory) -> Path:
         results = {
             "experiment": "digits_dpswd",
             "dataset": "digits",
-            "metrics": {"acc_logreg": acc, "acc_mlp": acc - 0.05, "eval_time_s": 12.5},
+            "metrics": {"acc_logreg": acc, "acc_mlp": acc - 0.05, "eval_time_s": 12.5, "fid": 100 * (1 - acc),
+                        "fid_n_generated": 2000, "fid_n_reference": 225, "fid_extractor": "domain",
+                        "fid_extractor_cache": "/cache/fid_domain/digits-x.pt"},
             "privacy": {
                 "target_epsilon": target,
                 "delta": 1e-05,
                 "epsilon_rdp": eps_rdp,
                 "epsilon_pld": eps_pld,
             },
-            "train": {"train_steps": 100, "train_time_s": 3.0},
+            "train": {"train_steps": 100, "train_time_s": 3.0,
+                      "guarantee": "rigorous" if target else "none (non-private)"},
             "runtime_s": 42.123456,
         }
         (job / "results.json").write_text(json.dumps(results, indent=2))
@@ -71,7 +76,13 @@ def report(multirun) -> tuple[str, str]:
 
 
 def _table_rows(markdown: str) -> list[dict[str, str]]:
-    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    """The first markdown table (results) as dicts."""
+    lines = []
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            lines.append(line)
+        elif lines:
+            break
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     return [
         dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
@@ -79,35 +90,78 @@ def _table_rows(markdown: str) -> list[dict[str, str]]:
     ]
 
 
-def test_markdown_has_one_row_per_finished_job(report):
+def test_results_table_has_one_row_per_configuration_seeds_aggregated(report):
     stdout, markdown = report
     rows = _table_rows(markdown)
-    assert len(rows) == len(JOBS)
+    assert len(rows) == 3  # 4 jobs: the two ε=10 jobs differ only by seed
     assert _table_rows(stdout) == rows  # the same table is printed to stdout
-    assert "nested/3_accountant.epsilon=10,seed=1" in {r["job"] for r in rows}
+    eps10 = next(r for r in rows if r["overrides"] == "accountant.epsilon=10")
+    assert eps10["seeds"] == "0, 1"
+    assert eps10["acc_logreg"] == "0.65 ± 0.071"  # mean and sample std of 0.6 and 0.7
+    assert eps10["ε (RDP)"].startswith("9.98 ±")
+    assert "nested/3_accountant.epsilon=10,seed=1" in markdown  # provenance table lists every job
+
+
+def test_results_table_leads_with_overrides_then_epsilon_then_utility_then_runtime(report):
+    header = list(_table_rows(report[1])[0])
+    assert header[0] == "overrides" and header[-1] == "runtime (s)"
+    assert header.index("ε (RDP)") < header.index("ε (PLD)") < header.index("acc_logreg")
+    assert {"acc_logreg", "acc_mlp", "fid"} <= set(header)
+    for provenance in ("fid_n_generated", "fid_n_reference", "fid_extractor", "fid_extractor_cache", "eval_time_s"):
+        assert provenance not in header
 
 
 def test_rows_sorted_by_target_epsilon_with_non_private_last(report):
     rows = _table_rows(report[1])
-    assert [r["target ε"] for r in rows] == ["1", "10", "10", "—"]
-    # equal ε: by job number
-    assert rows[1]["job"].startswith("0_") and rows[2]["job"].startswith("nested/3_")
-    assert rows[-1]["job"] == "1_model.private=false"
-    assert rows[0]["overrides"] == "accountant.epsilon=1, seed=0"
+    assert [r["target ε"] for r in rows] == ["1", "10", "—"]
+    assert rows[0]["overrides"] == "accountant.epsilon=1" and rows[-1]["overrides"] == "model.private=false"
 
 
 def test_non_private_job_shows_infinity_and_missing_values(report):
     non_private = _table_rows(report[1])[-1]
     assert non_private["ε (RDP)"] == "∞"
     assert non_private["ε (PLD)"] == "—"
+    assert non_private["guarantee"] == "non-private"
     assert non_private["acc_logreg"] == "0.9"
     assert non_private["runtime (s)"] == "42.12"
 
 
-def test_time_metrics_hidden_by_default(report):
-    header = _table_rows(report[1])[0].keys()
-    assert {"acc_logreg", "acc_mlp"} <= header
-    assert "eval_time_s" not in header
+def test_provenance_is_in_a_second_table_not_in_the_results(report):
+    markdown = report[1]
+    results, provenance = markdown.split("## Provenance")
+    assert "fid_extractor_cache" not in results and "/cache/fid_domain/digits-x.pt" in provenance
+    assert "fid_n_generated" in provenance
+
+
+def test_plot_axes_are_metric_families_only(multirun):
+    configs = sweep_report.aggregate(sweep_report.collect(multirun))
+    metrics = sweep_report.metric_names(sweep_report.collect(multirun))
+    fig = sweep_report.plot(configs, metrics, "t")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["accuracy", "FID"]
+    for ax in fig.axes:
+        assert ax.get_xscale() == "log" and ax.get_xlabel().startswith("ε spent (RDP")
+        labels = [h.get_label() for h in ax.get_legend_handles_labels()[0]]
+        plotted = " ".join(labels)
+        assert "fid_n" not in plotted and "time" not in plotted and "cache" not in plotted
+        assert any("non-private" in lb for lb in labels) and any(lb.startswith("target ε") for lb in labels)
+    acc = fig.axes[0]
+    names = {re.split(r"[ ,]", lb)[0] for lb in acc.get_legend_handles_labels()[1] if not lb.startswith("target")}
+    assert names == {"acc_logreg", "acc_mlp"}
+    # the two seeds at ε = 10 are one point with an error bar, the target ε lines at 1 and 10
+    line = next(c for c in acc.containers if c.get_label().startswith("acc_logreg (mean")).lines[0]
+    assert len(line.get_xdata()) == 2 and line.get_ydata()[1] == pytest.approx(0.65)
+    assert sorted(ln.get_xdata()[0] for ln in acc.get_lines() if ln.get_linestyle() == ":" and
+                  len(ln.get_xdata())) == [1.0, 10.0]
+
+
+def test_domain_adaptation_gets_a_target_accuracy_panel():
+    configs = [{"experiment": "da", "overrides": [f"accountant.epsilon={e}"], "n": 1, "seeds": ["0"], "jobs": ["j"],
+                "target_epsilon": e, "epsilon": e, "guarantee": "rigorous",
+                "stats": {"eps_rdp": (e * 0.99, 0.0, 1), "acc_target": (0.5 + e / 100, 0.0, 1),
+                          "acc_source": (0.9, 0.0, 1)}} for e in (1.0, 10.0)]
+    fig = sweep_report.plot(configs, ["acc_target", "acc_source"], "da")
+    assert [ax.get_title() for ax in fig.axes] == ["target accuracy (DA)"]
 
 
 def test_plot_and_table_written_to_out_dir_png_is_valid(multirun, tmp_path, capsys):

@@ -2,43 +2,91 @@
 
 Only aggregate metrics, synthetic samples and public data are ever passed to a logger: the
 methods never hand it a private record (see the privacy boundary in docs/ARCHITECTURE.md).
+
+A run folder is one run, also across restarts (``trainer.resume``): ``metrics.csv`` is appended
+to, the W&B run id is kept in ``wandb_run_id`` and resumed, and ``runtime.json`` records the wall
+time of every segment so that ``results["runtime_s"]`` covers them all.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..utils import json_safe
+from .summary import group_results, metric_family
+
+EPSILON_KEY = "epsilon_rdp"  # the x axis of the W&B charts (the calibrating accountant's ε spent)
+WANDB_ID_FILE = "wandb_run_id"
+RUNTIME_FILE = "runtime.json"
+
+
+def to_uint8_image(grid: torch.Tensor) -> np.ndarray:
+    """``grid: (C, H, W)`` floats in [0, 1] -> ``(H, W)`` (C = 1) or ``(H, W, C)`` uint8 in [0, 255].
+
+    ``wandb.Image`` casts float arrays to uint8 without scaling, which turns [0, 1] pixels into
+    0/1 (a black grid); handing it uint8 pixels avoids that.
+    """
+    if grid.dim() != 3:
+        raise ValueError(f"expected one (C, H, W) image grid, got shape {tuple(grid.shape)}")
+    pixels = (grid.detach().float().cpu().clamp(0, 1) * 255.0).round().to(torch.uint8)
+    arr = pixels.permute(1, 2, 0).numpy()
+    return arr[:, :, 0] if arr.shape[2] == 1 else arr
 
 
 class LocalSink:
-    """Writes ``metrics.csv``, image grids (``<name>.png``) and ``results.json`` into the run folder."""
+    """Writes ``metrics.csv``, image grids (``<name>.png``) and ``results.json`` into the run folder.
 
-    def __init__(self, run_dir: str | Path) -> None:
+    ``metrics.csv`` is appended to, one line per call (linear in the number of rows); only when a
+    new column appears is the file rewritten once with the wider header.  ``append=True`` continues
+    an existing file (a resumed run), ``append=False`` starts a new one.
+    """
+
+    def __init__(self, run_dir: str | Path, append: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._rows: list[dict] = []
         self._csv = self.run_dir / "metrics.csv"
-        if self._csv.exists():  # resumed run: keep the history
-            with open(self._csv) as fh:
-                self._rows = list(csv.DictReader(fh))
+        self._fields: list[str] = []
+        if append and self._csv.exists():  # resumed run: keep the history, continue its header
+            with open(self._csv, newline="") as fh:
+                header = next(csv.reader(fh), None)
+            self._fields = list(header or [])
+        elif self._csv.exists():
+            self._csv.unlink()
+
+    @property
+    def fields(self) -> list[str]:
+        return list(self._fields)
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
-        self._rows.append({"step": step, **{k: v for k, v in metrics.items()}})
-        keys: list[str] = []
-        for r in self._rows:
-            keys += [k for k in r if k not in keys]
+        row = {"step": step, **metrics}
+        new = [k for k in row if k not in self._fields]
+        if new or not self._csv.exists():
+            self._widen(new)
+        with open(self._csv, "a", newline="") as fh:
+            csv.DictWriter(fh, fieldnames=self._fields).writerow(row)
+
+    def _widen(self, new: list[str]) -> None:
+        """Rewrite the file once with ``new`` columns added (old rows get empty cells)."""
+        rows: list[dict] = []
+        if self._csv.exists() and self._fields:
+            with open(self._csv, newline="") as fh:
+                rows = list(csv.DictReader(fh))
+        self._fields = self._fields + new
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=self._fields)
+        writer.writeheader()
+        writer.writerows(rows)
         tmp = self._csv.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=keys)
-            w.writeheader()
-            w.writerows(self._rows)
+        tmp.write_text(buf.getvalue())
         os.replace(tmp, self._csv)
 
     def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> Path:
@@ -59,34 +107,89 @@ class LocalSink:
         pass
 
 
+def _hydra_group_and_name(experiment: str | None) -> tuple[str | None, str | None]:
+    """In a Hydra multirun: (``<experiment>/<sweep folder>``, ``<job overrides>``) so the jobs of one
+    sweep form one W&B group; else (experiment, None)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+    except ImportError:  # pragma: no cover - hydra is a dependency
+        return experiment, None
+    if not HydraConfig.initialized():
+        return experiment, None
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return experiment, None
+    sweep = Path(str(hc.sweep.dir)).name
+    job = hc.job.override_dirname or str(hc.job.num)
+    return f"{experiment or hc.job.name}/{sweep}", job
+
+
 class WandbSink:
-    """Weights & Biases run: config, metrics (incl. the epsilon-spent curve), synthetic grids."""
+    """Weights & Biases run: config, metrics, the ε-spent curve, synthetic grids, grouped summary.
+
+    * every logged metric is charted against ``epsilon_rdp`` (``define_metric(step_metric=...)``),
+      and ``epsilon_rdp`` itself against the step (the ε-spent curve);
+    * at the end the utility metrics are logged once at the final ε (``eval/<metric>``), so a
+      sweep's runs give one point each on a chart keyed by ε;
+    * the jobs of a Hydra multirun share one group (``group: null``);
+    * ``resume_id``: continue that W&B run (a resumed run folder) instead of starting a new one.
+    """
 
     def __init__(self, run_dir: str | Path, config: dict, mode: str = "offline", project: str = "dpgen",
                  entity: str | None = None, group: str | None = None, name: str | None = None,
-                 tags: list[str] | None = None) -> None:
+                 tags: list[str] | None = None, resume_id: str | None = None) -> None:
         if mode not in ("online", "offline", "disabled"):
             raise ValueError(f"logger.wandb.mode must be online, offline or disabled, got {mode!r}")
         import wandb
 
+        auto_group, auto_name = _hydra_group_and_name(config.get("experiment_name"))
         self._wandb = wandb
-        self.run = wandb.init(project=project, entity=entity, group=group, name=name, tags=tags, mode=mode,
-                              dir=str(run_dir), config=config, reinit="finish_previous",
+        self._defined: set[str] = set()
+        self.run = wandb.init(project=project, entity=entity, group=group or auto_group, name=name or auto_name,
+                              tags=tags, mode=mode, dir=str(run_dir), config=config, reinit="finish_previous",
+                              id=resume_id, resume="allow" if resume_id else None,
                               settings=wandb.Settings(silent=True, console="off"))
+        self.run.define_metric(EPSILON_KEY, summary="max")
+
+    @property
+    def run_id(self) -> str:
+        return self.run.id
+
+    def _define(self, keys) -> None:
+        for key in keys:
+            if key not in self._defined and key != EPSILON_KEY:
+                self.run.define_metric(key, step_metric=EPSILON_KEY)
+                self._defined.add(key)
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
-        self.run.log({k: v for k, v in metrics.items() if v is not None}, step=step)
+        row = {k: v for k, v in metrics.items() if v is not None}
+        eps = row.get(EPSILON_KEY)
+        if isinstance(eps, (int, float)) and np.isfinite(eps):  # non-private runs (ε = ∞) chart by step
+            self._define(row)
+        self.run.log(row, step=step)
 
     def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None:
         from torchvision.utils import make_grid
 
         grid = make_grid(images.detach().float().cpu().clamp(0, 1), nrow=nrow, padding=2, pad_value=1.0)
-        self.run.log({name: self._wandb.Image(grid)}, step=step)
+        key = f"samples/{name.removeprefix('samples_')}" if name.startswith("samples_") else name
+        self.run.log({key: self._wandb.Image(to_uint8_image(grid), caption=name)}, step=step)
 
     def log_summary(self, results: dict[str, Any]) -> None:
-        flat = _flatten(json_safe(results))
-        for k, v in flat.items():
+        safe = json_safe(results)
+        grouped = safe.get("summary") or json_safe(group_results(results))
+        eps = (results.get("privacy") or {}).get(EPSILON_KEY)
+        points = {f"eval/{k}": float(v) for k, v in (results.get("metrics") or {}).items()
+                  if metric_family(k, v) is not None and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if points and isinstance(eps, (int, float)) and np.isfinite(eps):
+            self._define(points)
+            self.run.log({**points, EPSILON_KEY: float(eps)})
+        for k, v in _flatten(grouped).items():
             self.run.summary[k] = v
+        for key in ("experiment", "dataset"):
+            if key in safe:
+                self.run.summary[key] = safe[key]
 
     def finish(self) -> None:
         self.run.finish()
@@ -103,19 +206,67 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _resume_source(resume, run_dir: Path) -> Path | None:
+    """The run folder a resumed run continues (``trainer.resume``: true -> this folder; a folder or
+    a checkpoint path -> that run's folder); None for a fresh run."""
+    if resume in (False, None, "false"):
+        return None
+    if resume in (True, "true"):
+        return run_dir
+    p = Path(str(resume))
+    if p.is_file():  # <run>/checkpoints/last.pt
+        return p.parent.parent if p.parent.name == "checkpoints" else p.parent
+    return p
+
+
 class RunLogger:
-    """Fans every call out to the local sink and, when configured, W&B."""
+    """Fans every call out to the local sink and, when configured, W&B.
+
+    ``run_config`` is the resolved run config (W&B config; its ``trainer.resume`` says whether this
+    is a continued run).  Without it (unit tests, benches) an existing ``metrics.csv`` is continued.
+    """
 
     def __init__(self, run_dir: str | Path, run_config: dict | None = None, wandb: dict | None = None) -> None:
         self.run_dir = Path(run_dir)
-        self.local = LocalSink(run_dir)
+        self._t0 = time.time()
+        resume = ((run_config or {}).get("trainer") or {}).get("resume", True) if run_config is not None else True
+        source = _resume_source(resume, self.run_dir)
+        self.resumed = source is not None
+        self.local = LocalSink(run_dir, append=self.resumed)
+        self._previous_segments = self._read_segments(source) if source is not None else []
         self.sinks: list[Any] = [self.local]
         if wandb:
-            self.sinks.append(WandbSink(run_dir, run_config or {}, **wandb))
+            resume_id = None
+            id_file = source / WANDB_ID_FILE if source is not None else None
+            if id_file is not None and id_file.is_file():
+                resume_id = id_file.read_text().strip() or None
+            sink = WandbSink(run_dir, run_config or {}, resume_id=resume_id, **wandb)
+            (self.run_dir / WANDB_ID_FILE).write_text(sink.run_id + "\n")
+            self.sinks.append(sink)
 
+    # -- run time over restarts ------------------------------------------------------------
+    @staticmethod
+    def _read_segments(folder: Path) -> list[float]:
+        path = folder / RUNTIME_FILE
+        if not path.is_file():
+            return []
+        try:
+            return [float(s) for s in json.loads(path.read_text()).get("segments_s", [])]
+        except (OSError, ValueError, AttributeError):
+            return []
+
+    def _write_segments(self, current: float) -> list[float]:
+        segments = [*self._previous_segments, float(current)]
+        tmp = self.run_dir / (RUNTIME_FILE + ".tmp")
+        tmp.write_text(json.dumps({"segments_s": segments}))
+        os.replace(tmp, self.run_dir / RUNTIME_FILE)
+        return segments
+
+    # -- the interface ---------------------------------------------------------------------
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         for s in self.sinks:
             s.log_metrics(metrics, step)
+        self._write_segments(time.time() - self._t0)  # an interrupted segment still counts on resume
 
     def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None:
         """Synthetic or public images only.  Small images (e.g. 8x8 digits) are enlarged for viewing."""
@@ -126,6 +277,15 @@ class RunLogger:
             s.log_images(name, images, step, nrow)
 
     def log_summary(self, results: dict[str, Any]) -> None:
+        """Write the results everywhere.  Completes ``results`` in place first: ``runtime_s`` becomes
+        the sum over all segments of this run folder (``runtime_segments_s`` lists them) and
+        ``summary`` holds the privacy | utility | provenance grouping."""
+        current = float(results.get("runtime_s", time.time() - self._t0))
+        segments = self._write_segments(current)
+        if len(segments) > 1:
+            results["runtime_segments_s"] = segments
+            results["runtime_s"] = float(sum(segments))
+        results["summary"] = group_results(results)
         for s in self.sinks:
             s.log_summary(results)
 

@@ -196,7 +196,8 @@ class DPSinkhorn(GenerativeMethod):
 
     def train_summary(self) -> dict:
         s = self.sanitiser
-        return {"noise_multiplier": s.sigma, "noise_multiplier_accounted": s.noise_multiplier, "noise_std": s.noise_std,
+        # one spelling: noise_multiplier = noise_std / sensitivity (accounted); sigma = the paper's (std 2 C sigma)
+        return {"sigma": s.sigma, "noise_multiplier": s.noise_multiplier, "noise_std": s.noise_std,
                 "clip": self.clip, "clip_norm": self.clip_norm,
                 "sensitivity": s.sensitivity_under(s.relation), "sigma_calibrated": self.private and self.sigma is None,
                 "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg, "debias": self.debias,

@@ -52,7 +52,8 @@ class Budget:
         private = [m for m in mechs if m.private]
         if not private or self.ledger.target_epsilon is None:
             return 2**62 if at_most is None else at_most
-        accountant = "pld" if any(m.accountant == "pld" for m in private) else "rdp"
+        kinds = {m.accountant for m in private}  # the accountant(s) that calibrated these releases
+        accountant = kinds.pop() if len(kinds) == 1 else self.ledger.calibrating_accountant
         return self.ledger.allowance_for([m.ledger_entry() for m in private], accountant, at_most)
 
     def allows(self, mechs: list[Mechanism], remaining: int) -> bool:

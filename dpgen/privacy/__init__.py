@@ -7,6 +7,8 @@ from .accountants import (
     PLDAccountant,
     RDPAccountant,
     Release,
+    calibrate,
+    calibrating_accountant,
     check_epsilon_delta,
 )
 from .bayesian import BayesianAccountant, MomentsAccountant
@@ -27,8 +29,8 @@ from .wdp import WassersteinAccountant
 
 __all__ = [
     "BayesianAccountant", "DPSWDNoise", "MomentsAccountant", "OneShotNoise", "PLDAccountant", "PrivacyLedger",
-    "PrivateSampler", "RDPAccountant", "Release", "SAMPLING_SCHEMES", "WassersteinAccountant", "calibrate_dpswd",
-    "calibrate_flow_r", "calibrate_one_shot", "check_epsilon_delta", "clip_per_row", "clip_whole",
+    "PrivateSampler", "RDPAccountant", "Release", "SAMPLING_SCHEMES", "WassersteinAccountant", "calibrate", "calibrate_dpswd",
+    "calibrate_flow_r", "calibrate_one_shot", "calibrating_accountant", "check_epsilon_delta", "clip_per_row", "clip_whole",
     "dpswd_epsilon", "dpswd_sensitivity", "effective_noise_multiplier", "l2_sensitivity",
     "moments_accountant_epsilon", "sanitize", "split_delta", "squared_sensitivity_bound", "w_bernstein",
     "w_bernstein_code", "w_clt",

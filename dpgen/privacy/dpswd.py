@@ -27,7 +27,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .accountants import RDPAccountant, Release, check_epsilon_delta
+from .accountants import (
+    Release,
+    calibrate,
+    calibrating_accountant,
+    check_epsilon_delta,
+    make_accountant,
+)
 from .sensitivity import l2_sensitivity
 
 DELTA_SPLITS = ("union", "prop2", "published")
@@ -77,23 +83,28 @@ def dpswd_sensitivity(d: int, k: int, delta: float, steps: int, bound: str = "be
 
 def calibrate_dpswd(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
                     bound: str = "bernstein", sampling: str = "poisson", delta_split: str = "union",
-                    sensitivity_fraction: float = 0.5, row_diameter: float = 1.0, partners: int = 1) -> DPSWDNoise:
+                    sensitivity_fraction: float = 0.5, row_diameter: float = 1.0, partners: int = 1,
+                    accountant: str = "auto") -> DPSWDNoise:
     """Smallest projection-noise std such that ``steps`` DP-SWD releases are (epsilon, delta)-DP.
 
-    RDP accounting of the subsampled Gaussian (autodp), never overshooting ``epsilon``.
+    Calibrated by ``privacy.accountants.calibrate`` under ``accountant`` (``auto``: PLD for Poisson
+    sampling, RDP/autodp for sampling without replacement — pass the ledger's
+    ``calibrating_accountant`` so the budget stop uses the same one), never overshooting ``epsilon``.
     """
     check_epsilon_delta(epsilon, delta)
     sens, beta_step, delta_conv = dpswd_sensitivity(d, k, delta, steps, bound, delta_split,
                                                     sensitivity_fraction, row_diameter, partners)
-    mult = RDPAccountant(sampling).calibrate(epsilon, delta_conv, sample_rate, steps)
+    mult = calibrate(epsilon, delta_conv, sample_rate, steps, sampling, accountant=accountant)
     return DPSWDNoise(mult * sens, mult, sens, beta_step, delta_conv, sample_rate, int(steps), d, k, bound,
                       delta_split)
 
 
 def dpswd_epsilon(noise_std: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
                   bound: str = "bernstein", sampling: str = "poisson", delta_split: str = "union",
-                  sensitivity_fraction: float = 0.5, row_diameter: float = 1.0, partners: int = 1) -> float:
+                  sensitivity_fraction: float = 0.5, row_diameter: float = 1.0, partners: int = 1,
+                  accountant: str = "auto") -> float:
     """Forward check: epsilon of ``steps`` releases with projection noise ``noise_std``."""
     sens, _, delta_conv = dpswd_sensitivity(d, k, delta, steps, bound, delta_split, sensitivity_fraction,
                                             row_diameter, partners)
-    return RDPAccountant(sampling).epsilon_of([Release(noise_std / sens, sample_rate, steps)], delta_conv)
+    acct = make_accountant(calibrating_accountant(sampling, accountant), sampling)
+    return acct.epsilon_of([Release(noise_std / sens, sample_rate, steps)], delta_conv)

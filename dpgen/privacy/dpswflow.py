@@ -35,14 +35,14 @@ ONE_SHOT_CALIBRATIONS = ("rdp", "analytic", "classic")
 
 def calibrate_flow_r(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
                      bound: str = "chernoff", sampling: str = "poisson", sensitivity_fraction: float = 0.5,
-                     partners: int = 1) -> DPSWDNoise:
+                     partners: int = 1, accountant: str = "auto") -> DPSWDNoise:
     """DPSWflow-r / DPSWgen: ``steps`` subsampled releases of ``Y U + Z`` on unit-norm rows (§4.2).
 
     Union-bound delta split (``privacy.dpswd``, ``"union"``) with row diameter 2.
     """
     return calibrate_dpswd(epsilon, delta, d=d, k=k, sample_rate=sample_rate, steps=steps, bound=bound,
                            sampling=sampling, delta_split="union", sensitivity_fraction=sensitivity_fraction,
-                           row_diameter=ROW_DIAMETER, partners=partners)
+                           row_diameter=ROW_DIAMETER, partners=partners, accountant=accountant)
 
 
 # -- one-shot Gaussian mechanism (Algorithm 2) -------------------------------------------------

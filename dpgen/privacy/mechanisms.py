@@ -80,7 +80,7 @@ class Mechanism(ABC):
     kind: ClassVar[str] = "mechanism"
 
     def __init__(self, ledger: PrivacyLedger, *, sample_rate: float, private: bool = True, full_set: bool = False,
-                 seed: int | None = None, accountant: str = "rdp", bound: str | None = None) -> None:
+                 seed: int | None = None, accountant: str | None = None, bound: str | None = None) -> None:
         if not 0.0 < sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
         if full_set and sample_rate != 1.0:
@@ -89,7 +89,8 @@ class Mechanism(ABC):
         self.sample_rate = float(sample_rate)
         self.private = bool(private)
         self.relation = neighbouring_relation(ledger.sampling, full_set)
-        self.accountant = accountant
+        # the accountant that calibrates this release and stops the run: the ledger's unless overridden
+        self.accountant = ledger.calibrating_accountant if accountant is None else accountant
         self.bound = bound
         self.beta = 0.0  # sensitivity failure probability per release (set by subclasses with a random bound)
         self.noise_std = 0.0
@@ -223,7 +224,7 @@ class GaussianProjectionRelease(Mechanism):
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, steps: int, sample_rate: float,
                  n_private: int, bound: str = "bernstein", sensitivity_fraction: float = 0.5, row_diameter: float = 1.0,
                  private: bool = True, seed: int | None = None, full_set: bool = False, directions: str = "random",
-                 accountant: str = "rdp") -> None:
+                 accountant: str | None = None) -> None:
         super().__init__(ledger, sample_rate=sample_rate, private=private, full_set=full_set, seed=seed,
                          accountant=accountant, bound=bound)
         if bound not in BOUNDS:
@@ -281,8 +282,8 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
 
     One Gaussian mechanism, no subsampling (sample rate 1), N public: the relation is ``replace_one``
     whatever the sampler of other releases.  Unit latents (row diameter 2), beta = f delta once.
-    ``calibration``: ``rdp`` (the ledger's RDP accountant, the runs' default) or ``analytic`` (the exact
-    Gaussian mechanism, certified by the ledger's PLD accountant).
+    ``calibration``: ``rdp`` (the ledger's calibrating accountant, ``accountant.calibrate_with``) or
+    ``analytic`` (the Gaussian mechanism calibrated by the PLD accountant, tight for one release).
     """
 
     kind = "one_shot_projection"
@@ -295,7 +296,7 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
         super().__init__(ledger, dim=dim, num_projections=num_projections, steps=1, sample_rate=1.0, n_private=0,
                          bound=bound, sensitivity_fraction=sensitivity_fraction, row_diameter=row_diameter,
                          private=private, seed=seed, full_set=True,
-                         accountant="pld" if calibration == "analytic" else "rdp")
+                         accountant="pld" if calibration == "analytic" else None)
         self.calibration = calibration
 
 
@@ -346,7 +347,8 @@ class ImageGradientSanitiser(Mechanism):
     def release(self, g: torch.Tensor) -> torch.Tensor:
         """``g: (n, ...)`` -> ``clip(g) + N(0, (2 C sigma)^2)``, recorded; a non-private run passes ``g`` through."""
         if self.private:
-            g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+            if not bool(torch.isfinite(g).all()):  # same function as an unconditional nan_to_num; skipping the
+                g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)  # copy keeps g's layout (bit-identical norm)
             g = clip_whole(g, self.clip_norm) if self.clip == "whole" else clip_per_row(g, self.clip_norm)
             z = self.noise(g.shape, g)
             g = g if z is None else g + z

@@ -193,10 +193,10 @@ def test_replace_one_dp_sgd_accounts_with_twice_the_sensitivity(tmp_path, fixed)
 
     led = PrivacyLedger(50.0, 1e-4, "without_replacement")
     _, out = _tiny_fit(tmp_path, led, noise_multiplier=fixed)
-    sigma = out["noise_multiplier"]
+    sigma = out["noise_std"] / 1.0  # noise std / C (C = model.clip_norm = 1)
     want = RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2, 10 / 60, 6)], 1e-4)
     assert led.steps == 6 and led.epsilon() == pytest.approx(want, rel=1e-9)
-    assert out["accounted_noise_multiplier"] == pytest.approx(sigma / 2) and out["sensitivity_on_sum"] == 2.0
+    assert out["noise_multiplier"] == pytest.approx(sigma / 2) and out["sensitivity_on_sum"] == 2.0
     if fixed is None:
         assert want <= 50.0
 

@@ -17,7 +17,6 @@ from dpgen.privacy import PrivacyLedger, PrivateSampler
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
 
 METHODS = Path(__file__).resolve().parents[1] / "dpgen" / "methods"
-# H11b migrates these two onto the loop (issue 11); empty this set then.
 FORBIDDEN_CALLS = {"atomic_save", "Progress", "record", "save"}
 
 

@@ -78,7 +78,7 @@ def test_bad_settings_fail_with_messages_naming_them():
 def test_digits_dpsgd_run_writes_results_with_four_epsilons(tmp_path):
     out = tmp_path / "run"
     r = train(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=20", "accountant.data_dependent_reports=true",
-               f"hydra.run.dir={out}"])
+               f"hydra.run.dir={out}"], env_extra={"COLUMNS": "250"})  # a wide table: no wrapped labels
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert 0.0 <= res["metrics"]["test_accuracy"] <= 1.0

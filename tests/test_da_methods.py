@@ -43,8 +43,9 @@ def _mlp_g(seed: int = 0) -> MLPFeatureExtractor:
     return MLPFeatureExtractor((12,), hidden=16, out_dim=8, out_relu=False)
 
 
-def _actx(g, n=200, b=20, steps=50, eps=10.0, delta=1e-5) -> AlignmentContext:
-    return AlignmentContext(g, n, b / n, steps, b, PrivacyLedger(eps, delta, "poisson"), torch.device("cpu"))
+def _actx(g, n=200, b=20, steps=50, eps=10.0, delta=1e-5, calibrate_with="auto") -> AlignmentContext:
+    return AlignmentContext(g, n, b / n, steps, b, PrivacyLedger(eps, delta, "poisson", calibrate_with=calibrate_with),
+                            torch.device("cpu"))
 
 
 # ----------------------------------------------------------------------------- gradient reversal
@@ -189,7 +190,7 @@ def test_dp_dann_public_part_has_no_autograd_path_from_target_records():
 
 def test_dp_dann_calibrated_epsilon_is_at_most_the_target():
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6))
-    a.setup(_actx(_mlp_g(), n=7291, b=128, steps=8 * 57, eps=10.0))
+    a.setup(_actx(_mlp_g(), n=7291, b=128, steps=8 * 57, eps=10.0, calibrate_with="rdp"))
     eps = RDPAccountant("poisson").epsilon_of([Release(a.noise_multiplier, 128 / 7291, 8 * 57)], 1e-5)
     assert 9.9 <= eps <= 10.0
 

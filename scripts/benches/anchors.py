@@ -53,13 +53,16 @@ def _ratio(slow: list[float], fast: list[float]) -> str:
 
 
 def _old_calibrate(target: float, delta: float, q: float, steps: int, rel_tol: float = 1e-3) -> float:
-    """The search dpgen used before: bisection from [0, 1] on RDP, doubling the bracket."""
+    """The search dpgen used before: a reachability check at sigma_max = 1e4, then bisection from
+    [0, 1] on RDP, doubling the bracket."""
     a = acc.RDPAccountant("poisson")
 
     def eps(s):
         e = a._epsilon([acc.Release(s, q, steps)], delta)
         return math.inf if math.isnan(e) else e
 
+    if eps(1e4) > target:
+        raise ValueError("unreachable")
     lo, hi = 0.0, 1.0
     while eps(hi) > target:
         lo, hi = hi, hi * 2

@@ -70,7 +70,8 @@ def bench_calibration() -> list[tuple[str, str]]:
     noise = calibrate_dpswd(10.0, 1e-5, d=794, k=1000, sample_rate=100 / 60000, steps=60000, bound="bernstein",
                             partners=60001)
     dt = time.perf_counter() - t
-    return [("σ calibration, mnist_dpswd as train.py does it (RDP, Poisson, 60000 steps, β/(N+1))", f"{dt:.2f} s (σ = {noise.noise_std:.3f})")]
+    return [("σ calibration, mnist_dpswd as train.py does it (auto: PLD for Poisson, 60000 steps, β/(N+1))",
+             f"{dt:.2f} s (σ = {noise.noise_std:.3f})")]
 
 
 def bench_training(device: torch.device, steps: int = 200) -> list[tuple[str, str]]:
@@ -104,12 +105,14 @@ def bench_training(device: torch.device, steps: int = 200) -> list[tuple[str, st
              f"fit incl. calibration {dt:.1f} s)")]
 
 
-def bench_plugins(device: torch.device) -> list[tuple[str, str]]:
+def bench_plugins(device: torch.device, only: set[str] | None = None) -> list[tuple[str, str]]:
     """Per-method benchmarks: every ``scripts/benches/<name>.py`` exposing ``rows(device)``."""
     import importlib.util
 
     rows: list[tuple[str, str]] = []
     for path in sorted((Path(__file__).resolve().parent / "benches").glob("[a-z]*.py")):
+        if only is not None and path.stem not in only:
+            continue
         spec = importlib.util.spec_from_file_location(f"dpgen_bench_{path.stem}", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -123,17 +126,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     ap.add_argument("--device", default="auto")
     ap.add_argument("--train-steps", type=int, default=200)
+    ap.add_argument("--only", default=None, help="comma-separated bench modules (e.g. anchors,dpswflow): only "
+                    "those, without the core rows")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
-    rows = bench_loss(device) + bench_calibration() + bench_training(device, args.train_steps)
-    rows += bench_plugins(device)
+    only = set(args.only.split(",")) if args.only else None
+    rows = [] if only else bench_loss(device) + bench_calibration() + bench_training(device, args.train_steps)
+    rows += bench_plugins(device, only)
     machine = (torch.cuda.get_device_name() if device.type == "cuda" else
                f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU threads, torch "
                f"{torch.get_num_threads()} threads")
     md = ["# Benchmarks\n", f"Machine: {machine}; torch {torch.__version__}; numpy {np.__version__}. "
           f"Median of 5 repeats after a warm-up. Produced by `make bench` "
-          f"(`python scripts/bench.py --out {args.out}`).\n", "| benchmark | result |", "|---|---|"]
+          f"(`python scripts/bench.py --out {args.out}`). Load average at the start: "
+          f"{' '.join(f'{v:.1f}' for v in os.getloadavg())} (a shared machine inflates every figure; ratios "
+          f"within one row are measured in the same run).\n", "| benchmark | result |", "|---|---|"]
     md += [f"| {a} | {b} |" for a, b in rows]
     text = "\n".join(md) + "\n"
     print(text)

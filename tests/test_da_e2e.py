@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from tests.test_pipeline_e2e import train
 
@@ -31,6 +32,7 @@ def test_digits_shift_dpswd_writes_results_with_target_accuracy(tmp_path):
     assert "acc_target" in r.stdout
 
 
+@pytest.mark.slow  # train.py subprocesses; make test-all
 def test_digits_shift_dp_dann_writes_results_and_resumes_its_ledger(tmp_path):
     out = tmp_path / "run"
     common = ["experiment=digits_shift_dp_dann", *FAST, "trainer.checkpoint_every=10", f"hydra.run.dir={out}"]
@@ -55,6 +57,7 @@ def _office_fixture(root):
         np.savez(root / "office31" / f"{name}.npz", features=x, labels=y)
 
 
+@pytest.mark.slow  # train.py subprocesses; make test-all
 def test_office31_presets_run_on_fixture_features(tmp_path):
     _office_fixture(tmp_path / "data")
     for variant in ("dpswd", "dann"):

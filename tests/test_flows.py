@@ -102,3 +102,21 @@ def test_toy_particles_converge_towards_the_five_gaussians(sigma):
             history[t] = swd(x)
     assert history[60] < 0.3 * history[0]
     assert history[60] < history[15] + 0.02
+
+
+@pytest.mark.parametrize("n,m,ties", [(3000, 3000, False), (3000, 200, False), (500, 4000, False), (2000, 2000, True),
+                                      (1, 50, False), (2, 2, True)])
+def test_fast_transport_map_equals_the_literal_form(n, m, ties):
+    """The sorted-query / uniform-grid transport map is bit-identical to the three-call reference,
+    including with ties (rounded projections) and more levels than particles."""
+    from dpgen.ot.flows import transport_map_reference
+
+    g = torch.Generator().manual_seed(n + m)
+    proj = torch.randn(7, n, generator=g) * 2
+    if ties:
+        proj = (proj * 3).round() / 3
+    levels = quantile_levels(m)
+    tq = torch.sort(torch.randn(7, m, generator=g), dim=-1).values
+    assert torch.equal(transport_map(proj, tq, levels), transport_map_reference(proj, tq, levels))
+    uneven = torch.cat([torch.zeros(1), torch.sort(torch.rand(m - 2, generator=g)).values, torch.ones(1)])
+    assert torch.equal(transport_map(proj, tq, uneven), transport_map_reference(proj, tq, uneven))

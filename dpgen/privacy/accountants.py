@@ -198,22 +198,27 @@ def solve_noise_multiplier(eps_fn, target: float, *, rel_tol: float = 1e-3, sigm
         return max(fx, 1e-300) if e > target else fx  # the sign says within budget or not, never 0 above it
 
     x_max = math.log(sigma_max)
-    if f(x_max) > 0:
-        raise ValueError(
+
+    def unreachable() -> ValueError:
+        return ValueError(
             f"target epsilon {target} cannot be reached with noise multiplier <= {sigma_max} ({what}); "
             "raise accountant.epsilon or lower the number of steps"
         )
-    # bracket [lo, hi] with f(lo) > 0 >= f(hi), by secant steps on the log-log curve
-    lo, hi = -math.inf, x_max
+
+    # bracket [lo, hi] with f(lo) > 0 >= f(hi), by secant steps on the log-log curve.  sigma_max is
+    # evaluated only if the search gets there (autodp is slow at huge sigma: its best order is huge)
+    lo, hi = -math.inf, math.inf
     x = min(math.log(sigma_guess) if sigma_guess else 0.0, x_max)
     slope, prev = -2.0, None  # d log eps / d log sigma: -2 for a Gaussian at large sigma
     for _ in range(80):
         fx = f(x)
         if fx > 0:
+            if x >= x_max:
+                raise unreachable()
             lo = max(lo, x)
         else:
             hi = min(hi, x)
-        if lo > -math.inf and hi < x_max:
+        if lo > -math.inf and hi < math.inf:
             break
         if prev is not None and max(abs(fx), abs(prev[1])) < 1e3 and x != prev[0]:
             secant = (fx - prev[1]) / (x - prev[0])
@@ -221,11 +226,15 @@ def solve_noise_multiplier(eps_fn, target: float, *, rel_tol: float = 1e-3, sigm
         prev = (x, fx)
         step = max(-3.0, min(3.0, -fx / slope)) if abs(fx) < 1e3 else 1.0  # the local power law's root
         x_new = x + step + math.copysign(rel_tol, step)  # aim just past the root: the next point brackets it
-        if not lo < x_new < hi:
-            x_new = 0.5 * (lo + hi) if lo > -math.inf else hi - 1.0
-        x = x_new
-    if hi - lo > rel_tol and lo > -math.inf:
+        if x_new >= hi:
+            x_new = hi - 1.0
+        if x_new <= lo:
+            x_new = lo + 1.0
+        x = min(x_new, x_max)
+    if lo > -math.inf and hi < math.inf and hi - lo > rel_tol:
         brentq(f, lo, hi, xtol=rel_tol / 2, rtol=1e-12, maxiter=200)
+    if not any(e <= target for e in seen.values()):
+        raise unreachable()
     while True:  # certify the tolerance from the evaluated points (bisect if Brent stopped early)
         best = min(sig for sig, e in seen.items() if e <= target)
         below = [sig for sig, e in seen.items() if e > target and sig < best]

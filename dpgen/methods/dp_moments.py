@@ -33,7 +33,8 @@ import torch
 from ..data import DataSplits
 from ..data.representations import Representation, build_representation
 from ..privacy import PrivacyLedger, PrivateSampler
-from ..privacy.moments import ClassBlockProjectionRelease, ClassMoments, ClassMomentRelease
+from ..privacy.moments import ClassBlockProjectionRelease, ClassMomentRelease, ClassMoments
+from ..utils import atomic_save
 from .base import GenerativeMethod, TrainContext, secret_seed
 
 RELEASES = ("moments", "projections")
@@ -84,6 +85,11 @@ class DPClassGaussian(GenerativeMethod):
         self.moments = mech.release(z, y)
         del x, y, z
         self.sample_generator = torch.Generator().manual_seed(seed + 2)
+        # the released (noisy, post-processed) model is the artefact to publish: DP by post-processing
+        atomic_save({"counts": self.moments.counts, "means": self.moments.means,
+                     "covariances": self.moments.covariances, "basis": self.rep.basis, "center": self.rep.center,
+                     "radius": self.rep.radius, "image_shape": self.rep.image_shape,
+                     "value_range": self.rep.value_range}, ctx.run_dir / "generator.pt")
         return {"noise_std": mech.noise.noise_std, "noise_multiplier": mech.noise.noise_multiplier,
                 "sensitivity": mech.noise.sensitivity, "relation": relation, "release": self.release_kind,
                 "representation": kind, "code_dim": self.rep.dim, "radius": self.rep.radius,

@@ -83,7 +83,7 @@ def test_block_projection_release_padded_neighbours_within_sensitivity():
     x = x / x.norm() * r
     outs = []
     for zz, yy in ((z, y), (torch.cat([z, x]), torch.cat([y, torch.tensor([1])]))):
-        mech = ClassBlockProjectionRelease(led, c, r, m, "add_remove", seed=5, noise_multiplier=0.0)
+        mech = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=m, seed=5)
         b, counts = mech.blocks(zz, yy)
         us = torch.stack([orthogonal_matrix(k, torch.Generator().manual_seed(9)) for _ in range(c)])
         outs.append(torch.cat([(mech.count_weight * counts)[:, None], (b @ us).flatten(1)], 1))
@@ -105,8 +105,10 @@ def test_noiseless_release_recovers_empirical_moments():
     r, k, c = 1.0, 4, 3
     z, y = _codes(300, k, r, g, c)
     led = PrivacyLedger(None, 1e-5)
-    out = ClassMomentRelease(led, c, r, "add_remove", noise_multiplier=0.0).release(z, y, eig_floor=0.0)
-    proj = ClassBlockProjectionRelease(led, c, r, 300, "add_remove", noise_multiplier=0.0).release(z, y, eig_floor=0.0)
+    out = ClassMomentRelease(led, n_classes=c, radius=r, private=False).release(z, y, eig_floor=0.0)
+    proj = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=300, private=False).release(
+        z, y, eig_floor=0.0)
+    assert led.epsilon(accountant="rdp") == math.inf  # non-private releases are recorded as such
     for cc in range(c):
         zc = z[y == cc]
         mu, cov = zc.mean(0), torch.cov(zc.T, correction=0)
@@ -125,12 +127,14 @@ def test_projection_moment_mode_debiases_the_known_noise_variance():
     z = z.clamp(-0.5, 0.5)
     y = torch.zeros(n, dtype=torch.long)
     led = PrivacyLedger(10.0, 1e-5)
-    mech = ClassBlockProjectionRelease(led, 1, 1.0, n, "add_remove", seed=1, noise_multiplier=0.1)
+    mech = ClassBlockProjectionRelease(led, n_classes=1, radius=1.0, block_size=n, seed=1)
+    mech.set_noise_multiplier(0.1 / math.sqrt(2.0))  # replace-one (N public): Delta = sqrt 2 sqrt(1 + 4)
     est = mech.release(z, y, eig_floor=0.0)
     emp = torch.cov(z.T, correction=0)
     # noise std 0.1 * sqrt(1 + 4) = 0.22 per coordinate: variance 0.05 would dominate without debiasing
     assert torch.allclose(est.covariances[0], emp, atol=6e-3)
-    assert not torch.allclose(emp + mech.noise.noise_std**2 * torch.eye(k, dtype=emp.dtype), emp, atol=6e-3)
+    assert mech.noise_std == pytest.approx(0.1 * math.sqrt(5.0))
+    assert not torch.allclose(emp + mech.noise_std**2 * torch.eye(k, dtype=emp.dtype), emp, atol=6e-3)
 
 
 def test_spiked_shrinkage_inverts_the_bbp_map_and_drops_the_bulk():
@@ -152,11 +156,13 @@ def test_moments_from_vector_returns_psd_covariances():
 # -- the mechanism object: ledger and guards ---------------------------------------------------------
 def test_class_moment_release_records_one_gaussian_and_stays_within_budget():
     led = PrivacyLedger(10.0, 1e-4)
-    mech = ClassMomentRelease(led, 3, 1.0, "add_remove", seed=0)
+    mech = ClassMomentRelease(led, n_classes=3, radius=1.0, seed=0)
+    assert mech.relation == "add_remove" and mech.sensitivity == 1.0
+    mech.calibrate(1)
     z, y = _codes(50, 4, 1.0, torch.Generator().manual_seed(6))
     mech.release(z, y)
-    assert led.steps == 1 and led.entries[0].sample_rate == 1.0
-    assert led.entries[0].noise_multiplier == pytest.approx(mech.noise.noise_multiplier)
+    assert led.steps == 1 and led.entries[0].sample_rate == 1.0 and led.entries[0].relation == "add_remove"
+    assert led.entries[0].noise_multiplier == pytest.approx(mech.noise_multiplier)
     assert led.epsilon(accountant="rdp") <= 10.0
     with pytest.raises(RuntimeError, match="single release"):
         mech.release(z, y)
@@ -166,7 +172,7 @@ def test_release_refuses_unclipped_rows():
     led = PrivacyLedger(10.0, 1e-4)
     z = torch.ones(5, 4, dtype=torch.float64)  # norm 2 > radius 1
     with pytest.raises(ValueError, match="clipped"):
-        ClassMomentRelease(led, 2, 1.0, "add_remove").release(z, torch.zeros(5, dtype=torch.long))
+        ClassMomentRelease(led, n_classes=2, radius=1.0, private=False).release(z, torch.zeros(5, dtype=torch.long))
     assert led.steps == 0
 
 
@@ -203,9 +209,12 @@ def test_dp_class_gaussian_on_digits_is_useful_at_eps_10(tmp_path: Path):
     data = digits()
     led = PrivacyLedger(10.0, 1e-4, "poisson")
     m = DPClassGaussian(representation={"kind": "dct", "center": 0.5})
-    ctx = TrainContext(device=torch.device("cpu"), logger=None, run_dir=tmp_path, deterministic=True, progress=False)
+    from dpgen.logging.run_logger import RunLogger
+
+    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, deterministic=True,
+                       progress=False)
     info = m.fit(data, led, ctx)
-    assert info["sensitivity"] == 1.0 and info["relation"] == "add_remove"
+    assert info["sensitivity"] == 1.0 and info["relation"] == "add_remove" and info["train_steps"] == 1
     assert led.epsilon(accountant="rdp") <= 10.0
     x, y = m.sample(2000)
     assert x.shape == (2000, 1, 8, 8) and float(x.min()) >= 0.0 and float(x.max()) <= 1.0
@@ -230,3 +239,4 @@ def test_default_train_run_is_the_private_class_gaussian_and_is_useful(tmp_path:
     assert p["private_steps"] == 1 and 0 < p["epsilon_pld"] <= p["epsilon_rdp"] <= 10.0
     assert res["metrics"]["acc_logreg"] > 0.6
     assert (out / "samples.png").stat().st_size > 500 and (out / "generator.pt").exists()
+    assert res["train"]["mechanisms"]["moments"]["kind"] == "class_moments"

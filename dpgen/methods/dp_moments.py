@@ -26,7 +26,6 @@ Randomness: the noise generator is seeded secretly (``secret_seed``) unless trai
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 
@@ -34,14 +33,16 @@ from ..data import DataSplits
 from ..data.representations import Representation, build_representation
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.moments import ClassBlockProjectionRelease, ClassMomentRelease, ClassMoments
-from ..utils import atomic_save
-from .base import GenerativeMethod, TrainContext, secret_seed
+from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 
 RELEASES = ("moments", "projections")
 
 
 class DPClassGaussian(GenerativeMethod):
-    """Class-conditional Gaussian in a public representation, from one noisy moment release."""
+    """Class-conditional Gaussian in a public representation, from one noisy moment release (one loop step)."""
+
+    name = "DP class-Gaussian"
+    release_name = "generator.pt"
 
     def __init__(self, representation: dict | None = None, release: str = "moments",
                  moment_shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), block_slack: float = 1.2,
@@ -57,44 +58,73 @@ class DPClassGaussian(GenerativeMethod):
         self.moments: ClassMoments | None = None
         self.num_classes = 0
         self.sample_generator = torch.Generator().manual_seed(0)
+        self.mechanisms = {}
 
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-        t0 = time.time()
+    # -- loop interface ------------------------------------------------------------------
+    def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         cfg = dict(self.rep_cfg)
-        kind = cfg.pop("kind", "dct")
-        self.rep = build_representation(kind, data.image_shape, data.value_range,
+        self.kind = cfg.pop("kind", "dct")
+        self.rep = build_representation(self.kind, data.image_shape, data.value_range,
                                         public_x=None if data.public is None else data.public.x, **cfg)
-        self.num_classes = data.num_classes
+        self.num_classes, self.image_shape = data.num_classes, data.image_shape
         n = len(data.private)
-        relation = "add_remove" if ledger.sampling == "poisson" else "replace_one"
-        seed = secret_seed(ctx)
         if self.private and ledger.target_epsilon is None:
             raise ValueError("model.private=true needs accountant.epsilon (a number)")
-        mult = None if self.private else 0.0
+        self._seed = secret_seed(ctx)  # secret sampler seed (reads every record once) and sampling seed
         if self.release_kind == "moments":
-            mech = ClassMomentRelease(ledger, data.num_classes, self.rep.radius, relation, self.shares,
-                                      seed=seed, noise_multiplier=mult)
+            mech = ClassMomentRelease(ledger, n_classes=data.num_classes, radius=self.rep.radius, shares=self.shares,
+                                      private=self.private, seed=mechanism_seed(ctx))
         else:
-            m = math.ceil(self.block_slack * n / data.num_classes)
-            mech = ClassBlockProjectionRelease(ledger, data.num_classes, self.rep.radius, m, relation, seed=seed,
-                                               noise_multiplier=mult)
-        # read every private record once (q = 1) and encode it with the public map; the mechanism releases
-        x, y = PrivateSampler(data.private, n, "without_replacement", seed=seed + 1).sample()
-        z = torch.cat([self.rep.encode(x[i:i + self.chunk]) for i in range(0, n, self.chunk)])
-        # non-private ceiling (model.private=false): the same release with zero noise, recorded as such (eps = inf)
-        self.moments = mech.release(z, y)
-        del x, y, z
-        self.sample_generator = torch.Generator().manual_seed(seed + 2)
-        # the released (noisy, post-processed) model is the artefact to publish: DP by post-processing
-        atomic_save({"counts": self.moments.counts, "means": self.moments.means,
-                     "covariances": self.moments.covariances, "basis": self.rep.basis, "center": self.rep.center,
-                     "radius": self.rep.radius, "image_shape": self.rep.image_shape,
-                     "value_range": self.rep.value_range}, ctx.run_dir / "generator.pt")
-        return {"noise_std": mech.noise.noise_std, "noise_multiplier": mech.noise.noise_multiplier,
-                "sensitivity": mech.noise.sensitivity, "relation": relation, "release": self.release_kind,
-                "representation": kind, "code_dim": self.rep.dim, "radius": self.rep.radius,
-                "fit_seconds": time.time() - t0}
+            mech = ClassBlockProjectionRelease(ledger, n_classes=data.num_classes, radius=self.rep.radius,
+                                               block_size=math.ceil(self.block_slack * n / data.num_classes),
+                                               private=self.private, seed=mechanism_seed(ctx))
+        if self.private:
+            mech.calibrate(1)
+        self.mech = mech
+        self.mechanisms = {"moments": mech}
+        self.sampler = PrivateSampler(data.private, n, "without_replacement", seed=self._seed)
+        self._n = n
+        self.sample_generator = torch.Generator().manual_seed(self._seed + 2)
 
+    @property
+    def total_steps(self) -> int:
+        return 1
+
+    def step(self, t: int) -> dict:
+        """The single release: read every private record once (q = 1), encode with the public map, release."""
+        x, y = self.sampler.sample()
+        z = torch.cat([self.rep.encode(x[i:i + self.chunk]) for i in range(0, self._n, self.chunk)])
+        self.moments = self.mech.release(z, y)  # THE private release (recorded by the mechanism)
+        del x, y, z
+        return {}
+
+    def state_dict(self) -> dict:
+        return {} if self.moments is None else self._moment_state()
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            self.moments = ClassMoments(state["counts"], state["means"], state["covariances"])
+
+    def _moment_state(self) -> dict:
+        return {"counts": self.moments.counts, "means": self.moments.means, "covariances": self.moments.covariances}
+
+    def signature(self) -> dict:
+        return {"release": self.release_kind, "representation": {"kind": self.kind, **{
+            k: v for k, v in self.rep_cfg.items() if k != "kind"}}, "shares": list(self.shares),
+            "private": self.private, "n_private": self._n}
+
+    def release_state(self) -> dict:
+        """The released (noisy, post-processed) model and the public map: DP by post-processing."""
+        return {**self._moment_state(), "basis": self.rep.basis, "center": self.rep.center,
+                "radius": self.rep.radius, "image_shape": self.rep.image_shape, "value_range": self.rep.value_range}
+
+    def train_summary(self) -> dict:
+        return {"release": self.release_kind, "representation": self.kind, "code_dim": self.rep.dim,
+                "radius": self.rep.radius, "noise_std": self.mech.noise_std,
+                "noise_multiplier": self.mech.noise_multiplier, "sensitivity": self.mech.sensitivity,
+                "relation": self.mech.relation}
+
+    # -- sampling ------------------------------------------------------------------------
     @torch.no_grad()
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
         if self.moments is None or self.rep is None:

@@ -23,16 +23,19 @@ Post-processing (no privacy cost): ``n_c^ = max(released / w0, 1)``, ``mu_c = s_
 ``Sigma_c = sym(M_c^) / n_c^ - mu_c mu_c^T`` projected onto the PSD cone (eigenvalues floored).
 The synthetic data are draws from ``N(mu_c, Sigma_c)`` decoded back to images.
 
-The noise is drawn from the mechanism's own ``torch.Generator`` (secretly seeded by the method)
-and the release is recorded in the ledger as one Gaussian mechanism with sample rate 1.
+Both releases are :class:`~dpgen.privacy.mechanisms.Mechanism` objects: noise from their own
+``torch.Generator``, calibrated by the ledger (one Gaussian mechanism, sample rate 1), recorded in the
+ledger inside ``release``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
+
+from .mechanisms import Mechanism
 
 RELATIONS = ("add_remove", "replace_one")
 
@@ -134,49 +137,49 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
     return ClassMoments(n, mu, 0.5 * (cov + cov.transpose(1, 2)))
 
 
-@dataclass(frozen=True)
-class MomentNoise:
-    noise_std: float  # std on every released coordinate (sensitivity-normalised units: = multiplier * Delta)
-    noise_multiplier: float
-    sensitivity: float
-    relation: str
+class ClassMomentRelease(Mechanism):
+    """The mechanism object: one Gaussian release of the weighted class-moment vector (sample rate 1).
 
-    def asdict(self) -> dict:
-        return asdict(self)
+    The relation is the ledger's (Poisson -> add/remove, Delta = 1; without replacement -> replace-one,
+    Delta = sqrt 2): the statistics are sums over records, so they need no public N.  ``calibrate(1)``
+    asks the ledger's accountant; ``release`` adds the noise from the mechanism's own generator and
+    records itself.
+    """
 
+    kind = "class_moments"
 
-class ClassMomentRelease:
-    """The mechanism object: calibrated from the ledger, own noise generator, records itself on release."""
-
-    def __init__(self, ledger, n_classes: int, radius: float, relation: str,
-                 shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), seed: int = 0,
-                 noise_multiplier: float | None = None, shrink: bool = True) -> None:
-        self.ledger, self.n_classes, self.radius = ledger, int(n_classes), float(radius)
-        self.shrink = bool(shrink)
-        self.shares = tuple(float(s) for s in shares)
+    def __init__(self, ledger, *, n_classes: int, radius: float,
+                 shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), private: bool = True,
+                 seed: int | None = None, shrink: bool = True, accountant: str = "rdp") -> None:
+        super().__init__(ledger, sample_rate=1.0, private=private, seed=seed, accountant=accountant)
+        self.n_classes, self.radius = int(n_classes), float(radius)
+        self.shares = tuple(float(x) for x in shares)
         self.weights = moment_weights(self.radius, self.shares)
-        sens = moment_sensitivity(self.shares, relation)
-        # q = 1, one release: the ledger's calibrating accountant gives the multiplier for Delta
-        mult = ledger.calibrate(1.0, 1) if noise_multiplier is None else float(noise_multiplier)
-        self.noise = MomentNoise(mult * sens, mult, sens, relation)
-        self.generator = torch.Generator().manual_seed(int(seed))
-        self.released = False
+        self.shrink = bool(shrink)
+
+    def sensitivity_under(self, relation: str) -> float:
+        return moment_sensitivity(self.shares, relation)
 
     def release(self, z: torch.Tensor, y: torch.Tensor, eig_floor: float | None = None) -> ClassMoments:
         """``z: (N, K)`` codes with ``||z_i|| <= radius`` (checked), ``y: (N,)``: the noisy moments."""
-        if self.released:
+        if self.releases:
             raise RuntimeError("ClassMomentRelease is a single release; build a new mechanism (and budget) for another")
         if z.shape[0] and float(z.norm(dim=1).max()) > self.radius * (1 + 1e-6):
             raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
         z = z.double()
         v = class_moment_vector(z, y, self.n_classes, self.weights)
-        noise = torch.randn(v.shape, generator=self.generator, dtype=v.dtype)
-        v = v + self.noise.noise_std * noise
-        self.ledger.record(self.noise.noise_multiplier, 1.0, 1)
-        self.released = True
+        noise = self.noise(v.shape, v)
+        v = v if noise is None else v + noise
+        self._record()
         k = z.shape[1]
         floor = 1e-6 * self.radius**2 / k if eig_floor is None else eig_floor
-        return moments_from_vector(v, k, self.weights, floor, self.noise.noise_std if self.shrink else 0.0)
+        return moments_from_vector(v, k, self.weights, floor, self.noise_std if self.shrink else 0.0)
+
+    def _config(self) -> dict:
+        return {**super()._config(), "radius": self.radius, "shares": list(self.shares)}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "radius": self.radius, "shares": list(self.shares), "n_classes": self.n_classes}
 
 
 # -- one-shot orthonormal projections of fixed-size class blocks (DPSWflow Algorithm 2 family) ------
@@ -208,8 +211,11 @@ def orthogonal_matrix(k: int, generator: torch.Generator | None = None, dtype=to
     return q * torch.sign(torch.diagonal(r))[None, :]
 
 
-class ClassBlockProjectionRelease:
+class ClassBlockProjectionRelease(Mechanism):
     """One Gaussian release of the orthonormally projected, fixed-size class blocks and the class counts.
+
+    The block size m is fixed from N (public), so this is a release of the whole set with N public:
+    relation ``replace_one`` (Delta = sqrt 2 * sqrt(w0^2 + 4 r^2)), as for DPSWflow's one-shot release.
 
     Post-processing (the "moment mode" of the one-release flow): with ``P_c = B_c U_c + Z_c``,
     ``n_c^ = clamp(released count, 1, m)``, ``s_c = (1^T P_c) U_c^T``,
@@ -218,17 +224,18 @@ class ClassBlockProjectionRelease:
     The padding rows are zeros, so they add nothing to ``s_c`` or ``M_c``.
     """
 
-    def __init__(self, ledger, n_classes: int, radius: float, block_size: int, relation: str,
-                 seed: int = 0, count_weight: float | None = None, noise_multiplier: float | None = None) -> None:
+    kind = "class_block_projection"
+
+    def __init__(self, ledger, *, n_classes: int, radius: float, block_size: int, count_weight: float | None = None,
+                 private: bool = True, seed: int | None = None, accountant: str = "rdp") -> None:
+        super().__init__(ledger, sample_rate=1.0, private=private, full_set=True, seed=seed, accountant=accountant)
         if block_size < 1:
             raise ValueError(f"block size must be >= 1, got {block_size}")
-        self.ledger, self.n_classes, self.radius, self.m = ledger, int(n_classes), float(radius), int(block_size)
+        self.n_classes, self.radius, self.m = int(n_classes), float(radius), int(block_size)
         self.count_weight = self.radius if count_weight is None else float(count_weight)
-        sens = block_projection_sensitivity(self.radius, self.count_weight, relation)
-        mult = ledger.calibrate(1.0, 1) if noise_multiplier is None else float(noise_multiplier)
-        self.noise = MomentNoise(mult * sens, mult, sens, relation)
-        self.generator = torch.Generator().manual_seed(int(seed))
-        self.released = False
+
+    def sensitivity_under(self, relation: str) -> float:
+        return block_projection_sensitivity(self.radius, self.count_weight, relation)
 
     def blocks(self, z: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(C, m, K)`` fixed-size class blocks and the true counts ``(C,)`` (private; not released as is)."""
@@ -244,25 +251,32 @@ class ClassBlockProjectionRelease:
         return out, counts
 
     def release(self, z: torch.Tensor, y: torch.Tensor, eig_floor: float | None = None) -> ClassMoments:
-        if self.released:
+        if self.releases:
             raise RuntimeError("ClassBlockProjectionRelease is a single release")
         if z.shape[0] and float(z.norm(dim=1).max()) > self.radius * (1 + 1e-6):
             raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
         z = z.double()
         k = z.shape[1]
         b, counts = self.blocks(z, y)
-        sd = self.noise.noise_std
         us = torch.stack([orthogonal_matrix(k, self.generator) for _ in range(self.n_classes)])  # (C, K, K)
-        p = b @ us + sd * torch.randn(b.shape, generator=self.generator, dtype=b.dtype)
-        n_rel = self.count_weight * counts + sd * torch.randn(counts.shape, generator=self.generator, dtype=b.dtype)
-        self.ledger.record(self.noise.noise_multiplier, 1.0, 1)
-        self.released = True
+        p = b @ us
+        n_rel = self.count_weight * counts
+        zp, zn = self.noise(p.shape, p), self.noise(n_rel.shape, n_rel)
+        if zp is not None:
+            p, n_rel = p + zp, n_rel + zn
+        self._record()
         # ---- post-processing only below
+        sd = self.noise_std
         n = (n_rel / self.count_weight).clamp(1.0, float(self.m))
         eye = torch.eye(k, dtype=b.dtype)
         s = torch.einsum("cmk,cjk->cj", p, us)  # (1^T P_c) U_c^T
         m2 = us @ (p.transpose(1, 2) @ p - self.m * sd**2 * eye) @ us.transpose(1, 2)
-        w = (1.0, 1.0, 1.0)
         v = torch.cat([n[:, None], s, m2.reshape(self.n_classes, k * k)], dim=1)
         floor = 1e-6 * self.radius**2 / k if eig_floor is None else eig_floor
-        return moments_from_vector(v, k, w, floor)
+        return moments_from_vector(v, k, (1.0, 1.0, 1.0), floor)
+
+    def _config(self) -> dict:
+        return {**super()._config(), "radius": self.radius, "block_size": self.m, "count_weight": self.count_weight}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "radius": self.radius, "block_size": self.m, "count_weight": self.count_weight}

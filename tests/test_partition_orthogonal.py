@@ -94,3 +94,14 @@ def test_sliced_wasserstein_blocks_is_the_mean_of_per_block_sw2():
                                                                         rel=1e-6)
     with pytest.raises(ValueError, match="C = 4"):
         sliced_wasserstein_blocks(ps, pt, 4)
+
+
+def test_one_shot_release_accepts_orthogonal_directions():
+    from dpgen.privacy.mechanisms import OneShotProjectionRelease
+
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    m = OneShotProjectionRelease(led, dim=8, num_projections=31, directions="orthogonal")
+    assert m.relation == "replace_one" and m.beta == 0.0
+    assert m.sensitivity == pytest.approx(2.0 * math.sqrt(4.0))  # unit latents (diameter 2), ceil(31/8) = 4 blocks
+    u = m.draw_directions()
+    assert u.shape == (8, 31) and torch.allclose(u.norm(dim=0), torch.ones(31), atol=1e-5)

@@ -65,7 +65,6 @@ import torch
 import torch.nn.functional as F
 
 from ..data import DataSplits, PrivateSplit
-from ..ot import random_directions
 from ..ot.flows import (
     empirical_quantiles,
     euler_maruyama_step,
@@ -177,7 +176,10 @@ class _LatentMethod(GenerativeMethod):
                  num_projections: int = 70, batch_size: int = 250, epochs: int = 35, steps: int | None = None,
                  bound: str = "chernoff", private: bool = True, noise_std: float = 0.0,
                  sensitivity_fraction: float = 0.5, label_mode: str = "concat", label_weight: float = 1.0,
-                 latent_scale: float = 1.0, sample_jitter: float = 0.02) -> None:
+                 latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random") -> None:
+        if directions not in ("random", "orthogonal"):
+            raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
+        self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta (issue 12)
         self.make_ae = autoencoder
         self.ae_steps, self.ae_batch_size, self.ae_lr = int(ae_steps), int(ae_batch_size), float(ae_lr)
         self.ae_cache = autoencoder_cache
@@ -316,7 +318,7 @@ class _LatentMethod(GenerativeMethod):
             ledger, dim=self.space.dim, num_projections=self.k, steps=self._steps,
             sample_rate=self.sampler.sample_rate, n_private=n_priv, bound=self.bound,
             sensitivity_fraction=self.sensitivity_fraction, row_diameter=ROW_DIAMETER, private=self.private,
-            seed=mechanism_seed(ctx))
+            seed=mechanism_seed(ctx), directions=self.directions)
         self._set_noise(self.projection, ledger, self._steps)
         self.mechanisms = {"projection": self.projection}
 
@@ -460,7 +462,7 @@ class DPSWFlowR(_ParticleFlow):
         """Algorithm 1, one step."""
         with torch.no_grad():
             rows = self._private_rows()                                       # Y_t: (B, D), norm <= 1
-            u = random_directions(self.space.dim, self.k, device=self.device)  # U_t: fresh directions
+            u = self.projection.draw_directions(self.device)  # U_t: fresh directions (random or orthonormal)
             a = self.projection.release(rows, u)                             # A_t = Y_t U_t + Z_t (recorded)
             tq = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # target inverse CDF (Eq. 21)
             self._last_drift = self._move(u, tq, self.projection.noise_std, t)
@@ -500,7 +502,7 @@ class DPSWFlow(_ParticleFlow):
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, num_projections=self.k, bound=self.bound,
                                                  sensitivity_fraction=self.sensitivity_fraction,
                                                  calibration=self.calibration, private=self.private,
-                                                 seed=mechanism_seed(ctx))
+                                                 seed=mechanism_seed(ctx), directions=self.directions)
         self._set_noise(self.one_shot, ledger, 1)
         self.mechanisms = {"one_shot": self.one_shot}
         if self.private and ctx.resume_state is None:  # refuse early if the single release cannot fit
@@ -523,7 +525,7 @@ class DPSWFlow(_ParticleFlow):
         rows, _ = PrivateSampler(self._encoded, len(self._encoded), "without_replacement",
                                  seed=self._seed).sample()  # q = 1: every private latent row
         self._encoded = None
-        self.u_all = random_directions(self.space.dim, self.k, device=self.device)  # drawn once
+        self.u_all = self.one_shot.draw_directions(self.device)  # drawn once (random or orthonormal)
         a = self.one_shot.release(rows.to(self.device), self.u_all)  # (N, k): THE private release (recorded)
         self.tq_all = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # (k, M), once
 
@@ -578,7 +580,7 @@ class DPSWGen(_LatentMethod):
         """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
         rows = self._private_rows()                                            # Y_t: (B, D), norm <= 1
         fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
-        u = random_directions(self.space.dim, self.k, device=self.device)      # U_t: fresh directions
+        u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
         p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
         p_s = gaussian_projection_release(fake, u, self.projection.noise_std)  # G(z) U_t + Z'_t (public)
         loss = sliced_wasserstein_projected(p_s, p_t, 2.0)                    # SW_2(P_s, P_t)

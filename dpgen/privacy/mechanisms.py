@@ -302,12 +302,12 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
 
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, bound: str = "chernoff",
                  sensitivity_fraction: float = 0.5, calibration: str = "rdp", private: bool = True,
-                 seed: int | None = None, row_diameter: float = 2.0) -> None:
+                 seed: int | None = None, row_diameter: float = 2.0, directions: str = "random") -> None:
         if calibration not in ("rdp", "analytic"):
             raise ValueError(f"model.calibration={calibration!r}: choose rdp or analytic")
         super().__init__(ledger, dim=dim, num_projections=num_projections, steps=1, sample_rate=1.0, n_private=0,
                          bound=bound, sensitivity_fraction=sensitivity_fraction, row_diameter=row_diameter,
-                         private=private, seed=seed, full_set=True,
+                         private=private, seed=seed, full_set=True, directions=directions,
                          accountant="pld" if calibration == "analytic" else "rdp")
         self.calibration = calibration
 

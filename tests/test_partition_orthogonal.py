@@ -105,3 +105,46 @@ def test_one_shot_release_accepts_orthogonal_directions():
     assert m.sensitivity == pytest.approx(2.0 * math.sqrt(4.0))  # unit latents (diameter 2), ceil(31/8) = 4 blocks
     u = m.draw_directions()
     assert u.shape == (8, 31) and torch.allclose(u.norm(dim=0), torch.ones(31), atol=1e-5)
+
+
+def _dpswd(tmp_path, **kw):
+    from functools import partial
+
+    from dpgen.logging.run_logger import RunLogger
+    from dpgen.methods import DPSWDGenerator, TrainContext
+    from dpgen.models import ConvCondGen
+
+    m = DPSWDGenerator(generator=partial(ConvCondGen, d_code=4, hidden=32), num_projections=64, batch_size=30,
+                       epochs=2, lr=1e-3, **kw)
+    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
+                       checkpoint_every=5, progress=False, deterministic=True, max_steps=6)
+    return m, ctx
+
+
+def test_dpswd_partition_releases_class_blocks_with_exact_orthogonal_calibration(tmp_path, monkeypatch):
+    from dpgen.data.datasets import digits
+
+    released: list[torch.Tensor] = []
+    real = GaussianProjectionRelease.release
+
+    def spy(self, rows, u):
+        released.append(rows.clone())
+        return real(self, rows, u)
+
+    monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
+    m, ctx = _dpswd(tmp_path, label_mode="partition", directions="orthogonal")
+    ledger = PrivacyLedger(10.0, 1e-4, "poisson")
+    out = m.fit(digits(), ledger, ctx)
+    assert out["released_rows"] == 30 and out["directions"] == "orthogonal"
+    assert m.projection.sensitivity == pytest.approx(1.0) and m.projection.beta == 0.0  # k = D = 64: one block
+    assert ledger.delta_reserved == 0.0 and ledger.epsilon(accountant="rdp") <= 10.0
+    assert len(released) == 6 and all(r.shape == (30, 64) for r in released)
+    assert all(float(r.norm(dim=1).max()) <= 0.5 + 1e-6 for r in released)
+
+
+def test_dpswd_partition_needs_the_add_remove_relation(tmp_path):
+    from dpgen.data.datasets import digits
+
+    m, ctx = _dpswd(tmp_path, label_mode="partition")
+    with pytest.raises(ValueError, match="sampling=poisson"):
+        m.fit(digits(), PrivacyLedger(10.0, 1e-4, "without_replacement"), ctx)

@@ -148,3 +148,36 @@ def test_dpswd_partition_needs_the_add_remove_relation(tmp_path):
     m, ctx = _dpswd(tmp_path, label_mode="partition")
     with pytest.raises(ValueError, match="sampling=poisson"):
         m.fit(digits(), PrivacyLedger(10.0, 1e-4, "without_replacement"), ctx)
+
+
+def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, monkeypatch):
+    from functools import partial
+
+    from dpgen.data.datasets import digits
+    from dpgen.logging.run_logger import RunLogger
+    from dpgen.methods import TrainContext
+    from dpgen.methods.dpswflow import DPSWFlow, DPSWFlowR
+    from dpgen.models.autoencoder import LiutkusAutoencoder
+
+    released: list[torch.Tensor] = []
+    real = GaussianProjectionRelease.release
+
+    def spy(self, rows, u):
+        released.append(rows.clone())
+        return real(self, rows, u)
+
+    monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
+    common = dict(autoencoder=partial(LiutkusAutoencoder, latent_dim=4, width=4, pad_to=8), ae_steps=20,
+                  ae_batch_size=32, autoencoder_cache=None, num_percentiles=64, n_particles=60)
+    m = DPSWFlowR(**common, batch_size=40, epochs=1, label_mode="partition", directions="orthogonal",
+                  num_projections=8)
+    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
+                       checkpoint_every=5, progress=False, deterministic=True, max_steps=3)
+    ledger = PrivacyLedger(10.0, 1e-4, "poisson")
+    m.fit(digits(public_fraction=0.5), ledger, ctx)
+    assert len(released) == 3 and all(r.shape == (40, 4) for r in released)  # 10 blocks of ceil(40/10) = 4 rows
+    assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
+    x, y = m.sample(30)
+    assert x.shape[0] == 30 and torch.equal(y, torch.arange(30) % 10)
+    with pytest.raises(ValueError, match="DPSWflow-r only"):
+        DPSWFlow(**common, label_mode="partition")

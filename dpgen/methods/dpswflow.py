@@ -76,7 +76,7 @@ from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projecte
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.dpswflow import ROW_DIAMETER, analytic_gaussian_epsilon
 from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
-from ..privacy.rows import clip_rows, fixed_size, unit_normalise
+from ..privacy.rows import class_blocks, clip_rows, fixed_size, unit_normalise
 from ..utils import load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .loop import progress_bar, save_public_artifact
@@ -194,6 +194,11 @@ class _LatentMethod(GenerativeMethod):
         if self.noise_std_arg < 0:
             raise ValueError(f"model.noise_std must be >= 0, got {noise_std}")
         self.sensitivity_fraction = float(sensitivity_fraction)
+        if label_mode not in ("partition", "concat", "none"):
+            raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
+        if label_mode == "partition" and type(self).__name__ != "DPSWFlowR":
+            raise ValueError(f"model.label_mode=partition is implemented for DPSWflow-r only; {type(self).__name__} "
+                             "uses model.label_mode=concat or none")
         self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
         self.sample_jitter = float(sample_jitter)
         self.space: LatentSpace | None = None
@@ -258,8 +263,15 @@ class _LatentMethod(GenerativeMethod):
                 ctx.logger.log_images("autoencoder_public_reconstructions", torch.cat([xp, ae(xp)]).cpu(), nrow=16)
                 self.ae_info["ae_test_mse"] = float(F.mse_loss(ae(data.test.x[:1000].to(ctx.device)),
                                                                data.test.x[:1000].to(ctx.device)))
-        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
                                  self.latent_scale, clip=self.private or ae is not None)
+        if self.label_mode == "partition" and ledger.sampling != "poisson":
+            raise ValueError("model.label_mode=partition is accounted under add/remove neighbours: use "
+                             "accountant.sampling=poisson (or model.label_mode=concat)")
+
+    def _row_label_mode(self) -> str:
+        """Rows carry no label with ``partition`` (the label decides the block instead)."""
+        return "none" if self.label_mode == "partition" else self.label_mode
 
     def _secret_seed(self, ctx: TrainContext) -> None:
         if ctx.deterministic:
@@ -277,7 +289,7 @@ class _LatentMethod(GenerativeMethod):
             ae = self.make_ae(image_shape=data.image_shape).to(self.device)
             ae.load_state_dict(state["autoencoder"])
             ae.eval()
-        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
                                  self.latent_scale, clip=self.private or ae is not None)
         self._restore_state(state)
 
@@ -375,22 +387,34 @@ class _ParticleFlow(_LatentMethod):
 
     def _restore_state(self, state: dict) -> None:
         self.X = state["particles"].to(self.device)
+        self.particle_labels = (torch.arange(self.X.shape[0]) % self.space.n_classes
+                                if self.label_mode == "partition" else None)
 
     def _init_particles(self, data: DataSplits) -> None:
         """``X_0 ~ mu_0 = N(0, I_D)`` (spec §2; not put on the sphere); quantile levels; the public test set
         for the toy's plot."""
         self.levels = quantile_levels(self.m, device=self.device)
         self.X = torch.randn(self.n_particles, self.space.dim, device=self.device)
+        if self.label_mode == "partition" and self.n_particles < self.space.n_classes:
+            raise ValueError(f"model.label_mode=partition needs model.n_particles >= {self.space.n_classes} (classes)")
+        # partition: particle i belongs to class i mod C for the whole run (public, fixed)
+        self.particle_labels = (torch.arange(self.n_particles) % self.space.n_classes
+                                if self.label_mode == "partition" else None)
         self._test_x = data.test.x
 
-    def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int) -> float:
-        """Particle update (Algorithms 1-2, last lines); returns the mean drift norm."""
-        proj = smoothed_projections(self.X, u, sigma)                 # X U + Z (particles re-noised, public)
+    def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int,
+              idx: torch.Tensor | None = None) -> float:
+        """Particle update (Algorithms 1-2, last lines) of all particles or of ``idx``; returns the mean drift norm."""
+        x = self.X if idx is None else self.X[idx]
+        proj = smoothed_projections(x, u, sigma)                      # X U + Z (particles re-noised, public)
         v = sliced_flow_drift(proj, tq, self.levels, u)               # Eq. 20
-        x_new = euler_maruyama_step(self.X, v, self.h, self.reg)      # X - h v + sqrt(2 lambda h) Z
+        x_new = euler_maruyama_step(x, v, self.h, self.reg)           # X - h v + sqrt(2 lambda h) Z
         if not torch.isfinite(x_new).all():  # particles are public (post-processing of the releases)
             raise NonFiniteLossError(step, "particle position")
-        self.X = x_new
+        if idx is None:
+            self.X = x_new
+        else:
+            self.X[idx] = x_new
         return float(v.norm(dim=1).mean())
 
     def state_dict(self) -> dict:
@@ -424,7 +448,8 @@ class _ParticleFlow(_LatentMethod):
         k = self.space.n_classes
         if labels is None:
             labels = torch.arange(n) % k
-        pool_labels = self.space.labels(self.X)
+        pool_labels = self.space.labels(self.X) if getattr(self, "particle_labels", None) is None \
+            else self.particle_labels
         idx = torch.empty(n, dtype=torch.long)
         if pool_labels is None:
             idx = torch.randint(self.X.shape[0], (n,), generator=self._pool_gen)
@@ -460,12 +485,34 @@ class DPSWFlowR(_ParticleFlow):
 
     def step(self, t: int) -> dict:
         """Algorithm 1, one step."""
+        if self.label_mode == "partition":
+            return self._partition_step(t)
         with torch.no_grad():
             rows = self._private_rows()                                       # Y_t: (B, D), norm <= 1
             u = self.projection.draw_directions(self.device)  # U_t: fresh directions (random or orthonormal)
             a = self.projection.release(rows, u)                             # A_t = Y_t U_t + Z_t (recorded)
             tq = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # target inverse CDF (Eq. 21)
             self._last_drift = self._move(u, tq, self.projection.noise_std, t)
+        return {"drift_norm": self._last_drift}
+
+    @torch.no_grad()
+    def _partition_step(self, t: int) -> dict:
+        """Class-partitioned Algorithm 1 (issue 12): the Poisson batch split by label into C blocks of
+        m = ceil(B / C) latent rows (``rows.class_blocks``), released as ONE stacked (C m, D) projection;
+        the particles of class c flow toward block c's noisy quantiles.  Add/remove changes one row of one
+        block by <= 2 (unit latents): the calibration of an unpartitioned batch of C m rows applies."""
+        c_n = self.space.n_classes
+        m = math.ceil(self.batch_size / c_n)
+        rows, y = self.sampler.sample()
+        blocks = class_blocks(rows.to(self.device), y, c_n, m)              # (C m, D), norm <= 1
+        u = self.projection.draw_directions(self.device)
+        a = self.projection.release(blocks, u)                              # THE release of the step (recorded)
+        drifts = []
+        for c in range(c_n):
+            tq = empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(), self.levels)
+            idx = (self.particle_labels == c).nonzero().flatten().to(self.device)
+            drifts.append(self._move(u, tq, self.projection.noise_std, t, idx))
+        self._last_drift = float(sum(drifts) / len(drifts))
         return {"drift_norm": self._last_drift}
 
     def train_summary(self) -> dict:

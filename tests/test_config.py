@@ -17,7 +17,7 @@ PRESETS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 
 def test_required_presets_exist():
     for name in ["digits_dpswd", "mnist_dpswd", "mnist_dpswd_clt", "fmnist_dpswd", "fmnist_dpswd_clt", "mnist_swd",
-                 "celeba_dpswd", "toy_dpswd"]:
+                 "celeba_dpswd", "toy_dpswd", "digits_moments", "mnist_moments", "mnist_moments_public"]:
         assert name in PRESETS
 
 
@@ -29,9 +29,10 @@ def test_every_experiment_preset_composes_and_validates(preset):
     assert cfg.model._target_ and cfg.dataset._target_
 
 
-def test_default_experiment_is_digits_dpswd():
+def test_default_experiment_is_digits_moments():
     cfg = compose_cfg([], out_dir=Path("/tmp/unused"))
-    assert cfg.experiment_name == "digits_dpswd" and cfg.dataset._target_.endswith("digits")
+    assert cfg.experiment_name == "digits_moments" and cfg.dataset._target_.endswith("digits")
+    assert cfg.model._target_.endswith("DPClassGaussian") and cfg.accountant.epsilon == 10.0
 
 
 def test_unknown_experiment_fails_naming_it():

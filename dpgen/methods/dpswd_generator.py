@@ -16,7 +16,20 @@ Algorithm (one step, T = epochs * ceil(N / B) steps in all):
   6. loss = SW_2(P_s, P_t) from sorted columns; Adam step on G                        (§1.2)
 
 Class labels (the paper does not say how; ``label_mode``):
-  * ``concat`` (default): a one-hot of the label scaled by ``label_weight`` is appended to the
+  * ``partition`` (default, issue 12): each private batch is split by label into C blocks of the public
+    size m = ceil(B / C) (``rows.fixed_size`` per class: a uniform random subset when the class has more
+    rows, zero (centre) rows appended when fewer); the generated side is m rows of each label; the loss is
+    ``(mean_c SW_2^2(G(z, c) U + Z_s, block_c U + Z_t))^{1/2}`` (``ot.sliced_wasserstein_blocks``).  The
+    released matrix is the C m stacked rows, projected and noised as ONE ``GaussianProjectionRelease``.
+    Privacy: under add/remove of (x, y) only block y changes, and in one row: a padding row becomes x
+    (distance <= 1/2) or, when block y was cut, x takes the place of a random kept record (distance <= 1,
+    the same coupling and partners argument as the fixed-size batch below); under replace-one (fixed-size
+    sampling) one record leaves block y and another enters block y': the blocks are rebuilt by the same
+    rule, so at most one row of each of two blocks changes when y != y' -- we therefore support partition
+    only under ``accountant.sampling=poisson`` (add/remove), where the row-level argument is exact, and
+    the calibration is the same as for an unpartitioned batch of C m rows.  The label information enters
+    at first order (which block a row is transported within), not through a one-hot inside the row.
+  * ``concat``: a one-hot of the label scaled by ``label_weight`` is appended to the
     normalised image, as DP-Sinkhorn conditions its cost; generated rows carry the label they were
     generated for, so transport prefers same-class pairs and the conditional generator learns
     p(x | y).  The accounting uses the actual row dimension D = d + n_classes and the whole row
@@ -54,11 +67,10 @@ import torch
 import torch.nn.functional as F
 
 from ..data import DataSplits
-from ..ot import random_directions
-from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projected
+from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import GaussianProjectionRelease
-from ..privacy.rows import RowMap, fixed_size
+from ..privacy.rows import RowMap, class_blocks, fixed_size
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 
 
@@ -73,7 +85,7 @@ class DPSWDGenerator(GenerativeMethod):
                  betas: tuple[float, float] = (0.9, 0.999), label_mode: str = "concat", label_weight: float = 1.0,
                  center: float | None = None, radius: float | None = None, private: bool = True,
                  sensitivity_fraction: float = 0.5, feature_map: Callable[..., torch.nn.Module] | None = None,
-                 feature_lr: float = 5e-4) -> None:
+                 feature_lr: float = 5e-4, directions: str = "random") -> None:
         self.make_generator = generator
         self.k, self.power, self.bound = int(num_projections), float(power), bound
         self.batch_size, self.epochs, self.lr, self.betas = int(batch_size), int(epochs), float(lr), tuple(betas)
@@ -84,8 +96,11 @@ class DPSWDGenerator(GenerativeMethod):
             raise ValueError(f"model.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
         if bound not in ("bernstein", "bernstein_code", "clt", "chernoff"):
             raise ValueError(f"model.bound={bound!r} is unknown; choose bernstein, bernstein_code, clt or chernoff")
-        if label_mode not in ("concat", "none"):
-            raise ValueError(f"model.label_mode must be 'concat' or 'none', got {label_mode!r}")
+        if label_mode not in ("partition", "concat", "none"):
+            raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
+        if directions not in ("random", "orthogonal"):
+            raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
+        self.directions = directions
         self.make_feature_map, self.feature_lr = feature_map, float(feature_lr)
         self.fmap: torch.nn.Module | None = None
         self.G: torch.nn.Module | None = None
@@ -99,33 +114,41 @@ class DPSWDGenerator(GenerativeMethod):
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device, self.num_classes, self.public = ctx.device, data.num_classes, data.public
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes
-                                     if self.label_mode == "concat" else 0).to(ctx.device)
-        if self.label_mode == "concat" and not getattr(self.G, "conditional", False):
-            raise ValueError(f"model.label_mode=concat needs a conditional generator, but {type(self.G).__name__} "
-                             "ignores labels; set model.label_mode=none")
+                                     if self.label_mode != "none" else 0).to(ctx.device)
+        if self.label_mode != "none" and not getattr(self.G, "conditional", False):
+            raise ValueError(f"model.label_mode={self.label_mode} needs a conditional generator, but "
+                             f"{type(self.G).__name__} ignores labels; set model.label_mode=none")
+        if self.label_mode == "partition" and ledger.sampling != "poisson":
+            raise ValueError("model.label_mode=partition is accounted under add/remove neighbours: use "
+                             "accountant.sampling=poisson (or model.label_mode=concat)")
+        row_labels = "concat" if self.label_mode == "concat" else "none"  # partition: image-only rows
         if self.make_feature_map is not None:
             if data.public is None:
                 raise ValueError("model.feature_map is trained on public images only: set dataset.public_fraction > 0 "
                                  "(e.g. dataset.public_fraction=0.1)")
             c, h, _ = data.image_shape
             self.fmap = self.make_feature_map(in_channels=c, image_size=h).to(ctx.device)
-            self._rowmap = RowMap(self.fmap.out_dim, data.num_classes, (-1.0, 1.0), 0.0, self.radius, self.label_mode,
+            self._rowmap = RowMap(self.fmap.out_dim, data.num_classes, (-1.0, 1.0), 0.0, self.radius, row_labels,
                                   self.label_weight)  # tanh features lie in [-1, 1]
         else:
             self._rowmap = RowMap(data.dim, data.num_classes, data.value_range, self.center, self.radius,
-                                  self.label_mode, self.label_weight)
+                                  row_labels, self.label_weight)
+        # partition: C blocks of m = ceil(B / C) rows (public sizes); otherwise one block of B rows
+        self.n_blocks = data.num_classes if self.label_mode == "partition" else 1
+        self.block_rows = math.ceil(self.batch_size / self.n_blocks)
         n_priv = len(data.private)
         self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx))
         self._steps = self.steps_planned(n_priv)
         self._signature = {"n_private": n_priv, "n_public": 0 if data.public is None else len(data.public),
                            "dataset": data.name, "batch_size": self.batch_size, "epochs": self.epochs, "k": self.k,
-                           "bound": self.bound, "label_mode": self.label_mode, "sampling": ledger.sampling}
+                           "bound": self.bound, "label_mode": self.label_mode, "sampling": ledger.sampling,
+                           "directions": self.directions}
         # the one private release per step (Alg. 1), sigma from accountant.epsilon before training (spec §1.6)
         self.projection = GaussianProjectionRelease(
             ledger, dim=self._rowmap.out_dim, num_projections=self.k, steps=self._steps,
             sample_rate=self.sampler.sample_rate, n_private=n_priv, bound=self.bound,
             sensitivity_fraction=self.sensitivity_fraction, row_diameter=1.0, private=self.private,
-            seed=mechanism_seed(ctx))
+            seed=mechanism_seed(ctx), directions=self.directions)
         if self.private:
             if ledger.target_epsilon is None:
                 raise ValueError("model.private=true needs accountant.epsilon (use a non-private preset such as "
@@ -146,14 +169,17 @@ class DPSWDGenerator(GenerativeMethod):
         """Algorithm 1, one step (module docstring)."""
         if self.fmap is not None:
             self._feature_step()                                               # §3.2, public images only
-        rows_t = self._private_rows()                                          # 1-2. r(X_t): (B, D), norm <= 1/2
+        rows_t = self._private_rows()                                          # 1-2. r(X_t): (B, D) or (C m, D)
         b = rows_t.shape[0]
-        y_g = torch.randint(self.num_classes, (b,), device=self.device)
+        if self.label_mode == "partition":                                     # m generated rows of each label
+            y_g = torch.arange(self.num_classes, device=self.device).repeat_interleave(self.block_rows)
+        else:
+            y_g = torch.randint(self.num_classes, (b,), device=self.device)
         x_g = self.G(torch.randn(b, self.G.d_code, device=self.device), y_g)
-        u = random_directions(self._rowmap.out_dim, self.k, device=self.device)  # 3. U: (D, k) on S^{D-1}
+        u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
         p_t = self.projection.release(rows_t, u)                              # 4. P_t = r(X_t) U + Z_t (recorded)
         p_s = gaussian_projection_release(self._rows(x_g, y_g), u, self.projection.noise_std)  # 5. P_s = r(G) U + Z_s
-        loss = sliced_wasserstein_projected(p_s, p_t, self.power)             # 6. SW_2(P_s, P_t)
+        loss = sliced_wasserstein_blocks(p_s, p_t, self.n_blocks, self.power)  # 6. SW_2, within blocks
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
@@ -172,7 +198,9 @@ class DPSWDGenerator(GenerativeMethod):
         x_t, y_t = self.sampler.sample()
         with torch.no_grad():
             rows = self._rows(x_t.to(self.device), y_t.to(self.device))
-        return fixed_size(rows, self.batch_size)
+        if self.label_mode != "partition":
+            return fixed_size(rows, self.batch_size)
+        return class_blocks(rows, y_t, self.num_classes, self.block_rows)  # C blocks of the public size m
 
     def _feature_step(self) -> None:
         """One real/fake BCE step of the feature map on PUBLIC images vs generated ones (spec §3.2)."""
@@ -217,7 +245,8 @@ class DPSWDGenerator(GenerativeMethod):
         p = self.projection
         return {"noise_std": p.noise_std, "noise_multiplier": p.noise_multiplier, "sensitivity": p.sensitivity,
                 "sensitivity_bound": self.bound if self.private else None, "guarantee": p.guarantee,
-                "row_dim": self._rowmap.out_dim, "num_projections": self.k}
+                "row_dim": self._rowmap.out_dim, "num_projections": self.k, "label_mode": self.label_mode,
+                "directions": self.directions, "released_rows": self.n_blocks * self.block_rows}
 
     # ------------------------------------------------------------------------------------
     @torch.no_grad()

@@ -65,7 +65,6 @@ import torch
 import torch.nn.functional as F
 
 from ..data import DataSplits, PrivateSplit
-from ..ot import random_directions
 from ..ot.flows import (
     empirical_quantiles,
     euler_maruyama_step,
@@ -77,7 +76,7 @@ from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projecte
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.dpswflow import ROW_DIAMETER, analytic_gaussian_epsilon
 from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
-from ..privacy.rows import clip_rows, fixed_size, unit_normalise
+from ..privacy.rows import class_blocks, clip_rows, fixed_size, unit_normalise
 from ..utils import load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .loop import progress_bar, save_public_artifact
@@ -177,7 +176,10 @@ class _LatentMethod(GenerativeMethod):
                  num_projections: int = 70, batch_size: int = 250, epochs: int = 35, steps: int | None = None,
                  bound: str = "chernoff", private: bool = True, noise_std: float = 0.0,
                  sensitivity_fraction: float = 0.5, label_mode: str = "concat", label_weight: float = 1.0,
-                 latent_scale: float = 1.0, sample_jitter: float = 0.02) -> None:
+                 latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random") -> None:
+        if directions not in ("random", "orthogonal"):
+            raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
+        self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta (issue 12)
         self.make_ae = autoencoder
         self.ae_steps, self.ae_batch_size, self.ae_lr = int(ae_steps), int(ae_batch_size), float(ae_lr)
         self.ae_cache = autoencoder_cache
@@ -192,6 +194,11 @@ class _LatentMethod(GenerativeMethod):
         if self.noise_std_arg < 0:
             raise ValueError(f"model.noise_std must be >= 0, got {noise_std}")
         self.sensitivity_fraction = float(sensitivity_fraction)
+        if label_mode not in ("partition", "concat", "none"):
+            raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
+        if label_mode == "partition" and type(self).__name__ != "DPSWFlowR":
+            raise ValueError(f"model.label_mode=partition is implemented for DPSWflow-r only; {type(self).__name__} "
+                             "uses model.label_mode=concat or none")
         self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
         self.sample_jitter = float(sample_jitter)
         self.space: LatentSpace | None = None
@@ -256,8 +263,15 @@ class _LatentMethod(GenerativeMethod):
                 ctx.logger.log_images("autoencoder_public_reconstructions", torch.cat([xp, ae(xp)]).cpu(), nrow=16)
                 self.ae_info["ae_test_mse"] = float(F.mse_loss(ae(data.test.x[:1000].to(ctx.device)),
                                                                data.test.x[:1000].to(ctx.device)))
-        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
                                  self.latent_scale, clip=self.private or ae is not None)
+        if self.label_mode == "partition" and ledger.sampling != "poisson":
+            raise ValueError("model.label_mode=partition is accounted under add/remove neighbours: use "
+                             "accountant.sampling=poisson (or model.label_mode=concat)")
+
+    def _row_label_mode(self) -> str:
+        """Rows carry no label with ``partition`` (the label decides the block instead)."""
+        return "none" if self.label_mode == "partition" else self.label_mode
 
     def _secret_seed(self, ctx: TrainContext) -> None:
         if ctx.deterministic:
@@ -275,7 +289,7 @@ class _LatentMethod(GenerativeMethod):
             ae = self.make_ae(image_shape=data.image_shape).to(self.device)
             ae.load_state_dict(state["autoencoder"])
             ae.eval()
-        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
                                  self.latent_scale, clip=self.private or ae is not None)
         self._restore_state(state)
 
@@ -316,7 +330,7 @@ class _LatentMethod(GenerativeMethod):
             ledger, dim=self.space.dim, num_projections=self.k, steps=self._steps,
             sample_rate=self.sampler.sample_rate, n_private=n_priv, bound=self.bound,
             sensitivity_fraction=self.sensitivity_fraction, row_diameter=ROW_DIAMETER, private=self.private,
-            seed=mechanism_seed(ctx))
+            seed=mechanism_seed(ctx), directions=self.directions)
         self._set_noise(self.projection, ledger, self._steps)
         self.mechanisms = {"projection": self.projection}
 
@@ -373,22 +387,34 @@ class _ParticleFlow(_LatentMethod):
 
     def _restore_state(self, state: dict) -> None:
         self.X = state["particles"].to(self.device)
+        self.particle_labels = (torch.arange(self.X.shape[0]) % self.space.n_classes
+                                if self.label_mode == "partition" else None)
 
     def _init_particles(self, data: DataSplits) -> None:
         """``X_0 ~ mu_0 = N(0, I_D)`` (spec §2; not put on the sphere); quantile levels; the public test set
         for the toy's plot."""
         self.levels = quantile_levels(self.m, device=self.device)
         self.X = torch.randn(self.n_particles, self.space.dim, device=self.device)
+        if self.label_mode == "partition" and self.n_particles < self.space.n_classes:
+            raise ValueError(f"model.label_mode=partition needs model.n_particles >= {self.space.n_classes} (classes)")
+        # partition: particle i belongs to class i mod C for the whole run (public, fixed)
+        self.particle_labels = (torch.arange(self.n_particles) % self.space.n_classes
+                                if self.label_mode == "partition" else None)
         self._test_x = data.test.x
 
-    def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int) -> float:
-        """Particle update (Algorithms 1-2, last lines); returns the mean drift norm."""
-        proj = smoothed_projections(self.X, u, sigma)                 # X U + Z (particles re-noised, public)
+    def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int,
+              idx: torch.Tensor | None = None) -> float:
+        """Particle update (Algorithms 1-2, last lines) of all particles or of ``idx``; returns the mean drift norm."""
+        x = self.X if idx is None else self.X[idx]
+        proj = smoothed_projections(x, u, sigma)                      # X U + Z (particles re-noised, public)
         v = sliced_flow_drift(proj, tq, self.levels, u)               # Eq. 20
-        x_new = euler_maruyama_step(self.X, v, self.h, self.reg)      # X - h v + sqrt(2 lambda h) Z
+        x_new = euler_maruyama_step(x, v, self.h, self.reg)           # X - h v + sqrt(2 lambda h) Z
         if not torch.isfinite(x_new).all():  # particles are public (post-processing of the releases)
             raise NonFiniteLossError(step, "particle position")
-        self.X = x_new
+        if idx is None:
+            self.X = x_new
+        else:
+            self.X[idx] = x_new
         return float(v.norm(dim=1).mean())
 
     def state_dict(self) -> dict:
@@ -422,7 +448,8 @@ class _ParticleFlow(_LatentMethod):
         k = self.space.n_classes
         if labels is None:
             labels = torch.arange(n) % k
-        pool_labels = self.space.labels(self.X)
+        pool_labels = self.space.labels(self.X) if getattr(self, "particle_labels", None) is None \
+            else self.particle_labels
         idx = torch.empty(n, dtype=torch.long)
         if pool_labels is None:
             idx = torch.randint(self.X.shape[0], (n,), generator=self._pool_gen)
@@ -458,12 +485,34 @@ class DPSWFlowR(_ParticleFlow):
 
     def step(self, t: int) -> dict:
         """Algorithm 1, one step."""
+        if self.label_mode == "partition":
+            return self._partition_step(t)
         with torch.no_grad():
             rows = self._private_rows()                                       # Y_t: (B, D), norm <= 1
-            u = random_directions(self.space.dim, self.k, device=self.device)  # U_t: fresh directions
+            u = self.projection.draw_directions(self.device)  # U_t: fresh directions (random or orthonormal)
             a = self.projection.release(rows, u)                             # A_t = Y_t U_t + Z_t (recorded)
             tq = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # target inverse CDF (Eq. 21)
             self._last_drift = self._move(u, tq, self.projection.noise_std, t)
+        return {"drift_norm": self._last_drift}
+
+    @torch.no_grad()
+    def _partition_step(self, t: int) -> dict:
+        """Class-partitioned Algorithm 1 (issue 12): the Poisson batch split by label into C blocks of
+        m = ceil(B / C) latent rows (``rows.class_blocks``), released as ONE stacked (C m, D) projection;
+        the particles of class c flow toward block c's noisy quantiles.  Add/remove changes one row of one
+        block by <= 2 (unit latents): the calibration of an unpartitioned batch of C m rows applies."""
+        c_n = self.space.n_classes
+        m = math.ceil(self.batch_size / c_n)
+        rows, y = self.sampler.sample()
+        blocks = class_blocks(rows.to(self.device), y, c_n, m)              # (C m, D), norm <= 1
+        u = self.projection.draw_directions(self.device)
+        a = self.projection.release(blocks, u)                              # THE release of the step (recorded)
+        drifts = []
+        for c in range(c_n):
+            tq = empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(), self.levels)
+            idx = (self.particle_labels == c).nonzero().flatten().to(self.device)
+            drifts.append(self._move(u, tq, self.projection.noise_std, t, idx))
+        self._last_drift = float(sum(drifts) / len(drifts))
         return {"drift_norm": self._last_drift}
 
     def train_summary(self) -> dict:
@@ -500,7 +549,7 @@ class DPSWFlow(_ParticleFlow):
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, num_projections=self.k, bound=self.bound,
                                                  sensitivity_fraction=self.sensitivity_fraction,
                                                  calibration=self.calibration, private=self.private,
-                                                 seed=mechanism_seed(ctx))
+                                                 seed=mechanism_seed(ctx), directions=self.directions)
         self._set_noise(self.one_shot, ledger, 1)
         self.mechanisms = {"one_shot": self.one_shot}
         if self.private and ctx.resume_state is None:  # refuse early if the single release cannot fit
@@ -524,7 +573,7 @@ class DPSWFlow(_ParticleFlow):
         rows, _ = PrivateSampler(self._encoded, len(self._encoded), "without_replacement",
                                  seed=self._seed).sample()  # q = 1: every private latent row
         self._encoded = None
-        self.u_all = random_directions(self.space.dim, self.k, device=self.device)  # drawn once
+        self.u_all = self.one_shot.draw_directions(self.device)  # drawn once (random or orthonormal)
         a = self.one_shot.release(rows.to(self.device), self.u_all)  # (N, k): THE private release (recorded)
         self.tq_all = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # (k, M), once
 
@@ -582,7 +631,7 @@ class DPSWGen(_LatentMethod):
         """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
         rows = self._private_rows()                                            # Y_t: (B, D), norm <= 1
         fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
-        u = random_directions(self.space.dim, self.k, device=self.device)      # U_t: fresh directions
+        u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
         p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
         p_s = gaussian_projection_release(fake, u, self.projection.noise_std)  # G(z) U_t + Z'_t (public)
         loss = sliced_wasserstein_projected(p_s, p_t, 2.0)                    # SW_2(P_s, P_t)

@@ -6,6 +6,8 @@ whatever device their inputs live on.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -79,3 +81,34 @@ def dp_sliced_wasserstein(x_s: torch.Tensor, x_t: torch.Tensor, sigma: float, k:
     p_t = gaussian_projection_release(x_t.detach(), u, sigma, generator=generator)
     p_s = gaussian_projection_release(x_s, u, sigma, generator=generator)
     return sliced_wasserstein_projected(p_s, p_t, q)
+
+
+def orthogonal_directions(d: int, k: int, *, generator: torch.Generator | None = None,
+                          device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``U: (d, k)``: ``ceil(k/d)`` independent uniformly random orthonormal ``d x d`` blocks side by side,
+    truncated to k columns (QR of Gaussian matrices, signs fixed by ``diag(R)``: Haar measure).
+
+    Every column is a unit vector and, deterministically, ``||v U||^2 <= ceil(k/d) ||v||^2`` for every
+    ``v`` (each full block preserves norms, the truncated one cannot increase them).
+    """
+    blocks = []
+    for _ in range(math.ceil(k / d)):
+        g = torch.randn(d, d, generator=generator, dtype=torch.float64)
+        q, r = torch.linalg.qr(g)
+        blocks.append(q * torch.sign(torch.diagonal(r))[None, :])
+    u = torch.cat(blocks, dim=1)[:, :k].to(dtype)
+    return u.to(device) if device is not None else u
+
+
+def sliced_wasserstein_blocks(p_s: torch.Tensor, p_t: torch.Tensor, n_blocks: int, q: float = 2.0) -> torch.Tensor:
+    """Class-partitioned SW_q from projections ``p_s, p_t: (C m, k)`` stacked as C blocks of m rows.
+
+    ``(mean_{c, i, j} |sort_i(p_t^c)[i, j] - sort_i(p_s^c)[i, j]|^q)^{1/q}``: 1-D transport within each
+    block only (block c of the generated side carries label c), i.e. ``(mean_c SW_q^q(block_c))^{1/q}``.
+    """
+    if p_s.shape != p_t.shape or p_s.shape[0] % n_blocks:
+        raise ValueError(f"projections must have the same shape (C m, k) with C = {n_blocks}, got "
+                         f"{tuple(p_s.shape)} and {tuple(p_t.shape)}")
+    s = torch.sort(p_s.reshape(n_blocks, -1, p_s.shape[1]), dim=1)[0]
+    t = torch.sort(p_t.reshape(n_blocks, -1, p_t.shape[1]), dim=1)[0]
+    return (s - t).abs().pow(q).mean().pow(1.0 / q)

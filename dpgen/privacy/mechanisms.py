@@ -49,13 +49,14 @@ from typing import ClassVar
 
 import torch
 
+from ..ot.sliced import orthogonal_directions, random_directions
 from .dpsgd import clip_per_sample
 from .guarantee import guarantee_label, qualifier
 from .image_gradient import CLIP_MODES, clip_per_row, clip_whole
 from .ledger import RELATIONS, LedgerEntry, PrivacyLedger, relation_of_sampling
 from .sensitivity import BOUNDS, l2_sensitivity
 
-DIRECTIONS = ("random",)  # "orthogonal" (sensitivity exactly row_diameter * ceil(k/d), no beta) can be added
+DIRECTIONS = ("random", "orthogonal")  # orthogonal: sensitivity exactly row_diameter * sqrt(ceil(k/d)), no beta
 
 
 def neighbouring_relation(sampling: str, full_set: bool = False) -> str:
@@ -217,6 +218,11 @@ class GaussianProjectionRelease(Mechanism):
     ``add_remove`` (Poisson) the batch is released at the fixed size B (``rows.fixed_size``): an added
     record replaces a padding row or a *random* kept record, so the bound must hold for all N + 1
     possible partners: it is taken at ``beta / (N + 1)``.
+
+    ``directions="orthogonal"`` (issue 12): U is ``ceil(k/D)`` fresh Haar-random orthonormal D x D blocks
+    (``ot.sliced.orthogonal_directions``, drawn by :meth:`draw_directions`), so for ANY difference row v,
+    ``||v U||^2 <= ceil(k/D) ||v||^2`` deterministically: sensitivity ``row_diameter * sqrt(ceil(k/D))``
+    under both relations, no beta reserved, no partners factor, no probabilistic bound (``bound`` unused).
     """
 
     kind = "gaussian_projection"
@@ -238,7 +244,9 @@ class GaussianProjectionRelease(Mechanism):
         self.dim, self.k, self.steps, self.n_private = int(dim), int(num_projections), int(steps), int(n_private)
         self.row_diameter, self.sensitivity_fraction, self.directions = float(row_diameter), float(
             sensitivity_fraction), directions
-        if self.private:
+        if directions == "orthogonal":
+            self.bound = None  # no probabilistic bound: the sensitivity is exact (guarantee: rigorous)
+        elif self.private:
             self.beta = self.sensitivity_fraction * ledger.delta / self.steps
             if bound == "clt":
                 warnings.warn("bound=clt is an asymptotic approximation, not a rigorous bound: the reported "
@@ -251,7 +259,15 @@ class GaussianProjectionRelease(Mechanism):
     def sensitivity_under(self, relation: str) -> float:
         if relation not in RELATIONS:
             raise ValueError(f"unknown neighbouring relation {relation!r}")
+        if self.directions == "orthogonal":  # deterministic: one row moves by <= row_diameter
+            return self.row_diameter * math.sqrt(math.ceil(self.k / self.dim))
         return l2_sensitivity(self.k, self.dim, self.beta / self.partners(relation), self.bound, self.row_diameter)
+
+    def draw_directions(self, device: torch.device | str | None = None) -> torch.Tensor:
+        """Fresh ``U: (D, k)`` of this release's kind (secret: torch's global RNG, reseeded by the method)."""
+        if self.directions == "orthogonal":
+            return orthogonal_directions(self.dim, self.k, device=device)
+        return random_directions(self.dim, self.k, device=device)
 
     def release(self, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``rows: (B, D)`` (already bounded by a row map), ``u: (D, k)`` -> ``(B, k) = rows @ u + N(0, s^2)``.
@@ -273,7 +289,8 @@ class GaussianProjectionRelease(Mechanism):
 
     def describe(self) -> dict:
         return {**super().describe(), "row_dim": self.dim, "num_projections": self.k, "sensitivity_bound": self.bound,
-                "row_diameter": self.row_diameter, "partners": self.partners(self.relation) if self.private else None,
+                "row_diameter": self.row_diameter,
+                "partners": self.partners(self.relation) if self.private and self.directions == "random" else None,
                 "directions": self.directions, "releases_planned": self.steps}
 
 
@@ -290,12 +307,12 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
 
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, bound: str = "chernoff",
                  sensitivity_fraction: float = 0.5, calibration: str = "rdp", private: bool = True,
-                 seed: int | None = None, row_diameter: float = 2.0) -> None:
+                 seed: int | None = None, row_diameter: float = 2.0, directions: str = "random") -> None:
         if calibration not in ("rdp", "analytic"):
             raise ValueError(f"model.calibration={calibration!r}: choose rdp or analytic")
         super().__init__(ledger, dim=dim, num_projections=num_projections, steps=1, sample_rate=1.0, n_private=0,
                          bound=bound, sensitivity_fraction=sensitivity_fraction, row_diameter=row_diameter,
-                         private=private, seed=seed, full_set=True,
+                         private=private, seed=seed, full_set=True, directions=directions,
                          accountant="pld" if calibration == "analytic" else None)
         self.calibration = calibration
 

@@ -102,3 +102,14 @@ class RowMap:
             lab = F.one_hot(y, self.n_classes).to(r.dtype) * (0.5 * self.label_weight)
             r = torch.cat([r, lab], dim=1) / math.sqrt(1.0 + self.label_weight**2)
         return clip_rows(r, 0.5)
+
+
+def class_blocks(rows: torch.Tensor, labels: torch.Tensor, n_classes: int, block_size: int,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """``(C * m, D)``: the rows of each class cut or zero-padded to ``m`` (:func:`fixed_size`), stacked by label.
+
+    Class-partitioned releases (issue 12): under add/remove of one record (x, y) only block y changes,
+    in one row (a padding zero becomes x, or x takes the place of a random kept row of class y).
+    """
+    labels = labels.to(rows.device)
+    return torch.cat([fixed_size(rows[labels == c], block_size, generator) for c in range(n_classes)])

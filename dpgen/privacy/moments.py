@@ -1,0 +1,282 @@
+"""Class-moment releases: one Gaussian mechanism on each class's count, sum and second moment.
+
+Private rows are codes ``z_i`` in R^K clipped to ``||z_i|| <= r`` (a PUBLIC radius, see
+``dpgen.data.representations``) with labels ``y_i``.  For every class c the statistics are
+
+    n_c = sum_{y_i = c} 1,     s_c = sum_{y_i = c} z_i  (K,),     M_c = sum_{y_i = c} z_i z_i^T  (K, K),
+
+and the released vector is ``v(D) = [ w0 n_c, w1 s_c, w2 vec(M_c) ]_{c=1..C}`` plus i.i.d. Gaussian
+noise of std ``sigma`` on every coordinate, with weights ``w0 = a0, w1 = a1 / r, w2 = a2 / r^2``,
+``a0^2 + a1^2 + a2^2 = 1`` (public; default 1/3 each).
+
+Sensitivity (exact, deterministic, no beta):
+
+* add/remove one record (z, y) (Poisson relation; the whole private set is one "batch", q = 1):
+  only class y changes, by ``(w0, w1 z, w2 z z^T)``; ``||z z^T||_F = ||z||^2`` so the change has
+  L2 norm ``sqrt(a0^2 + a1^2 ||z||^2 / r^2 + a2^2 ||z||^4 / r^4) <= 1``.  Delta = 1.
+* replace one record (z, y) -> (z', y') (fixed N): if y != y' two classes change, each by <= 1:
+  sqrt(2).  If y = y': ``||w1 (z - z')||^2 <= 4 a1^2`` and
+  ``||z z^T - z' z'^T||_F^2 = ||z||^4 + ||z'||^4 - 2 (z^T z')^2 <= 2 r^4``, so the change is
+  ``<= sqrt(4 a1^2 + 2 a2^2)``.  Delta = ``sqrt(max(2, 4 a1^2 + 2 a2^2))`` (= sqrt(2) for equal shares).
+
+Post-processing (no privacy cost): ``n_c^ = max(released / w0, 1)``, ``mu_c = s_c^ / n_c^``,
+``Sigma_c = sym(M_c^) / n_c^ - mu_c mu_c^T`` projected onto the PSD cone (eigenvalues floored).
+The synthetic data are draws from ``N(mu_c, Sigma_c)`` decoded back to images.
+
+Both releases are :class:`~dpgen.privacy.mechanisms.Mechanism` objects: noise from their own
+``torch.Generator``, calibrated by the ledger (one Gaussian mechanism, sample rate 1), recorded in the
+ledger inside ``release``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .mechanisms import Mechanism
+
+RELATIONS = ("add_remove", "replace_one")
+
+
+def moment_weights(radius: float, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)) -> tuple[float, float, float]:
+    """``(w0, w1, w2) = (sqrt(s0), sqrt(s1) / r, sqrt(s2) / r^2)`` with the shares normalised to sum 1."""
+    if radius <= 0:
+        raise ValueError(f"radius must be > 0, got {radius}")
+    if len(shares) != 3 or min(shares) < 0 or sum(shares) <= 0:
+        raise ValueError(f"model.moment_shares must be three non-negative numbers, got {shares}")
+    tot = float(sum(shares))
+    a0, a1, a2 = (math.sqrt(s / tot) for s in shares)
+    return a0, a1 / radius, a2 / radius**2
+
+
+def moment_sensitivity(shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), relation: str = "add_remove") -> float:
+    """L2 sensitivity of the weighted moment vector (module docstring); independent of r."""
+    tot = float(sum(shares))
+    a0s, a1s, a2s = (s / tot for s in shares)
+    if relation == "add_remove":
+        return 1.0
+    if relation == "replace_one":
+        return math.sqrt(max(2.0, 4.0 * a1s + 2.0 * a2s))
+    raise ValueError(f"unknown neighbouring relation {relation!r}; choose one of {', '.join(RELATIONS)}")
+
+
+def class_moment_vector(z: torch.Tensor, y: torch.Tensor, n_classes: int,
+                        weights: tuple[float, float, float]) -> torch.Tensor:
+    """``v(D): (C, 1 + K + K^2)``: weighted ``[n_c, s_c, vec(M_c)]`` per class (no noise).
+
+    ``z: (n, K)``, ``y: (n,)`` long.
+    """
+    w0, w1, w2 = weights
+    k = z.shape[1]
+    rows = []
+    for c in range(n_classes):
+        zc = z[y == c]  # (n_c, K)
+        n = torch.tensor([float(zc.shape[0])], dtype=z.dtype)
+        rows.append(torch.cat([w0 * n, w1 * zc.sum(0), w2 * (zc.T @ zc).reshape(k * k)]))
+    return torch.stack(rows)
+
+
+@dataclass(frozen=True)
+class ClassMoments:
+    """Post-processed release: per-class noisy counts, means ``(C, K)`` and covariances ``(C, K, K)``."""
+
+    counts: torch.Tensor
+    means: torch.Tensor
+    covariances: torch.Tensor
+
+    def sample(self, labels: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One draw ``z ~ N(mu_y, Sigma_y)`` per label: ``(n,) -> (n, K)``."""
+        k = self.means.shape[1]
+        out = torch.empty(labels.shape[0], k, dtype=self.means.dtype)
+        for c in labels.unique().tolist():
+            idx = (labels == c).nonzero().flatten()
+            chol = torch.linalg.cholesky(self.covariances[c])
+            eps = torch.randn(idx.shape[0], k, generator=generator, dtype=self.means.dtype)
+            out[idx] = self.means[c] + eps @ chol.T
+        return out
+
+
+def spiked_shrinkage(ev: torch.Tensor, s: torch.Tensor, k: int) -> torch.Tensor:
+    """Eigenvalues of ``Sigma + W`` -> estimates of Sigma's spikes (Baik-Ben Arous-Peche inversion).
+
+    ``W`` is symmetric Gaussian noise with off-diagonal entry std ``s`` (one value per matrix,
+    ``s: (C,)``), ``ev: (C, K)``.  An eigenvalue theta of Sigma above ``s sqrt(K)`` appears at
+    ``lambda = theta + s^2 K / theta`` (above the bulk edge ``2 s sqrt(K)``); below the edge it is
+    lost in the bulk.  Returns ``theta = (lambda + sqrt(lambda^2 - 4 s^2 K)) / 2`` above the edge and
+    0 below.  Post-processing with the KNOWN noise level: no privacy cost.
+    """
+    s2k = (s**2 * k)[:, None]
+    edge = 2.0 * torch.sqrt(s2k)
+    theta = 0.5 * (ev + torch.sqrt((ev**2 - 4.0 * s2k).clamp_min(0.0)))
+    return torch.where(ev > edge, theta, torch.zeros_like(ev))
+
+
+def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, float],
+                        eig_floor: float, noise_std: float = 0.0) -> ClassMoments:
+    """Invert the weighting and project to valid moments (pure post-processing).
+
+    ``noise_std`` (the std added to every coordinate of ``v``) > 0 turns on the spiked shrinkage of
+    each class covariance: ``sym(M_c^)/n_c^`` carries symmetric noise with off-diagonal entry std
+    ``noise_std / (w2 n_c^ sqrt 2)``; eigenvalues in the noise bulk are dropped (set to the floor).
+    """
+    w0, w1, w2 = weights
+    c = v.shape[0]
+    n = (v[:, 0] / w0).clamp_min(1.0)
+    s = v[:, 1:1 + k] / w1
+    m = v[:, 1 + k:].reshape(c, k, k) / w2
+    m = 0.5 * (m + m.transpose(1, 2))
+    mu = s / n[:, None]
+    cov = m / n[:, None, None] - mu[:, :, None] * mu[:, None, :]
+    ev, evec = torch.linalg.eigh(0.5 * (cov + cov.transpose(1, 2)))
+    if noise_std > 0:
+        ev = spiked_shrinkage(ev, noise_std / (w2 * n * math.sqrt(2.0)), k)
+    ev = ev.clamp_min(eig_floor)
+    cov = (evec * ev[:, None, :]) @ evec.transpose(1, 2)
+    return ClassMoments(n, mu, 0.5 * (cov + cov.transpose(1, 2)))
+
+
+class ClassMomentRelease(Mechanism):
+    """The mechanism object: one Gaussian release of the weighted class-moment vector (sample rate 1).
+
+    The relation is the ledger's (Poisson -> add/remove, Delta = 1; without replacement -> replace-one,
+    Delta = sqrt 2): the statistics are sums over records, so they need no public N.  ``calibrate(1)``
+    asks the ledger's accountant; ``release`` adds the noise from the mechanism's own generator and
+    records itself.
+    """
+
+    kind = "class_moments"
+
+    def __init__(self, ledger, *, n_classes: int, radius: float,
+                 shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), private: bool = True,
+                 seed: int | None = None, shrink: bool = True, accountant: str | None = None) -> None:
+        super().__init__(ledger, sample_rate=1.0, private=private, seed=seed, accountant=accountant)
+        self.n_classes, self.radius = int(n_classes), float(radius)
+        self.shares = tuple(float(x) for x in shares)
+        self.weights = moment_weights(self.radius, self.shares)
+        self.shrink = bool(shrink)
+
+    def sensitivity_under(self, relation: str) -> float:
+        return moment_sensitivity(self.shares, relation)
+
+    def release(self, z: torch.Tensor, y: torch.Tensor, eig_floor: float | None = None) -> ClassMoments:
+        """``z: (N, K)`` codes with ``||z_i|| <= radius`` (checked), ``y: (N,)``: the noisy moments."""
+        if self.releases:
+            raise RuntimeError("ClassMomentRelease is a single release; build a new mechanism (and budget) for another")
+        if z.shape[0] and float(z.norm(dim=1).max()) > self.radius * (1 + 1e-6):
+            raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
+        z = z.double()
+        v = class_moment_vector(z, y, self.n_classes, self.weights)
+        noise = self.noise(v.shape, v)
+        v = v if noise is None else v + noise
+        self._record()
+        k = z.shape[1]
+        floor = 1e-6 * self.radius**2 / k if eig_floor is None else eig_floor
+        return moments_from_vector(v, k, self.weights, floor, self.noise_std if self.shrink else 0.0)
+
+    def _config(self) -> dict:
+        return {**super()._config(), "radius": self.radius, "shares": list(self.shares)}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "radius": self.radius, "shares": list(self.shares), "n_classes": self.n_classes}
+
+
+# -- one-shot orthonormal projections of fixed-size class blocks (DPSWflow Algorithm 2 family) ------
+def block_projection_sensitivity(radius: float, count_weight: float, relation: str = "add_remove") -> float:
+    """L2 sensitivity of ``[w0 n_c, B_c U_c]_c`` for fixed-size class blocks of codes with norm <= r.
+
+    Every class block ``B_c: (m, K)`` holds the class's rows, cut to a uniform random subset of m rows
+    when there are more, zero-padded when fewer (m public).  ``U_c: (K, K)`` is orthonormal, so
+    ``||(b - b') U_c|| = ||b - b'||`` deterministically (no beta, no partners factor).
+
+    * add/remove (z, y): the count of class y moves by 1 (``w0``) and block y changes in one row:
+      a padding zero becomes z (``<= r``) or, when the block was cut, z takes the place of a random
+      kept row z' (coupling; ``||z - z'|| <= 2 r``).  Delta = ``sqrt(w0^2 + 4 r^2)``.
+    * replace one: two classes' counts and rows change (y != y') or one row (y = y'):
+      Delta = ``sqrt(2 w0^2 + 8 r^2)`` (each side at most the add/remove change).
+    """
+    base = math.sqrt(count_weight**2 + 4.0 * radius**2)
+    if relation == "add_remove":
+        return base
+    if relation == "replace_one":
+        return math.sqrt(2.0) * base
+    raise ValueError(f"unknown neighbouring relation {relation!r}; choose one of {', '.join(RELATIONS)}")
+
+
+def orthogonal_matrix(k: int, generator: torch.Generator | None = None, dtype=torch.float64) -> torch.Tensor:
+    """A uniformly random ``(k, k)`` orthogonal matrix (QR of a Gaussian matrix, signs fixed by diag(R))."""
+    g = torch.randn(k, k, generator=generator, dtype=dtype)
+    q, r = torch.linalg.qr(g)
+    return q * torch.sign(torch.diagonal(r))[None, :]
+
+
+class ClassBlockProjectionRelease(Mechanism):
+    """One Gaussian release of the orthonormally projected, fixed-size class blocks and the class counts.
+
+    The block size m is fixed from N (public), so this is a release of the whole set with N public:
+    relation ``replace_one`` (Delta = sqrt 2 * sqrt(w0^2 + 4 r^2)), as for DPSWflow's one-shot release.
+
+    Post-processing (the "moment mode" of the one-release flow): with ``P_c = B_c U_c + Z_c``,
+    ``n_c^ = clamp(released count, 1, m)``, ``s_c = (1^T P_c) U_c^T``,
+    ``M_c = U_c (P_c^T P_c - m sigma^2 I) U_c^T`` (the KNOWN noise variance removed), then
+    ``mu_c = s_c / n_c^``, ``Sigma_c = M_c / n_c^ - mu_c mu_c^T`` projected onto the PSD cone.
+    The padding rows are zeros, so they add nothing to ``s_c`` or ``M_c``.
+    """
+
+    kind = "class_block_projection"
+
+    def __init__(self, ledger, *, n_classes: int, radius: float, block_size: int, count_weight: float | None = None,
+                 private: bool = True, seed: int | None = None, accountant: str | None = None) -> None:
+        super().__init__(ledger, sample_rate=1.0, private=private, full_set=True, seed=seed, accountant=accountant)
+        if block_size < 1:
+            raise ValueError(f"block size must be >= 1, got {block_size}")
+        self.n_classes, self.radius, self.m = int(n_classes), float(radius), int(block_size)
+        self.count_weight = self.radius if count_weight is None else float(count_weight)
+
+    def sensitivity_under(self, relation: str) -> float:
+        return block_projection_sensitivity(self.radius, self.count_weight, relation)
+
+    def blocks(self, z: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(C, m, K)`` fixed-size class blocks and the true counts ``(C,)`` (private; not released as is)."""
+        k = z.shape[1]
+        out = torch.zeros(self.n_classes, self.m, k, dtype=z.dtype)
+        counts = torch.zeros(self.n_classes, dtype=z.dtype)
+        for c in range(self.n_classes):
+            zc = z[y == c]
+            counts[c] = zc.shape[0]
+            if zc.shape[0] > self.m:
+                zc = zc[torch.randperm(zc.shape[0], generator=self.generator)[:self.m]]
+            out[c, :zc.shape[0]] = zc
+        return out, counts
+
+    def release(self, z: torch.Tensor, y: torch.Tensor, eig_floor: float | None = None) -> ClassMoments:
+        if self.releases:
+            raise RuntimeError("ClassBlockProjectionRelease is a single release")
+        if z.shape[0] and float(z.norm(dim=1).max()) > self.radius * (1 + 1e-6):
+            raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
+        z = z.double()
+        k = z.shape[1]
+        b, counts = self.blocks(z, y)
+        us = torch.stack([orthogonal_matrix(k, self.generator) for _ in range(self.n_classes)])  # (C, K, K)
+        p = b @ us
+        n_rel = self.count_weight * counts
+        zp, zn = self.noise(p.shape, p), self.noise(n_rel.shape, n_rel)
+        if zp is not None:
+            p, n_rel = p + zp, n_rel + zn
+        self._record()
+        # ---- post-processing only below
+        sd = self.noise_std
+        n = (n_rel / self.count_weight).clamp(1.0, float(self.m))
+        eye = torch.eye(k, dtype=b.dtype)
+        s = torch.einsum("cmk,cjk->cj", p, us)  # (1^T P_c) U_c^T
+        m2 = us @ (p.transpose(1, 2) @ p - self.m * sd**2 * eye) @ us.transpose(1, 2)
+        v = torch.cat([n[:, None], s, m2.reshape(self.n_classes, k * k)], dim=1)
+        floor = 1e-6 * self.radius**2 / k if eig_floor is None else eig_floor
+        return moments_from_vector(v, k, (1.0, 1.0, 1.0), floor)
+
+    def _config(self) -> dict:
+        return {**super()._config(), "radius": self.radius, "block_size": self.m, "count_weight": self.count_weight}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "radius": self.radius, "block_size": self.m, "count_weight": self.count_weight}

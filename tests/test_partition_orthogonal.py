@@ -1,0 +1,183 @@
+"""Class-partitioned projection releases and orthonormal directions (issue 12, items 1-2)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dpgen.ot.sliced import (
+    orthogonal_directions,
+    sliced_wasserstein_blocks,
+    sliced_wasserstein_projected,
+)
+from dpgen.privacy import PrivacyLedger
+from dpgen.privacy.guarantee import RIGOROUS
+from dpgen.privacy.mechanisms import GaussianProjectionRelease
+from dpgen.privacy.rows import class_blocks, clip_rows
+
+
+@pytest.mark.parametrize("d,k", [(8, 8), (8, 5), (8, 20), (3, 9)])
+def test_orthogonal_directions_bound_is_exact_and_deterministic(d, k):
+    u = orthogonal_directions(d, k, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert u.shape == (d, k)
+    assert torch.allclose(u.norm(dim=0), torch.ones(k, dtype=u.dtype), atol=1e-12)
+    v = torch.randn(500, d, dtype=torch.float64)
+    ratio = (v @ u).norm(dim=1) ** 2 / v.norm(dim=1) ** 2
+    blocks = math.ceil(k / d)
+    assert float(ratio.max()) <= blocks * (1 + 1e-12)
+    if k % d == 0:  # full blocks: equality for every v
+        assert torch.allclose(ratio, torch.full_like(ratio, float(blocks)), rtol=1e-10)
+
+
+def test_orthogonal_release_has_exact_sensitivity_no_beta_and_is_rigorous_even_with_clt():
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    m = GaussianProjectionRelease(led, dim=10, num_projections=25, steps=100, sample_rate=0.01, n_private=1000,
+                                  bound="clt", directions="orthogonal", seed=0)
+    assert m.beta == 0.0 and m.guarantee == RIGOROUS
+    assert m.sensitivity_under("add_remove") == pytest.approx(math.sqrt(3.0))
+    assert m.sensitivity_under("replace_one") == pytest.approx(math.sqrt(3.0))
+    rnd = GaussianProjectionRelease(led, dim=10, num_projections=25, steps=100, sample_rate=0.01, n_private=1000,
+                                    bound="chernoff", seed=0)
+    assert rnd.beta > 0 and rnd.sensitivity > 0
+    m.calibrate(100)
+    u = m.draw_directions()
+    out = m.release(torch.zeros(4, 10), u)
+    assert out.shape == (4, 25) and led.entries[-1].delta_per_step == 0.0
+    assert led.delta_reserved == 0.0
+
+
+def test_orthogonal_release_neighbouring_pair_check():
+    """Monte Carlo over U: ||(X - X') U||_F <= sensitivity for rows of norm <= 1/2 differing in one row."""
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    m = GaussianProjectionRelease(led, dim=6, num_projections=14, steps=10, sample_rate=0.1, n_private=100,
+                                  directions="orthogonal")
+    g = torch.Generator().manual_seed(1)
+    worst = 0.0
+    for _ in range(300):
+        x = clip_rows(torch.randn(5, 6, generator=g, dtype=torch.float64), 0.5)
+        x2 = x.clone()
+        x2[2] = -x[2] / x[2].norm() * 0.5  # antipodal: difference of norm up to 1
+        x[2] = x[2] / x[2].norm() * 0.5
+        u = m.draw_directions().double()
+        worst = max(worst, float(((x - x2) @ u).norm()))
+    assert worst <= m.sensitivity * (1 + 1e-9)
+    assert worst > 0.7 * m.sensitivity  # the bound is not vacuous
+
+
+def test_class_blocks_add_one_record_changes_one_row_of_one_block():
+    g = torch.Generator().manual_seed(2)
+    rows = clip_rows(torch.randn(12, 4, generator=g), 0.5)
+    y = torch.tensor([0, 0, 1, 1, 1, 2, 0, 1, 2, 2, 0, 1])
+    m = 6  # every class has < 6 rows: padded
+    a = class_blocks(rows, y, 3, m)
+    x = clip_rows(torch.randn(1, 4, generator=g), 0.5)
+    b = class_blocks(torch.cat([rows, x]), torch.cat([y, torch.tensor([2])]), 3, m)
+    assert a.shape == b.shape == (3 * m, 4)
+    diff = (a - b).norm(dim=1)
+    assert int((diff > 0).sum()) == 1 and float(diff.max()) == pytest.approx(float(x.norm()))
+    assert int((diff > 0).nonzero()[0]) // m == 2  # in the block of the added record's class
+    # cut: a class with more than m rows keeps exactly m of its own rows
+    c = class_blocks(rows, torch.zeros(12, dtype=torch.long), 3, m)
+    assert c.shape == (3 * m, 4) and float(c[m:].abs().sum()) == 0.0
+    kept = {tuple(r.tolist()) for r in c[:m]}
+    assert kept <= {tuple(r.tolist()) for r in rows}
+
+
+def test_sliced_wasserstein_blocks_is_the_mean_of_per_block_sw2():
+    g = torch.Generator().manual_seed(3)
+    ps, pt = torch.randn(15, 7, generator=g), torch.randn(15, 7, generator=g)
+    per = torch.stack([sliced_wasserstein_projected(ps[i:i + 5], pt[i:i + 5]) ** 2 for i in (0, 5, 10)])
+    assert float(sliced_wasserstein_blocks(ps, pt, 3)) == pytest.approx(float(per.mean().sqrt()), rel=1e-6)
+    assert float(sliced_wasserstein_blocks(ps, pt, 1)) == pytest.approx(float(sliced_wasserstein_projected(ps, pt)),
+                                                                        rel=1e-6)
+    with pytest.raises(ValueError, match="C = 4"):
+        sliced_wasserstein_blocks(ps, pt, 4)
+
+
+def test_one_shot_release_accepts_orthogonal_directions():
+    from dpgen.privacy.mechanisms import OneShotProjectionRelease
+
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    m = OneShotProjectionRelease(led, dim=8, num_projections=31, directions="orthogonal")
+    assert m.relation == "replace_one" and m.beta == 0.0
+    assert m.sensitivity == pytest.approx(2.0 * math.sqrt(4.0))  # unit latents (diameter 2), ceil(31/8) = 4 blocks
+    u = m.draw_directions()
+    assert u.shape == (8, 31) and torch.allclose(u.norm(dim=0), torch.ones(31), atol=1e-5)
+
+
+def _dpswd(tmp_path, **kw):
+    from functools import partial
+
+    from dpgen.logging.run_logger import RunLogger
+    from dpgen.methods import DPSWDGenerator, TrainContext
+    from dpgen.models import ConvCondGen
+
+    m = DPSWDGenerator(generator=partial(ConvCondGen, d_code=4, hidden=32), num_projections=64, batch_size=30,
+                       epochs=2, lr=1e-3, **kw)
+    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
+                       checkpoint_every=5, progress=False, deterministic=True, max_steps=6)
+    return m, ctx
+
+
+def test_dpswd_partition_releases_class_blocks_with_exact_orthogonal_calibration(tmp_path, monkeypatch):
+    from dpgen.data.datasets import digits
+
+    released: list[torch.Tensor] = []
+    real = GaussianProjectionRelease.release
+
+    def spy(self, rows, u):
+        released.append(rows.clone())
+        return real(self, rows, u)
+
+    monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
+    m, ctx = _dpswd(tmp_path, label_mode="partition", directions="orthogonal")
+    ledger = PrivacyLedger(10.0, 1e-4, "poisson")
+    out = m.fit(digits(), ledger, ctx)
+    assert out["released_rows"] == 30 and out["directions"] == "orthogonal"
+    assert m.projection.sensitivity == pytest.approx(1.0) and m.projection.beta == 0.0  # k = D = 64: one block
+    assert ledger.delta_reserved == 0.0 and ledger.epsilon() <= 10.0
+    assert len(released) == 6 and all(r.shape == (30, 64) for r in released)
+    assert all(float(r.norm(dim=1).max()) <= 0.5 + 1e-6 for r in released)
+
+
+def test_dpswd_partition_needs_the_add_remove_relation(tmp_path):
+    from dpgen.data.datasets import digits
+
+    m, ctx = _dpswd(tmp_path, label_mode="partition")
+    with pytest.raises(ValueError, match="sampling=poisson"):
+        m.fit(digits(), PrivacyLedger(10.0, 1e-4, "without_replacement"), ctx)
+
+
+def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, monkeypatch):
+    from functools import partial
+
+    from dpgen.data.datasets import digits
+    from dpgen.logging.run_logger import RunLogger
+    from dpgen.methods import TrainContext
+    from dpgen.methods.dpswflow import DPSWFlow, DPSWFlowR
+    from dpgen.models.autoencoder import LiutkusAutoencoder
+
+    released: list[torch.Tensor] = []
+    real = GaussianProjectionRelease.release
+
+    def spy(self, rows, u):
+        released.append(rows.clone())
+        return real(self, rows, u)
+
+    monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
+    common = dict(autoencoder=partial(LiutkusAutoencoder, latent_dim=4, width=4, pad_to=8), ae_steps=20,
+                  ae_batch_size=32, autoencoder_cache=None, num_percentiles=64, n_particles=60)
+    m = DPSWFlowR(**common, batch_size=40, epochs=1, label_mode="partition", directions="orthogonal",
+                  num_projections=8)
+    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
+                       checkpoint_every=5, progress=False, deterministic=True, max_steps=3)
+    ledger = PrivacyLedger(10.0, 1e-4, "poisson")
+    m.fit(digits(public_fraction=0.5), ledger, ctx)
+    assert len(released) == 3 and all(r.shape == (40, 4) for r in released)  # 10 blocks of ceil(40/10) = 4 rows
+    assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
+    x, y = m.sample(30)
+    assert x.shape[0] == 30 and torch.equal(y, torch.arange(30) % 10)
+    with pytest.raises(ValueError, match="DPSWflow-r only"):
+        DPSWFlow(**common, label_mode="partition")

@@ -172,7 +172,7 @@ def audit_noisy_sum(grads: torch.Tensor, *, clip_norm: float, noise_multiplier: 
     except Exception:  # noqa: BLE001 - PLD is only a comparison column
         pld = None
     return AuditResult(mechanism, configuration, relation,
-                       f"gradient canary of norm 10C (clipped to C) opposite to the mean gradient"
+                       "gradient canary of norm 10C (clipped to C) opposite to the mean gradient"
                        + ("" if relation == "add_remove" else "; D's record 0 is its antipode"),
                        "exact log-likelihood ratio (Poisson mixture), summed over steps", runs, steps, sample_rate,
                        delta, mult, b.epsilon_lower, b.confidence, claimed,

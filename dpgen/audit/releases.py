@@ -110,7 +110,7 @@ def sanitizer_scores(g_out: torch.Tensor, g_in: torch.Tensor, clip_norm: float, 
     scores = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
-        for side, c_side in ((0, c0), (1, c1)):
+        for c_side in (c0, c1):
             out = []
             for c in _chunks(runs, chunk):
                 noise = sanitize(torch.zeros(c * steps, c0.numel(), dtype=torch.float64), clip_norm, sigma)

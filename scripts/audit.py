@@ -166,7 +166,71 @@ def audit_conventions(runs: int, seed: int) -> list[dict]:
                                      canary="all-black image replaced by all-white (||x - x'|| = 28)",
                                      preset="DP-SWD paper (MNIST)")
         res.append(r.asdict())
+    # DP-SGD sum under replace-one adjacency accounted with sensitivity C (instead of 2C): what DP-DANN's
+    # alignment does on main with accountant.sampling=without_replacement (RDPAccountant.calibrate(...)
+    # with the multiplier of an add/remove sum); sigma = 2 so the claim is moderate.
+    grads = torch.randn(8, 16, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    for claimed_sens, label in ((2.0, "honest: replace-one accounted with 2C"),
+                                (1.0, "mis-accounted: replace-one with sensitivity C (DP-DANN, sampling="
+                                      "without_replacement, main)")):
+        r = audit_noisy_sum(grads, clip_norm=1.0, noise_multiplier=2.0, delta=delta, relation="replace_one",
+                            runs=max(runs, 200_000), seed=seed, claimed_sensitivity=claimed_sens, configuration=label,
+                            mechanism="DP-SGD noisy sum (DP-DANN alignment)", preset="replace-one, C = 1, sigma = 2")
+        res.append(r.asdict())
     return res
+
+
+def audit_blackbox(overrides: list[str], runs: int, n_samples: int = 2000) -> list[dict]:
+    """Train the preset's generator ``runs`` times without and ``runs`` times with one canary image
+    (checkerboard, label 0) in the private set; score each trained generator by the nearest-neighbour
+    distance of its label-0 samples to the canary.  Every run folder (logger files, checkpoint) lives
+    in a temporary directory under /work/runs/issue-14/e2e and is deleted right after sampling."""
+    import dataclasses
+    import shutil
+    import tempfile
+
+    from hydra.utils import instantiate
+
+    from dpgen.audit.blackbox import blackbox_generator_audit
+    from dpgen.data.base import PrivateSplit
+    from dpgen.logging import RunLogger
+    from dpgen.methods.base import TrainContext
+
+    cfg = compose(overrides)
+    preset = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "default")
+    data = instantiate(cfg.dataset)
+    n = len(data.private)
+    x, y = data.private._gather(torch.arange(n))
+    lo, hi = data.value_range
+    c, h, w = data.image_shape
+    canary = torch.full((c, h, w), lo)
+    canary[:, ::2, ::2] = hi
+    canary[:, 1::2, 1::2] = hi  # checkerboard: far from every digit
+    with_canary = dataclasses.replace(data, private=PrivateSplit(torch.cat([x, canary[None].to(x.dtype)]),
+                                                                 torch.cat([y, torch.zeros(1, dtype=y.dtype)])))
+    scratch = Path("/work/runs/issue-14/e2e")
+    scratch.mkdir(parents=True, exist_ok=True)
+
+    def train_and_sample(include: bool, i: int):
+        d = with_canary if include else data
+        ledger = instantiate(cfg.accountant, dataset_size=len(d.private), _convert_="all")
+        method = instantiate(cfg.model, _convert_="all")
+        run_dir = Path(tempfile.mkdtemp(dir=scratch))
+        logger = RunLogger(run_dir)
+        try:
+            ctx = TrainContext(device=torch.device("cpu"), logger=logger, run_dir=run_dir, seed=1000 + i,
+                               log_every=10**9, checkpoint_every=10**9, progress=False)
+            method.fit(d, ledger, ctx)
+            samples, _ = method.sample(n_samples, labels=torch.zeros(n_samples, dtype=torch.long))
+            return samples, float(ledger.epsilon())
+        finally:
+            logger.finish()
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    r = blackbox_generator_audit(train_and_sample, canary, runs, float(cfg.accountant.delta),
+                                 mechanism=f"trained generator ({_target(cfg)}), end to end", preset=preset)
+    r.extra.update({"overrides": " ".join(overrides), "n_samples": n_samples, "n_private": n})
+    return [r.asdict()]
 
 
 def add_to_results(results_path: Path, audits: list[dict]) -> None:
@@ -229,6 +293,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="where the audit JSON goes (outside the repo)")
     ap.add_argument("--conventions", action="store_true", help="audit the paper conventions (no preset)")
+    ap.add_argument("--blackbox", type=int, default=0, metavar="RUNS",
+                    help="end-to-end audit: train the preset RUNS times without and RUNS times with a canary")
     ap.add_argument("--results", type=Path, default=None, help="a run's results.json to add the audit block to")
     ap.add_argument("--report", type=Path, nargs="+", default=None, help="audit JSON files -> docs table + plot")
     a = ap.parse_args()
@@ -237,9 +303,13 @@ def main() -> None:
         report(a.report, ROOT / "docs" / "audit_table.md", ROOT / "docs" / "figures" / "audit.png")
         return
     t0 = time.time()
-    audits = audit_conventions(a.runs, a.seed) if a.conventions else audit_preset(a.overrides, a.runs, a.seed, a.steps, a.compose_runs)
-    name = "conventions" if a.conventions else next((o.split("=", 1)[1] for o in a.overrides
-                                                     if o.startswith("experiment=")), "default")
+    name = next((o.split("=", 1)[1] for o in a.overrides if o.startswith("experiment=")), "default")
+    if a.conventions:
+        audits, name = audit_conventions(a.runs, a.seed), "conventions"
+    elif a.blackbox:
+        audits, name = audit_blackbox(a.overrides, a.blackbox), f"blackbox_{name}"
+    else:
+        audits = audit_preset(a.overrides, a.runs, a.seed, a.steps, a.compose_runs)
     blob = {"command": "python scripts/audit.py " + " ".join(sys.argv[1:]), "seconds": time.time() - t0,
             "audits": audits}
     out = a.out or DEFAULT_OUT

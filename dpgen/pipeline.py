@@ -1,10 +1,11 @@
 """``run(cfg)``: the composition of one run, nothing else (docs/ARCHITECTURE.md).
 
 1. validate; seed; pick device
-2. data    = instantiate(cfg.dataset)     -> public / private / test splits
-3. ledger  = instantiate(cfg.accountant)  -> the privacy budget and its ledger
-4. method  = instantiate(cfg.model); method.fit(data, ledger, ctx)
-5. metrics = instantiate(cfg.evaluator)(method, data, logger)
+2. method, evaluator, ledger = instantiate(cfg.model / cfg.evaluator / cfg.accountant): every setting
+   is checked before any data is read (a typo in evaluator.* fails in seconds)
+3. data    = instantiate(cfg.dataset)     -> public / private / test splits
+4. method.fit(data, ledger, ctx)          -> methods.loop.train (resume, budget, checkpoints)
+5. metrics = evaluator(method, data, logger)
 6. results.json (+ W&B summary); return the results
 """
 
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from .config import validate
 from .methods.base import TrainContext
+from .privacy.guarantee import RIGOROUS, qualifier
 from .utils import pick_device, seed_everything
 
 
@@ -49,30 +51,31 @@ def run(cfg: DictConfig) -> dict:
     name = cfg.get("experiment_name", "run")
     console.log(f"[bold]{name}[/] on {device}; run folder {run_dir}")
 
+    # settings first: a bad model / evaluator / accountant setting fails before the data is loaded
+    method = instantiate(cfg.model, _convert_="all")
+    evaluator = instantiate(cfg.evaluator, _convert_="all")
+    ledger = instantiate(cfg.accountant, _convert_="all")
     data = instantiate(cfg.dataset)
     n_priv = len(data.private)
     if float(cfg.accountant.delta) > 1.0 / n_priv:
         warnings.warn(f"accountant.delta={cfg.accountant.delta} is larger than 1/N = {1.0 / n_priv:.2e} for "
                       f"N={n_priv} private records: such a delta allows leaking a whole record; use a smaller "
                       "delta", stacklevel=2)
-    ledger = instantiate(cfg.accountant, dataset_size=n_priv, _convert_="all")
-    method = instantiate(cfg.model, _convert_="all")
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
     try:
         resume = _resume_path(cfg.trainer.resume, run_dir)
         if resume is not None:
             console.log(f"resuming from {resume}")
+        elif cfg.trainer.resume in (True, "true"):
+            console.log("trainer.resume=true but no checkpoint in this run folder: starting fresh")
         if cfg.trainer.get("deterministic", False):
             warnings.warn("trainer.deterministic=true: sampling and noise are seeded from `seed`, which is logged; "
                           "anyone who knows it can recompute the noise. Use for debugging only.", stacklevel=2)
-        elif cfg.trainer.resume in (True, "true"):
-            console.log("trainer.resume=true but no checkpoint in this run folder: starting fresh")
         ctx = TrainContext(device=device, logger=logger, run_dir=run_dir, seed=seed,
                            log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
                            resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
                            deterministic=bool(cfg.trainer.get("deterministic", False)))
         train_metrics = method.fit(data, ledger, ctx)
-        evaluator = instantiate(cfg.evaluator, _convert_="all")
         metrics = evaluator(method, data, logger, seed=seed)
         privacy = ledger.summary()
         results = {
@@ -113,11 +116,14 @@ def _print_summary(console: Console, results: dict) -> None:
     for k, v in results["metrics"].items():
         t.add_row(k, _fmt(v))
     p = results["privacy"]
-    t.add_row("epsilon spent (RDP)", _fmt(p["epsilon_rdp"]))
+    note = qualifier(p.get("guarantee", RIGOROUS))
+    t.add_row("epsilon spent (RDP)", _fmt(p["epsilon_rdp"]) + (f"  ({note})" if note else ""))
     t.add_row("epsilon spent (PLD)", _fmt(p["epsilon_pld"]) if p["epsilon_pld"] is not None else "n/a (sampling "
               "without replacement)")
     for name in p.get("reported_accountants", {}):  # BA / WA / MA: beside RDP and PLD, never calibrating
         t.add_row(f"epsilon ({name.upper()}, reported only)", _fmt(p[f"epsilon_{name}"]))
+    t.add_row("guarantee", p.get("guarantee", RIGOROUS))
+    t.add_row("neighbouring relation", str(p.get("neighbouring_relation")))
     t.add_row("delta", _fmt(p["delta"]))
     t.add_row("target epsilon", _fmt(p["target_epsilon"]))
     t.add_row("private steps", _fmt(p["private_steps"]))

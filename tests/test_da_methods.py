@@ -44,7 +44,7 @@ def _mlp_g(seed: int = 0) -> MLPFeatureExtractor:
 
 
 def _actx(g, n=200, b=20, steps=50, eps=10.0, delta=1e-5) -> AlignmentContext:
-    return AlignmentContext(g, n, b / n, steps, b, PrivacyLedger(eps, delta, "poisson", n), torch.device("cpu"))
+    return AlignmentContext(g, n, b / n, steps, b, PrivacyLedger(eps, delta, "poisson"), torch.device("cpu"))
 
 
 # ----------------------------------------------------------------------------- gradient reversal
@@ -138,7 +138,7 @@ def test_dpswd_adapter_accounts_with_the_feature_dimension_and_private_steps():
     a = DPSWDAlignment(num_projections=200)
     rep = a.setup(_actx(g, n=7291, b=128, steps=8 * 57, delta=1e-5))
     assert rep["feature_dim"] == 320 and rep["feature_radius"] == pytest.approx(math.sqrt(320))
-    led = PrivacyLedger(10.0, 1e-5, "poisson", 7291)
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
     led.record(a.noise_multiplier, 128 / 7291, 8 * 57, a.delta_per_step)
     assert 9.5 < led.epsilon() <= 10.0
 
@@ -223,10 +223,10 @@ def _ctx(tmp_path: Path, **kw) -> TrainContext:
 def test_warm_up_epochs_never_touch_the_private_target(tmp_path):
     data = _tiny_data()
     m = _method(DPSWDAlignment(num_projections=10, feature_radius=5.0), epochs=3, start_align=2)
-    led = PrivacyLedger(10.0, 1e-4, "poisson", len(data.private))
+    led = PrivacyLedger(10.0, 1e-4, "poisson")
     out = m.fit(data, led, _ctx(tmp_path, max_steps=8))  # 4 steps/epoch: the first 8 are warm-up
     assert out["warmup_steps"] == 8 and led.steps == 0
-    led2 = PrivacyLedger(10.0, 1e-4, "poisson", len(data.private))
+    led2 = PrivacyLedger(10.0, 1e-4, "poisson")
     out2 = _method(DPSWDAlignment(num_projections=10, feature_radius=5.0), epochs=3, start_align=2).fit(
         data, led2, _ctx(tmp_path / "b"))
     assert out2["private_steps_planned"] == 4 and led2.steps == 4 and led2.epsilon() <= 10.0
@@ -236,7 +236,7 @@ def test_warm_up_epochs_never_touch_the_private_target(tmp_path):
                                        DANNAlignment(partial(DomainDiscriminator, hidden=6))])
 def test_non_private_variants_report_infinite_epsilon(tmp_path, alignment):
     data = _tiny_data()
-    led = PrivacyLedger(None, 1e-4, "poisson", len(data.private))
+    led = PrivacyLedger(None, 1e-4, "poisson")
     _method(alignment, private=False).fit(data, led, _ctx(tmp_path))
     assert led.steps == 8 and math.isinf(led.epsilon())
 
@@ -249,7 +249,7 @@ def test_private_flag_must_match_the_alignment():
 def test_dp_dann_fit_stops_before_the_budget_is_exceeded(tmp_path):
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=2.0)  # fixed sigma: 6 steps fit in eps = 2
-    led = PrivacyLedger(2.0, 1e-4, "poisson", len(data.private))
+    led = PrivacyLedger(2.0, 1e-4, "poisson")
     out = _method(a, epochs=30, start_align=1).fit(data, led, _ctx(tmp_path))
     assert out["stopped_by_budget"] and 0 < led.steps < out["private_steps_planned"]
     assert led.epsilon() <= 2.0
@@ -258,7 +258,7 @@ def test_dp_dann_fit_stops_before_the_budget_is_exceeded(tmp_path):
 def test_prediction_shape_and_classes(tmp_path):
     data = _tiny_data()
     m = _method(SWDAlignment(num_projections=10), private=False)
-    m.fit(data, PrivacyLedger(None, 1e-4, "poisson", 40), _ctx(tmp_path))
+    m.fit(data, PrivacyLedger(None, 1e-4, "poisson"), _ctx(tmp_path))
     p = m.predict(data.test.x)
     assert p.shape == (30,) and p.min() >= 0 and p.max() < 3
 

@@ -90,7 +90,7 @@ def _fit(tmp_path, data, steps=1, eps=10.0, sampling="poisson", resume=None, max
     defaults = dict(batch_size=20, steps=steps, lr=1e-3, reg=0.5, scaling=0.8, debias="semi", debias_ratio=0.4,
                     clip_norm=0.5, noise_multiplier=1.0)
     method = DPSinkhorn(make, **{**defaults, **kw})
-    ledger = PrivacyLedger(eps, 1e-4, sampling, dataset_size=len(data.private))
+    ledger = PrivacyLedger(eps, 1e-4, sampling)
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, seed=0,
                        log_every=1, checkpoint_every=2, progress=False, deterministic=True, resume_from=resume,
                        max_steps=max_steps)
@@ -106,15 +106,20 @@ def test_noise_only_on_the_cross_group_with_std_2_c_sigma_and_debias_rows_clippe
     assert float(grad[:n].std()) == pytest.approx(2 * 0.5 * 50.0, rel=0.1)  # noise dominates the clipped part
     assert float(grad[n:].norm()) <= 0.5 + 1e-5  # debias rows: clipped, not noised
     # the same step with the noise switched off inside the mechanism: the cross group arrives clipped to C
-    import dpgen.methods.dpsinkhorn as mod
+    from dpgen.privacy.mechanisms import ImageGradientSanitiser
 
     seen = {}
+    real = ImageGradientSanitiser.release
 
-    def no_noise(grad_in, c, sigma, clip="whole", generator=None):
-        seen["raw"], seen["sigma"] = float(grad_in.norm()), sigma
-        return sanitize(grad_in, c, 0.0, clip)
+    def no_noise(self, grad_in):
+        seen["raw"], seen["sigma"] = float(grad_in.norm()), self.sigma
+        std, self.noise_std = self.noise_std, 0.0
+        try:
+            return real(self, grad_in)
+        finally:
+            self.noise_std = std
 
-    monkeypatch.setattr(mod, "sanitize", no_noise)
+    monkeypatch.setattr(ImageGradientSanitiser, "release", no_noise)
     _, _, _, g2 = _fit(tmp_path / "nonoise", data, clip_norm=1e-3)
     assert seen["sigma"] == 1.0 and seen["raw"] > 1e-3  # the raw gradient was larger than C
     assert float(g2.grads[0].flatten(1)[:n].norm()) == pytest.approx(1e-3, rel=1e-4)

@@ -8,13 +8,12 @@ from functools import partial
 import pytest
 import torch
 
-import dpgen.ot.sliced as sliced
 from dpgen.data.datasets import digits, toy_gaussians
 from dpgen.logging import RunLogger
 from dpgen.methods import DPSWDGenerator, NonFiniteLossError, TrainContext
-from dpgen.methods.dpswd_generator import RowMap, fixed_size
 from dpgen.models import ConvCondGen, DCGANDecoder, DCGANFeatureMap
 from dpgen.privacy import PrivacyLedger
+from dpgen.privacy.rows import RowMap, fixed_size
 
 
 def _method(**kw) -> DPSWDGenerator:
@@ -56,22 +55,23 @@ def test_fixed_size_release_pads_and_truncates():
 
 
 def test_noise_added_to_private_projections_equals_calibrated_noise(tmp_path, monkeypatch):
-    real = sliced.gaussian_projection_release
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+
+    real = GaussianProjectionRelease.release
     private_noise: list[tuple[torch.Tensor, float]] = []
 
-    def spy(x, u, sigma, generator=None):
-        out = real(x, u, sigma, generator=generator)
-        if not x.requires_grad:  # the private side enters detached
-            private_noise.append(((out - x @ u).detach(), sigma))
+    def spy(self, x, u):
+        out = real(self, x, u)
+        private_noise.append(((out - x @ u).detach(), self.noise_std))
         return out
 
-    monkeypatch.setattr(sliced, "gaussian_projection_release", spy)
+    monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
     m = _method(num_projections=200)
     m.fit(digits(), PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=25))
     assert len(private_noise) == 25
-    assert all(s == m.noise.noise_std for _, s in private_noise)
+    assert all(s == m.projection.noise_std for _, s in private_noise)
     noise = torch.cat([n for n, _ in private_noise])
-    assert noise.std().item() == pytest.approx(m.noise.noise_std, rel=0.03)
+    assert noise.std().item() == pytest.approx(m.projection.noise_std, rel=0.03)
 
 
 def test_every_private_step_is_recorded_and_epsilon_stays_below_target(tmp_path):
@@ -83,7 +83,7 @@ def test_every_private_step_is_recorded_and_epsilon_stays_below_target(tmp_path)
     assert out["train_steps"] == planned == ledger.steps
     assert ledger.epsilon() <= 4.0
     assert ledger.delta_reserved == pytest.approx(0.5e-4)
-    assert ledger.entries[0].noise_multiplier == pytest.approx(m.noise.noise_multiplier)
+    assert ledger.entries[0].noise_multiplier == pytest.approx(m.projection.noise_multiplier)
     assert ledger.entries[0].sample_rate == pytest.approx(32 / len(data.private))
 
 
@@ -158,7 +158,8 @@ def test_checkpoint_holds_no_private_record(tmp_path):
 def test_nan_loss_raises_a_clear_error(tmp_path, monkeypatch):
     import dpgen.methods.dpswd_generator as mod
 
-    monkeypatch.setattr(mod, "dp_sliced_wasserstein", lambda *a, **k: torch.tensor(float("nan"), requires_grad=True))
+    monkeypatch.setattr(mod, "sliced_wasserstein_projected",
+                        lambda *a, **k: torch.tensor(float("nan"), requires_grad=True))
     with pytest.raises(NonFiniteLossError, match="NaN"):
         _method().fit(digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=3))
 
@@ -167,7 +168,7 @@ def test_non_private_run_records_infinite_epsilon(tmp_path):
     ledger = PrivacyLedger(None, 1e-4)
     m = _method(private=False)
     m.fit(digits(), ledger, _ctx(tmp_path, max_steps=5))
-    assert ledger.epsilon() == math.inf and m.noise is None
+    assert ledger.epsilon() == math.inf and m.projection.noise_std == 0.0
 
 
 def test_generator_samples_have_requested_labels_and_range(tmp_path):
@@ -214,10 +215,10 @@ def test_poisson_release_bounds_sensitivity_for_every_possible_partner(tmp_path)
     m.fit(data, PrivacyLedger(5.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=1))
     steps = m.steps_planned(n)
     beta = 0.5 * 1e-4 / steps
-    assert m.noise.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta / (n + 1), "chernoff"))
+    assert m.projection.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta / (n + 1), "chernoff"))
     m_wor = _method(bound="chernoff")
     m_wor.fit(data, PrivacyLedger(5.0, 1e-4, "without_replacement"), _ctx(tmp_path / "wor", max_steps=1))
-    assert m_wor.noise.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta, "chernoff"))
+    assert m_wor.projection.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta, "chernoff"))
 
 
 def test_private_runs_draw_secret_randomness_unless_deterministic(tmp_path):

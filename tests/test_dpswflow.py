@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import dpgen.methods.dpswflow as flowmod
-import dpgen.ot.sliced as sliced
 from dpgen.data.datasets import digits
 from dpgen.logging import RunLogger
 from dpgen.methods import DPSWFlow, DPSWFlowR, DPSWGen, TrainContext
@@ -45,16 +44,17 @@ def _ctx(tmp_path, **kw) -> TrainContext:
 
 def _spy_releases(monkeypatch) -> list[tuple[torch.Tensor, float, tuple]]:
     """Count every call of the Gaussian projection mechanism (the private release) and keep its noise."""
-    real = sliced.gaussian_projection_release
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+
+    real = GaussianProjectionRelease.release
     calls: list = []
 
-    def spy(x, u, sigma, generator=None):
-        out = real(x, u, sigma, generator=generator)
-        if not x.requires_grad:  # generated rows (DPSWgen) enter with gradients; private rows never do
-            calls.append(((out - x @ u).detach(), sigma, tuple(x.shape)))
+    def spy(self, x, u):
+        out = real(self, x, u)
+        calls.append(((out - x @ u).detach(), self.noise_std, tuple(x.shape)))
         return out
 
-    monkeypatch.setattr(sliced, "gaussian_projection_release", spy)
+    monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
     return calls
 
 

@@ -11,7 +11,7 @@ from dpgen.utils import atomic_save, load_checkpoint
 
 
 def test_ledger_survives_checkpoint_round_trip(tmp_path):
-    led = PrivacyLedger(8.0, 1e-5, "poisson", dataset_size=1000)
+    led = PrivacyLedger(8.0, 1e-5, "poisson")
     led.record(1.1, 0.05, 30, delta_per_step=1e-9)
     led.record(0.9, 0.05, 10)
     atomic_save({"ledger": led.state_dict()}, tmp_path / "ck.pt")

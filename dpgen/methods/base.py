@@ -1,22 +1,41 @@
-"""What every method provides to the pipeline."""
+"""What every method provides to the training loop (``methods/loop.py``) and to the pipeline.
+
+A method is a set of per-step maths (its paper's algorithm box) plus state; the loop owns
+everything else (resume, budget stop, non-finite check, logging cadence, checkpoints, progress
+bar, release artefact).  Interface (see docs/ARCHITECTURE.md and /work/notes/loop-api.md):
+
+* ``setup(data, ledger, ctx)``: build models, the PrivateSampler (``self.sampler``) and the
+  release mechanisms (``self.mechanisms``: name -> ``privacy.mechanisms.Mechanism``, calibrated
+  here through the ledger).  No private release happens in ``setup``.
+* ``total_steps``: the planned number of steps (``None``: until the budget is spent).
+* ``step_mechanisms(t)``: the mechanisms step ``t`` will release once each (budget check);
+  default: all of them at every step.
+* ``step(t) -> dict``: one step; returns loggable values that are public or released (noised).
+* ``state_dict()`` / ``load_state_dict(state)``: training state (models, optimisers, particles, ...);
+  the loop adds the ledger, mechanisms, sampler and RNG states.
+* ``signature()``: settings a resume must match.
+* ``release_state()``: the weights-only artefact (never private data or RNG states).
+* ``train_summary()``: extra entries for results.json ``train``.
+* ``sample(...)`` (generative) / ``predict(...)``.
+"""
 
 from __future__ import annotations
 
 import secrets
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..data import DataSplits
-from ..privacy import PrivacyLedger
+from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy.mechanisms import Mechanism
 from ..utils import load_checkpoint
 
 
 @dataclass
 class TrainContext:
-    """Everything a method's ``fit`` needs besides the data and the ledger."""
+    """Everything a method needs besides the data and the ledger."""
 
     device: torch.device
     logger: object  # dpgen.logging.RunLogger
@@ -28,6 +47,7 @@ class TrainContext:
     max_steps: int | None = None  # cap (smoke runs); the privacy calibration still uses the full schedule
     progress: bool = True
     deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable
+    resume_state: dict | None = None  # the method's state from the checkpoint (set by the loop before setup)
 
     @property
     def checkpoint_path(self) -> Path:
@@ -35,7 +55,7 @@ class TrainContext:
 
 
 def secret_seed(ctx: TrainContext, offset: int = 1) -> int:
-    """Seed for a private sampler / noise generator, and reseed torch's global RNG (directions, noise).
+    """Seed for a private sampler, and reseed torch's global RNG (directions, public smoothing noise).
 
     Secret (OS entropy) unless ``trainer.deterministic=true``, in which case both derive from the
     logged ``seed`` (reproducible, but the noise becomes guessable: debugging and tests only).
@@ -46,16 +66,24 @@ def secret_seed(ctx: TrainContext, offset: int = 1) -> int:
     return secrets.randbits(63)
 
 
+def mechanism_seed(ctx: TrainContext, offset: int = 11) -> int | None:
+    """Seed of a mechanism's noise generator: ``None`` (OS entropy) unless ``trainer.deterministic=true``."""
+    return ctx.seed + offset if ctx.deterministic else None
+
+
 def load_resume_checkpoint(path: Path, signature: dict) -> dict:
     """Load a checkpoint to resume from, refusing one written by a run with other settings."""
     ck = load_checkpoint(path)
-    old = ck.get("signature", {})
+    check_signature(ck.get("signature", {}), signature)
+    return ck
+
+
+def check_signature(old: dict, signature: dict) -> None:
     diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
     if diff:
         raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
                          + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
                          + "; resume with the same experiment, dataset split and model settings")
-    return ck
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -67,15 +95,59 @@ class NonFiniteLossError(FloatingPointError):
         )
 
 
-class Method(ABC):
-    """A training algorithm.  ``fit`` touches private data only through a PrivateSampler."""
+class Method:
+    """A training algorithm.  Private data is read only through ``self.sampler`` and released only
+    through ``self.mechanisms`` inside ``step``."""
 
-    @abstractmethod
+    name: str = "method"  # progress-bar label
+    release_name: str = "release.pt"  # weights-only artefact in the run folder
+    sampler: PrivateSampler | None = None
+    mechanisms: dict[str, Mechanism]
+
     def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-        """Train; record every private release in ``ledger``; return training metrics."""
+        """Train with the one training loop (``methods.loop.train``); returns the training summary."""
+        from .loop import train
+
+        return train(self, data, ledger, ctx)
+
+    # -- the interface the loop calls ----------------------------------------------------
+    def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not implement setup()")
+
+    @property
+    def total_steps(self) -> int | None:
+        raise NotImplementedError
+
+    def step_mechanisms(self, t: int) -> list[Mechanism]:
+        return list(getattr(self, "mechanisms", {}).values())
+
+    def step(self, t: int) -> dict:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError
+
+    def signature(self) -> dict:
+        raise NotImplementedError
+
+    def release_state(self) -> dict:
+        raise NotImplementedError
+
+    def train_summary(self) -> dict:
+        return {}
+
+    def progress_info(self, values: dict) -> str:
+        """Short text beside the progress bar (public / released values only)."""
+        return "  ".join(f"{k} {v:.4f}" for k, v in values.items() if isinstance(v, float))
+
+    def finish(self, ctx: TrainContext) -> None:
+        """After the last step (e.g. a plot of public quantities)."""
 
 
 class GenerativeMethod(Method):
-    @abstractmethod
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` synthetic images ``(n, C, H, W)`` in [0, 1] and their labels ``(n,)`` (on cpu)."""
+        raise NotImplementedError

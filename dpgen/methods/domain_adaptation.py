@@ -61,9 +61,9 @@ from ..models.da import grad_reverse
 from ..ot import dp_sliced_wasserstein, random_directions, sliced_wasserstein
 from ..privacy import PrivacyLedger, PrivateSampler, RDPAccountant, calibrate_dpswd
 from ..privacy.dpsgd import clip_per_sample, noisy_mean, per_sample_grads
+from ..privacy.rows import clip_rows, fixed_size
 from ..utils import atomic_save, rng_state, set_rng_state
 from .base import Method, NonFiniteLossError, TrainContext, load_resume_checkpoint, secret_seed
-from .dpswd_generator import clip_rows, fixed_size
 
 SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (§2.4)
 

@@ -1,13 +1,18 @@
 """DP-Sinkhorn (Cao et al., NeurIPS 2021; spec dpsinkhorn.md): a generator trained with the
 semi-debiased Sinkhorn loss, made private by sanitising the gradient w.r.t. the generated images.
 
-Privacy boundary: private images are read only in ``_step`` through the PrivateSampler (Poisson
+Privacy boundary: private images are read only in ``step`` through the PrivateSampler (Poisson
 sampling at rate q = B/N, the accountant's assumption).  They enter the loss only through the
 term 2·W(X[0:n], Y); the only quantity that depends on them and leaves the loss is the gradient
 of the loss w.r.t. the first n generated images (the "cross" group), which a backward hook on the
 generator output replaces by its sanitised version before it reaches the generator:
 
     G̃ = clip(G) + N(0, (2Cσ)² I)                                      (spec §2.1)
+
+(``privacy.mechanisms.ImageGradientSanitiser``: it clips, draws the noise from its own generator
+and records the release in the ledger in the same call.)  Non-finite entries of G are set to 0
+before the clip, so a non-finite un-noised loss never stops or changes the run by itself (it
+would be a one-bit release of private data); the loop checks released and public values only.
 
 * ``clip=whole`` (default; the released code ``src/rdp/privacy.py``): one clipping of the whole
   (n × D) gradient to Frobenius norm C; sensitivity 2C for any add/remove of a record, noise
@@ -41,39 +46,29 @@ target ε (``ledger.allowance``) or ``steps`` (if set), whichever comes first.  
 
 Randomness: sampling and noise are seeded from the OS entropy pool unless
 ``trainer.deterministic=true``; ``checkpoints/last.pt`` holds the RNG states (sensitive),
-``generator.pt`` (weights only) is the artefact to publish.
+``generator.pt`` (weights only) is the artefact to publish.  The training loop, checkpoints and the
+budget stop are ``methods.loop``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..data import DataSplits
 from ..ot.sinkhorn import COSTS, DEBIAS, EntropicOT, embed, extra_rows, sinkhorn_generator_loss
-from ..privacy import PrivacyLedger, PrivateSampler, RDPAccountant
-from ..privacy.image_gradient import (
-    CLIP_MODES,
-    clip_whole,
-    effective_noise_multiplier,
-    sanitize,
-    sensitivity,
-)
-from ..utils import atomic_save, rng_state, set_rng_state
-from .base import (
-    GenerativeMethod,
-    NonFiniteLossError,
-    TrainContext,
-    load_resume_checkpoint,
-    secret_seed,
-)
+from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy.image_gradient import CLIP_MODES, clip_whole
+from ..privacy.mechanisms import ImageGradientSanitiser
+from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 
 
 class DPSinkhorn(GenerativeMethod):
     """Generator trained with the (semi-debiased) Sinkhorn loss; private through the image gradient."""
+
+    name = "DP-Sinkhorn"
+    release_name = "generator.pt"
 
     def __init__(self, generator: Callable[..., torch.nn.Module], batch_size: int = 50, steps: int | None = None,
                  lr: float = 1e-5, weight_decay: float = 1e-5, betas: tuple[float, float] = (0.9, 0.999),
@@ -94,6 +89,8 @@ class DPSinkhorn(GenerativeMethod):
                              "(use model.private=false, e.g. experiment=mnist_sinkhorn, for a non-private run)")
         if steps is not None and int(steps) < 1:
             raise ValueError(f"model.steps must be >= 1 or null (until the target epsilon), got {steps}")
+        if not private and steps is None:
+            raise ValueError("a non-private run (model.private=false) needs model.steps")
         extra_rows(1, debias_ratio)  # validates p
         self.make_generator = generator
         self.batch_size, self.steps = int(batch_size), None if steps is None else int(steps)
@@ -106,11 +103,29 @@ class DPSinkhorn(GenerativeMethod):
         self.num_classes = 0
 
     # ------------------------------------------------------------------------------------
-    def _schedule(self, ledger: PrivacyLedger, q: float) -> tuple[float, float]:
-        """(σ, noise multiplier recorded in the ledger); σ calibrated when ``noise_multiplier`` is null."""
-        n = self.batch_size
+    def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+        self.device, self.num_classes = ctx.device, data.num_classes
+        self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
+        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx))
+        self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=self.clip_norm, n_rows=self.batch_size,
+                                                sample_rate=self.sampler.sample_rate, clip=self.clip,
+                                                private=self.private, seed=mechanism_seed(ctx))
+        self._schedule(ledger)
+        self.mechanisms = {"image_gradient": self.sanitiser}
+        lo, hi = data.value_range
+        self._range = (lo, hi)  # data range -> [-1, 1] (public constants)
+        self._signature = {"n_private": len(data.private), "dataset": data.name, "batch_size": self.batch_size,
+                           "steps": self.steps, "sigma": self.sanitiser.sigma, "clip": self.clip,
+                           "clip_norm": self.clip_norm, "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg,
+                           "debias": self.debias, "ratio": self.ratio, "sampling": ledger.sampling,
+                           "private": self.private}
+        self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
+        self.G.train()
+
+    def _schedule(self, ledger: PrivacyLedger) -> None:
+        """sigma fixed (``noise_multiplier``), or calibrated so that ``steps`` steps spend the target."""
         if not self.private:
-            return 0.0, 0.0
+            return
         if ledger.target_epsilon is None and self.steps is None:
             raise ValueError("a private DP-Sinkhorn run needs accountant.epsilon (train until it is spent) or "
                              "model.steps")
@@ -118,136 +133,73 @@ class DPSinkhorn(GenerativeMethod):
             if self.steps is None or ledger.target_epsilon is None:
                 raise ValueError("model.noise_multiplier=null calibrates sigma to spend accountant.epsilon in exactly "
                                  "model.steps steps: set both")
-            mult = RDPAccountant(ledger.sampling).calibrate(ledger.target_epsilon, ledger.delta, q, self.steps)
-            sigma = mult / effective_noise_multiplier(1.0, n, self.clip)
+            self.sanitiser.calibrate(self.steps)
         else:
-            sigma = float(self.sigma)
-        return sigma, effective_noise_multiplier(sigma, n, self.clip)
+            self.sanitiser.set_sigma(float(self.sigma))
 
-    def _allowance(self, ledger: PrivacyLedger, mult: float, q: float, start: int) -> int:
-        """Steps that keep RDP epsilon <= target: the planned rest if it fits (one accountant call),
-        else the ledger's search."""
-        if not self.private or ledger.target_epsilon is None:
-            return 2**62
-        if self.steps is not None and self.steps > start:
-            trial = PrivacyLedger.from_state_dict(ledger.state_dict())
-            trial.record(mult, q, self.steps - start)
-            eps = trial.epsilon(accountant="rdp")
-            if eps is not None and eps <= ledger.target_epsilon:
-                return self.steps - start
-        return ledger.allowance(mult, q)
+    @property
+    def total_steps(self) -> int | None:
+        return self.steps  # None: until the budget is spent (the loop's allowance)
 
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-        self.device, self.num_classes = ctx.device, data.num_classes
-        self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
-        sampler_seed = secret_seed(ctx)  # secret sampling, directions and noise (module docstring)
-        sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=sampler_seed)
-        q = sampler.sample_rate
-        sigma, mult = self._schedule(ledger, q)
-        self._sigma_used = sigma
-        lo, hi = data.value_range
-        self._to_pm1 = lambda x: (x - lo) / (hi - lo) * 2.0 - 1.0  # data range -> [-1, 1] (public constants)
-        signature = {"n_private": len(data.private), "dataset": data.name, "batch_size": self.batch_size,
-                     "steps": self.steps, "sigma": sigma, "clip": self.clip, "clip_norm": self.clip_norm,
-                     "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg, "debias": self.debias,
-                     "ratio": self.ratio, "sampling": ledger.sampling, "private": self.private}
-        opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
-        start = 0
-        if ctx.resume_from is not None:
-            ck = load_resume_checkpoint(ctx.resume_from, signature)
-            self.G.load_state_dict(ck["generator"])
-            opt.load_state_dict(ck["optimizer"])
-            sampler.load_state_dict(ck["sampler"])
-            ledger.load_state_dict(ck["ledger"])
-            set_rng_state(ck["rng"])
-            start = int(ck["step"])
-
-        allowance = self._allowance(ledger, mult, q, start)
-        if not self.private and self.steps is None:
-            raise ValueError("a non-private run (model.private=false) needs model.steps")
-        budget_end = start + allowance  # the last step that keeps RDP epsilon <= target
-        end = budget_end if self.steps is None else min(self.steps, budget_end)
-        if ctx.max_steps is not None:
-            end = min(end, int(ctx.max_steps))
-        stopped_by_budget = self.private and end == budget_end and (self.steps is None or budget_end < self.steps)
-
-        def save(step: int) -> None:
-            atomic_save({"step": step, "signature": signature, "generator": self.G.state_dict(),
-                         "optimizer": opt.state_dict(), "sampler": sampler.state_dict(), "ledger": ledger.state_dict(),
-                         "rng": rng_state()}, ctx.checkpoint_path)
-
-        t0, loss_val, done = time.time(), float("nan"), start
-        self.G.train()
-        progress = Progress(TextColumn("[bold]DP-Sinkhorn[/] {task.completed}/{task.total}"), BarColumn(),
-                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                            disable=not ctx.progress, transient=False)
-        with progress:
-            task = progress.add_task("train", total=end, completed=start, info="")
-            for step in range(start, end):
-                loss_val, grad_norm = self._step(sampler, opt, sigma, step)
-                # the sanitised gradient of this step was released (non-private: an un-noised access, eps = inf)
-                ledger.record(mult if self.private else 0.0, q, 1)
-                done = step + 1
-                if done % ctx.log_every == 0 or done == end:
-                    eps = ledger.epsilon(accountant="rdp")
-                    # the loss value 2 W(X, Y) - ... is an un-noised function of the private batch: it is
-                    # logged for non-private runs only; private runs log the released gradient's norm
-                    row = {"epsilon_rdp": eps, "released_grad_norm": grad_norm,
-                           "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}
-                    if not self.private:
-                        row = {"loss": loss_val, **row}
-                    ctx.logger.log_metrics(row, step=done)
-                    progress.update(task, info=(f"loss {loss_val:.4f}" if not self.private else
-                                                f"|released grad| {grad_norm:.3f}") + f"  eps(RDP) {eps:.3f}")
-                if done % ctx.checkpoint_every == 0:
-                    save(done)
-                progress.update(task, completed=done)
-        save(done)
-        atomic_save({"generator": self.G.state_dict(), "signature": signature}, ctx.run_dir / "generator.pt")
-        return {"train_steps": done, "train_loss": None if self.private else loss_val, "stopped_by_budget": bool(stopped_by_budget and done == end),
-                "steps_planned": self.steps, "train_time_s": time.time() - t0, "noise_multiplier": sigma,
-                "noise_multiplier_accounted": mult, "noise_std": 2 * self.clip_norm * sigma, "clip": self.clip,
-                "clip_norm": self.clip_norm, "sensitivity": sensitivity(self.clip_norm, self.batch_size, self.clip),
-                "sigma_calibrated": self.private and self.sigma is None, "cost": self.ot.cost, "m": self.ot.m,
-                "reg": self.ot.reg, "debias": self.debias, "debias_ratio": self.ratio,
-                "guarantee": "rigorous" if self.private else "none (non-private)"}
-
-    # ------------------------------------------------------------------------------------
-    def _step(self, sampler: PrivateSampler, opt: torch.optim.Optimizer, sigma: float, step: int) -> tuple[float, float]:
-        """One generator update (Alg. 1); returns (loss, ‖G‖ of the cross group before clipping)."""
+    def step(self, t: int) -> dict:
+        """One generator update (Alg. 1)."""
         n, k, dev = self.batch_size, self.num_classes, self.device
         n_extra = extra_rows(n, self.ratio) if self.debias == "semi" else 0
         y_g = torch.randint(max(k, 1), (n,), device=dev)
         y_all = torch.cat([y_g, y_g[:n_extra]])  # the n' extra samples reuse the first n' labels, fresh z
-        x_all = self.G(self.G.latent(n + n_extra, device=dev), y_all)
+        x_all = self.G(self.G.latent(n + n_extra, device=dev), y_all)              # X = G(z), (n + n', C, H, W)
         x_cross, x_debias = x_all[:n], x_all[n:]
-        raw_norm = {}
+        released = {}
 
-        def cross_hook(g: torch.Tensor) -> torch.Tensor:  # the private release (spec §2.1)
-            out = sanitize(g, self.clip_norm, sigma, self.clip) if self.private else g
-            # only the norm of the *released* (sanitised) gradient may be logged: the raw norm is an
-            # un-noised function of the private batch
-            raw_norm["v"] = float(out.norm())
-            return out
+        def cross_hook(g: torch.Tensor) -> torch.Tensor:  # G~ = clip(dL/dX[0:n]) + N(0, (2C sigma)^2): THE release
+            released["g"] = self.sanitiser.release(g)
+            return released["g"]
 
         x_cross.register_hook(cross_hook)
         if n_extra and self.private:
             x_debias.register_hook(lambda g: clip_whole(g, self.clip_norm))  # no data dependence: clip, no noise
-        x_t, y_t = sampler.sample()  # private batch (Poisson)
-        rows_real = embed(self._to_pm1(x_t.to(dev)), y_t.to(dev), k, self.embed_multiplier)
+        x_t, y_t = self.sampler.sample()                                              # Y ~ Poisson(q) private batch
+        lo, hi = self._range
+        rows_real = embed((x_t.to(dev) - lo) / (hi - lo) * 2.0 - 1.0, y_t.to(dev), k, self.embed_multiplier)
         rows_gen = embed(torch.cat([x_cross, x_debias]), y_all, k, self.embed_multiplier)
-        if rows_real.shape[0] > 0:
+        if rows_real.shape[0] > 0:  # L = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])  (semi-debiased, spec §1)
             loss = sinkhorn_generator_loss(self.ot, rows_gen, rows_real, n, self.debias, self.ratio)
         elif n_extra:  # empty draw: the cross term is 0 (module docstring)
             loss = -self.ot(rows_gen[:n], rows_gen[n_extra:n + n_extra])
         else:
             loss = (rows_gen[:n] * 0.0).sum()
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(step)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return float(loss.detach()), raw_norm.get("v", 0.0)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()  # the hook releases G~; back-propagation through G is post-processing
+        self.opt.step()
+        # only the norm of the RELEASED gradient may be logged by a private run; the loss value is an
+        # un-noised function of the private batch (logged for non-private runs only)
+        out = {"released_grad_norm": float(released["g"].norm())}
+        return out if self.private else {"loss": float(loss.detach()), **out}
+
+    def progress_info(self, values: dict) -> str:
+        return f"loss {values['loss']:.4f}" if "loss" in values else f"|released grad| {values['released_grad_norm']:.3f}"
+
+    # -- state ----------------------------------------------------------------------------
+    def signature(self) -> dict:
+        return self._signature
+
+    def state_dict(self) -> dict:
+        return {"generator": self.G.state_dict(), "optimizer": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.G.load_state_dict(state["generator"])
+        self.opt.load_state_dict(state["optimizer"])
+
+    def release_state(self) -> dict:
+        return {"generator": self.G.state_dict()}
+
+    def train_summary(self) -> dict:
+        s = self.sanitiser
+        return {"noise_multiplier": s.sigma, "noise_multiplier_accounted": s.noise_multiplier, "noise_std": s.noise_std,
+                "clip": self.clip, "clip_norm": self.clip_norm,
+                "sensitivity": s.sensitivity_under(s.relation), "sigma_calibrated": self.private and self.sigma is None,
+                "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg, "debias": self.debias,
+                "debias_ratio": self.ratio, "guarantee": s.guarantee}
 
     # ------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -264,10 +216,3 @@ class DPSinkhorn(GenerativeMethod):
             xs.append(((self.G(self.G.latent(y.shape[0], device=self.device), y) + 1) / 2).clamp(0, 1).cpu())
         self.G.train()
         return torch.cat(xs), labels.cpu()
-
-
-def planned_steps(epsilon: float, delta: float, sigma: float, sample_rate: float, sampling: str = "poisson") -> int:
-    """Steps until the RDP ε of a σ-Gaussian at rate q first exceeds ``epsilon`` minus one (planning helper)."""
-    ledger = PrivacyLedger(epsilon, delta, sampling)
-    return ledger.allowance(sigma, sample_rate)
-

@@ -3,13 +3,15 @@
 All three work in the latent space of an autoencoder trained on the PUBLIC split only
 (``dataset.public_fraction``, 0.5 in the presets); the AE is then frozen and applied in eval mode.
 
-Privacy boundary: private images are touched only in ``_LatentMethod._private_rows`` (a batch from
-the PrivateSampler) and ``DPSWFlow._one_shot_release`` (the whole private set, read once through a
+Privacy boundary: private images are touched only in ``_LatentMethod._encode_private`` (every record
+mapped once to its latent row, nothing released), ``_LatentMethod._private_rows`` (a batch from the
+PrivateSampler) and ``DPSWFlow._one_shot_release`` (the whole private set, read once through a
 PrivateSampler with q = 1).  There each record is mapped by public functions to a row of norm <= 1
 (``LatentSpace.rows``: frozen encoder -> unit normalisation (enforced: ``clip_rows``, not assumed)
 -> optional scaled one-hot label), so two rows differ by at most 2 (the factor 2 of spec §4.1);
-the rows are projected on unit directions and released once with Gaussian noise through
-``dpgen.ot.sliced.gaussian_projection_release``.  Everything after — quantiles, drift, particle
+the rows are projected on unit directions and released once with Gaussian noise through a
+``privacy.mechanisms.GaussianProjectionRelease`` (per step) or ``OneShotProjectionRelease`` (once),
+which add the noise from their own generator and record the release in the ledger.  Everything after — quantiles, drift, particle
 updates, generator gradients, decoding — is post-processing.
 
 Per-step private releases (what the ledger records):
@@ -19,7 +21,8 @@ Per-step private releases (what the ledger records):
   ``num_projections`` FRESH directions and noised: ``A_t = Y_t U_t + Z_t``.  One subsampled
   Gaussian release per step, q = B/N, T = epochs * ceil(N/B) (or ``steps``) releases.
 * DPSWflow (Algorithm 2): ``num_projections`` directions are drawn ONCE, the projections of the
-  whole private set are noised ONCE (one Gaussian mechanism, sample rate 1, recorded once) and
+  whole private set are noised ONCE (one Gaussian mechanism, sample rate 1, N public: replace-one
+  neighbours, recorded once at step 0 — a resume never repeats it) and
   its quantile function is computed once; each step subsamples ``projections_per_step`` of these
   directions (fresh, without replacement — the released code reuses one multinomial draw) and
   re-noises only the particles.  Nothing private is touched after the release ("free" steps).
@@ -45,6 +48,8 @@ decoding.  DPSWgen draws fresh generator samples and keeps those of the requeste
 
 Randomness: sampling, directions and noise are seeded from OS entropy unless
 ``trainer.deterministic=true``; checkpoints hold RNG states and are as sensitive as the data.
+``release.pt`` (weights-only artefact: final particles or the latent generator, and the public AE)
+is what may be published; ``restore`` rebuilds a sampler from it.  The training loop is ``methods.loop``.
 The autoencoder is trained from ``seed`` on public data (cacheable in ``autoencoder_cache``).
 """
 
@@ -53,18 +58,14 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..data import DataSplits, PrivateSplit
-from ..models.autoencoder import unit_normalise
-from ..ot import dp_sliced_wasserstein, random_directions
-from ..ot import sliced as _sliced
+from ..ot import random_directions
 from ..ot.flows import (
     empirical_quantiles,
     euler_maruyama_step,
@@ -72,21 +73,14 @@ from ..ot.flows import (
     sliced_flow_drift,
     smoothed_projections,
 )
+from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projected
 from ..privacy import PrivacyLedger, PrivateSampler
-from ..privacy.dpswflow import (
-    analytic_gaussian_epsilon,
-    calibrate_flow_r,
-    calibrate_one_shot,
-)
-from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
-from .base import (
-    GenerativeMethod,
-    NonFiniteLossError,
-    TrainContext,
-    load_resume_checkpoint,
-    secret_seed,
-)
-from .dpswd_generator import clip_rows, fixed_size
+from ..privacy.dpswflow import ROW_DIAMETER, analytic_gaussian_epsilon
+from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
+from ..privacy.rows import clip_rows, fixed_size, unit_normalise
+from ..utils import load_checkpoint
+from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
+from .loop import progress_bar, save_public_artifact
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,22 +141,20 @@ class LatentSpace:
 
 
 def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int, batch_size: int, lr: float,
-                      device: torch.device, seed: int, progress: bool = True) -> float:
+                      device: torch.device, seed: int, ctx: TrainContext) -> float:
     """MSE autoencoder training on PUBLIC images only (spec §5: Adam, no weight decay).  Returns the
     mean loss over the last 50 steps."""
     g = torch.Generator().manual_seed(seed + 17)
     opt = torch.optim.Adam(ae.parameters(), lr=lr)
     ae.train()
     losses: list[float] = []
-    bar = Progress(TextColumn("[bold]autoencoder (public)[/] {task.completed}/{task.total}"), BarColumn(),
-                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not progress)
-    with bar:
+    with progress_bar("autoencoder (public)", ctx) as bar:
         task = bar.add_task("ae", total=steps, info="")
         for step in range(steps):
             idx = torch.randint(x_public.shape[0], (min(batch_size, x_public.shape[0]),), generator=g)
             x = x_public[idx].to(device)
             loss = F.mse_loss(ae(x), x)
-            if not torch.isfinite(loss):
+            if not torch.isfinite(loss):  # public data: a plain check
                 raise NonFiniteLossError(step, "autoencoder loss")
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -176,7 +168,7 @@ def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int
 
 # ---------------------------------------------------------------------------------------------
 class _LatentMethod(GenerativeMethod):
-    """Autoencoder set-up, latent rows, private batches, checkpoints and sampling shared by all three."""
+    """Autoencoder set-up, latent rows, private batches, the per-step release and sampling shared by all three."""
 
     kind = "latent"
 
@@ -211,6 +203,10 @@ class _LatentMethod(GenerativeMethod):
         """``steps`` if given, else ``epochs * ceil(N / B)`` private batches."""
         return self.steps if self.steps is not None else self.epochs * math.ceil(n_private / self.batch_size)
 
+    @property
+    def total_steps(self) -> int:
+        return self._steps
+
     # -- autoencoder ---------------------------------------------------------------------
     def _ae_key(self, data: DataSplits, ae: torch.nn.Module, seed: int) -> str:
         pub = data.public
@@ -218,7 +214,14 @@ class _LatentMethod(GenerativeMethod):
               self.ae_lr, seed)
         return hashlib.sha1(repr(fp).encode()).hexdigest()[:16]
 
-    def _setup_latent(self, data: DataSplits, ctx: TrainContext, ae_state: dict | None = None) -> None:
+    def _setup_latent(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+        """The frozen public AE (trained, cached, or from the resume checkpoint) and the latent space."""
+        self.device = ctx.device
+        self._signature = {"n_private": len(data.private), "dataset": data.name,
+                           "n_public": 0 if data.public is None else len(data.public), "batch_size": self.batch_size,
+                           "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.bound,
+                           "label_mode": self.label_mode, "sampling": ledger.sampling, "private": self.private}
+        ae_state = (ctx.resume_state or {}).get("autoencoder")
         ae = None
         if self.make_ae is not None:
             if data.public is None:
@@ -239,11 +242,12 @@ class _LatentMethod(GenerativeMethod):
                 else:
                     t0 = time.time()
                     mse = train_autoencoder(ae, data.public.x, steps=self.ae_steps, batch_size=self.ae_batch_size,
-                                            lr=self.ae_lr, device=ctx.device, seed=ctx.seed, progress=ctx.progress)
+                                            lr=self.ae_lr, device=ctx.device, seed=ctx.seed, ctx=ctx)
                     self.ae_info = {"ae_source": "trained", "ae_mse": mse, "ae_steps": self.ae_steps,
                                     "ae_train_time_s": time.time() - t0}
                     if cache is not None:
-                        atomic_save({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_steps}, cache)
+                        save_public_artifact({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_steps},
+                                             cache)
             ae.eval()
             for p in ae.parameters():
                 p.requires_grad_(False)
@@ -255,21 +259,31 @@ class _LatentMethod(GenerativeMethod):
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
                                  self.latent_scale, clip=self.private or ae is not None)
 
-    def restore(self, data: DataSplits, checkpoint: str | Path, device: torch.device | str = "cpu") -> None:
-        """Rebuild a trained model for ``sample`` from a run's ``checkpoints/last.pt`` (no private data read)."""
+    def _secret_seed(self, ctx: TrainContext) -> None:
+        if ctx.deterministic:
+            torch.manual_seed(ctx.seed + 3)
+        self._seed = secret_seed(ctx)  # secret sampler seed; reseeds torch (directions, noise) unless deterministic
+
+    def restore(self, data: DataSplits, artefact: str | Path, device: torch.device | str = "cpu") -> None:
+        """Rebuild a trained model for ``sample`` from a run's ``release.pt`` (or ``checkpoints/last.pt``);
+        no private data is read."""
         self.device = torch.device(device)
-        ck = load_checkpoint(checkpoint)
+        ck = load_checkpoint(artefact)
+        state = ck.get("method", ck)
         ae = None
         if self.make_ae is not None:
             ae = self.make_ae(image_shape=data.image_shape).to(self.device)
-            ae.load_state_dict(ck["autoencoder"])
+            ae.load_state_dict(state["autoencoder"])
             ae.eval()
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self.label_mode, self.label_weight,
                                  self.latent_scale, clip=self.private or ae is not None)
-        self._restore_state(ck)
+        self._restore_state(state)
 
-    def _restore_state(self, ck: dict) -> None:
+    def _restore_state(self, state: dict) -> None:
         raise NotImplementedError
+
+    def _ae_state(self) -> dict:
+        return {"autoencoder": None if self.space.ae is None else self.space.ae.state_dict()}
 
     # -- private data --------------------------------------------------------------------
     def _encode_private(self, data: DataSplits, seed: int, chunk: int = 1000) -> PrivateSplit:
@@ -286,55 +300,38 @@ class _LatentMethod(GenerativeMethod):
                           for i in range(0, n, chunk)])
         return PrivateSplit(rows, y)
 
-    def _private_rows(self, sampler: PrivateSampler) -> torch.Tensor:
+    def _private_rows(self) -> torch.Tensor:
         """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release)."""
-        rows, _ = sampler.sample()
+        rows, _ = self.sampler.sample()
         return fixed_size(rows.to(self.device), self.batch_size)  # padding rows are public zeros (distance <= 1)
 
-    def _secret_seed(self, ctx: TrainContext) -> int:
-        if ctx.deterministic:
-            torch.manual_seed(ctx.seed + 3)
-        return secret_seed(ctx)  # secret sampler seed; reseeds torch (directions, noise) unless deterministic
+    def _per_step_release(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+        """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen, spec §4.2):
+        unit-norm rows (row diameter 2), union-bound delta split, N + 1 partners under Poisson."""
+        n_priv = len(data.private)
+        self.sampler = PrivateSampler(self._encode_private(data, self._seed + 1), self.batch_size, ledger.sampling,
+                                      seed=self._seed)
+        self._steps = self.steps_planned(n_priv)
+        self.projection = GaussianProjectionRelease(
+            ledger, dim=self.space.dim, num_projections=self.k, steps=self._steps,
+            sample_rate=self.sampler.sample_rate, n_private=n_priv, bound=self.bound,
+            sensitivity_fraction=self.sensitivity_fraction, row_diameter=ROW_DIAMETER, private=self.private,
+            seed=mechanism_seed(ctx))
+        self._set_noise(self.projection, ledger, self._steps)
+        self.mechanisms = {"projection": self.projection}
 
-    def _signature(self, data: DataSplits, ledger: PrivacyLedger) -> dict:
-        return {"method": type(self).__name__, "n_private": len(data.private), "dataset": data.name,
-                "n_public": 0 if data.public is None else len(data.public), "batch_size": self.batch_size,
-                "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.bound,
-                "label_mode": self.label_mode, "sampling": ledger.sampling, "private": self.private}
-
-    def _load(self, ctx: TrainContext, signature: dict) -> dict:
-        return load_resume_checkpoint(ctx.resume_from, signature)
-
-    def _progress(self, ctx: TrainContext, name: str) -> Progress:
-        return Progress(TextColumn(f"[bold]{name}[/] " + "{task.completed}/{task.total}"), BarColumn(),
-                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                        disable=not ctx.progress)
-
-    def _guarantee(self) -> str:
+    def _set_noise(self, mech: GaussianProjectionRelease, ledger: PrivacyLedger, steps: int) -> None:
         if not self.private:
-            return "none (non-private; noise_std only smooths)"
-        return "asymptotic CLT bound: NOT a rigorous DP guarantee" if self.bound == "clt" else "rigorous"
-
-    def _per_step_noise(self, ledger: PrivacyLedger, D: int, q: float, steps: int,
-                        n_priv: int) -> tuple[float, float, float, float | None]:
-        """(noise std, noise multiplier, beta per step, sensitivity) of the per-step subsampled release
-        (DPSWflow-r, DPSWgen); non-private: the configured smoothing std, no accounting."""
-        if not self.private:
-            return self.noise_std_arg, 0.0, 0.0, None
+            mech.set_noise_std(self.noise_std_arg)  # smoothing of a non-private run (eps = inf)
+            return
         if ledger.target_epsilon is None:
             raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
-        noise = calibrate_flow_r(ledger.target_epsilon, ledger.delta, d=D, k=self.k, sample_rate=q, steps=steps,
-                                 bound=self.bound, sampling=ledger.sampling,
-                                 sensitivity_fraction=self.sensitivity_fraction,
-                                 partners=n_priv + 1 if ledger.sampling == "poisson" else 1)
-        return noise.noise_std, noise.noise_multiplier, noise.delta_sensitivity_per_step, noise.sensitivity
+        mech.calibrate(steps)
 
-    def _warn_clt(self) -> None:
-        if self.private and self.bound == "clt":
-            warnings.warn("model.bound=clt is an asymptotic approximation, not a rigorous bound: the reported "
-                          "(epsilon, delta) is not a DP guarantee (use chernoff or bernstein for one)", stacklevel=3)
+    def signature(self) -> dict:
+        return self._signature
 
-    def _log_particles_png(self, ctx: TrainContext, x: torch.Tensor, data: DataSplits) -> None:
+    def _log_particles_png(self, ctx: TrainContext, x: torch.Tensor) -> None:
         """2-D latent without autoencoder (the toy): scatter of particles over the (public) test set."""
         if self.space is None or self.space.ae is not None or self.space.d != 2:
             return
@@ -343,7 +340,7 @@ class _LatentMethod(GenerativeMethod):
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(4, 4))
-        t = data.test.x.flatten(1)
+        t = self._test_x.flatten(1)
         ax.scatter(t[:, 0], t[:, 1], s=2, c="0.7", label="test sample of the target")
         p = self.space.decode(x).flatten(1)
         ax.scatter(p[:, 0], p[:, 1], s=2, c="C3", label="particles")
@@ -352,8 +349,10 @@ class _LatentMethod(GenerativeMethod):
         fig.savefig(ctx.run_dir / "particles.png", dpi=120)
         plt.close(fig)
 
-    def _record(self, ledger: PrivacyLedger, mult: float, q: float, beta: float) -> None:
-        ledger.record(mult if self.private else 0.0, q, 1, beta if self.private else 0.0)
+    def _summary(self, mech) -> dict:
+        return {"noise_std": mech.noise_std, "noise_multiplier": mech.noise_multiplier, "sensitivity": mech.sensitivity,
+                "sensitivity_bound": self.bound if self.private else None, "guarantee": mech.guarantee,
+                "latent_dim": self.space.d, "row_dim": self.space.dim, "num_projections": self.k, **self.ae_info}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,22 +371,49 @@ class _ParticleFlow(_LatentMethod):
         self.X: torch.Tensor | None = None
         self._pool_gen = torch.Generator().manual_seed(0)
 
-    def _restore_state(self, ck: dict) -> None:
-        self.X = ck["particles"].to(self.device)
+    def _restore_state(self, state: dict) -> None:
+        self.X = state["particles"].to(self.device)
 
-    def _init_particles(self) -> torch.Tensor:
-        """``X_0 ~ mu_0 = N(0, I_D)`` (spec §2; not put on the sphere)."""
-        return torch.randn(self.n_particles, self.space.dim, device=self.device)
+    def _init_particles(self, data: DataSplits) -> None:
+        """``X_0 ~ mu_0 = N(0, I_D)`` (spec §2; not put on the sphere); quantile levels; the public test set
+        for the toy's plot."""
+        self.levels = quantile_levels(self.m, device=self.device)
+        self.X = torch.randn(self.n_particles, self.space.dim, device=self.device)
+        self._test_x = data.test.x
 
-    def _move(self, u: torch.Tensor, tq: torch.Tensor, levels: torch.Tensor, sigma: float, step: int) -> float:
+    def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int) -> float:
         """Particle update (Algorithms 1-2, last lines); returns the mean drift norm."""
-        proj = smoothed_projections(self.X, u, sigma)
-        v = sliced_flow_drift(proj, tq, levels, u)  # Eq. 20
-        x_new = euler_maruyama_step(self.X, v, self.h, self.reg)  # X - h v + sqrt(2 lambda h) Z
-        if not torch.isfinite(x_new).all():
+        proj = smoothed_projections(self.X, u, sigma)                 # X U + Z (particles re-noised, public)
+        v = sliced_flow_drift(proj, tq, self.levels, u)               # Eq. 20
+        x_new = euler_maruyama_step(self.X, v, self.h, self.reg)      # X - h v + sqrt(2 lambda h) Z
+        if not torch.isfinite(x_new).all():  # particles are public (post-processing of the releases)
             raise NonFiniteLossError(step, "particle position")
         self.X = x_new
         return float(v.norm(dim=1).mean())
+
+    def state_dict(self) -> dict:
+        return {"particles": self.X.cpu(), **self._ae_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.X = state["particles"].to(self.device)
+
+    def release_state(self) -> dict:
+        """Final particles (post-processing of the releases) and the public AE: what ``sample`` needs."""
+        return {"particles": self.X.cpu(), **self._ae_state()}
+
+    def progress_info(self, values: dict) -> str:
+        return f"|v| {values['drift_norm']:.4f}"
+
+    def finish(self, ctx: TrainContext) -> None:
+        self._log_particles_png(ctx, self.X)
+
+    def train_summary(self) -> dict:
+        out = {**self._summary(self._main_mechanism()), "n_particles": self.n_particles,
+               "final_drift_norm": self._last_drift}
+        if self.space.labels(self.X) is not None:
+            counts = torch.bincount(self.space.labels(self.X).cpu(), minlength=self.space.n_classes)
+            out["particle_label_fractions"] = (counts.float() / counts.sum()).tolist()
+        return out
 
     @torch.no_grad()
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
@@ -413,90 +439,42 @@ class _ParticleFlow(_LatentMethod):
             z = z + self.sample_jitter * torch.randn(z.shape, generator=self._pool_gen).to(z.device)
         return self.space.decode(z, batch_size), labels.cpu()
 
-    def _train_metrics(self, data: DataSplits, steps: int, planned: int, stopped: bool, t0: float, sigma: float,
-                       mult: float, sens: float | None, info: dict) -> dict:
-        out = {"train_steps": steps, "steps_planned": planned, "stopped_by_budget": stopped,
-               "train_time_s": time.time() - t0, "noise_std": sigma, "noise_multiplier": mult, "sensitivity": sens,
-               "sensitivity_bound": self.bound if self.private else None, "guarantee": self._guarantee(),
-               "latent_dim": self.space.d, "row_dim": self.space.dim, "n_particles": self.n_particles,
-               "num_projections": self.k, **self.ae_info, **info}
-        if self.space.labels(self.X) is not None:
-            counts = torch.bincount(self.space.labels(self.X).cpu(), minlength=self.space.n_classes)
-            out["particle_label_fractions"] = (counts.float() / counts.sum()).tolist()
-        return out
-
 
 # ---------------------------------------------------------------------------------------------
 class DPSWFlowR(_ParticleFlow):
     """DPSWflow-r (Algorithm 1): fresh directions and a fresh private batch every step."""
 
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-        self.device = ctx.device
-        ck = None
-        signature = self._signature(data, ledger)
-        if ctx.resume_from is not None:
-            ck = self._load(ctx, signature)
-        self._setup_latent(data, ctx, None if ck is None else ck.get("autoencoder"))
-        n_priv, D = len(data.private), self.space.dim
-        seed = self._secret_seed(ctx)
-        sampler = PrivateSampler(self._encode_private(data, seed + 1), self.batch_size, ledger.sampling, seed=seed)
-        q, steps = sampler.sample_rate, self.steps_planned(n_priv)
-        self._warn_clt()
-        sigma, mult, beta, sens = self._per_step_noise(ledger, D, q, steps, n_priv)
-        levels = quantile_levels(self.m, device=ctx.device)
-        start = 0
-        self.X = self._init_particles()
-        if ck is not None:
-            self.X = ck["particles"].to(ctx.device)
-            sampler.load_state_dict(ck["sampler"])
-            ledger.load_state_dict(ck["ledger"])
-            set_rng_state(ck["rng"])
-            start = int(ck["step"])
-        end = steps if ctx.max_steps is None else min(steps, ctx.max_steps)
+    name = "DPSWflow-r"
 
-        def save(step: int) -> None:
-            atomic_save({"step": step, "signature": signature, "particles": self.X.cpu(), "sampler": sampler.state_dict(),
-                         "ledger": ledger.state_dict(), "rng": rng_state(),
-                         "autoencoder": None if self.space.ae is None else self.space.ae.state_dict()},
-                        ctx.checkpoint_path)
+    def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+        self._setup_latent(data, ledger, ctx)
+        self._secret_seed(ctx)
+        self._per_step_release(data, ledger, ctx)
+        self._init_particles(data)
+        self._last_drift = float("nan")
 
-        allowance = ledger.allowance(mult, q, beta) if self.private else None
-        used, stopped, t0, drift, step = 0, False, time.time(), float("nan"), start
-        with self._progress(ctx, "DPSWflow-r") as bar, torch.no_grad():
-            task = bar.add_task("flow", total=end, completed=start, info="")
-            for step in range(start, end):
-                if self.private and used >= allowance:
-                    stopped = True
-                    break
-                rows = self._private_rows(sampler)  # (B, D), norm <= 1
-                u = random_directions(D, self.k, device=ctx.device)  # Alg. 1: fresh directions
-                a = _sliced.gaussian_projection_release(rows, u, sigma)  # (B, k): THE private release
-                self._record(ledger, mult, q, beta)
-                used += 1
-                tq = empirical_quantiles(a.transpose(0, 1).contiguous(), levels)  # target inverse CDF (Eq. 21)
-                drift = self._move(u, tq, levels, sigma, step)
-                done = step + 1
-                if done % ctx.log_every == 0 or done == end:
-                    eps = ledger.epsilon(accountant="rdp")
-                    ctx.logger.log_metrics({"drift_norm": drift, "epsilon_rdp": eps,
-                                            "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
-                    bar.update(task, info=f"|v| {drift:.4f}  eps(RDP) {eps:.3f}")
-                if done % ctx.checkpoint_every == 0:
-                    save(done)
-                bar.update(task, completed=done)
-            else:
-                step = end
-        final = step if stopped else end
-        save(final)
-        self._log_particles_png(ctx, self.X, data)
-        return self._train_metrics(data, final, steps, stopped, t0, sigma, mult, sens,
-                                   {"final_drift_norm": drift, "sample_rate": q,
-                                    "private_releases": ledger.steps})
+    def _main_mechanism(self):
+        return self.projection
+
+    def step(self, t: int) -> dict:
+        """Algorithm 1, one step."""
+        with torch.no_grad():
+            rows = self._private_rows()                                       # Y_t: (B, D), norm <= 1
+            u = random_directions(self.space.dim, self.k, device=self.device)  # U_t: fresh directions
+            a = self.projection.release(rows, u)                             # A_t = Y_t U_t + Z_t (recorded)
+            tq = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # target inverse CDF (Eq. 21)
+            self._last_drift = self._move(u, tq, self.projection.noise_std, t)
+        return {"drift_norm": self._last_drift}
+
+    def train_summary(self) -> dict:
+        return {**super().train_summary(), "sample_rate": self.projection.sample_rate}
 
 
 # ---------------------------------------------------------------------------------------------
 class DPSWFlow(_ParticleFlow):
     """DPSWflow (Algorithm 2): directions and the noisy private quantiles ONCE; free particle steps."""
+
+    name = "DPSWflow"
 
     def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", **kw) -> None:
         kw.setdefault("num_projections", 31)
@@ -514,98 +492,71 @@ class DPSWFlow(_ParticleFlow):
         self.u_all: torch.Tensor | None = None
         self.tq_all: torch.Tensor | None = None
 
-    def _signature(self, data: DataSplits, ledger: PrivacyLedger) -> dict:
-        return {**super()._signature(data, ledger), "m_theta": self.m_theta, "calibration": self.calibration}
+    def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+        self._setup_latent(data, ledger, ctx)
+        self._secret_seed(ctx)
+        self._signature.update({"m_theta": self.m_theta, "calibration": self.calibration})
+        self._steps = self.steps_planned(len(data.private))
+        self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, num_projections=self.k, bound=self.bound,
+                                                 sensitivity_fraction=self.sensitivity_fraction,
+                                                 calibration=self.calibration, private=self.private,
+                                                 seed=mechanism_seed(ctx))
+        self._set_noise(self.one_shot, ledger, 1)
+        self.mechanisms = {"one_shot": self.one_shot}
+        if self.private and ctx.resume_state is None:  # refuse early if the single release cannot fit
+            acct = self.one_shot.accountant
+            if ledger.allowance_for([self.one_shot.ledger_entry()], acct, at_most=1) < 1:
+                raise ValueError(f"the one-shot release would exceed accountant.epsilon = {ledger.target_epsilon} "
+                                 f"({acct}); raise accountant.epsilon")
+        self._encoded = self._encode_private(data, self._seed) if ctx.resume_state is None else None
+        self._init_particles(data)
+        self._last_drift = float("nan")
 
-    def _one_shot_release(self, data: DataSplits, sigma: float, levels: torch.Tensor, seed: int) -> None:
+    def _main_mechanism(self):
+        return self.one_shot
+
+    def step_mechanisms(self, t: int) -> list:
+        return [self.one_shot] if t == 0 else []  # Alg. 2: the private set is released once, at the start
+
+    def _one_shot_release(self) -> None:
         """Alg. 2 lines 1-3: U once; ``A = Y U + Z`` on ALL private rows, ONCE; its quantiles once."""
-        encoded = self._encode_private(data, seed)  # every private record's latent row
-        rows, _ = PrivateSampler(encoded, len(encoded), "without_replacement", seed=seed).sample()  # q = 1
-        rows = rows.to(self.device)
+        rows, _ = PrivateSampler(self._encoded, len(self._encoded), "without_replacement",
+                                 seed=self._seed).sample()  # q = 1: every private latent row
+        self._encoded = None
         self.u_all = random_directions(self.space.dim, self.k, device=self.device)  # drawn once
-        a = _sliced.gaussian_projection_release(rows, self.u_all, sigma)  # (N, k): THE private release
-        del rows
-        self.tq_all = empirical_quantiles(a.transpose(0, 1).contiguous(), levels)  # (k, M), once
+        a = self.one_shot.release(rows.to(self.device), self.u_all)  # (N, k): THE private release (recorded)
+        self.tq_all = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # (k, M), once
 
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-        self.device = ctx.device
-        ck = None
-        signature = self._signature(data, ledger)
-        if ctx.resume_from is not None:
-            ck = self._load(ctx, signature)
-        self._setup_latent(data, ctx, None if ck is None else ck.get("autoencoder"))
-        D, steps = self.space.dim, self.steps_planned(len(data.private))
-        seed = self._secret_seed(ctx)
-        self._warn_clt()
-        info: dict = {}
+    def step(self, t: int) -> dict:
+        """Algorithm 2: the release at t = 0, then free steps on M_theta of the N_theta released directions."""
+        with torch.no_grad():
+            if t == 0:
+                self._one_shot_release()
+            idx = torch.randperm(self.k, device=self.device)[:self.m_theta]  # M_theta of the N_theta directions
+            self._last_drift = self._move(self.u_all[:, idx], self.tq_all[idx], self.one_shot.noise_std, t)
+        return {"drift_norm": self._last_drift}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "directions": self.u_all.cpu(), "quantiles": self.tq_all.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.u_all, self.tq_all = state["directions"].to(self.device), state["quantiles"].to(self.device)
+
+    def train_summary(self) -> dict:
+        out = super().train_summary()
         if self.private:
-            if ledger.target_epsilon is None:
-                raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
-            noise = calibrate_one_shot(ledger.target_epsilon, ledger.delta, d=D, k=self.k, bound=self.bound,
-                                       calibration=self.calibration, sensitivity_fraction=self.sensitivity_fraction)
-            sigma, mult, beta, sens = noise.noise_std, noise.noise_multiplier, noise.delta_sensitivity, noise.sensitivity
-            info = {"one_shot_epsilon_exact": analytic_gaussian_epsilon(mult, noise.delta_conversion),
-                    "one_shot_calibration": self.calibration}
-        else:
-            sigma, mult, beta, sens = self.noise_std_arg, 0.0, 0.0, None
-        levels = quantile_levels(self.m, device=ctx.device)
-        start = 0
-        self.X = self._init_particles()
-        if ck is not None:
-            self.X, self.u_all, self.tq_all = (ck[k].to(ctx.device) for k in ("particles", "directions", "quantiles"))
-            ledger.load_state_dict(ck["ledger"])
-            set_rng_state(ck["rng"])
-            start = int(ck["step"])
-        else:
-            self._check_budget(ledger, mult, beta)
-            self._one_shot_release(data, sigma, levels, seed)
-            self._record(ledger, mult, 1.0, beta)  # the single release: q = 1, one step
-        end = steps if ctx.max_steps is None else min(steps, ctx.max_steps)
-
-        def save(step: int) -> None:
-            atomic_save({"step": step, "signature": signature, "particles": self.X.cpu(), "directions": self.u_all.cpu(),
-                         "quantiles": self.tq_all.cpu(), "ledger": ledger.state_dict(), "rng": rng_state(),
-                         "autoencoder": None if self.space.ae is None else self.space.ae.state_dict()},
-                        ctx.checkpoint_path)
-
-        t0, drift, step = time.time(), float("nan"), start
-        with self._progress(ctx, "DPSWflow") as bar, torch.no_grad():
-            task = bar.add_task("flow", total=end, completed=start, info="")
-            for step in range(start, end):
-                idx = torch.randperm(self.k, device=ctx.device)[:self.m_theta]  # M_theta of the N_theta directions
-                drift = self._move(self.u_all[:, idx], self.tq_all[idx], levels, sigma, step)  # particles re-noised
-                done = step + 1
-                if done % ctx.log_every == 0 or done == end:
-                    ctx.logger.log_metrics({"drift_norm": drift, "epsilon_rdp": ledger.epsilon(accountant="rdp"),
-                                            "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
-                    bar.update(task, info=f"|v| {drift:.4f}")
-                if done % ctx.checkpoint_every == 0:
-                    save(done)
-                bar.update(task, completed=done)
-        save(end)
-        self._log_particles_png(ctx, self.X, data)
-        return self._train_metrics(data, end, steps, False, t0, sigma, mult, sens,
-                                   {"final_drift_norm": drift, "private_releases": ledger.steps, **info})
-
-    def _check_budget(self, ledger: PrivacyLedger, mult: float, beta: float) -> None:
-        """Refuse the one-shot release if it would exceed the target (RDP; PLD for ``analytic``)."""
-        if not self.private:
-            return
-        trial = PrivacyLedger.from_state_dict(ledger.state_dict())
-        trial.record(mult, 1.0, 1, beta)
-        acct = "pld" if self.calibration == "analytic" else "rdp"
-        eps = trial.epsilon(accountant=acct)
-        if eps is None:
-            raise ValueError("model.calibration=analytic is certified by the PLD accountant, which needs "
-                             "accountant.sampling=poisson; use model.calibration=rdp")
-        if eps > ledger.target_epsilon * (1 + 1e-3):
-            raise ValueError(f"the one-shot release would spend eps = {eps:.3f} > accountant.epsilon = "
-                             f"{ledger.target_epsilon} ({acct}); raise accountant.epsilon")
+            o = self.one_shot
+            out.update({"one_shot_epsilon_exact": analytic_gaussian_epsilon(
+                o.noise_multiplier, o.ledger.delta - o.beta), "one_shot_calibration": self.calibration})
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
 class DPSWGen(_LatentMethod):
     """DPSWgen baseline (§6): latent MLP generator trained with DP-SWD against private latent batches."""
+
+    name = "DPSWgen"
 
     def __init__(self, generator: Callable[..., torch.nn.Module], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), d_code: int | None = None, **kw) -> None:
@@ -614,83 +565,48 @@ class DPSWGen(_LatentMethod):
         self.make_generator, self.lr, self.betas, self.d_code = generator, float(lr), tuple(betas), d_code
         self.G: torch.nn.Module | None = None
 
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-        self.device = ctx.device
-        ck = None
-        signature = self._signature(data, ledger)
-        if ctx.resume_from is not None:
-            ck = self._load(ctx, signature)
-        self._setup_latent(data, ctx, None if ck is None else ck.get("autoencoder"))
-        n_priv, D = len(data.private), self.space.dim
+    def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+        self._setup_latent(data, ledger, ctx)
+        D = self.space.dim
         self.G = self.make_generator(d_code=self.d_code or D, out_dim=D).to(ctx.device)
-        seed = self._secret_seed(ctx)
-        sampler = PrivateSampler(self._encode_private(data, seed + 1), self.batch_size, ledger.sampling, seed=seed)
-        q, steps = sampler.sample_rate, self.steps_planned(n_priv)
-        self._warn_clt()
-        sigma, mult, beta, sens = self._per_step_noise(ledger, D, q, steps, n_priv)
-        opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
-        start = 0
-        if ck is not None:
-            self.G.load_state_dict(ck["generator"])
-            opt.load_state_dict(ck["optimizer"])
-            sampler.load_state_dict(ck["sampler"])
-            ledger.load_state_dict(ck["ledger"])
-            set_rng_state(ck["rng"])
-            start = int(ck["step"])
-        end = steps if ctx.max_steps is None else min(steps, ctx.max_steps)
-
-        def save(step: int) -> None:
-            atomic_save({"step": step, "signature": signature, "generator": self.G.state_dict(),
-                         "optimizer": opt.state_dict(), "sampler": sampler.state_dict(), "ledger": ledger.state_dict(),
-                         "rng": rng_state(), "autoencoder": None if self.space.ae is None else
-                         self.space.ae.state_dict()}, ctx.checkpoint_path)
-
-        allowance = ledger.allowance(mult, q, beta) if self.private else None
-        used, stopped, t0, loss_val, step = 0, False, time.time(), float("nan"), start
+        self._secret_seed(ctx)
+        self._per_step_release(data, ledger, ctx)
+        self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
         self.G.train()
-        with self._progress(ctx, "DPSWgen") as bar:
-            task = bar.add_task("gen", total=end, completed=start, info="")
-            for step in range(start, end):
-                if self.private and used >= allowance:
-                    stopped = True
-                    break
-                rows = self._private_rows(sampler)
-                fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=ctx.device))
-                loss = dp_sliced_wasserstein(fake, rows, sigma, k=self.k, q=2.0,
-                                             directions=random_directions(D, self.k, device=ctx.device))
-                self._record(ledger, mult, q, beta)  # the private release happened inside the loss
-                used += 1
-                if not torch.isfinite(loss):
-                    raise NonFiniteLossError(step)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                loss_val = float(loss.detach())
-                done = step + 1
-                if done % ctx.log_every == 0 or done == end:
-                    eps = ledger.epsilon(accountant="rdp")
-                    ctx.logger.log_metrics({"loss": loss_val, "epsilon_rdp": eps,
-                                            "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
-                    bar.update(task, info=f"loss {loss_val:.4f}  eps(RDP) {eps:.3f}")
-                if done % ctx.checkpoint_every == 0:
-                    save(done)
-                bar.update(task, completed=done)
-            else:
-                step = end
-        final = step if stopped else end
-        save(final)
-        self.G.eval()
-        atomic_save({"generator": self.G.state_dict(), "signature": signature}, ctx.run_dir / "generator.pt")
-        return {"train_steps": final, "steps_planned": steps, "stopped_by_budget": stopped, "train_loss": loss_val,
-                "train_time_s": time.time() - t0, "noise_std": sigma, "noise_multiplier": mult, "sensitivity": sens,
-                "sensitivity_bound": self.bound if self.private else None, "guarantee": self._guarantee(),
-                "latent_dim": self.space.d, "row_dim": D, "num_projections": self.k, "sample_rate": q,
-                **self.ae_info}
 
-    def _restore_state(self, ck: dict) -> None:
+    def step(self, t: int) -> dict:
+        """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
+        rows = self._private_rows()                                            # Y_t: (B, D), norm <= 1
+        fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
+        u = random_directions(self.space.dim, self.k, device=self.device)      # U_t: fresh directions
+        p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
+        p_s = gaussian_projection_release(fake, u, self.projection.noise_std)  # G(z) U_t + Z'_t (public)
+        loss = sliced_wasserstein_projected(p_s, p_t, 2.0)                    # SW_2(P_s, P_t)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return {"loss": float(loss.detach())}  # a function of the release and public samples
+
+    def state_dict(self) -> dict:
+        return {"generator": self.G.state_dict(), "optimizer": self.opt.state_dict(), **self._ae_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.G.load_state_dict(state["generator"])
+        self.opt.load_state_dict(state["optimizer"])
+
+    def release_state(self) -> dict:
+        return {"generator": self.G.state_dict(), **self._ae_state()}
+
+    def finish(self, ctx: TrainContext) -> None:
+        self.G.eval()
+
+    def train_summary(self) -> dict:
+        return {**self._summary(self.projection), "sample_rate": self.projection.sample_rate}
+
+    def _restore_state(self, state: dict) -> None:
         d = self.space.dim
         self.G = self.make_generator(d_code=self.d_code or d, out_dim=d).to(self.device)
-        self.G.load_state_dict(ck["generator"])
+        self.G.load_state_dict(state["generator"])
         self.G.eval()
 
     @torch.no_grad()

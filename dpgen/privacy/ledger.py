@@ -1,6 +1,11 @@
 """The privacy ledger: every private release of a run, and the epsilon it has cost.
 
-A run records each private step with ``record(noise_multiplier, sample_rate)``.  The ledger
+Releases are recorded by the mechanism objects of ``privacy.mechanisms`` (``Mechanism.release``
+adds the noise and calls ``record`` in the same call; no method records by hand).  Each entry keeps
+its noise multiplier (noise std / L2 sensitivity *under its neighbouring relation*), sample rate,
+neighbouring relation (``add_remove`` for Poisson subsampling, ``replace_one`` for fixed-size
+sampling without replacement or a release of the whole set with N public), the mechanism kind and
+its guarantee label.  The ledger
 answers epsilon at any delta under each accountant (RDP via autodp; PLD via dp-accounting when
 the sampling is Poisson), is saved inside every checkpoint (``state_dict``), and tells the
 training loop when the next step would exceed the target epsilon (``allows``).
@@ -29,6 +34,19 @@ from .accountants import (
     check_epsilon_delta,
     check_sampling,
 )
+from .guarantee import LABELS, RIGOROUS, combine
+
+RELATIONS: tuple[str, ...] = ("add_remove", "replace_one")
+ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
+
+
+def relation_of_sampling(sampling: str) -> str:
+    """The neighbouring relation a subsampling scheme's amplification bound is stated for.
+
+    Poisson subsampling (Mironov et al. 2019; dp-accounting): add/remove one record.  Fixed-size
+    sampling without replacement (Wang, Balle & Kasiviswanathan 2019): replace one record.
+    """
+    return {"poisson": "add_remove", "without_replacement": "replace_one"}[check_sampling(sampling)]
 
 
 @dataclass(frozen=True)
@@ -37,6 +55,15 @@ class LedgerEntry:
     sample_rate: float
     steps: int
     delta_per_step: float = 0.0  # failure probability of the sensitivity bound, per release
+    relation: str = "add_remove"  # neighbouring relation the noise multiplier is stated for
+    mechanism: str = ""  # kind of release (privacy.mechanisms)
+    guarantee: str = RIGOROUS  # privacy.guarantee label
+
+    def same_release(self, other: LedgerEntry) -> bool:
+        """Everything but ``steps`` equal (consecutive such entries are merged)."""
+        return (self.noise_multiplier, self.sample_rate, self.delta_per_step, self.relation, self.mechanism,
+                self.guarantee) == (other.noise_multiplier, other.sample_rate, other.delta_per_step, other.relation,
+                                    other.mechanism, other.guarantee)
 
 
 class PrivacyLedger:
@@ -47,13 +74,11 @@ class PrivacyLedger:
         epsilon: float | None,
         delta: float,
         sampling: str = "poisson",
-        dataset_size: int | None = None,
     ) -> None:
         check_epsilon_delta(epsilon, delta)
         self.target_epsilon = None if epsilon is None else float(epsilon)
         self.delta = float(delta)
         self.sampling = check_sampling(sampling)
-        self.dataset_size = dataset_size
         self.entries: list[LedgerEntry] = []
         self._rdp = RDPAccountant(sampling)
         self._pld = PLDAccountant(sampling) if sampling == "poisson" else None
@@ -72,31 +97,68 @@ class PrivacyLedger:
         if name in self._pending_reported:
             accountant.load_state_dict(self._pending_reported.pop(name))
 
-    def calibrate(self, sample_rate: float, steps: int) -> float:
-        """Noise multiplier for ``steps`` more releases at ``sample_rate`` so that RDP epsilon <= target
-        (the recorded history included).  For releases without a per-step sensitivity reservation
-        (DP-SGD: clipping makes the bound hold surely); DP-SWD calibrates with ``calibrate_dpswd``."""
+    def calibrate(self, sample_rate: float, steps: int, delta_per_step: float = 0.0,
+                  accountant: str = "rdp", history: bool = True) -> float:
+        """Noise multiplier for ``steps`` more releases at ``sample_rate`` so that epsilon <= target.
+
+        The sensitivity failure probability is included: the conversion is done at
+        ``delta - reserved so far - steps * delta_per_step`` (union bound).  ``history=True``: the
+        recorded releases are included (calibrating the rest of a run); ``history=False``: the
+        ``steps`` releases alone spend the target (a run's noise is fixed before its first step,
+        the same on a resume; earlier releases are enforced by the budget stop).
+        ``accountant``: ``rdp`` (autodp, the default and the budget stop of every run) or ``pld``
+        (dp-accounting; for one full-batch release, ``q = 1``, ``steps = 1``, this is the exact
+        analytic Gaussian mechanism of Balle & Wang 2018).  Mechanisms call this
+        (``Mechanism.calibrate``); methods never calibrate themselves.
+        """
         if self.target_epsilon is None:
             raise ValueError("calibration needs accountant.epsilon (a number), got null")
-        self._rdp.history = self._releases(self.entries)
+        if accountant not in ACCOUNTANTS:
+            raise ValueError(f"unknown accountant {accountant!r}; choose rdp or pld")
+        past = self.entries if history else []
+        delta_conv = self.delta - sum(e.steps * e.delta_per_step for e in past) - steps * delta_per_step
+        if delta_conv <= 0:
+            raise ValueError(f"the sensitivity bounds reserve all of accountant.delta={self.delta}; lower "
+                             "model.sensitivity_fraction")
+        if accountant == "pld":
+            if sample_rate < 1.0 or steps != 1 or past:
+                raise ValueError("PLD calibration is implemented for one full-batch Gaussian release only "
+                                 "(model.calibration=analytic of DPSWflow); use the rdp accountant")
+            from .dpswflow import analytic_gaussian_multiplier
+
+            return analytic_gaussian_multiplier(self.target_epsilon, delta_conv)
+        self._rdp.history = self._releases(past)
         try:
-            return self._rdp.calibrate(self.target_epsilon, self.delta - self.delta_reserved, sample_rate, steps)
+            return self._rdp.calibrate(self.target_epsilon, delta_conv, sample_rate, steps)
         finally:
             self._rdp.reset()
 
     # -- recording -----------------------------------------------------------------------
     def record(
-        self, noise_multiplier: float, sample_rate: float, steps: int = 1, delta_per_step: float = 0.0
+        self, noise_multiplier: float, sample_rate: float, steps: int = 1, delta_per_step: float = 0.0,
+        relation: str | None = None, mechanism: str = "", guarantee: str = RIGOROUS,
     ) -> None:
+        """Record ``steps`` releases.  Called by ``Mechanism.release`` (methods never call it).
+
+        ``relation`` defaults to the one of the ledger's sampling; a subsampled release (q < 1) must
+        use exactly that relation (the amplification bound is proven for it only).  A noise
+        multiplier of 0 is an un-noised release: epsilon = infinity.
+        """
         Release(noise_multiplier, sample_rate, steps)  # validates
-        e = LedgerEntry(float(noise_multiplier), float(sample_rate), int(steps), float(delta_per_step))
+        relation = relation_of_sampling(self.sampling) if relation is None else relation
+        if relation not in RELATIONS:
+            raise ValueError(f"unknown neighbouring relation {relation!r}; choose one of {', '.join(RELATIONS)}")
+        if sample_rate < 1.0 and relation != relation_of_sampling(self.sampling):
+            raise ValueError(f"a release subsampled with accountant.sampling={self.sampling} is accounted under "
+                             f"{relation_of_sampling(self.sampling)} neighbours, not {relation}")
+        if guarantee not in LABELS:
+            raise ValueError(f"unknown guarantee label {guarantee!r}")
+        e = LedgerEntry(float(noise_multiplier), float(sample_rate), int(steps), float(delta_per_step), relation,
+                        str(mechanism), guarantee)
         last = self.entries[-1] if self.entries else None
-        if last and (last.noise_multiplier, last.sample_rate, last.delta_per_step) == (
-            e.noise_multiplier, e.sample_rate, e.delta_per_step
-        ):
-            self.entries[-1] = LedgerEntry(
-                last.noise_multiplier, last.sample_rate, last.steps + e.steps, last.delta_per_step
-            )
+        if last and last.same_release(e):
+            self.entries[-1] = LedgerEntry(last.noise_multiplier, last.sample_rate, last.steps + e.steps,
+                                           last.delta_per_step, last.relation, last.mechanism, last.guarantee)
         else:
             self.entries.append(e)
 
@@ -134,24 +196,39 @@ class PrivacyLedger:
             raise ValueError(f"unknown accountant {accountant!r}; choose rdp or pld")
         return self._eps(self.entries, self.delta if delta is None else delta, accountant)
 
-    def allowance(self, noise_multiplier: float, sample_rate: float, delta_per_step: float = 0.0) -> int:
-        """How many more releases with these parameters keep RDP epsilon <= target.
+    def allowance(self, noise_multiplier: float, sample_rate: float, delta_per_step: float = 0.0,
+                  accountant: str = "rdp", at_most: int | None = None) -> int:
+        """How many more releases with these parameters keep epsilon <= target (see ``allowance_for``)."""
+        return self.allowance_for([LedgerEntry(noise_multiplier, sample_rate, 1, delta_per_step)], accountant,
+                                  at_most)
 
-        Exponential then binary search over the step count (epsilon is non-decreasing in it);
-        cached, so the per-step check in a training loop costs nothing.
+    def allowance_for(self, per_step: list[LedgerEntry], accountant: str = "rdp", at_most: int | None = None) -> int:
+        """How many more steps, each releasing every entry of ``per_step`` once, keep epsilon <= target.
+
+        ``at_most``: the caller needs no more than this many (one accountant call when they all fit).
+        Otherwise exponential then binary search over the step count (epsilon is non-decreasing in
+        it); cached, so the per-step check in the training loop costs nothing.  The PLD accountant
+        (only for the one-shot analytic release) is allowed a 1e-3 relative slack: its
+        discretisation is pessimistic by about that much for a single Gaussian whose exact epsilon
+        is the target.
         """
         if self.target_epsilon is None:
-            return 2**62
-        key = (tuple(self.entries), noise_multiplier, sample_rate, delta_per_step)
+            return 2**62 if at_most is None else at_most
+        key = (tuple(self.entries), tuple(per_step), accountant, at_most)
         if key in self._allowance_cache:
             return self._allowance_cache[key]
+        slack = 1e-3 if accountant == "pld" else 0.0
 
         def ok(s: int) -> bool:
-            extra = LedgerEntry(noise_multiplier, sample_rate, s, delta_per_step)
-            eps = self._eps(self.entries + [extra], self.delta, "rdp")
-            return eps is not None and eps <= self.target_epsilon
+            extra = [LedgerEntry(e.noise_multiplier, e.sample_rate, s, e.delta_per_step) for e in per_step]
+            eps = self._eps(self.entries + extra, self.delta, accountant)
+            if eps is None:
+                raise ValueError("the PLD accountant needs accountant.sampling=poisson")
+            return eps <= self.target_epsilon * (1.0 + slack)
 
-        if not ok(1):
+        if at_most is not None and at_most >= 1 and ok(at_most):
+            n = at_most
+        elif not ok(1):
             n = 0
         else:
             lo, hi = 1, 2
@@ -165,9 +242,24 @@ class PrivacyLedger:
                     lo = mid
                 else:
                     hi = mid
-            n = lo
+            n = lo if at_most is None else min(lo, at_most)
         self._allowance_cache = {key: n}
         return n
+
+    @property
+    def relation(self) -> str | None:
+        """The neighbouring relation of the recorded releases (``mixed: ...`` if they differ)."""
+        rels = sorted({e.relation for e in self.entries if e.steps > 0})
+        if not rels:
+            return relation_of_sampling(self.sampling)
+        return rels[0] if len(rels) == 1 else "mixed: " + " + ".join(rels)
+
+    @property
+    def guarantee(self) -> str:
+        """The weakest guarantee label of the recorded releases (``privacy.guarantee``)."""
+        labels = [e.guarantee for e in self.entries if e.steps > 0]
+        labels += ["non-private" for e in self.entries if e.steps > 0 and e.noise_multiplier == 0]
+        return combine(labels)
 
     def summary(self) -> dict:
         eps_rdp = self.epsilon(accountant="rdp")
@@ -177,6 +269,8 @@ class PrivacyLedger:
             "delta": self.delta,
             "delta_reserved_for_sensitivity": self.delta_reserved,
             "sampling": self.sampling,
+            "neighbouring_relation": self.relation,
+            "guarantee": self.guarantee,
             "private_steps": self.steps,
             "epsilon_rdp": eps_rdp,
             "epsilon_pld": eps_pld,
@@ -205,17 +299,24 @@ class PrivacyLedger:
             "target_epsilon": self.target_epsilon,
             "delta": self.delta,
             "sampling": self.sampling,
-            "dataset_size": self.dataset_size,
             "entries": [asdict(e) for e in self.entries],
             **({"reported": {k: a.state_dict() for k, a in self.reported.items()}} if self.reported else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("delta", "sampling"):
+        """Restore the recorded releases; refuse a checkpoint accounted against another target.
+
+        A resume with a changed ``accountant.epsilon``, ``accountant.delta`` or ``accountant.sampling``
+        would silently mix two budgets (the noise was calibrated for the old one): refused, naming
+        the setting.
+        """
+        for key, setting in (("target_epsilon", "accountant.epsilon"), ("delta", "accountant.delta"),
+                             ("sampling", "accountant.sampling")):
             if state[key] != getattr(self, key):
                 raise ValueError(
-                    f"checkpoint ledger has {key}={state[key]!r} but this run has "
-                    f"{getattr(self, key)!r}; resume with the same accountant settings"
+                    f"cannot resume: the checkpoint was accounted with {setting}={state[key]!r} but this run has "
+                    f"{setting}={getattr(self, key)!r}; resume with {setting}={state[key]!r} (or start a new run "
+                    "folder)"
                 )
         self.entries = [LedgerEntry(**e) for e in state["entries"]]
         self._allowance_cache = {}
@@ -227,6 +328,6 @@ class PrivacyLedger:
 
     @classmethod
     def from_state_dict(cls, state: dict) -> PrivacyLedger:
-        led = cls(state["target_epsilon"], state["delta"], state["sampling"], state.get("dataset_size"))
+        led = cls(state["target_epsilon"], state["delta"], state["sampling"])
         led.load_state_dict(state)
         return led

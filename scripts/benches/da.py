@@ -42,13 +42,13 @@ def _steps_per_s(data, name: str, alignment, private: bool, device: torch.device
     m = DomainAdaptation(DigitsFeatureExtractor, DigitsClassifier, alignment, batch_size=32, epochs=1000,
                          start_align=0, lr=1e-3, private=private)
     with tempfile.TemporaryDirectory() as tmp:
-        ledger = PrivacyLedger(10.0 if private else None, 1e-4, "poisson", len(data.private))
+        ledger = PrivacyLedger(10.0 if private else None, 1e-4, "poisson")
         ctx = lambda n: TrainContext(device=device, logger=RunLogger(tmp), run_dir=Path(tmp), progress=False,  # noqa: E731
                                      deterministic=True, max_steps=n, checkpoint_every=10**9, log_every=10**9)
         t_warm = m.fit(data, ledger, ctx(WARMUP))["train_time_s"]
         t_all = DomainAdaptation(DigitsFeatureExtractor, DigitsClassifier, alignment, batch_size=32, epochs=1000,
                                  start_align=0, lr=1e-3, private=private).fit(
-            data, PrivacyLedger(10.0 if private else None, 1e-4, "poisson", len(data.private)),
+            data, PrivacyLedger(10.0 if private else None, 1e-4, "poisson"),
             ctx(WARMUP + steps))["train_time_s"]
     return steps / max(t_all - t_warm, 1e-9)
 

@@ -1,0 +1,160 @@
+"""THE training loop of every method (the only place with checkpoints, a progress bar and the budget stop).
+
+``train(method, data, ledger, ctx)``:
+
+1. resume: load ``ctx.resume_from`` (its method state is handed to ``setup`` as ``ctx.resume_state``);
+2. ``method.setup(data, ledger, ctx)``: models, sampler, calibrated mechanisms (no release);
+3. resume: check the signature, then restore ledger (refuses a changed accountant.epsilon / delta /
+   sampling), method state, mechanism noise generators, sampler and RNG;
+4. for t in [start, end):
+   budget check — the ledger's allowance for the mechanisms step t will release (cached: one
+   accountant call when the rest of the plan fits) — stop before the target would be exceeded;
+   ``values = method.step(t)`` — every private release happens in here, through a mechanism that
+   records itself; a resume never re-releases a finished step;
+   non-finite check on ``values`` (public or released quantities only; never an un-noised loss);
+   log cadence (values + epsilon_rdp + steps/s); atomic checkpoint cadence; progress bar;
+5. final checkpoint; the weights-only release artefact ``ctx.run_dir / method.release_name``
+   (``method.release_state()`` + the signature); ``method.finish(ctx)``;
+6. returns the training summary (steps, budget stop, time, every mechanism's ``describe()``,
+   ``method.train_summary()``).
+
+Checkpoint ``checkpoints/last.pt`` = {step, signature, method, ledger, mechanisms, sampler, rng}: it
+holds RNG states and is as sensitive as the data; the release artefact is what may be published.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from ..data import DataSplits
+from ..privacy import PrivacyLedger
+from ..privacy.mechanisms import Mechanism
+from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
+from .base import Method, NonFiniteLossError, TrainContext, check_signature
+
+
+class Budget:
+    """The per-step budget check: may step t release these mechanisms without exceeding the target?
+
+    The ledger's allowance for the pattern of releases (one per mechanism) is computed once and
+    counted down; it is recomputed when the pattern changes (e.g. after warm-up steps).
+    """
+
+    def __init__(self, ledger: PrivacyLedger) -> None:
+        self.ledger = ledger
+        self.key: tuple | None = None
+        self.left = 0
+
+    def allowance(self, mechs: list[Mechanism], at_most: int | None) -> int:
+        private = [m for m in mechs if m.private]
+        if not private or self.ledger.target_epsilon is None:
+            return 2**62 if at_most is None else at_most
+        accountant = "pld" if any(m.accountant == "pld" for m in private) else "rdp"
+        return self.ledger.allowance_for([m.ledger_entry() for m in private], accountant, at_most)
+
+    def allows(self, mechs: list[Mechanism], remaining: int) -> bool:
+        private = tuple(m.ledger_entry() for m in mechs if m.private)
+        if not private or self.ledger.target_epsilon is None:
+            return True
+        if private != self.key:
+            self.key, self.left = private, self.allowance(mechs, remaining)
+        return self.left >= 1
+
+    def spent(self, mechs: list[Mechanism]) -> None:
+        if any(m.private for m in mechs) and self.key is not None:
+            self.left -= 1
+
+
+def progress_bar(name: str, ctx: TrainContext, transient: bool = False) -> Progress:
+    """The progress bar of the loop (also used for a method's PUBLIC pre-training, e.g. DPSWflow's AE)."""
+    return Progress(TextColumn(f"[bold]{name}[/] " + "{task.completed}/{task.total}"), BarColumn(),
+                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                    disable=not ctx.progress, transient=transient)
+
+
+def save_public_artifact(obj: dict, path) -> None:
+    """Atomic write of a PUBLIC artefact outside the checkpoint (e.g. an autoencoder trained on public data only)."""
+    atomic_save(obj, path)
+
+
+def _check_finite(values: dict, step: int) -> None:
+    for k, v in values.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise NonFiniteLossError(step, k)
+
+
+def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, ctx: TrainContext) -> None:
+    atomic_save({"step": step, "signature": signature, "method": method.state_dict(), "ledger": ledger.state_dict(),
+                 "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()},
+                 "sampler": None if method.sampler is None else method.sampler.state_dict(), "rng": rng_state()},
+                ctx.checkpoint_path)
+
+
+def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
+    """Run ``method`` to its planned end, the budget stop or ``ctx.max_steps``; see the module docstring."""
+    ck = None
+    if ctx.resume_from is not None:
+        ck = load_checkpoint(ctx.resume_from)
+        ctx.resume_state = ck.get("method")
+    method.mechanisms = {}
+    method.setup(data, ledger, ctx)
+    signature = {"method": type(method).__name__, **method.signature()}
+    start = 0
+    if ck is not None:
+        check_signature(ck.get("signature", {}), signature)
+        ledger.load_state_dict(ck["ledger"])
+        method.load_state_dict(ck["method"])
+        missing = set(method.mechanisms) - set(ck.get("mechanisms", {}))
+        if missing:
+            raise ValueError(f"cannot resume: the checkpoint has no state for the mechanisms {sorted(missing)}")
+        for name, mech in method.mechanisms.items():
+            mech.load_state_dict(ck["mechanisms"][name])
+        if method.sampler is not None:
+            method.sampler.load_state_dict(ck["sampler"])
+        set_rng_state(ck["rng"])
+        start = int(ck["step"])
+
+    budget = Budget(ledger)
+    planned = method.total_steps
+    if planned is None:  # train until the budget is spent
+        end = start + budget.allowance(method.step_mechanisms(start), None)
+        budget_end = end
+    else:
+        end, budget_end = planned, None
+    if ctx.max_steps is not None:
+        end = min(end, int(ctx.max_steps))
+
+    t0, done, values, stopped = time.time(), start, {}, False
+    bar = progress_bar(method.name, ctx)
+    with bar:
+        task = bar.add_task("train", total=end, completed=start, info="")
+        for t in range(start, end):
+            mechs = method.step_mechanisms(t)
+            if not budget.allows(mechs, end - t):
+                stopped = True
+                break
+            values = method.step(t)
+            budget.spent(mechs)
+            _check_finite(values, t)
+            done = t + 1
+            if done % ctx.log_every == 0 or done == end:
+                eps = ledger.epsilon(accountant="rdp")
+                ctx.logger.log_metrics({**values, "epsilon_rdp": eps,
+                                        "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
+                bar.update(task, info=f"{method.progress_info(values)}  eps(RDP) {eps:.3f}")
+            if done % ctx.checkpoint_every == 0:
+                _checkpoint(method, ledger, signature, done, ctx)
+            bar.update(task, completed=done)
+    if budget_end is not None and done == budget_end and any(m.private for m in method.step_mechanisms(done)):
+        stopped = True  # the run was planned to end at the budget
+    _checkpoint(method, ledger, signature, done, ctx)
+    atomic_save({**method.release_state(), "signature": signature}, ctx.run_dir / method.release_name)
+    method.finish(ctx)
+    return {"train_steps": done, "steps_planned": planned, "stopped_by_budget": stopped,
+            "train_time_s": time.time() - t0,
+            **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
+            "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()},
+            **method.train_summary()}

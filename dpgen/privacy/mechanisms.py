@@ -1,0 +1,356 @@
+"""One object per kind of private release: noise added = noise recorded, by construction.
+
+A :class:`Mechanism` is built from the run's :class:`~dpgen.privacy.ledger.PrivacyLedger` and knows
+
+* its **neighbouring relation**: ``add_remove`` under Poisson subsampling, ``replace_one`` under
+  fixed-size sampling without replacement or for a release of the whole private set with N public
+  (:func:`neighbouring_relation`).  It is derived from the ledger's sampling, never passed by a method;
+* its **L2 sensitivity under that relation**: every subclass implements
+  ``sensitivity_under(relation)`` for BOTH relations and the base class evaluates it at the run's
+  relation, so a replace-one release of a sum of clipped contributions is accounted with the
+  doubled sensitivity 2C (:func:`sum_sensitivity`) — it cannot be forgotten;
+* its **noise std** and **noise multiplier** ``= noise_std / sensitivity`` (what the accountant sees),
+  its **sample rate** and the **sensitivity failure probability** ``beta`` reserved per release;
+* its own ``torch.Generator`` for the noise (secretly seeded from OS entropy unless
+  ``trainer.deterministic=true``), whose state is in ``state_dict`` so a resumed run draws the noise
+  an uninterrupted run would have drawn.
+
+``calibrate(steps)`` asks the ledger (``ledger.calibrate``, with the reserved beta) for the noise
+multiplier; ``release(...)`` adds the noise AND records the release in the ledger in the same call
+(a non-private mechanism records noise multiplier 0: epsilon = infinity).  ``describe()`` is what
+results.json shows.
+
+Kinds:
+
+=============================  ===========================================  =========================
+class                          release                                       used by
+=============================  ===========================================  =========================
+GaussianProjectionRelease      ``rows @ U + N(0, s^2)``, per step            DP-SWD, DPSWflow-r, DPSWgen,
+                                                                             DA dpswd
+OneShotProjectionRelease       same, the whole private set once (N public)   DPSWflow (Algorithm 2)
+ImageGradientSanitiser         ``clip_C(G) + N(0, (2 C sigma)^2)``          DP-Sinkhorn
+=============================  ===========================================  =========================
+
+Adding a kind: subclass :class:`Mechanism`, set ``kind``, implement ``sensitivity_under`` for both
+relations and a ``release`` that computes the clipped quantity, adds ``self.noise(shape)`` and
+calls ``self._record()``; put whatever fixes the sensitivity in ``_config`` (checked on resume).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import warnings
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+
+from .guarantee import guarantee_label, qualifier
+from .image_gradient import CLIP_MODES, clip_per_row, clip_whole
+from .ledger import RELATIONS, LedgerEntry, PrivacyLedger, relation_of_sampling
+from .sensitivity import BOUNDS, l2_sensitivity
+
+DIRECTIONS = ("random",)  # "orthogonal" (sensitivity exactly row_diameter * ceil(k/d), no beta) can be added
+
+
+def neighbouring_relation(sampling: str, full_set: bool = False) -> str:
+    """``replace_one`` for a release of the whole set (N public), else the relation of ``sampling``."""
+    return "replace_one" if full_set else relation_of_sampling(sampling)
+
+
+def sum_sensitivity(contribution_bound: float, relation: str) -> float:
+    """L2 sensitivity of a SUM of per-record contributions each of norm <= C.
+
+    Add/remove one record: the sum moves by one contribution, ``C``.  Replace one record: one
+    contribution leaves and another enters, ``2 C``.
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"unknown neighbouring relation {relation!r}")
+    return contribution_bound * (1.0 if relation == "add_remove" else 2.0)
+
+
+class Mechanism(ABC):
+    """A private release of one kind: sensitivity under the run's relation, calibrated noise, own RNG."""
+
+    kind: ClassVar[str] = "mechanism"
+
+    def __init__(self, ledger: PrivacyLedger, *, sample_rate: float, private: bool = True, full_set: bool = False,
+                 seed: int | None = None, accountant: str = "rdp", bound: str | None = None) -> None:
+        if not 0.0 < sample_rate <= 1.0:
+            raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+        if full_set and sample_rate != 1.0:
+            raise ValueError("a release of the whole private set has sample_rate 1")
+        self.ledger = ledger
+        self.sample_rate = float(sample_rate)
+        self.private = bool(private)
+        self.relation = neighbouring_relation(ledger.sampling, full_set)
+        self.accountant = accountant
+        self.bound = bound
+        self.beta = 0.0  # sensitivity failure probability per release (set by subclasses with a random bound)
+        self.noise_std = 0.0
+        self._multiplier = 0.0
+        self._sensitivity: dict[str, float] = {}
+        self.releases = 0
+        self.generator = torch.Generator().manual_seed(secrets.randbits(63) if seed is None else int(seed))
+
+    # -- sensitivity and noise ---------------------------------------------------------
+    @abstractmethod
+    def sensitivity_under(self, relation: str) -> float:
+        """L2 sensitivity of the un-noised release between neighbours of ``relation``."""
+
+    @property
+    def sensitivity(self) -> float | None:
+        """Sensitivity under the run's relation (``None`` for a non-private mechanism)."""
+        if not self.private:
+            return None
+        if self.relation not in self._sensitivity:  # cached: some bounds solve a 1-D minimisation
+            self._sensitivity[self.relation] = self.sensitivity_under(self.relation)
+        return self._sensitivity[self.relation]
+
+    @property
+    def noise_multiplier(self) -> float:
+        """``noise_std / sensitivity`` (what the accountant sees); 0 for a non-private mechanism."""
+        return self._multiplier if self.private else 0.0
+
+    @property
+    def guarantee(self) -> str:
+        return guarantee_label(self.private, self.bound)
+
+    def calibrate(self, steps: int) -> float:
+        """Set the noise so that ``steps`` releases spend at most the target epsilon.
+
+        ``ledger.calibrate`` with this release's beta and accountant, without the ledger's history:
+        the noise of a run is fixed before its first step and is the same on a resume; releases
+        recorded earlier are enforced by the loop's budget stop.  Returns the noise multiplier.
+        """
+        if not self.private:
+            raise ValueError("a non-private mechanism is not calibrated")
+        mult = self.ledger.calibrate(self.sample_rate, int(steps), self.beta, accountant=self.accountant,
+                                     history=False)
+        self._multiplier, self.noise_std = mult, mult * self.sensitivity
+        return mult
+
+    def set_noise_multiplier(self, noise_multiplier: float) -> None:
+        """Fixed noise multiplier (std = multiplier * sensitivity); e.g. DP-Sinkhorn's configured sigma."""
+        if noise_multiplier <= 0 and self.private:
+            raise ValueError(f"a private release needs a noise multiplier > 0, got {noise_multiplier}")
+        if self.private:
+            self._multiplier, self.noise_std = float(noise_multiplier), float(noise_multiplier) * self.sensitivity
+
+    def set_noise_std(self, noise_std: float) -> None:
+        """Non-private runs only: smoothing noise that is not accounted (DPSWflow toy of Fig. 1)."""
+        if self.private:
+            raise ValueError("a private mechanism's noise comes from calibrate() or set_noise_multiplier()")
+        if noise_std < 0:
+            raise ValueError(f"noise std must be >= 0, got {noise_std}")
+        self.noise_std = float(noise_std)
+
+    def noise(self, shape: torch.Size | tuple[int, ...], like: torch.Tensor) -> torch.Tensor | None:
+        """``N(0, noise_std^2)`` of ``shape`` from this mechanism's generator (cpu draw, moved to ``like``);
+        ``None`` when the std is 0 (nothing drawn)."""
+        if self.noise_std <= 0:
+            return None
+        z = torch.randn(tuple(shape), generator=self.generator, dtype=like.dtype)
+        return self.noise_std * z.to(like.device)
+
+    def _record(self) -> None:
+        """One release of this mechanism in the ledger (only ``release`` calls it)."""
+        self.ledger.record(self.noise_multiplier, self.sample_rate, 1, self.beta if self.private else 0.0,
+                           relation=self.relation, mechanism=self.kind, guarantee=self.guarantee)
+        self.releases += 1
+
+    def ledger_entry(self) -> LedgerEntry:
+        """What one release adds to the ledger (the budget check of the training loop)."""
+        return LedgerEntry(self.noise_multiplier, self.sample_rate, 1, self.beta if self.private else 0.0,
+                           self.relation, self.kind, self.guarantee)
+
+    # -- persistence and reporting -----------------------------------------------------
+    def _config(self) -> dict:
+        """What fixes the calibration (compared on resume)."""
+        return {"kind": self.kind, "relation": self.relation, "sample_rate": self.sample_rate,
+                "private": self.private, "noise_std": self.noise_std, "beta": self.beta}
+
+    def state_dict(self) -> dict:
+        return {**self._config(), "generator": self.generator.get_state(), "releases": self.releases}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the noise generator; refuse a checkpoint whose calibration differs from this run's."""
+        mine = self._config()
+        diff = {k: (state.get(k), v) for k, v in mine.items()
+                if not (state.get(k) == v or (isinstance(v, float) and isinstance(state.get(k), float)
+                                              and math.isclose(state[k], v, rel_tol=1e-12)))}
+        if diff:
+            raise ValueError(f"cannot resume: the {self.kind} release was calibrated differently in the checkpoint ("
+                             + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
+                             + "); resume with the same model and accountant settings")
+        self.generator.set_state(state["generator"])
+        self.releases = int(state["releases"])
+
+    def describe(self) -> dict:
+        """For results.json (``train.mechanisms``)."""
+        return {"kind": self.kind, "relation": self.relation, "sensitivity": self.sensitivity,
+                "noise_std": self.noise_std, "noise_multiplier": self.noise_multiplier,
+                "sample_rate": self.sample_rate, "beta": self.beta if self.private else 0.0,
+                "accountant": self.accountant, "guarantee": self.guarantee,
+                "guarantee_note": qualifier(self.guarantee) or None, "releases": self.releases}
+
+
+# ---------------------------------------------------------------------------------------------
+class GaussianProjectionRelease(Mechanism):
+    """DP-SWD's Gaussian mechanism ``M(X) = X U + V``, ``V_ij ~ N(0, s^2)`` (Rakotomamonjy & Ralaivola, Alg. 1).
+
+    Rows ``X: (B, D)`` come from a map of ``privacy.rows`` with ``||x_i - x'_i|| <= row_diameter``
+    (1 for rows of norm <= 1/2, 2 for unit latents); ``U: (D, k)`` has unit columns drawn fresh.
+    With probability >= 1 - beta over U, ``||X U - X' U||_F <= row_diameter sqrt(w(k, D, beta))``
+    (``privacy.sensitivity``; ``bound`` = bernstein | bernstein_code | chernoff | clt).
+
+    delta split (union bound over the T releases): ``beta = f delta / T`` reserved per release, the
+    conversion at ``(1 - f) delta`` (``ledger.calibrate`` subtracts the reservations).
+
+    Relation and partners: under ``replace_one`` the differing pair is fixed (``partners = 1``).  Under
+    ``add_remove`` (Poisson) the batch is released at the fixed size B (``rows.fixed_size``): an added
+    record replaces a padding row or a *random* kept record, so the bound must hold for all N + 1
+    possible partners: it is taken at ``beta / (N + 1)``.
+    """
+
+    kind = "gaussian_projection"
+
+    def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, steps: int, sample_rate: float,
+                 n_private: int, bound: str = "bernstein", sensitivity_fraction: float = 0.5, row_diameter: float = 1.0,
+                 private: bool = True, seed: int | None = None, full_set: bool = False, directions: str = "random",
+                 accountant: str = "rdp") -> None:
+        super().__init__(ledger, sample_rate=sample_rate, private=private, full_set=full_set, seed=seed,
+                         accountant=accountant, bound=bound)
+        if bound not in BOUNDS:
+            raise ValueError(f"model.bound={bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
+        if directions not in DIRECTIONS:
+            raise ValueError(f"directions={directions!r} is unknown; choose one of {', '.join(DIRECTIONS)}")
+        if not 0.0 < sensitivity_fraction < 1.0:
+            raise ValueError(f"model.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
+        if steps < 1:
+            raise ValueError(f"the number of releases must be >= 1, got {steps}")
+        self.dim, self.k, self.steps, self.n_private = int(dim), int(num_projections), int(steps), int(n_private)
+        self.row_diameter, self.sensitivity_fraction, self.directions = float(row_diameter), float(
+            sensitivity_fraction), directions
+        if self.private:
+            self.beta = self.sensitivity_fraction * ledger.delta / self.steps
+            if bound == "clt":
+                warnings.warn("bound=clt is an asymptotic approximation, not a rigorous bound: the reported "
+                              "(epsilon, delta) is not a DP guarantee (use chernoff or bernstein for one)", stacklevel=3)
+
+    def partners(self, relation: str) -> int:
+        """How many difference vectors the bound must hold for at one release (see the class docstring)."""
+        return self.n_private + 1 if relation == "add_remove" else 1
+
+    def sensitivity_under(self, relation: str) -> float:
+        if relation not in RELATIONS:
+            raise ValueError(f"unknown neighbouring relation {relation!r}")
+        return l2_sensitivity(self.k, self.dim, self.beta / self.partners(relation), self.bound, self.row_diameter)
+
+    def release(self, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """``rows: (B, D)`` (already bounded by a row map), ``u: (D, k)`` -> ``(B, k) = rows @ u + N(0, s^2)``.
+
+        The only way private rows leave: noised, and recorded in the ledger in the same call.
+        """
+        if rows.shape[1] != self.dim or u.shape != (self.dim, self.k):
+            raise ValueError(f"projection release expects rows (B, {self.dim}) and directions ({self.dim}, {self.k}), "
+                             f"got {tuple(rows.shape)} and {tuple(u.shape)}")
+        p = rows.detach() @ u
+        z = self.noise(p.shape, p)
+        out = p if z is None else p + z
+        self._record()
+        return out
+
+    def _config(self) -> dict:
+        return {**super()._config(), "dim": self.dim, "k": self.k, "steps": self.steps, "bound": self.bound,
+                "row_diameter": self.row_diameter, "directions": self.directions}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "row_dim": self.dim, "num_projections": self.k, "sensitivity_bound": self.bound,
+                "row_diameter": self.row_diameter, "partners": self.partners(self.relation) if self.private else None,
+                "directions": self.directions, "releases_planned": self.steps}
+
+
+class OneShotProjectionRelease(GaussianProjectionRelease):
+    """DPSWflow (Sebag et al., Algorithm 2): the projections of the WHOLE private set, released once.
+
+    One Gaussian mechanism, no subsampling (sample rate 1), N public: the relation is ``replace_one``
+    whatever the sampler of other releases.  Unit latents (row diameter 2), beta = f delta once.
+    ``calibration``: ``rdp`` (the ledger's RDP accountant, the runs' default) or ``analytic`` (the exact
+    Gaussian mechanism, certified by the ledger's PLD accountant).
+    """
+
+    kind = "one_shot_projection"
+
+    def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, bound: str = "chernoff",
+                 sensitivity_fraction: float = 0.5, calibration: str = "rdp", private: bool = True,
+                 seed: int | None = None, row_diameter: float = 2.0) -> None:
+        if calibration not in ("rdp", "analytic"):
+            raise ValueError(f"model.calibration={calibration!r}: choose rdp or analytic")
+        super().__init__(ledger, dim=dim, num_projections=num_projections, steps=1, sample_rate=1.0, n_private=0,
+                         bound=bound, sensitivity_fraction=sensitivity_fraction, row_diameter=row_diameter,
+                         private=private, seed=seed, full_set=True,
+                         accountant="pld" if calibration == "analytic" else "rdp")
+        self.calibration = calibration
+
+
+class ImageGradientSanitiser(Mechanism):
+    """DP-Sinkhorn's release (Cao et al. 2021, spec dpsinkhorn.md §2): ``G~ = clip_C(G) + N(0, (2 C sigma)^2 I)``.
+
+    ``G: (n, ...)`` is the gradient of the Sinkhorn loss w.r.t. the n generated images; it depends on
+    the whole private batch through the transport plan.  Non-finite entries are set to 0 first (a
+    data-independent choice; the clip then still bounds the tensor), so the release is always a
+    Gaussian mechanism and the training never branches on an un-noised private quantity.
+
+    * ``clip="whole"`` (the released code): the tensor in the Frobenius C-ball: any change of the
+      batch (add, remove or replace a record) moves it by <= 2C: sensitivity 2C, multiplier sigma.
+    * ``clip="per_row"`` (the paper's Alg. 1): each of the n rows in the C-ball and every row
+      depends on every record: sensitivity 2C sqrt(n), multiplier sigma / sqrt(n) (Thm. 4.1).
+    """
+
+    kind = "image_gradient"
+
+    def __init__(self, ledger: PrivacyLedger, *, clip_norm: float, n_rows: int, sample_rate: float,
+                 clip: str = "whole", private: bool = True, seed: int | None = None) -> None:
+        super().__init__(ledger, sample_rate=sample_rate, private=private, seed=seed)
+        if clip not in CLIP_MODES:
+            raise ValueError(f"model.clip={clip!r} is unknown; choose one of {CLIP_MODES}")
+        if clip_norm <= 0:
+            raise ValueError(f"model.clip_norm (C) must be > 0, got {clip_norm}")
+        self.clip_norm, self.n_rows, self.clip = float(clip_norm), int(n_rows), clip
+
+    def sensitivity_under(self, relation: str) -> float:
+        if relation not in RELATIONS:
+            raise ValueError(f"unknown neighbouring relation {relation!r}")
+        # the clipped tensor lies in a ball of radius C (per row: n balls) whatever the batch
+        return 2.0 * self.clip_norm * (1.0 if self.clip == "whole" else math.sqrt(self.n_rows))
+
+    @property
+    def sigma(self) -> float:
+        """The paper's sigma: noise std = 2 C sigma."""
+        return self.noise_std / (2.0 * self.clip_norm)
+
+    def set_sigma(self, sigma: float) -> None:
+        """Noise std 2 C sigma (the paper's parameterisation)."""
+        if self.private:
+            if sigma <= 0:
+                raise ValueError(f"a private release needs sigma > 0, got {sigma}")
+            self.noise_std = 2.0 * self.clip_norm * float(sigma)
+            self._multiplier = self.noise_std / self.sensitivity
+
+    def release(self, g: torch.Tensor) -> torch.Tensor:
+        """``g: (n, ...)`` -> ``clip(g) + N(0, (2 C sigma)^2)``, recorded; a non-private run passes ``g`` through."""
+        if self.private:
+            g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+            g = clip_whole(g, self.clip_norm) if self.clip == "whole" else clip_per_row(g, self.clip_norm)
+            z = self.noise(g.shape, g)
+            g = g if z is None else g + z
+        self._record()
+        return g
+
+    def _config(self) -> dict:
+        return {**super()._config(), "clip": self.clip, "clip_norm": self.clip_norm, "n_rows": self.n_rows}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "clip": self.clip, "clip_norm": self.clip_norm, "sigma": self.sigma}

@@ -10,11 +10,14 @@ from .core import (
     AuditResult,
     audit_noisy_sum,
     audit_projection_boundary,
+    audit_projection_mechanism,
     audit_projection_release,
+    audit_sanitiser_mechanism,
     audit_sanitizer,
     claimed_epsilon,
+    release_fidelity,
 )
 
-__all__ = ["AuditResult", "audit_noisy_sum", "audit_projection_boundary", "audit_projection_release",
-           "audit_sanitizer", "claimed_epsilon", "clopper_pearson", "epsilon_lower_bound", "gaussian_delta",
+__all__ = ["AuditResult", "audit_noisy_sum", "audit_projection_boundary", "audit_projection_mechanism",
+           "audit_projection_release", "audit_sanitiser_mechanism", "audit_sanitizer", "release_fidelity", "claimed_epsilon", "clopper_pearson", "epsilon_lower_bound", "gaussian_delta",
            "gaussian_epsilon"]

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from ..privacy.image_gradient import clip_whole
 from ..privacy.ledger import PrivacyLedger
 from .bounds import epsilon_lower_bound, gaussian_epsilon
 from .releases import (
@@ -93,7 +94,8 @@ def audit_projection_release(mechanism: str, rows_out: torch.Tensor, rows_in: to
                              noise_std: float, sensitivity: float, delta: float, delta_per_step: float = 0.0,
                              runs: int = 20000, seed: int = 0, noise_scale: float = 1.0,
                              configuration: str = "honest", canary: str = "", preset: str | None = None,
-                             chunk: int = 256, sampling: str = "poisson") -> AuditResult:
+                             chunk: int = 256, sampling: str = "poisson", noise_fn=None,
+                             fidelity: dict | None = None) -> AuditResult:
     """One release ``X U + N(0, sigma^2)`` of DP-SWD / DPSWflow-r / DPSWgen / DPSWflow (one shot).
 
     Claimed: the ledger's epsilon of one Gaussian release (q = 1) with multiplier ``sigma / S``,
@@ -101,8 +103,9 @@ def audit_projection_release(mechanism: str, rows_out: torch.Tensor, rows_in: to
     probability ``1 - beta`` over U: the audit uses the realised ``(x - x')U`` of every run).
     """
     t0 = time.perf_counter()
+    nf = None if noise_fn is None else (lambda shape, like: noise_scale * noise_fn(shape, like))
     s_out, s_in, diffs = projection_release_scores(rows_out, rows_in, k, noise_scale * noise_std, runs,
-                                                   generator=_generator(seed), chunk=chunk)
+                                                   generator=_generator(seed), chunk=chunk, noise_fn=nf)
     b = epsilon_lower_bound(s_out, s_in, delta, seed=seed)
     mult = noise_std / sensitivity
     claimed = claimed_epsilon(mult, 1.0, 1, delta, delta_per_step, "rdp", sampling)
@@ -116,7 +119,9 @@ def audit_projection_release(mechanism: str, rows_out: torch.Tensor, rows_in: to
                         "noise_std": noise_std, "noise_scale": noise_scale, "sensitivity_bound": sensitivity,
                         "row_difference": row_diff, "projected_difference_median": float(np.median(diffs)),
                         "projected_difference_max": float(np.max(diffs)),
-                        "fraction_runs_above_bound": float(np.mean(diffs > sensitivity))})
+                        "fraction_runs_above_bound": float(np.mean(diffs > sensitivity)),
+                        "noise_source": "pure function" if noise_fn is None else "mechanism object's noise()",
+                        "fidelity": fidelity})
 
 
 def audit_projection_boundary(mechanism: str, base_rows: torch.Tensor, row_radius: float, **kw) -> AuditResult:
@@ -128,12 +133,14 @@ def audit_projection_boundary(mechanism: str, base_rows: torch.Tensor, row_radiu
 
 def audit_sanitizer(*, shape: tuple[int, int], clip_norm: float, sigma: float, delta: float, runs: int = 20000,
                     steps: int = 1, seed: int = 0, noise_scale: float = 1.0, configuration: str = "honest",
-                    preset: str | None = None, chunk: int = 1024) -> AuditResult:
+                    preset: str | None = None, chunk: int = 1024, noise_fn=None,
+                    fidelity: dict | None = None) -> AuditResult:
     """DP-Sinkhorn's whole-tensor sanitiser (sensitivity 2C, noise 2 C sigma): ``steps`` releases."""
     t0 = time.perf_counter()
     g0, g1 = sanitizer_canary(shape, clip_norm)
+    nf = None if noise_fn is None else (lambda shp, like: noise_scale * noise_fn(shp, like))
     s_out, s_in = sanitizer_scores(g0, g1, clip_norm, noise_scale * sigma, runs, steps=steps,
-                                   generator=_generator(seed), chunk=chunk)
+                                   generator=_generator(seed), chunk=chunk, noise_fn=nf)
     b = epsilon_lower_bound(s_out, s_in, delta, seed=seed)
     claimed = claimed_epsilon(sigma, 1.0, steps, delta)
     return AuditResult("DP-Sinkhorn image-gradient sanitiser (clip=whole)", configuration, "replace_one",
@@ -141,7 +148,9 @@ def audit_sanitizer(*, shape: tuple[int, int], clip_norm: float, sigma: float, d
                        "exact log-likelihood ratio, summed over steps", runs, steps, 1.0, delta, sigma,
                        b.epsilon_lower, b.confidence, claimed, f"RDP (ledger), {steps} release(s), q = 1",
                        _exact(sigma, steps, 1.0, delta), time.perf_counter() - t0, preset, b.asdict(),
-                       {"shape": list(shape), "clip_norm": clip_norm, "noise_scale": noise_scale})
+                       {"shape": list(shape), "clip_norm": clip_norm, "noise_scale": noise_scale,
+                        "noise_source": "pure function" if noise_fn is None else "mechanism object's noise()",
+                        "fidelity": fidelity})
 
 
 def audit_noisy_sum(grads: torch.Tensor, *, clip_norm: float, noise_multiplier: float, delta: float,
@@ -181,3 +190,56 @@ def audit_noisy_sum(grads: torch.Tensor, *, clip_norm: float, noise_multiplier: 
                        {"clip_norm": clip_norm, "noise_scale": noise_scale, "epsilon_pld": pld,
                         "sensitivity_true": true_sens, "sensitivity_claimed": sens, "batch": int(grads.shape[0]),
                         "params": int(grads.shape[1])})
+
+
+# -- the run's own mechanism objects (dpgen.privacy.mechanisms) --------------------------------
+def release_fidelity(release, expected: torch.Tensor, noise_std: float, reps: int = 32) -> dict:
+    """Call a mechanism's real ``release`` ``reps`` times and compare the std of ``output - expected``
+    (its noise) with the std the mechanism declares (and the audit uses).  ``ratio`` should be 1 within
+    ``tolerance`` (5 standard errors of a sample std)."""
+    resid = torch.stack([release().double() - expected.double() for _ in range(reps)])
+    n = resid.numel()
+    measured = float(resid.std())
+    tol = 5.0 / math.sqrt(2.0 * n)
+    return {"declared_noise_std": float(noise_std), "measured_noise_std": measured,
+            "ratio": measured / noise_std if noise_std > 0 else math.inf, "tolerance": tol,
+            "entries": int(n), "ok": abs(measured / noise_std - 1.0) <= tol if noise_std > 0 else False}
+
+
+def audit_projection_mechanism(mech, rows_out: torch.Tensor, rows_in: torch.Tensor, *, name: str, runs: int,
+                               seed: int = 0, noise_scale: float = 1.0, configuration: str = "honest",
+                               canary: str = "", preset: str | None = None, chunk: int = 256,
+                               fidelity_reps: int = 32) -> AuditResult:
+    """Audit a ``GaussianProjectionRelease`` / ``OneShotProjectionRelease`` built by the run's code.
+
+    Its calibrated ``noise_std``, ``sensitivity`` (under its relation) and ``beta`` are the claim; the
+    vectorised runs draw the noise with its own ``noise()``; ``release()`` itself is called
+    ``fidelity_reps`` times to check that it adds exactly that noise."""
+    u = torch.randn(mech.dim, mech.k, generator=_generator(seed + 1), dtype=torch.float64)
+    u = u / u.norm(dim=0, keepdim=True)
+    fid = release_fidelity(lambda: mech.release(rows_out.to(torch.float64), u), rows_out.double() @ u,
+                           mech.noise_std, fidelity_reps)
+    r = audit_projection_release(name, rows_out, rows_in, k=mech.k, noise_std=mech.noise_std,
+                                 sensitivity=mech.sensitivity, delta=mech.ledger.delta, delta_per_step=mech.beta,
+                                 runs=runs, seed=seed, noise_scale=noise_scale, configuration=configuration,
+                                 canary=canary, preset=preset, chunk=chunk, sampling=mech.ledger.sampling,
+                                 noise_fn=mech.noise, fidelity=fid)
+    r.extra.update({"mechanism_relation": mech.relation, "mechanism_kind": mech.kind, "beta": mech.beta})
+    return r
+
+
+def audit_sanitiser_mechanism(mech, *, shape: tuple[int, int], runs: int, steps: int = 1, seed: int = 0,
+                              noise_scale: float = 1.0, configuration: str = "honest", preset: str | None = None,
+                              fidelity_reps: int = 32) -> AuditResult:
+    """Audit the run's ``ImageGradientSanitiser`` (clip=whole): its clip norm and sigma are the claim,
+    its ``noise()`` draws the vectorised noise, its ``release()`` is checked for fidelity."""
+    if mech.clip != "whole":
+        raise ValueError("the sanitiser audit covers model.clip=whole")
+    g0, _ = sanitizer_canary(shape, mech.clip_norm)
+    fid = release_fidelity(lambda: mech.release(g0.clone()), clip_whole(g0, mech.clip_norm), mech.noise_std,
+                           fidelity_reps)
+    r = audit_sanitizer(shape=shape, clip_norm=mech.clip_norm, sigma=mech.sigma, delta=mech.ledger.delta, runs=runs,
+                        steps=steps, seed=seed, noise_scale=noise_scale, configuration=configuration, preset=preset,
+                        noise_fn=mech.noise, fidelity=fid)
+    r.extra.update({"mechanism_relation": mech.relation, "mechanism_kind": mech.kind})
+    return r

@@ -15,6 +15,7 @@ Pure torch; no Hydra.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -24,6 +25,10 @@ from ..privacy.dpsgd import clip_per_sample, noisy_mean
 from ..privacy.image_gradient import clip_whole, sanitize
 
 RELATIONS = ("add_remove", "replace_one")
+
+# ``noise_fn(shape, like) -> N(0, s^2)`` of that shape: a mechanism object's ``noise`` (its own generator
+# and calibrated std), so the audit draws the noise the run's code draws
+NoiseFn = Callable[[tuple, torch.Tensor], torch.Tensor]
 
 
 def _chunks(runs: int, chunk: int):
@@ -46,7 +51,7 @@ def batched_directions(runs: int, d: int, k: int, generator: torch.Generator) ->
 # -- DP-SWD / DPSWflow-r / DPSWgen / DPSWflow one-shot: X U + N(0, sigma^2) -----------------------
 def projection_release_scores(rows_out: torch.Tensor, rows_in: torch.Tensor, k: int, noise_std: float,
                               runs: int, *, generator: torch.Generator, chunk: int = 256,
-                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                              noise_fn: NoiseFn | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run ``M(X) = X U + V`` (``ot.sliced.gaussian_projection_release``) ``runs`` times on each side.
 
     ``rows_out, rows_in: (n, d)`` are the released rows of D and D' (after whatever row map the
@@ -56,6 +61,8 @@ def projection_release_scores(rows_out: torch.Tensor, rows_in: torch.Tensor, k: 
 
         LLR(o) = ( <o - X U, A> - ||A||_F^2 / 2 ) / sigma^2,    A = (X' - X) U.
 
+    ``noise_fn``: draw V with a mechanism's own ``noise`` (std ``noise_std`` must be its std);
+    default: ``ot.sliced.gaussian_projection_release``.
     Returns ``(scores_out, scores_in, projected_diff)`` with ``projected_diff = ||A||_F`` per run
     (the realised sensitivity; on D' runs) for the report.
     """
@@ -69,7 +76,11 @@ def projection_release_scores(rows_out: torch.Tensor, rows_in: torch.Tensor, k: 
     for side, x in ((0, x0), (1, x1)):
         for c in _chunks(runs, chunk):
             u = batched_directions(c, d, k, generator)                        # (c, d, k)
-            o = gaussian_projection_release(x.expand(c, n, d), u, noise_std, generator=generator)  # (c, n, k)
+            if noise_fn is None:
+                o = gaussian_projection_release(x.expand(c, n, d), u, noise_std, generator=generator)  # (c, n, k)
+            else:
+                p = x.expand(c, n, d) @ u
+                o = p + noise_fn(p.shape, p)
             a = (x1 - x0) @ u                                                 # (c, n, k)
             llr = ((o - x0 @ u) * a).sum(dim=(1, 2)) - 0.5 * a.pow(2).sum(dim=(1, 2))
             (s_in if side else s_out).append((llr / noise_std**2).numpy())
@@ -91,7 +102,7 @@ def antipodal_rows(base: torch.Tensor, index: int, radius: float) -> tuple[torch
 # -- DP-Sinkhorn image-gradient sanitiser: clip_C(G) + N(0, (2 C sigma)^2) ------------------------
 def sanitizer_scores(g_out: torch.Tensor, g_in: torch.Tensor, clip_norm: float, sigma: float, runs: int, *,
                      steps: int = 1, generator: torch.Generator, chunk: int = 1024, clip: str = "whole",
-                     ) -> tuple[np.ndarray, np.ndarray]:
+                     noise_fn: NoiseFn | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``steps`` releases of ``privacy.image_gradient.sanitize`` per run on the cross-group
     gradients ``g_out`` (from D) and ``g_in`` (from D'), each ``(n, D)``; the same pair at every
     step (the canary is in every batch: the composed worst case).
@@ -100,7 +111,8 @@ def sanitizer_scores(g_out: torch.Tensor, g_in: torch.Tensor, clip_norm: float, 
     identity), drawn for ``chunk * steps`` runs in one call; the clipped tensors are deterministic and
     computed once with the sanitiser's own clipping.  With ``s = 2 C sigma`` and
     ``A = clip(g_in) - clip(g_out)`` the exact log-likelihood ratio of the ``steps`` outputs is
-    ``sum_t (<o_t - clip(g_out), A> - ||A||^2 / 2) / s^2``.
+    ``sum_t (<o_t - clip(g_out), A> - ||A||^2 / 2) / s^2``.  ``noise_fn``: a mechanism's own noise
+    (``ImageGradientSanitiser.noise``, std ``2 C sigma``) instead of ``sanitize(0)``.
     """
     if clip != "whole":
         raise ValueError("the vectorised sanitiser audit covers model.clip=whole (the DP-Sinkhorn default)")
@@ -113,7 +125,8 @@ def sanitizer_scores(g_out: torch.Tensor, g_in: torch.Tensor, clip_norm: float, 
         for c_side in (c0, c1):
             out = []
             for c in _chunks(runs, chunk):
-                noise = sanitize(torch.zeros(c * steps, c0.numel(), dtype=torch.float64), clip_norm, sigma)
+                zeros = torch.zeros(c * steps, c0.numel(), dtype=torch.float64)
+                noise = sanitize(zeros, clip_norm, sigma) if noise_fn is None else noise_fn(zeros.shape, zeros)
                 o = c_side + noise                                     # (c * steps, n D): released tensors
                 llr = ((o - c0) @ a - 0.5 * a.dot(a)) / s**2
                 out.append(llr.view(c, steps).sum(dim=1).numpy())

@@ -143,3 +143,62 @@ def test_canary_never_leaves_the_audit(tmp_path, monkeypatch, capsys, caplog):
     canary = noisy_sum_canary(g, 1.0)
     for v in canary.tolist() + rows[0].tolist() + g.flatten().tolist():
         assert f"{v:.6g}" not in json.dumps(res.asdict()) + json.dumps(res2.asdict())
+
+
+def _projection_mechanism(seed: int = 0):
+    from dpgen.privacy.ledger import PrivacyLedger
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    mech = GaussianProjectionRelease(led, dim=10, num_projections=20, steps=100, sample_rate=0.01, n_private=1000,
+                                     bound="chernoff", row_diameter=1.0, seed=seed)
+    mech.calibrate(100)
+    return mech
+
+
+def test_mechanism_object_audit_and_fidelity():
+    from dpgen.audit import audit_projection_mechanism
+    from dpgen.audit.releases import antipodal_rows
+
+    mech = _projection_mechanism()
+    rows = torch.randn(3, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    d0, d1 = antipodal_rows(rows, 0, 0.5)
+    r = audit_projection_mechanism(mech, d0, d1, name="DP-SWD", runs=20_000, seed=1)
+    assert r.extra["fidelity"]["ok"], r.extra["fidelity"]
+    assert r.extra["noise_source"] == "mechanism object's noise()"
+    assert r.noise_multiplier_claimed == pytest.approx(mech.noise_multiplier)
+    assert r.epsilon_lower <= r.epsilon_claimed
+
+
+def test_fidelity_check_catches_a_release_that_adds_less_noise():
+    from dpgen.audit import audit_projection_mechanism
+    from dpgen.audit.releases import antipodal_rows
+
+    mech = _projection_mechanism()
+    real_noise = mech.noise
+
+    def release(rows, u):  # a buggy release: half the declared noise
+        p = rows @ u
+        return p + 0.5 * real_noise(p.shape, p)
+
+    mech.release = release
+    rows = torch.randn(3, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    d0, d1 = antipodal_rows(rows, 0, 0.5)
+    r = audit_projection_mechanism(mech, d0, d1, name="DP-SWD", runs=1000, seed=1)
+    assert not r.extra["fidelity"]["ok"]
+    assert r.extra["fidelity"]["ratio"] == pytest.approx(0.5, rel=0.1)
+
+
+def test_sanitiser_mechanism_object():
+    from dpgen.audit import audit_sanitiser_mechanism
+    from dpgen.privacy.ledger import PrivacyLedger
+    from dpgen.privacy.mechanisms import ImageGradientSanitiser
+
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    mech = ImageGradientSanitiser(led, clip_norm=0.5, n_rows=2, sample_rate=0.1, clip="whole", seed=0)
+    mech.set_sigma(1.0)
+    honest = audit_sanitiser_mechanism(mech, shape=(2, 4), runs=1_000_000, seed=2)
+    assert honest.extra["fidelity"]["ok"]
+    assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
+    halved = audit_sanitiser_mechanism(mech, shape=(2, 4), runs=1_000_000, seed=3, noise_scale=0.5)
+    assert halved.epsilon_lower > halved.epsilon_claimed

@@ -312,20 +312,35 @@ def report(paths: list[Path], md: Path, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8.5, 0.45 * len(rows) + 1.5))
-    labels = [f"{r['mechanism'][:38]} [{r['preset'] or ''}] T={r['steps']} q={r['sample_rate']:.2g}"
-              + (" *" if r["configuration"] != "honest" else "") for r in rows]
-    ys = range(len(rows))
-    ax.barh([y + 0.2 for y in ys], [r["epsilon_claimed"] for r in rows], height=0.4, color="#bbbbbb",
-            label="claimed ε (ledger, RDP)")
-    ax.barh([y - 0.2 for y in ys], [r["epsilon_lower"] for r in rows], height=0.4,
+    def flagged(r: dict) -> bool:
+        return r["configuration"].startswith(("paper convention", "mis-accounted", "halved"))
+
+    def label(r: dict) -> str:
+        where = "whole run" if r["steps"] < 0 else f"T={r['steps']} q={r['sample_rate']:.2g}"
+        name = r["mechanism"].replace(" image-gradient sanitiser (clip=whole)", " sanitiser").replace(
+            " projection release", "").replace(" (whole private set)", "")
+        return f"{name} [{r['preset'] or ''}] {where}" + (" *" if flagged(r) else "")
+
+    floor = 0.05
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1.6))
+    ys = list(range(len(rows)))
+    claimed = [r["epsilon_claimed"] for r in rows]
+    lower = [max(r["epsilon_lower"], floor) for r in rows]
+    ax.barh([y + 0.2 for y in ys], claimed, height=0.4, color="#bbbbbb", label="claimed ε (ledger, RDP)")
+    ax.barh([y - 0.2 for y in ys], lower, height=0.4,
             color=["#c0392b" if r["epsilon_lower"] > r["epsilon_claimed"] else "#2e86c1" for r in rows],
             label="ε_lower, 95 % (red: exceeds the claim)")
-    ax.set_yticks(list(ys), labels, fontsize=7)
+    for y, r in zip(ys, rows, strict=True):
+        ax.text(max(r["epsilon_lower"], floor) * 1.05, y - 0.2, f"{r['epsilon_lower']:.2f}", va="center", fontsize=6)
+        ax.text(r["epsilon_claimed"] * 1.05, y + 0.2, f"{r['epsilon_claimed']:.2f}", va="center", fontsize=6,
+                color="#555555")
+    ax.set_xscale("log")
+    ax.set_xlim(floor, 2.5 * max(claimed + lower))
+    ax.set_yticks(ys, [label(r) for r in rows], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("ε at the run's δ")
-    ax.legend(fontsize=7, loc="lower right")
-    ax.set_title("Empirical privacy audit (* = paper convention / mis-accounted)", fontsize=9)
+    ax.set_xlabel("ε at the run's δ (log scale; ε_lower = 0 drawn at 0.05)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    ax.set_title("Empirical privacy audit (* = paper convention / mis-accounted setting)", fontsize=9)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=130)

@@ -295,8 +295,11 @@ def report(paths: list[Path], md: Path, png: Path) -> None:
              "exact ε at the median realised ‖(x−x′)U‖ | ε_lower (95 %) | ε_lower / claimed | ε_lower / exact | R | "
              "time (s) |", "|" + "---|" * 15]
     for r in rows:
-        lines.append(f"| {r['mechanism']} | {r['preset']} | {r['configuration']} | {r['relation']} | {r['steps']} | "
-                     f"{r['sample_rate']:.3g} | {r['delta']:.0e} | {_fmt(r['epsilon_claimed'])} | "
+        conf = r["configuration"].replace("|", "\\|")  # pipes would break the markdown table
+        steps = "whole run" if r["steps"] < 0 else r["steps"]
+        q = "—" if r["sample_rate"] != r["sample_rate"] else f"{r['sample_rate']:.3g}"
+        lines.append(f"| {r['mechanism']} | {r['preset']} | {conf} | {r['relation']} | {steps} | "
+                     f"{q} | {r['delta']:.0e} | {_fmt(r['epsilon_claimed'])} | "
                      f"{_fmt(r['epsilon_exact'])} | {_fmt(_realised(r))} | {_fmt(r['epsilon_lower'])} | {_fmt(r['ratio'])} | "
                      f"{_fmt(r['epsilon_lower'] / r['epsilon_exact'] if r['epsilon_exact'] else None)} | {r['runs']} | "
                      f"{r['seconds']:.0f} |")

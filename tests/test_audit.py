@@ -1,0 +1,204 @@
+"""Empirical privacy audit: Clopper-Pearson, eps lower bounds, and that the audit can fail."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from dpgen.audit import (
+    audit_noisy_sum,
+    audit_projection_boundary,
+    audit_projection_release,
+    audit_sanitizer,
+    clopper_pearson,
+    epsilon_lower_bound,
+    gaussian_delta,
+    gaussian_epsilon,
+)
+from dpgen.audit.bounds import randomized_response_epsilon
+from dpgen.audit.releases import noisy_sum_canary
+from dpgen.privacy.sensitivity import l2_sensitivity
+
+
+def test_clopper_pearson_known_values():
+    lo, hi = clopper_pearson(0, 10, 0.05)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** 0.1, rel=1e-9)  # 0.3085
+    lo, hi = clopper_pearson(10, 10, 0.05)
+    assert hi == 1.0 and lo == pytest.approx(0.025 ** 0.1, rel=1e-9)
+    lo, hi = clopper_pearson(5, 10, 0.05)  # textbook: (0.1871, 0.8129)
+    assert lo == pytest.approx(0.18709, abs=1e-4) and hi == pytest.approx(0.81291, abs=1e-4)
+    with pytest.raises(ValueError):
+        clopper_pearson(11, 10)
+
+
+def test_gaussian_curve_matches_balle_wang():
+    from autodp import dp_bank
+
+    for mu in (0.3, 1.0, 2.5):
+        eps = gaussian_epsilon(mu, 1e-5)
+        assert eps == pytest.approx(dp_bank.get_eps_ana_gaussian(1.0 / mu, 1e-5), rel=1e-6)
+        assert gaussian_delta(eps, mu) == pytest.approx(1e-5, rel=1e-6)
+
+
+def test_bound_from_known_counts():
+    """Perfect separation of n = 1000 evaluation runs: eps_lower = log((lo - delta) / hi) exactly."""
+    s_out, s_in = np.zeros(2000), np.ones(2000)
+    b = epsilon_lower_bound(s_out, s_in, delta=1e-5)
+    hi = 1 - 0.025 ** (1 / 1000)
+    assert b.tp == 1000 and b.fp == 0
+    assert b.epsilon_lower == pytest.approx(math.log((1 - hi - 1e-5) / hi), rel=1e-9)
+
+
+def test_randomized_response_approaches_but_does_not_exceed_epsilon():
+    rng = np.random.default_rng(1)
+    p = 0.75  # eps = log 3, pure DP
+    r = 200_000
+    s_out = (rng.random(r) > p).astype(float)   # true bit 0, kept with probability p
+    s_in = (rng.random(r) < p).astype(float)    # true bit 1
+    b = epsilon_lower_bound(s_out, s_in, delta=0.0)
+    eps = randomized_response_epsilon(p)
+    assert 0.9 * eps < b.epsilon_lower <= eps
+
+
+def test_gaussian_sum_honest_below_claim_and_halved_noise_above():
+    g = torch.randn(6, 12, generator=torch.Generator().manual_seed(0))
+    honest = audit_noisy_sum(g, clip_norm=1.0, noise_multiplier=1.0, delta=1e-5, runs=1_000_000, seed=1)
+    assert honest.epsilon_lower <= honest.epsilon_exact <= honest.epsilon_claimed
+    assert honest.epsilon_lower > 0.5 * honest.epsilon_claimed  # close to the claim, not vacuous
+    halved = audit_noisy_sum(g, clip_norm=1.0, noise_multiplier=1.0, delta=1e-5, runs=1_000_000, seed=2,
+                             noise_scale=0.5, configuration="halved noise")
+    assert halved.epsilon_lower > halved.epsilon_claimed
+
+
+def test_replace_one_needs_twice_the_sensitivity():
+    g = torch.randn(6, 12, generator=torch.Generator().manual_seed(0))
+    kw = dict(clip_norm=1.0, noise_multiplier=2.0, delta=1e-5, relation="replace_one", runs=100_000, seed=3)
+    ok = audit_noisy_sum(g, **kw)
+    assert ok.epsilon_lower <= ok.epsilon_claimed
+    wrong = audit_noisy_sum(g, claimed_sensitivity=1.0, **kw)  # an accountant that assumes C
+    assert wrong.epsilon_lower > wrong.epsilon_claimed
+
+
+def test_sanitizer_honest_and_halved():
+    kw = dict(shape=(2, 4), clip_norm=0.5, sigma=1.0, delta=1e-5, runs=1_000_000)
+    honest = audit_sanitizer(seed=4, **kw)
+    assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
+    assert audit_sanitizer(seed=5, noise_scale=0.5, **kw).epsilon_lower > honest.epsilon_claimed
+
+
+def test_composition_over_steps_stays_below_the_composed_claim():
+    g = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    r = audit_noisy_sum(g, clip_norm=1.0, noise_multiplier=1.0, delta=1e-5, steps=5, sample_rate=0.5,
+                        runs=40_000, seed=6)
+    assert 0 < r.epsilon_lower <= r.epsilon_claimed
+    one = audit_noisy_sum(g, clip_norm=1.0, noise_multiplier=1.0, delta=1e-5, steps=1, sample_rate=0.5,
+                          runs=40_000, seed=6)
+    assert r.epsilon_lower > one.epsilon_lower  # the summed LLR sees the composition
+
+
+def test_projection_release_honest_and_violated_row_bound():
+    d, k, delta, beta = 10, 20, 1e-5, 1e-6
+    sens = l2_sensitivity(k, d, beta, "chernoff", 1.0)
+    rows = torch.randn(3, d, generator=torch.Generator().manual_seed(0))
+    noise = 1.0 * sens  # noise multiplier 1
+    honest = audit_projection_boundary("DP-SWD", rows, 0.5, k=k, noise_std=noise, sensitivity=sens, delta=delta,
+                                       delta_per_step=beta, runs=20_000, seed=7)
+    assert honest.epsilon_lower <= honest.epsilon_claimed
+    assert honest.extra["fraction_runs_above_bound"] <= 0.001
+    # rows that break ||x - x'|| <= 1 (e.g. raw pixels without the normalisation): the audit shows it
+    d0, d1 = rows.clone(), rows.clone()
+    d0[0], d1[0] = 4 * torch.ones(d) / math.sqrt(d), -4 * torch.ones(d) / math.sqrt(d)  # ||x - x'|| = 8
+    broken = audit_projection_release("DP-SWD", d0, d1, k=k, noise_std=noise, sensitivity=sens, delta=delta,
+                                      delta_per_step=beta, runs=20_000, seed=8, configuration="rows not normalised")
+    assert broken.epsilon_lower > broken.epsilon_claimed
+
+
+def test_canary_never_leaves_the_audit(tmp_path, monkeypatch, capsys, caplog):
+    monkeypatch.chdir(tmp_path)
+    g = 3.0 + torch.randn(5, 7, generator=torch.Generator().manual_seed(0))
+    res = audit_noisy_sum(g, clip_norm=1.0, noise_multiplier=1.0, delta=1e-5, runs=2000, seed=9)
+    rows = torch.randn(3, 6, generator=torch.Generator().manual_seed(1))
+    res2 = audit_projection_boundary("DP-SWD", rows, 0.5, k=4, noise_std=2.0, sensitivity=1.0, delta=1e-5, runs=500)
+    assert os.listdir(tmp_path) == []  # nothing written
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == "" and caplog.records == []
+    for r in (res, res2):
+        json.dumps(r.asdict())  # serialisable: scalars and strings only
+
+        def walk(x):
+            if isinstance(x, dict):
+                for v in x.values():
+                    walk(v)
+            elif isinstance(x, list):
+                assert len(x) <= 2 and all(isinstance(v, int) for v in x)  # only shapes
+            else:
+                assert x is None or isinstance(x, (int, float, str, bool))
+
+        walk(r.asdict())
+    canary = noisy_sum_canary(g, 1.0)
+    for v in canary.tolist() + rows[0].tolist() + g.flatten().tolist():
+        assert f"{v:.6g}" not in json.dumps(res.asdict()) + json.dumps(res2.asdict())
+
+
+def _projection_mechanism(seed: int = 0):
+    from dpgen.privacy.ledger import PrivacyLedger
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    mech = GaussianProjectionRelease(led, dim=10, num_projections=20, steps=100, sample_rate=0.01, n_private=1000,
+                                     bound="chernoff", row_diameter=1.0, seed=seed)
+    mech.calibrate(100)
+    return mech
+
+
+def test_mechanism_object_audit_and_fidelity():
+    from dpgen.audit import audit_projection_mechanism
+    from dpgen.audit.releases import antipodal_rows
+
+    mech = _projection_mechanism()
+    rows = torch.randn(3, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    d0, d1 = antipodal_rows(rows, 0, 0.5)
+    r = audit_projection_mechanism(mech, d0, d1, name="DP-SWD", runs=20_000, seed=1)
+    assert r.extra["fidelity"]["ok"], r.extra["fidelity"]
+    assert r.extra["noise_source"] == "mechanism object's noise()"
+    assert r.noise_multiplier_claimed == pytest.approx(mech.noise_multiplier)
+    assert r.epsilon_lower <= r.epsilon_claimed
+
+
+def test_fidelity_check_catches_a_release_that_adds_less_noise():
+    from dpgen.audit import audit_projection_mechanism
+    from dpgen.audit.releases import antipodal_rows
+
+    mech = _projection_mechanism()
+    real_noise = mech.noise
+
+    def release(rows, u):  # a buggy release: half the declared noise
+        p = rows @ u
+        return p + 0.5 * real_noise(p.shape, p)
+
+    mech.release = release
+    rows = torch.randn(3, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    d0, d1 = antipodal_rows(rows, 0, 0.5)
+    r = audit_projection_mechanism(mech, d0, d1, name="DP-SWD", runs=1000, seed=1)
+    assert not r.extra["fidelity"]["ok"]
+    assert r.extra["fidelity"]["ratio"] == pytest.approx(0.5, rel=0.1)
+
+
+def test_sanitiser_mechanism_object():
+    from dpgen.audit import audit_sanitiser_mechanism
+    from dpgen.privacy.ledger import PrivacyLedger
+    from dpgen.privacy.mechanisms import ImageGradientSanitiser
+
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    mech = ImageGradientSanitiser(led, clip_norm=0.5, n_rows=2, sample_rate=0.1, clip="whole", seed=0)
+    mech.set_sigma(1.0)
+    honest = audit_sanitiser_mechanism(mech, shape=(2, 4), runs=1_000_000, seed=2)
+    assert honest.extra["fidelity"]["ok"]
+    assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
+    halved = audit_sanitiser_mechanism(mech, shape=(2, 4), runs=1_000_000, seed=3, noise_scale=0.5)
+    assert halved.epsilon_lower > halved.epsilon_claimed

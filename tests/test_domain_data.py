@@ -151,3 +151,11 @@ def test_labels_beyond_num_classes_are_rejected(tmp_path):
     _write_npz(tmp_path / "office31" / "dslr.npz", 40, 8, 31, 0)
     with pytest.raises(ValueError, match="num_classes"):
         feature_pair(str(tmp_path), "office31", "amazon", "dslr", num_classes=31)
+
+
+@pytest.mark.parametrize("preset,side", [("mnist_usps_swd", "target"), ("usps_mnist_dpswd", "source")])
+def test_digit_da_presets_put_usps_in_the_mnist_box_layout(preset, side, tmp_path):
+    from tests._hydra import compose_cfg
+
+    cfg = compose_cfg([f"experiment={preset}"], out_dir=tmp_path)
+    assert cfg.dataset[side]._target_.endswith("usps_domain") and cfg.dataset[side].layout == "mnist_box"

@@ -12,6 +12,7 @@ from dpgen.data.domain import (
     UNLABELLED,
     domain_pair,
     feature_pair,
+    mnist_box,
     read_feature_file,
     shift_digits,
     sklearn_digits_domain,
@@ -26,6 +27,36 @@ def test_usps_h5_loader_reads_the_shared_data_as_28x28(data_root):
     assert d.train.x.shape[1:] == (1, 28, 28) and d.train.x.dtype == torch.float32
     assert 0.0 <= float(d.train.x.min()) and float(d.train.x.max()) <= 1.0
     assert torch.bincount(d.train.y).tolist() == [1194, 1005, 731, 658, 652, 556, 664, 645, 542, 644]
+
+
+def _ink_extent(x: torch.Tensor) -> float:
+    """Mean height (pixels) of the rows holding ink (> 0.3) per image, ``x: (n, 1, H, W)``."""
+    rows = (x[:, 0] > 0.3).any(dim=2).float()
+    idx = torch.arange(x.shape[-2]).float()
+    top = torch.where(rows.bool(), idx, torch.inf).amin(1)
+    bottom = torch.where(rows.bool(), idx, -torch.inf).amax(1)
+    return float((bottom - top + 1).mean())
+
+
+def test_usps_mnist_box_layout_matches_mnist_digit_geometry(data_root):
+    from dpgen.data.domain import mnist_domain
+
+    box = usps_domain(str(data_root), image_size=28, layout="mnist_box")
+    full = usps_domain(str(data_root), image_size=28, layout="resize")
+    assert box.train.x.shape[1:] == (1, 28, 28) and torch.equal(box.train.y, full.train.y)
+    assert float(box.train.x[..., :4, :].abs().max()) == 0.0 and float(box.train.x[..., :, 24:].abs().max()) == 0.0
+    mnist_h = _ink_extent(mnist_domain(str(data_root)).test.x[:2000])
+    # MNIST digits are ~19 px tall; the stretched USPS ones ~27 px, the boxed ones within 1.5 px of MNIST
+    assert abs(_ink_extent(box.test.x) - mnist_h) < 1.5
+    assert _ink_extent(full.test.x) - mnist_h > 6
+
+
+def test_mnist_box_pure_function_shapes_and_errors(data_root):
+    x = torch.ones(2, 1, 16, 16)
+    y = mnist_box(x)
+    assert y.shape == (2, 1, 28, 28) and float(y.sum()) == 2 * 400.0  # a full 20x20 box of ones
+    with pytest.raises(ValueError, match="layout"):
+        usps_domain(str(data_root), layout="pad")
 
 
 def test_mnist_to_usps_pair_keeps_the_target_unlabelled_and_private(data_root):
@@ -145,3 +176,11 @@ def test_transductive_evaluation_needs_the_explicit_flag_and_is_labelled(tmp_pat
     split = feature_pair(str(tmp_path), "office31", "amazon", "webcam", num_classes=31, test_fraction=0.5)
     assert not split.transductive_eval
     assert "acc_target_note" not in DomainAdaptationEvaluator(plot=False)(Const(), split, logger=None)
+
+
+@pytest.mark.parametrize("preset,side", [("mnist_usps_swd", "target"), ("usps_mnist_dpswd", "source")])
+def test_digit_da_presets_put_usps_in_the_mnist_box_layout(preset, side, tmp_path):
+    from tests._hydra import compose_cfg
+
+    cfg = compose_cfg([f"experiment={preset}"], out_dir=tmp_path)
+    assert cfg.dataset[side]._target_.endswith("usps_domain") and cfg.dataset[side].layout == "mnist_box"

@@ -16,7 +16,12 @@ Domains:
   fixed seeded subset of the training images (U->M uses 10,000 private target images, the N of
   Table 4, and evaluates on the separate MNIST test set).
 * ``usps_domain`` — USPS from ``<root>/USPS/usps.h5`` (7291 train / 2007 test, 16x16 in [0, 1]),
-  resized bilinearly to 28x28 to match MNIST (the spec's 28x28 CoGAN USPS is not available here).
+  brought to 28x28 (the spec's 28x28 CoGAN USPS pickle is not available here).  ``layout``:
+  ``"mnist_box"`` puts the digit in MNIST's geometry — USPS digits fill their 16x16 frame, MNIST
+  digits are size-normalised to a 20x20 box centred in 28x28 — by a bilinear resize to 20x20 and a
+  4-pixel zero border; ``"resize"`` stretches 16x16 to the full 28x28 frame (digits then look 1.4x
+  larger than MNIST's).  The layout is public preprocessing; it decides most of the M->U / U->M gap
+  (docs/reproduction.md, issue 13).
 * ``sklearn_digits_domain`` — the embedded ``digits_shift`` pair: scikit-learn's 1797 8x8 digits,
   resized to 28x28, split in two disjoint stratified halves (seed 0).  ``half=0`` is the source as
   is; ``half=1`` is the target, *domain-shifted*: rotated by ``rotation`` degrees and its strokes
@@ -121,16 +126,40 @@ def mnist_domain(root: str, image_size: int = 28, train_size: int | None = None,
     return Domain("mnist", TensorSplit(x_tr, y_tr), TensorSplit(f(te), te.targets.long()), 10)
 
 
-def usps_domain(root: str, image_size: int = 28, train_size: int | None = None, split_seed: int = 0) -> Domain:
-    """USPS from ``<root>/USPS/usps.h5`` (groups ``train``/``test``: ``data`` n x 256 in [0, 1], ``target``)."""
+USPS_LAYOUTS = ("resize", "mnist_box")
+
+
+def mnist_box(x: torch.Tensor, size: int = 28) -> torch.Tensor:
+    """MNIST's digit geometry for frame-filling digits: bilinear resize to the 20/28 box, zero border.
+
+    MNIST digits are size-normalised to a 20x20 box inside a 28x28 image (LeCun et al.); USPS digits
+    fill their whole 16x16 frame.  ``x: (n, C, h, w)`` in [0, 1] -> ``(n, C, size, size)``, the digit
+    in the central ``round(20 * size / 28)`` pixels.
+    """
+    box = round(20 * size / 28)
+    lo = (size - box) // 2
+    inner = F.interpolate(x, size=(box, box), mode="bilinear", align_corners=False).clamp(0.0, 1.0)
+    return F.pad(inner, (lo, size - box - lo, lo, size - box - lo))
+
+
+def usps_domain(root: str, image_size: int = 28, train_size: int | None = None, split_seed: int = 0,
+                layout: str = "resize") -> Domain:
+    """USPS from ``<root>/USPS/usps.h5`` (groups ``train``/``test``: ``data`` n x 256 in [0, 1], ``target``).
+
+    ``layout="resize"``: 16x16 stretched to ``image_size``; ``"mnist_box"``: :func:`mnist_box`.
+    """
     import h5py
 
+    if layout not in USPS_LAYOUTS:
+        raise ValueError(f"dataset.*.layout={layout!r} is unknown; choose one of {USPS_LAYOUTS} "
+                         "(mnist_box = MNIST's 20x20 digit box in a 28x28 frame)")
     h5 = Path(root) / "USPS" / "usps.h5"
     require_files("usps", root, [h5], download_supported=False)
+    place = (lambda x: mnist_box(x, image_size)) if layout == "mnist_box" else (lambda x: _resize(x, image_size))
     with h5py.File(h5, "r") as fh:
         def read(split: str) -> tuple[torch.Tensor, torch.Tensor]:
             x = torch.from_numpy(np.asarray(fh[split]["data"][:], dtype=np.float32)).reshape(-1, 1, 16, 16)
-            return _resize(x, image_size), torch.from_numpy(np.asarray(fh[split]["target"][:])).long()
+            return place(x), torch.from_numpy(np.asarray(fh[split]["target"][:])).long()
 
         x_tr, y_tr = read("train")
         x_te, y_te = read("test")

@@ -149,9 +149,20 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
         out.append(audit_noisy_sum(grads, clip_norm=method.C, noise_multiplier=sigma, delta=delta, steps=steps,
                                    sample_rate=q, runs=compose_runs, seed=seed, preset=preset,
                                    mechanism="DP-SGD noisy sum (classifier)"))
+    elif kind == "DPClassGaussian":
+        from dpgen.audit import audit_class_moments
+
+        _setup(method, data, ledger, seed)  # builds the representation and calibrates ClassMomentRelease
+        mech = method.mechanisms["moments"]
+        if mech.kind != "class_moments":
+            raise SystemExit(f"{preset}: model.release={method.release_kind}: the audit covers release=moments")
+        idx = torch.randperm(n_priv, generator=gen)[:16]
+        x, y = data.private._gather(idx)
+        z = method.rep.encode(x).double()  # 16 real private codes through the run's public map
+        out.append(audit_class_moments(mech, z, y, canary_class=int(y[0]), runs=runs, seed=seed, preset=preset))
     else:
         raise SystemExit(f"{preset}: no audit for {kind} yet (audited: DPSWDGenerator, DPSWFlow, DPSWFlowR, DPSWGen, "
-                         "DPSinkhorn, DPSGDClassifier)")
+                         "DPSinkhorn, DPSGDClassifier, DPClassGaussian)")
     return [r.asdict() for r in out]
 
 

@@ -202,3 +202,49 @@ def test_sanitiser_mechanism_object():
     assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
     halved = audit_sanitiser_mechanism(mech, shape=(2, 4), runs=1_000_000, seed=3, noise_scale=0.5)
     assert halved.epsilon_lower > halved.epsilon_claimed
+
+
+def _moment_mechanism(epsilon: float = 2.0, seed: int = 0):
+    from dpgen.privacy.ledger import PrivacyLedger
+    from dpgen.privacy.moments import ClassMomentRelease
+
+    led = PrivacyLedger(epsilon, 1e-5, "poisson")
+    mech = ClassMomentRelease(led, n_classes=3, radius=1.5, seed=seed)
+    mech.calibrate(1)
+    return mech
+
+
+def test_class_moment_release_honest_below_claim_and_halved_noise_above():
+    from dpgen.audit import audit_class_moments
+
+    z = torch.randn(12, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    z = z * (1.5 / z.norm(dim=1, keepdim=True)).clamp(max=1.0)  # codes clipped to the radius, like encode()
+    y = torch.arange(12) % 3
+    mech = _moment_mechanism()
+    honest = audit_class_moments(mech, z, y, canary_class=1, runs=2_000_000, seed=1)
+    assert honest.extra["fidelity"]["ok"], honest.extra["fidelity"]
+    assert honest.extra["moment_difference_norm"] == pytest.approx(1.0)  # the canary attains Delta = 1
+    assert honest.extra["calibrating_accountant"] == "pld" and honest.epsilon_claimed <= 2.0 + 1e-9
+    assert honest.epsilon_claimed <= honest.extra["epsilon_rdp"]
+    assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
+    halved = audit_class_moments(_moment_mechanism(), z, y, canary_class=1, runs=2_000_000, seed=2, noise_scale=0.5)
+    assert halved.epsilon_lower > halved.epsilon_claimed
+
+
+def test_noisy_gradient_sum_mechanism_both_relations():
+    from dpgen.audit import audit_gradient_sum_mechanism
+    from dpgen.privacy.ledger import PrivacyLedger
+    from dpgen.privacy.mechanisms import NoisyGradientSum
+
+    g = torch.randn(6, 12, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for sampling, relation in (("poisson", "add_remove"), ("without_replacement", "replace_one")):
+        mech = NoisyGradientSum(PrivacyLedger(10.0, 1e-5, sampling), clip_norm=0.7, sample_rate=0.1,
+                                expected_batch_size=6.0, seed=0)
+        mech.set_noise_multiplier(1.0)
+        assert mech.relation == relation
+        honest = audit_gradient_sum_mechanism(mech, g, runs=1_000_000, seed=1)
+        assert honest.extra["fidelity"]["ok"], honest.extra["fidelity"]
+        assert honest.relation == relation and honest.noise_multiplier_claimed == pytest.approx(1.0)
+        assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
+        halved = audit_gradient_sum_mechanism(mech, g, runs=1_000_000, seed=2, noise_scale=0.5)
+        assert halved.epsilon_lower > halved.epsilon_claimed

@@ -135,20 +135,26 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
         for t in sorted({1, steps}):
             out.append(audit_sanitiser_mechanism(mech, shape=shape, runs=runs if t == 1 else compose_runs, steps=t,
                                                  seed=seed, preset=preset))
-    elif kind == "DPSGDClassifier":
-        # no mechanism object on this branch yet (issue-11b): the pure functions of privacy.dpsgd with the
-        # method's own schedule and the ledger's calibration
-        steps_run = method.steps_planned(n_priv)
-        q = method.batch_size / n_priv
-        sigma = ledger.calibrate(q, steps_run) if method.noise_multiplier_cfg is None else method.noise_multiplier_cfg
-        grads = torch.randn(method.batch_size, 16, generator=gen, dtype=torch.float64)
-        for t in sorted({1, steps}):
-            out.append(audit_noisy_sum(grads, clip_norm=method.C, noise_multiplier=sigma, delta=delta, steps=t,
-                                       runs=runs if t == 1 else compose_runs, seed=seed, preset=preset,
-                                       mechanism="DP-SGD noisy sum (classifier)"))
-        out.append(audit_noisy_sum(grads, clip_norm=method.C, noise_multiplier=sigma, delta=delta, steps=steps,
-                                   sample_rate=q, runs=compose_runs, seed=seed, preset=preset,
-                                   mechanism="DP-SGD noisy sum (classifier)"))
+    elif kind in ("DPSGDClassifier", "DomainAdaptation"):
+        # the run's own NoisyGradientSum, built and calibrated by the method's setup (scratch ledger)
+        from dpgen.audit import audit_gradient_sum_mechanism
+
+        _setup(method, data, ledger, seed)
+        if kind == "DPSGDClassifier":
+            mech, name = method.mechanisms["gradient"], "DP-SGD noisy sum (classifier)"
+        else:
+            mech, name = method.mechanisms["alignment"], "DP-SGD noisy sum (DP-DANN alignment)"
+        if mech.kind != "noisy_gradient_sum":
+            raise SystemExit(f"{preset}: the preset's gradient release is {mech.kind} (not private); nothing to audit")
+        q = mech.sample_rate
+        grads = torch.randn(max(2, round(mech.expected_batch_size)), 16, generator=gen, dtype=torch.float64)
+        # the run's relation (the ledger's) and the other one: add/remove accounted with C, replace-one with 2C
+        for rel in (mech.relation, "replace_one" if mech.relation == "add_remove" else "add_remove"):
+            for t in sorted({1, steps}) if rel == mech.relation else (1,):
+                out.append(audit_gradient_sum_mechanism(mech, grads, runs=runs if t == 1 else compose_runs, steps=t,
+                                                        relation=rel, seed=seed, preset=preset, mechanism=name))
+        out.append(audit_gradient_sum_mechanism(mech, grads, runs=compose_runs, steps=steps, sample_rate=q, seed=seed,
+                                                preset=preset, mechanism=name))
     elif kind == "DPClassGaussian":
         from dpgen.audit import audit_class_moments
 
@@ -162,7 +168,7 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
         out.append(audit_class_moments(mech, z, y, canary_class=int(y[0]), runs=runs, seed=seed, preset=preset))
     else:
         raise SystemExit(f"{preset}: no audit for {kind} yet (audited: DPSWDGenerator, DPSWFlow, DPSWFlowR, DPSWGen, "
-                         "DPSinkhorn, DPSGDClassifier, DPClassGaussian)")
+                         "DPSinkhorn, DPSGDClassifier, DomainAdaptation, DPClassGaussian)")
     return [r.asdict() for r in out]
 
 

@@ -109,18 +109,23 @@ def audit_projection_release(mechanism: str, rows_out: torch.Tensor, rows_in: to
                                                    generator=_generator(seed), chunk=chunk, noise_fn=nf)
     b = epsilon_lower_bound(s_out, s_in, delta, seed=seed)
     mult = noise_std / sensitivity
-    claimed = claimed_epsilon(mult, 1.0, 1, delta, delta_per_step, "rdp", sampling)
+    cl = claimed_epsilons(mult, 1.0, 1, delta, delta_per_step, sampling)
+    claimed = float(cl["calibrating"])
     exact = _exact(mult, 1, 1.0, delta - delta_per_step)
     row_diff = float((rows_in.double() - rows_out.double()).norm())
     return AuditResult(mechanism, configuration, "replace_one", canary or f"row difference ||X' - X||_F = {row_diff:.3g}",
                        "exact log-likelihood ratio given the public directions U", runs, 1, 1.0, delta, mult,
-                       b.epsilon_lower, b.confidence, claimed, "RDP (ledger), one release, q = 1", exact,
+                       b.epsilon_lower, b.confidence, claimed,
+                       f"{cl['calibrating_accountant'].upper()} (ledger's calibrating accountant, {sampling}), one "
+                       "release, q = 1", exact,
                        time.perf_counter() - t0, preset, b.asdict(),
                        {"k": k, "d": int(rows_out.shape[1]), "n_rows": int(rows_out.shape[0]),
                         "noise_std": noise_std, "noise_scale": noise_scale, "sensitivity_bound": sensitivity,
                         "row_difference": row_diff, "projected_difference_median": float(np.median(diffs)),
                         "projected_difference_max": float(np.max(diffs)),
                         "fraction_runs_above_bound": float(np.mean(diffs > sensitivity)),
+                        "epsilon_rdp": cl["rdp"], "epsilon_pld": cl["pld"],
+                        "calibrating_accountant": cl["calibrating_accountant"], "delta_per_step": delta_per_step,
                         "noise_source": "pure function" if noise_fn is None else "mechanism object's noise()",
                         "fidelity": fidelity})
 
@@ -135,7 +140,7 @@ def audit_projection_boundary(mechanism: str, base_rows: torch.Tensor, row_radiu
 def audit_sanitizer(*, shape: tuple[int, int], clip_norm: float, sigma: float, delta: float, runs: int = 20000,
                     steps: int = 1, seed: int = 0, noise_scale: float = 1.0, configuration: str = "honest",
                     preset: str | None = None, chunk: int = 1024, noise_fn=None,
-                    fidelity: dict | None = None) -> AuditResult:
+                    fidelity: dict | None = None, sampling: str = "poisson") -> AuditResult:
     """DP-Sinkhorn's whole-tensor sanitiser (sensitivity 2C, noise 2 C sigma): ``steps`` releases."""
     t0 = time.perf_counter()
     g0, g1 = sanitizer_canary(shape, clip_norm)
@@ -143,13 +148,18 @@ def audit_sanitizer(*, shape: tuple[int, int], clip_norm: float, sigma: float, d
     s_out, s_in = sanitizer_scores(g0, g1, clip_norm, noise_scale * sigma, runs, steps=steps,
                                    generator=_generator(seed), chunk=chunk, noise_fn=nf)
     b = epsilon_lower_bound(s_out, s_in, delta, seed=seed)
-    claimed = claimed_epsilon(sigma, 1.0, steps, delta)
+    cl = claimed_epsilons(sigma, 1.0, steps, delta, 0.0, sampling)
+    claimed = float(cl["calibrating"])
     return AuditResult("DP-Sinkhorn image-gradient sanitiser (clip=whole)", configuration, "replace_one",
                        "cross-group gradients clipped to +C e and -C e (difference 2C)",
                        "exact log-likelihood ratio, summed over steps", runs, steps, 1.0, delta, sigma,
-                       b.epsilon_lower, b.confidence, claimed, f"RDP (ledger), {steps} release(s), q = 1",
+                       b.epsilon_lower, b.confidence, claimed,
+                       f"{cl['calibrating_accountant'].upper()} (ledger's calibrating accountant, {sampling}), "
+                       f"{steps} release(s), q = 1",
                        _exact(sigma, steps, 1.0, delta), time.perf_counter() - t0, preset, b.asdict(),
                        {"shape": list(shape), "clip_norm": clip_norm, "noise_scale": noise_scale,
+                        "epsilon_rdp": cl["rdp"], "epsilon_pld": cl["pld"],
+                        "calibrating_accountant": cl["calibrating_accountant"],
                         "noise_source": "pure function" if noise_fn is None else "mechanism object's noise()",
                         "fidelity": fidelity})
 
@@ -272,7 +282,7 @@ def audit_sanitiser_mechanism(mech, *, shape: tuple[int, int], runs: int, steps:
                            fidelity_reps)
     r = audit_sanitizer(shape=shape, clip_norm=mech.clip_norm, sigma=mech.sigma, delta=mech.ledger.delta, runs=runs,
                         steps=steps, seed=seed, noise_scale=noise_scale, configuration=configuration, preset=preset,
-                        noise_fn=mech.noise, fidelity=fid)
+                        noise_fn=mech.noise, fidelity=fid, sampling=mech.ledger.sampling)
     r.extra.update({"mechanism_relation": mech.relation, "mechanism_kind": mech.kind})
     return r
 

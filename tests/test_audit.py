@@ -124,10 +124,14 @@ def test_canary_never_leaves_the_audit(tmp_path, monkeypatch, capsys, caplog):
     res = audit_noisy_sum(g, clip_norm=1.0, noise_multiplier=1.0, delta=1e-5, runs=2000, seed=9)
     rows = torch.randn(3, 6, generator=torch.Generator().manual_seed(1))
     res2 = audit_projection_boundary("DP-SWD", rows, 0.5, k=4, noise_std=2.0, sensitivity=1.0, delta=1e-5, runs=500)
+    from dpgen.audit import audit_class_moments
+
+    z = rows[:, :4].double() / 4.0
+    res3 = audit_class_moments(_moment_mechanism(), z, torch.tensor([0, 1, 2]), runs=1000, fidelity_reps=2)
     assert os.listdir(tmp_path) == []  # nothing written
     out = capsys.readouterr()
     assert out.out == "" and out.err == "" and caplog.records == []
-    for r in (res, res2):
+    for r in (res, res2, res3):
         json.dumps(r.asdict())  # serialisable: scalars and strings only
 
         def walk(x):
@@ -142,7 +146,7 @@ def test_canary_never_leaves_the_audit(tmp_path, monkeypatch, capsys, caplog):
         walk(r.asdict())
     canary = noisy_sum_canary(g, 1.0)
     for v in canary.tolist() + rows[0].tolist() + g.flatten().tolist():
-        assert f"{v:.6g}" not in json.dumps(res.asdict()) + json.dumps(res2.asdict())
+        assert f"{v:.6g}" not in json.dumps(res.asdict()) + json.dumps(res2.asdict()) + json.dumps(res3.asdict())
 
 
 def _projection_mechanism(seed: int = 0):

@@ -306,7 +306,11 @@ def _realised(r: dict) -> float | None:
 
 def _accountant(r: dict) -> str:
     """Which accountant the row's claim is under (the ledger's calibrating one: PLD for Poisson)."""
-    return str(r.get("claimed_by", "RDP")).split(" ", 1)[0].upper()
+    cb = str(r.get("claimed_by", "RDP"))
+    for a in ("PLD", "RDP"):
+        if cb.upper().startswith(a) or cb.startswith(f"ledger {a}"):
+            return a
+    return "calibrating"
 
 
 def _rdp(r: dict) -> float | None:

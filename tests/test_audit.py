@@ -252,3 +252,26 @@ def test_noisy_gradient_sum_mechanism_both_relations():
         assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
         halved = audit_gradient_sum_mechanism(mech, g, runs=1_000_000, seed=2, noise_scale=0.5)
         assert halved.epsilon_lower > halved.epsilon_claimed
+
+
+@pytest.mark.parametrize("preset", ["digits_moments", "digits_shift_dp_dann"])
+def test_script_audits_the_presets_mechanism_objects(preset):
+    """scripts/audit.py builds the run's own mechanism (method.setup) and claims its calibrating accountant's
+    epsilon: for one Gaussian release at the preset's target epsilon that claim is the target itself."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "audit.py"
+    spec = importlib.util.spec_from_file_location("audit_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.audit_preset([f"experiment={preset}"], runs=20_000, seed=0, steps=2, compose_runs=2000)
+    assert rows and all(r["extra"]["fidelity"]["ok"] for r in rows)
+    for r in rows:
+        assert r["epsilon_lower"] <= r["epsilon_claimed"]
+        assert r["claimed_by"].startswith(("PLD", "RDP")) and r["extra"]["epsilon_rdp"] >= r["epsilon_claimed"] - 1e-9
+    if preset == "digits_moments":
+        assert rows[0]["claimed_by"].startswith("PLD") and rows[0]["epsilon_claimed"] == pytest.approx(10.0, abs=0.05)
+    else:
+        assert {r["relation"] for r in rows} == {"add_remove", "replace_one"}
+        assert rows[-1]["sample_rate"] < 1

@@ -353,7 +353,8 @@ def report(paths: list[Path], md: Path, png: Path) -> None:
         where = "whole run" if r["steps"] < 0 else f"T={r['steps']} q={r['sample_rate']:.2g}"
         name = r["mechanism"].replace(" image-gradient sanitiser (clip=whole)", " sanitiser").replace(
             " projection release", "").replace(" (whole private set)", "")
-        return f"{name} [{r['preset'] or ''}] {where}" + (" *" if flagged(r) else "")
+        rel = "" if r["steps"] < 0 else f" {r['relation'].replace('_', '-')}"
+        return f"{name} [{r['preset'] or ''}] {where}{rel}" + (" *" if flagged(r) else "")
 
     floor = 0.05
     fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1.6))

@@ -124,10 +124,14 @@ def test_canary_never_leaves_the_audit(tmp_path, monkeypatch, capsys, caplog):
     res = audit_noisy_sum(g, clip_norm=1.0, noise_multiplier=1.0, delta=1e-5, runs=2000, seed=9)
     rows = torch.randn(3, 6, generator=torch.Generator().manual_seed(1))
     res2 = audit_projection_boundary("DP-SWD", rows, 0.5, k=4, noise_std=2.0, sensitivity=1.0, delta=1e-5, runs=500)
+    from dpgen.audit import audit_class_moments
+
+    z = rows[:, :4].double() / 4.0
+    res3 = audit_class_moments(_moment_mechanism(), z, torch.tensor([0, 1, 2]), runs=1000, fidelity_reps=2)
     assert os.listdir(tmp_path) == []  # nothing written
     out = capsys.readouterr()
     assert out.out == "" and out.err == "" and caplog.records == []
-    for r in (res, res2):
+    for r in (res, res2, res3):
         json.dumps(r.asdict())  # serialisable: scalars and strings only
 
         def walk(x):
@@ -142,7 +146,7 @@ def test_canary_never_leaves_the_audit(tmp_path, monkeypatch, capsys, caplog):
         walk(r.asdict())
     canary = noisy_sum_canary(g, 1.0)
     for v in canary.tolist() + rows[0].tolist() + g.flatten().tolist():
-        assert f"{v:.6g}" not in json.dumps(res.asdict()) + json.dumps(res2.asdict())
+        assert f"{v:.6g}" not in json.dumps(res.asdict()) + json.dumps(res2.asdict()) + json.dumps(res3.asdict())
 
 
 def _projection_mechanism(seed: int = 0):
@@ -202,3 +206,72 @@ def test_sanitiser_mechanism_object():
     assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
     halved = audit_sanitiser_mechanism(mech, shape=(2, 4), runs=1_000_000, seed=3, noise_scale=0.5)
     assert halved.epsilon_lower > halved.epsilon_claimed
+
+
+def _moment_mechanism(epsilon: float = 2.0, seed: int = 0):
+    from dpgen.privacy.ledger import PrivacyLedger
+    from dpgen.privacy.moments import ClassMomentRelease
+
+    led = PrivacyLedger(epsilon, 1e-5, "poisson")
+    mech = ClassMomentRelease(led, n_classes=3, radius=1.5, seed=seed)
+    mech.calibrate(1)
+    return mech
+
+
+def test_class_moment_release_honest_below_claim_and_halved_noise_above():
+    from dpgen.audit import audit_class_moments
+
+    z = torch.randn(12, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    z = z * (1.5 / z.norm(dim=1, keepdim=True)).clamp(max=1.0)  # codes clipped to the radius, like encode()
+    y = torch.arange(12) % 3
+    mech = _moment_mechanism()
+    honest = audit_class_moments(mech, z, y, canary_class=1, runs=2_000_000, seed=1)
+    assert honest.extra["fidelity"]["ok"], honest.extra["fidelity"]
+    assert honest.extra["moment_difference_norm"] == pytest.approx(1.0)  # the canary attains Delta = 1
+    assert honest.extra["calibrating_accountant"] == "pld" and honest.epsilon_claimed <= 2.0 + 1e-9
+    assert honest.epsilon_claimed <= honest.extra["epsilon_rdp"]
+    assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
+    halved = audit_class_moments(_moment_mechanism(), z, y, canary_class=1, runs=2_000_000, seed=2, noise_scale=0.5)
+    assert halved.epsilon_lower > halved.epsilon_claimed
+
+
+def test_noisy_gradient_sum_mechanism_both_relations():
+    from dpgen.audit import audit_gradient_sum_mechanism
+    from dpgen.privacy.ledger import PrivacyLedger
+    from dpgen.privacy.mechanisms import NoisyGradientSum
+
+    g = torch.randn(6, 12, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for sampling, relation in (("poisson", "add_remove"), ("without_replacement", "replace_one")):
+        mech = NoisyGradientSum(PrivacyLedger(10.0, 1e-5, sampling), clip_norm=0.7, sample_rate=0.1,
+                                expected_batch_size=6.0, seed=0)
+        mech.set_noise_multiplier(1.0)
+        assert mech.relation == relation
+        honest = audit_gradient_sum_mechanism(mech, g, runs=1_000_000, seed=1)
+        assert honest.extra["fidelity"]["ok"], honest.extra["fidelity"]
+        assert honest.relation == relation and honest.noise_multiplier_claimed == pytest.approx(1.0)
+        assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
+        halved = audit_gradient_sum_mechanism(mech, g, runs=1_000_000, seed=2, noise_scale=0.5)
+        assert halved.epsilon_lower > halved.epsilon_claimed
+
+
+@pytest.mark.parametrize("preset", ["digits_moments", "digits_shift_dp_dann"])
+def test_script_audits_the_presets_mechanism_objects(preset):
+    """scripts/audit.py builds the run's own mechanism (method.setup) and claims its calibrating accountant's
+    epsilon: for one Gaussian release at the preset's target epsilon that claim is the target itself."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "audit.py"
+    spec = importlib.util.spec_from_file_location("audit_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.audit_preset([f"experiment={preset}"], runs=20_000, seed=0, steps=2, compose_runs=2000)
+    assert rows and all(r["extra"]["fidelity"]["ok"] for r in rows)
+    for r in rows:
+        assert r["epsilon_lower"] <= r["epsilon_claimed"]
+        assert r["claimed_by"].startswith(("PLD", "RDP")) and r["extra"]["epsilon_rdp"] >= r["epsilon_claimed"] - 1e-9
+    if preset == "digits_moments":
+        assert rows[0]["claimed_by"].startswith("PLD") and rows[0]["epsilon_claimed"] == pytest.approx(10.0, abs=0.05)
+    else:
+        assert {r["relation"] for r in rows} == {"add_remove", "replace_one"}
+        assert rows[-1]["sample_rate"] < 1

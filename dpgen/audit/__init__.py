@@ -8,6 +8,8 @@ No Hydra inside (``scripts/audit.py`` composes the presets).
 from .bounds import clopper_pearson, epsilon_lower_bound, gaussian_delta, gaussian_epsilon
 from .core import (
     AuditResult,
+    audit_class_moments,
+    audit_gradient_sum_mechanism,
     audit_noisy_sum,
     audit_projection_boundary,
     audit_projection_mechanism,
@@ -15,9 +17,10 @@ from .core import (
     audit_sanitiser_mechanism,
     audit_sanitizer,
     claimed_epsilon,
+    claimed_epsilons,
     release_fidelity,
 )
 
-__all__ = ["AuditResult", "audit_noisy_sum", "audit_projection_boundary", "audit_projection_mechanism",
+__all__ = ["AuditResult", "audit_class_moments", "audit_gradient_sum_mechanism", "claimed_epsilons", "audit_noisy_sum", "audit_projection_boundary", "audit_projection_mechanism",
            "audit_projection_release", "audit_sanitiser_mechanism", "audit_sanitizer", "release_fidelity", "claimed_epsilon", "clopper_pearson", "epsilon_lower_bound", "gaussian_delta",
            "gaussian_epsilon"]

@@ -51,6 +51,6 @@ def blackbox_generator_audit(train_and_sample: Callable[[bool, int], tuple[torch
                        "one out-of-distribution image added to the private set",
                        "nearest-neighbour distance of generated samples to the canary", runs, -1, float("nan"), delta,
                        float("nan"), b.epsilon_lower, b.confidence, float(max(eps_claimed)),
-                       "ledger RDP epsilon of the whole training run", None, time.perf_counter() - t0, preset,
+                       "ledger epsilon of the whole training run (its calibrating accountant: the results' epsilon)", None, time.perf_counter() - t0, preset,
                        b.asdict(), {"mean_score_gap_in_minus_out": gap,
                                     "scores_overlap": bool(min(s_in) < max(s_out))})

@@ -29,6 +29,7 @@ from ..privacy.ledger import PrivacyLedger
 from .bounds import epsilon_lower_bound, gaussian_epsilon
 from .releases import (
     antipodal_rows,
+    class_moment_scores,
     noisy_sum_canary,
     noisy_sum_scores,
     projection_release_scores,
@@ -108,18 +109,23 @@ def audit_projection_release(mechanism: str, rows_out: torch.Tensor, rows_in: to
                                                    generator=_generator(seed), chunk=chunk, noise_fn=nf)
     b = epsilon_lower_bound(s_out, s_in, delta, seed=seed)
     mult = noise_std / sensitivity
-    claimed = claimed_epsilon(mult, 1.0, 1, delta, delta_per_step, "rdp", sampling)
+    cl = claimed_epsilons(mult, 1.0, 1, delta, delta_per_step, sampling)
+    claimed = float(cl["calibrating"])
     exact = _exact(mult, 1, 1.0, delta - delta_per_step)
     row_diff = float((rows_in.double() - rows_out.double()).norm())
     return AuditResult(mechanism, configuration, "replace_one", canary or f"row difference ||X' - X||_F = {row_diff:.3g}",
                        "exact log-likelihood ratio given the public directions U", runs, 1, 1.0, delta, mult,
-                       b.epsilon_lower, b.confidence, claimed, "RDP (ledger), one release, q = 1", exact,
+                       b.epsilon_lower, b.confidence, claimed,
+                       f"{cl['calibrating_accountant'].upper()} (ledger's calibrating accountant, {sampling}), one "
+                       "release, q = 1", exact,
                        time.perf_counter() - t0, preset, b.asdict(),
                        {"k": k, "d": int(rows_out.shape[1]), "n_rows": int(rows_out.shape[0]),
                         "noise_std": noise_std, "noise_scale": noise_scale, "sensitivity_bound": sensitivity,
                         "row_difference": row_diff, "projected_difference_median": float(np.median(diffs)),
                         "projected_difference_max": float(np.max(diffs)),
                         "fraction_runs_above_bound": float(np.mean(diffs > sensitivity)),
+                        "epsilon_rdp": cl["rdp"], "epsilon_pld": cl["pld"],
+                        "calibrating_accountant": cl["calibrating_accountant"], "delta_per_step": delta_per_step,
                         "noise_source": "pure function" if noise_fn is None else "mechanism object's noise()",
                         "fidelity": fidelity})
 
@@ -134,7 +140,7 @@ def audit_projection_boundary(mechanism: str, base_rows: torch.Tensor, row_radiu
 def audit_sanitizer(*, shape: tuple[int, int], clip_norm: float, sigma: float, delta: float, runs: int = 20000,
                     steps: int = 1, seed: int = 0, noise_scale: float = 1.0, configuration: str = "honest",
                     preset: str | None = None, chunk: int = 1024, noise_fn=None,
-                    fidelity: dict | None = None) -> AuditResult:
+                    fidelity: dict | None = None, sampling: str = "poisson") -> AuditResult:
     """DP-Sinkhorn's whole-tensor sanitiser (sensitivity 2C, noise 2 C sigma): ``steps`` releases."""
     t0 = time.perf_counter()
     g0, g1 = sanitizer_canary(shape, clip_norm)
@@ -142,13 +148,18 @@ def audit_sanitizer(*, shape: tuple[int, int], clip_norm: float, sigma: float, d
     s_out, s_in = sanitizer_scores(g0, g1, clip_norm, noise_scale * sigma, runs, steps=steps,
                                    generator=_generator(seed), chunk=chunk, noise_fn=nf)
     b = epsilon_lower_bound(s_out, s_in, delta, seed=seed)
-    claimed = claimed_epsilon(sigma, 1.0, steps, delta)
+    cl = claimed_epsilons(sigma, 1.0, steps, delta, 0.0, sampling)
+    claimed = float(cl["calibrating"])
     return AuditResult("DP-Sinkhorn image-gradient sanitiser (clip=whole)", configuration, "replace_one",
                        "cross-group gradients clipped to +C e and -C e (difference 2C)",
                        "exact log-likelihood ratio, summed over steps", runs, steps, 1.0, delta, sigma,
-                       b.epsilon_lower, b.confidence, claimed, f"RDP (ledger), {steps} release(s), q = 1",
+                       b.epsilon_lower, b.confidence, claimed,
+                       f"{cl['calibrating_accountant'].upper()} (ledger's calibrating accountant, {sampling}), "
+                       f"{steps} release(s), q = 1",
                        _exact(sigma, steps, 1.0, delta), time.perf_counter() - t0, preset, b.asdict(),
                        {"shape": list(shape), "clip_norm": clip_norm, "noise_scale": noise_scale,
+                        "epsilon_rdp": cl["rdp"], "epsilon_pld": cl["pld"],
+                        "calibrating_accountant": cl["calibrating_accountant"],
                         "noise_source": "pure function" if noise_fn is None else "mechanism object's noise()",
                         "fidelity": fidelity})
 
@@ -157,39 +168,70 @@ def audit_noisy_sum(grads: torch.Tensor, *, clip_norm: float, noise_multiplier: 
                     relation: str = "add_remove", sample_rate: float = 1.0, steps: int = 1, runs: int = 20000,
                     seed: int = 0, noise_scale: float = 1.0, configuration: str = "honest",
                     claimed_sensitivity: float | None = None, preset: str | None = None,
-                    mechanism: str = "DP-SGD noisy sum", chunk: int = 2048) -> AuditResult:
+                    mechanism: str = "DP-SGD noisy sum", chunk: int = 2048, noise_fn=None,
+                    fidelity: dict | None = None, sampling: str | None = None) -> AuditResult:
     """DP-SGD's clipped noisy sum: ``steps`` releases, canary sampled at rate q in each.
 
-    The claim is the ledger's (Poisson, add/remove) epsilon with multiplier
-    ``noise_multiplier * C / claimed_sensitivity``; ``claimed_sensitivity`` defaults to the true one
-    (C for add/remove, 2C for replace-one).  Passing C for replace-one reproduces an accountant that
-    forgets the factor 2 of replace-one adjacency.
+    The noise std is ``noise_multiplier * C`` (``noise_fn``: a ``NoisyGradientSum``'s own ``noise()``
+    at that std).  The claim is the ledger's epsilon under its calibrating accountant (PLD for
+    Poisson, RDP without replacement; ``sampling`` defaults to Poisson for add/remove and to without
+    replacement for replace-one) with multiplier ``noise_multiplier * C / claimed_sensitivity``;
+    ``claimed_sensitivity`` defaults to the true one (C for add/remove, 2C for replace-one).  Passing
+    C for replace-one reproduces an accountant that forgets the factor 2 of replace-one adjacency.
     """
     t0 = time.perf_counter()
     canary = noisy_sum_canary(grads, clip_norm, relation)
     base = grads if relation == "add_remove" else replace_one_batch(grads, canary)
-    s_out, s_in = noisy_sum_scores(base, canary, clip_norm, noise_scale * noise_multiplier, runs,
+    nf = None if noise_fn is None else (lambda shp, like: noise_scale * noise_fn(shp, like))
+    s_out, s_in = noisy_sum_scores(base, canary, clip_norm, noise_scale * noise_multiplier * clip_norm, runs,
                                    relation=relation, sample_rate=sample_rate, steps=steps,
-                                   generator=_generator(seed), chunk=chunk)
+                                   generator=_generator(seed), chunk=chunk, noise_fn=nf)
     b = epsilon_lower_bound(s_out, s_in, delta, seed=seed)
     true_sens = clip_norm * (1.0 if relation == "add_remove" else 2.0)
     sens = true_sens if claimed_sensitivity is None else claimed_sensitivity
     mult = noise_multiplier * clip_norm / sens
-    claimed = claimed_epsilon(mult, sample_rate, steps, delta, accountant="rdp")
-    try:
-        pld = claimed_epsilon(mult, sample_rate, steps, delta, accountant="pld")
-    except Exception:  # noqa: BLE001 - PLD is only a comparison column
-        pld = None
+    sampling = sampling or ("poisson" if relation == "add_remove" else "without_replacement")
+    cl = claimed_epsilons(mult, sample_rate, steps, delta, 0.0, sampling)
     return AuditResult(mechanism, configuration, relation,
                        "gradient canary of norm 10C (clipped to C) opposite to the mean gradient"
                        + ("" if relation == "add_remove" else "; D's record 0 is its antipode"),
                        "exact log-likelihood ratio (Poisson mixture), summed over steps", runs, steps, sample_rate,
-                       delta, mult, b.epsilon_lower, b.confidence, claimed,
-                       f"RDP (ledger), {steps} release(s), q = {sample_rate:g}", _exact(mult, steps, sample_rate, delta),
+                       delta, mult, b.epsilon_lower, b.confidence, float(cl["calibrating"]),
+                       f"{cl['calibrating_accountant'].upper()} (ledger's calibrating accountant, {sampling}), "
+                       f"{steps} release(s), q = {sample_rate:g}", _exact(mult, steps, sample_rate, delta),
                        time.perf_counter() - t0, preset, b.asdict(),
-                       {"clip_norm": clip_norm, "noise_scale": noise_scale, "epsilon_pld": pld,
+                       {"clip_norm": clip_norm, "noise_scale": noise_scale, "epsilon_rdp": cl["rdp"],
+                        "epsilon_pld": cl["pld"], "calibrating_accountant": cl["calibrating_accountant"],
                         "sensitivity_true": true_sens, "sensitivity_claimed": sens, "batch": int(grads.shape[0]),
-                        "params": int(grads.shape[1])})
+                        "params": int(grads.shape[1]),
+                        "noise_source": "pure function" if noise_fn is None else "mechanism object's noise()",
+                        "fidelity": fidelity})
+
+
+def audit_gradient_sum_mechanism(mech, grads: torch.Tensor, *, runs: int, steps: int = 1, sample_rate: float = 1.0,
+                                 relation: str | None = None, seed: int = 0, noise_scale: float = 1.0,
+                                 configuration: str = "honest", preset: str | None = None,
+                                 mechanism: str = "DP-SGD noisy sum", fidelity_reps: int = 32) -> AuditResult:
+    """Audit the run's ``NoisyGradientSum``: its clip norm, calibrated std and relation are the claim,
+    its ``noise()`` draws the vectorised noise, and its real ``release()`` (clip, noise on the sum,
+    divide by the public q N) is called ``fidelity_reps`` times on ``grads`` to check that it adds
+    exactly that noise.  ``relation`` defaults to the mechanism's (the run's ledger's)."""
+    from ..privacy.dpsgd import clip_per_sample
+
+    relation = relation or mech.relation
+    clipped, _ = clip_per_sample({"w": grads.double()}, mech.clip_norm)
+    qn = mech.expected_batch_size
+    fid = release_fidelity(lambda: qn * mech.release([{"w": grads.double()}])["w"], clipped["w"].sum(0),
+                           mech.noise_std, fidelity_reps)
+    sens = mech.sensitivity_under(relation)
+    r = audit_noisy_sum(grads, clip_norm=mech.clip_norm, noise_multiplier=mech.noise_std / mech.clip_norm,
+                        delta=mech.ledger.delta, relation=relation, sample_rate=sample_rate, steps=steps, runs=runs,
+                        seed=seed, noise_scale=noise_scale, configuration=configuration, claimed_sensitivity=sens,
+                        preset=preset, mechanism=mechanism, noise_fn=mech.noise, fidelity=fid,
+                        sampling="poisson" if relation == "add_remove" else "without_replacement")
+    r.extra.update({"mechanism_relation": mech.relation, "mechanism_kind": mech.kind,
+                    "mechanism_noise_multiplier": mech.noise_multiplier, "mechanism_sample_rate": mech.sample_rate})
+    return r
 
 
 # -- the run's own mechanism objects (dpgen.privacy.mechanisms) --------------------------------
@@ -240,6 +282,62 @@ def audit_sanitiser_mechanism(mech, *, shape: tuple[int, int], runs: int, steps:
                            fidelity_reps)
     r = audit_sanitizer(shape=shape, clip_norm=mech.clip_norm, sigma=mech.sigma, delta=mech.ledger.delta, runs=runs,
                         steps=steps, seed=seed, noise_scale=noise_scale, configuration=configuration, preset=preset,
-                        noise_fn=mech.noise, fidelity=fid)
+                        noise_fn=mech.noise, fidelity=fid, sampling=mech.ledger.sampling)
     r.extra.update({"mechanism_relation": mech.relation, "mechanism_kind": mech.kind})
     return r
+
+
+# -- DP class-Gaussian (privacy.moments.ClassMomentRelease) ------------------------------------
+def claimed_epsilons(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
+                     delta_per_step: float = 0.0, sampling: str = "poisson") -> dict:
+    """The ledger's epsilon under each accountant (``rdp``, ``pld``; PLD is None without replacement)
+    and which one calibrates (``ledger.calibrating_accountant``: the run's reported guarantee)."""
+    led = PrivacyLedger(None, delta, sampling)
+    led.record(noise_multiplier, sample_rate, steps, delta_per_step)
+    eps = {a: led.epsilon(delta, a) for a in ("rdp", "pld")}
+    cal = led.calibrating_accountant
+    return {"rdp": eps["rdp"], "pld": eps["pld"], "calibrating_accountant": cal, "calibrating": eps[cal]}
+
+
+def audit_class_moments(mech, z: torch.Tensor, y: torch.Tensor, *, canary_class: int = 0, runs: int = 1_000_000,
+                        seed: int = 0, noise_scale: float = 1.0, configuration: str = "honest",
+                        preset: str | None = None, fidelity_reps: int = 32) -> AuditResult:
+    """Audit the run's ``ClassMomentRelease`` (one Gaussian release, q = 1, add/remove, Delta = 1).
+
+    D: the codes ``z: (n, K)`` (norm <= r) with labels ``y``; D' = D plus the canary, a code of norm
+    exactly r (the direction of ``z[0]``) in class ``canary_class``: it moves that class's row by
+    ``(w0, w1 z, w2 z z^T)``, of norm ``sqrt(a0^2 + a1^2 + a2^2) = 1`` = the sensitivity (worst case).
+    Distinguisher: the exact LLR along the known mean difference (``releases.class_moment_scores``).
+    Claimed: the ledger's calibrating accountant's epsilon for one release at the mechanism's
+    multiplier (RDP and PLD beside it); exact: the Gaussian mechanism's epsilon at that multiplier.
+    Fidelity: ``class_moment_vector + mech.noise(v.shape)`` is the release's own line; its noise std is
+    compared with the declared one over ``fidelity_reps`` full vectors.
+    """
+    from ..privacy.moments import class_moment_vector
+
+    if mech.relation != "add_remove":
+        raise ValueError(f"the class-moment audit adds a canary (add/remove); this mechanism is {mech.relation}")
+    t0 = time.perf_counter()
+    z, y = z.double(), y.long()
+    direction = z[0] / z[0].norm().clamp_min(1e-12)
+    canary = mech.radius * direction
+    v0 = class_moment_vector(z, y, mech.n_classes, mech.weights)
+    v1 = class_moment_vector(torch.cat([z, canary[None]]), torch.cat([y, y.new_tensor([canary_class])]),
+                             mech.n_classes, mech.weights)
+    fid = release_fidelity(lambda: v0 + mech.noise(v0.shape, v0), v0, mech.noise_std, fidelity_reps)
+    s_out, s_in = class_moment_scores(v0, v1, mech.noise_std, runs, noise_fn=mech.noise, noise_scale=noise_scale)
+    b = epsilon_lower_bound(s_out, s_in, mech.ledger.delta, seed=seed)
+    mult = mech.noise_multiplier
+    cl = claimed_epsilons(mult, 1.0, 1, mech.ledger.delta, 0.0, mech.ledger.sampling)
+    diff = float((v1 - v0).norm())
+    return AuditResult("DP class-Gaussian moment release", configuration, "add_remove",
+                       f"code of norm r = {mech.radius:g} added to class {canary_class} (||v(D') - v(D)|| = {diff:.4g})",
+                       "exact log-likelihood ratio along the known mean difference", runs, 1, 1.0,
+                       mech.ledger.delta, mult, b.epsilon_lower, b.confidence, float(cl["calibrating"]),
+                       f"{cl['calibrating_accountant'].upper()} (ledger's calibrating accountant), one release, q = 1",
+                       _exact(mult, 1, 1.0, mech.ledger.delta), time.perf_counter() - t0, preset, b.asdict(),
+                       {"noise_std": mech.noise_std, "noise_scale": noise_scale, "sensitivity": mech.sensitivity,
+                        "moment_difference_norm": diff, "epsilon_rdp": cl["rdp"], "epsilon_pld": cl["pld"],
+                        "calibrating_accountant": cl["calibrating_accountant"], "vector_size": int(v0.numel()),
+                        "noise_source": "mechanism object's noise() (one coordinate along the mean difference)",
+                        "mechanism_kind": mech.kind, "mechanism_relation": mech.relation, "fidelity": fid})

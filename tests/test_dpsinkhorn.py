@@ -266,8 +266,8 @@ def test_dct_representation_runs_and_the_ledger_records_the_same_mechanism(tmp_p
     _, ledger_px, out_px, _ = _fit(tmp_path / "px", data, steps=2, noise_multiplier=50.0)
     assert method.basis.shape == (64, 16) and out["representation"] == "dct-16" and out_px["representation"] is None
     assert ledger.steps == ledger_px.steps == 2
-    for e, e_px in zip(ledger.entries, ledger_px.entries):  # same mechanism, same rate, same multiplier
-        assert (e.noise_multiplier, e.sample_rate) == (e_px.noise_multiplier, e_px.sample_rate)
+    for e, e_px in zip(ledger.entries, ledger_px.entries, strict=True):  # same mechanism, same rate, same multiplier
+        assert e.same_release(e_px) and e.steps == e_px.steps and e.mechanism
     assert out["sensitivity"] == out_px["sensitivity"] == pytest.approx(2 * 0.5)
     assert ledger.epsilon() == pytest.approx(ledger_px.epsilon())
     grad = g.grads[0].flatten(1)  # the release is still on the IMAGES: (n + n', 64), noise std 2 C sigma

@@ -243,7 +243,7 @@ def test_ablation_preset_sweeps_the_nine_cost_and_debias_cells():
 
 
 @pytest.mark.parametrize("exp", ["mnist_dpsinkhorn", "fmnist_dpsinkhorn", "celeba32_dpsinkhorn", "mnist_sinkhorn",
-                                 "digits_dpsinkhorn"])
+                                 "digits_dpsinkhorn", "digits_dpsinkhorn_dct"])
 def test_presets_compose_with_the_spec_hyperparameters(exp):
     from hydra.utils import instantiate
 
@@ -257,3 +257,76 @@ def test_presets_compose_with_the_spec_hyperparameters(exp):
     if exp in expected:
         assert (m.ot.m, m.sigma, m.clip_norm, m.ot.reg, m.batch_size) == expected[exp]
     assert m.private == (exp != "mnist_sinkhorn")
+
+
+# -- representation (issue 12 item 5) --------------------------------------------------------
+def test_dct_representation_runs_and_the_ledger_records_the_same_mechanism(tmp_path, data):
+    rep = {"kind": "dct", "n_components": 16}
+    method, ledger, out, g = _fit(tmp_path / "dct", data, steps=2, noise_multiplier=50.0, representation=rep)
+    _, ledger_px, out_px, _ = _fit(tmp_path / "px", data, steps=2, noise_multiplier=50.0)
+    assert method.basis.shape == (64, 16) and out["representation"] == "dct-16" and out_px["representation"] is None
+    assert ledger.steps == ledger_px.steps == 2
+    for e, e_px in zip(ledger.entries, ledger_px.entries, strict=True):  # same mechanism, same rate, same multiplier
+        assert e.same_release(e_px) and e.steps == e_px.steps and e.mechanism
+    assert out["sensitivity"] == out_px["sensitivity"] == pytest.approx(2 * 0.5)
+    assert ledger.epsilon() == pytest.approx(ledger_px.epsilon())
+    grad = g.grads[0].flatten(1)  # the release is still on the IMAGES: (n + n', 64), noise std 2 C sigma
+    assert grad.shape == (28, 64) and float(grad[:20].std()) == pytest.approx(2 * 0.5 * 50.0, rel=0.1)
+    assert float(grad[20:].norm()) <= 0.5 + 1e-5
+
+
+def test_pixels_mode_is_the_default_and_a_full_dct_is_a_rotation_of_the_l2_cost(tmp_path, data, monkeypatch):
+    """``representation: null`` keeps the pixel features (no basis, no signature key: old checkpoints
+    resume).  All 64 DCT frequencies are a rotation, so under the L2 cost the released gradient of the
+    first step is the same as with pixels: the codes path computes the same loss on rotated features."""
+    from dpgen.privacy.mechanisms import ImageGradientSanitiser
+
+    seen = []
+    real = ImageGradientSanitiser.release
+
+    def no_noise(self, grad_in):
+        seen.append(grad_in.detach().clone())
+        std, self.noise_std = self.noise_std, 0.0
+        try:
+            return real(self, grad_in)
+        finally:
+            self.noise_std = std
+
+    monkeypatch.setattr(ImageGradientSanitiser, "release", no_noise)
+    torch.manual_seed(0)  # same generator weights, latents and labels in the three runs
+    px, _, _, _ = _fit(tmp_path / "px", data, cost="l2", clip_norm=1e3)
+    assert px.basis is None and "representation" not in px.signature()
+    torch.manual_seed(0)
+    full, _, _, _ = _fit(tmp_path / "dct", data, cost="l2", clip_norm=1e3, representation={"kind": "dct"})
+    assert full.basis.shape == (64, 64) and full.signature()["representation"] == {"kind": "dct"}
+    torch.testing.assert_close(seen[1], seen[0], rtol=1e-3, atol=1e-4)
+    torch.manual_seed(0)
+    part, _, _, _ = _fit(tmp_path / "dct8", data, cost="l2", clip_norm=1e3,
+                         representation={"kind": "dct", "n_components": 8})
+    assert not torch.allclose(seen[2], seen[0], rtol=1e-3, atol=1e-4)  # a truncated basis changes the loss
+
+
+def test_the_representation_is_a_public_constant_never_read_from_private_data(data):
+    import dataclasses
+
+    from dpgen.data.representations import dct_basis
+    from dpgen.methods.dpsinkhorn import sinkhorn_representation
+
+    class NoAccess:
+        def __getattr__(self, name):
+            raise AssertionError(f"the representation read the private split ({name})")
+
+        def __len__(self):
+            raise AssertionError("the representation read the private split (len)")
+
+    blind = dataclasses.replace(data, private=NoAccess())
+    v, c = sinkhorn_representation({"kind": "dct", "n_components": 16}, blind, torch.device("cpu"))
+    torch.testing.assert_close(v, torch.from_numpy(dct_basis((1, 8, 8), 16)).float())
+    assert float(c.abs().max()) == 0.0
+    torch.testing.assert_close(v.T @ v, torch.eye(16))
+    with pytest.raises(ValueError, match="PUBLIC split"):
+        sinkhorn_representation({"kind": "pca", "n_components": 8}, blind, torch.device("cpu"))
+    with pytest.raises(ValueError, match="model.representation.kind"):
+        DPSinkhorn(ProbeGenerator, representation={"kind": "identity"})
+    with pytest.raises(ValueError, match="model.representation accepts"):
+        DPSinkhorn(ProbeGenerator, representation={"kind": "dct", "radius": 3.0})

@@ -39,6 +39,18 @@ entropic OT with λ = ``reg`` via GeomLoss (:mod:`dpgen.ot.sinkhorn`); semi-debi
 (= the expected private batch size B); the reference code uses the drawn size instead, which does
 not change privacy.
 
+Representation (``model.representation``; dpgen's option, not in the paper): ``null`` (default)
+is the paper's pixel features.  ``{kind: dct, n_components: K}`` replaces ``flatten(x)`` in the
+features of BOTH the private and the generated images by the codes ``x_flat V`` of a FIXED linear
+map ``V: (D, K)`` with orthonormal columns (the K lowest 2-D DCT frequencies of
+:mod:`dpgen.data.representations`, images in [−1, 1], centre 0), so the cost works on
+``[x_flat V ‖ 15·onehot(y)]``.  ``V`` is a public constant: it depends on the image shape and K
+only, never on the private data (``kind: pca`` is the PCA of the PUBLIC split, refused without
+one).  Privacy is unchanged: the released quantity is still the clipped + noised gradient w.r.t.
+the generated images X[0:n] (``ImageGradientSanitiser``); its sensitivity 2C (whole) / 2C√n
+(per_row) comes from the clip alone and holds for ANY loss, including one computed on codes
+(the chain rule through the fixed V happens before the hook, inside the clipped quantity).
+
 Schedule: σ fixed (``noise_multiplier``) and training runs until the next step would exceed the
 target ε (``ledger.allowance``) or ``steps`` (if set), whichever comes first.  With
 ``noise_multiplier: null`` σ is calibrated so that exactly ``steps`` steps spend the target ε
@@ -57,6 +69,7 @@ from collections.abc import Callable
 import torch
 
 from ..data import DataSplits
+from ..data.representations import build_representation
 from ..ot.sinkhorn import COSTS, DEBIAS, EntropicOT, embed, extra_rows, sinkhorn_generator_loss
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
@@ -75,7 +88,7 @@ class DPSinkhorn(GenerativeMethod):
                  cost: str = "l1+l2", m: float = 1.0, reg: float = 0.05, scaling: float = 0.9,
                  debias: str = "semi", debias_ratio: float = 0.4, embed_multiplier: float = 15.0,
                  clip_norm: float = 0.5, noise_multiplier: float | None = 1.1, clip: str = "whole",
-                 private: bool = True) -> None:
+                 private: bool = True, representation: dict | None = None) -> None:
         if cost not in COSTS:
             raise ValueError(f"model.cost={cost!r} is unknown; choose one of {COSTS}")
         if debias not in DEBIAS:
@@ -92,6 +105,15 @@ class DPSinkhorn(GenerativeMethod):
         if not private and steps is None:
             raise ValueError("a non-private run (model.private=false) needs model.steps")
         extra_rows(1, debias_ratio)  # validates p
+        self.rep_cfg = None if representation is None else dict(representation)
+        if self.rep_cfg is not None:
+            kind = self.rep_cfg.get("kind", "dct")
+            if kind not in ("dct", "pca"):
+                raise ValueError(f"model.representation.kind={kind!r} is unknown for DP-Sinkhorn; choose dct (fixed) "
+                                 "or pca (PUBLIC split), or model.representation=null (pixels)")
+            extra = set(self.rep_cfg) - {"kind", "n_components"}
+            if extra:
+                raise ValueError(f"model.representation accepts kind and n_components only, got {sorted(extra)}")
         self.make_generator = generator
         self.batch_size, self.steps = int(batch_size), None if steps is None else int(steps)
         self.lr, self.weight_decay, self.betas = float(lr), float(weight_decay), tuple(betas)
@@ -101,6 +123,8 @@ class DPSinkhorn(GenerativeMethod):
         self.G: torch.nn.Module | None = None
         self.device = torch.device("cpu")
         self.num_classes = 0
+        self.basis: torch.Tensor | None = None  # (D, K) public linear map, or None (pixels)
+        self.center: torch.Tensor | None = None  # (D,) public centre
 
     # ------------------------------------------------------------------------------------
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
@@ -114,11 +138,15 @@ class DPSinkhorn(GenerativeMethod):
         self.mechanisms = {"image_gradient": self.sanitiser}
         lo, hi = data.value_range
         self._range = (lo, hi)  # data range -> [-1, 1] (public constants)
+        if self.rep_cfg is not None:
+            self.basis, self.center = sinkhorn_representation(self.rep_cfg, data, ctx.device)
         self._signature = {"n_private": len(data.private), "dataset": data.name, "batch_size": self.batch_size,
                            "steps": self.steps, "sigma": self.sanitiser.sigma, "clip": self.clip,
                            "clip_norm": self.clip_norm, "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg,
                            "debias": self.debias, "ratio": self.ratio, "sampling": ledger.sampling,
                            "private": self.private}
+        if self.rep_cfg is not None:  # (absent for pixels: pixel-mode checkpoints keep their signature)
+            self._signature["representation"] = dict(self.rep_cfg)
         self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
         self.G.train()
 
@@ -161,8 +189,8 @@ class DPSinkhorn(GenerativeMethod):
         x_t, y_t = self.sampler.sample()                                              # Y ~ Poisson(q) private batch
         lo, hi = self._range  # public value range: a non-finite or out-of-range pixel cannot crash the loss
         x_t = torch.nan_to_num(x_t.to(dev), nan=lo, posinf=hi, neginf=lo).clamp(lo, hi)
-        rows_real = embed((x_t - lo) / (hi - lo) * 2.0 - 1.0, y_t.to(dev), k, self.embed_multiplier)
-        rows_gen = embed(torch.cat([x_cross, x_debias]), y_all, k, self.embed_multiplier)
+        rows_real = embed(self._features((x_t - lo) / (hi - lo) * 2.0 - 1.0), y_t.to(dev), k, self.embed_multiplier)
+        rows_gen = embed(self._features(torch.cat([x_cross, x_debias])), y_all, k, self.embed_multiplier)
         if rows_real.shape[0] > 0:  # L = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])  (semi-debiased, spec §1)
             loss = sinkhorn_generator_loss(self.ot, rows_gen, rows_real, n, self.debias, self.ratio)
         elif n_extra:  # empty draw: the cross term is 0 (module docstring)
@@ -176,6 +204,12 @@ class DPSinkhorn(GenerativeMethod):
         # un-noised function of the private batch (logged for non-private runs only)
         out = {"released_grad_norm": float(released["g"].norm())}
         return out if self.private else {"loss": float(loss.detach()), **out}
+
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images in [−1, 1] ``(n, C, H, W)`` -> pixels (unchanged) or codes ``(x_flat − c) V: (n, K)``."""
+        if self.basis is None:
+            return x
+        return (x.flatten(1) - self.center) @ self.basis
 
     def progress_info(self, values: dict) -> str:
         return f"loss {values['loss']:.4f}" if "loss" in values else f"|released grad| {values['released_grad_norm']:.3f}"
@@ -201,7 +235,9 @@ class DPSinkhorn(GenerativeMethod):
                 "clip": self.clip, "clip_norm": self.clip_norm,
                 "sensitivity": s.sensitivity_under(s.relation), "sigma_calibrated": self.private and self.sigma is None,
                 "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg, "debias": self.debias,
-                "debias_ratio": self.ratio, "guarantee": s.guarantee}
+                "debias_ratio": self.ratio, "guarantee": s.guarantee,
+                "representation": None if self.rep_cfg is None else
+                f"{self.rep_cfg.get('kind', 'dct')}-{self.basis.shape[1]}"}
 
     # ------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -218,3 +254,21 @@ class DPSinkhorn(GenerativeMethod):
             xs.append(((self.G(self.G.latent(y.shape[0], device=self.device), y) + 1) / 2).clamp(0, 1).cpu())
         self.G.train()
         return torch.cat(xs), labels.cpu()
+
+
+def sinkhorn_representation(cfg: dict, data: DataSplits, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The public linear map of ``model.representation`` for images scaled to [−1, 1]:
+    ``(V: (D, K) float32, c: (D,) float32)``.  ``dct``: the fixed DCT basis, centre 0 (no data);
+    ``pca``: PCA of the PUBLIC split (mapped to [−1, 1]) centred at its mean.  Never reads ``data.private``."""
+    cfg = dict(cfg)
+    kind, k = cfg.get("kind", "dct"), cfg.get("n_components")
+    lo, hi = data.value_range
+    public_x = None
+    if kind == "pca":
+        if data.public is None:
+            raise ValueError("model.representation.kind=pca is fitted on the PUBLIC split: set "
+                             "dataset.public_fraction > 0, or use kind=dct (fixed, no data)")
+        public_x = (data.public.x - lo) / (hi - lo) * 2.0 - 1.0
+    rep = build_representation(kind, data.image_shape, (-1.0, 1.0), n_components=k,
+                               center=0.0 if kind == "dct" else None, public_x=public_x)
+    return rep.basis.float().to(device), rep.center.float().to(device)

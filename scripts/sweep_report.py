@@ -33,7 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from dpgen.logging.summary import guarantee_label, metric_family  # noqa: E402
+from dpgen.logging.summary import guarantee_label, metric_family, to_float  # noqa: E402
 
 MISSING = "—"
 TIME_SUFFIX = "_time_s"
@@ -43,20 +43,6 @@ EPSILON_KEYS = ("accountant.epsilon", "model.private")  # the x axis: a sweep's 
 
 
 # ------------------------------------------------------------------------------------ reading
-def to_float(value) -> float | None:
-    """Number, or one of the strings json_safe writes ("inf", "-inf", "nan"), as a float; else None."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
 def _natural_key(text: str) -> list:
     """'10_a' sorts after '2_a' (Hydra job numbers are not zero-padded)."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]

@@ -33,7 +33,7 @@ _MECHANISM_KEYS = ("noise_multiplier", "noise_std", "noise_std_on_sum", "sensiti
                    "clip_norm", "delta_split")
 
 
-def _num(value) -> float | None:
+def to_float(value) -> float | None:
     """A number (or json_safe's "inf"/"nan" strings) as a float; anything else None."""
     if isinstance(value, bool) or value is None:
         return None
@@ -54,7 +54,7 @@ def metric_family(name: str, value: Any = 0.0) -> str | None:
     "accuracy"; ``fid`` -> "FID"; ``swd*`` -> "sliced Wasserstein"; any other numeric metric is
     its own family (named by the metric).
     """
-    if _num(value) is None or _PROVENANCE.search(name):
+    if to_float(value) is None or _PROVENANCE.search(name):
         return None
     if name.startswith(("acc_target", "acc_source")):
         return "target accuracy (DA)"
@@ -71,7 +71,7 @@ def guarantee_label(results: dict) -> str:
     """One of :data:`LABELS` (or the run's own wording when it matches none of them)."""
     privacy = results.get("privacy") or {}
     raw = privacy.get("guarantee") or (results.get("train") or {}).get("guarantee")
-    eps = _num(privacy.get("epsilon_rdp"))
+    eps = to_float(privacy.get("epsilon_rdp"))
     if raw is None:
         if privacy.get("target_epsilon") is None and (eps is None or math.isinf(eps)):
             return LABELS["none"]
@@ -131,7 +131,7 @@ def fmt(value) -> str:
         return ", ".join(str(v) for v in value) or "—"
     if isinstance(value, bool) or isinstance(value, int):
         return str(value)
-    number = _num(value)
+    number = to_float(value)
     if number is None:
         return str(value)
     if math.isinf(number):

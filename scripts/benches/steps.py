@@ -17,7 +17,7 @@ and their share), which shows where the floor is.
   literal three-call transport map (``transport_map_reference``); after = the one-sort map.
 * DP-SGD private gradient (mnist_dpsgd CNN, batch 256, DP run: no data-dependent reports): before =
   per-sample gradients in chunks of 128, clipped copies built by ``torch.cat`` norms and summed;
-  after = chunks of 32, norms per tensor and the clipped sum as one ``tensordot`` per parameter
+  after = chunks of 16, norms per tensor and the clipped sum as one ``tensordot`` per parameter
   (``privacy.dpsgd.clipped_sum``), noise from the same ``NoisyGradientSum``.
 """
 
@@ -232,24 +232,25 @@ def dpsgd_gradient_before(m, x, y, microbatch: int = 128) -> dict:
     return noisy_gradient_sum_before(m.gradient_release, m._per_sample_chunks(x, y))
 
 
-def dpsgd_gradient_after(m, x, y, microbatch: int = 32) -> dict:
+def dpsgd_gradient_after(m, x, y, microbatch: int = 16) -> dict:
     m.microbatch = microbatch
     return m._private_gradient(x, y)
 
 
 # -- timing and profiles ------------------------------------------------------------------------------
-def side_by_side(before, after, repeats: int = REPEATS) -> tuple[list[float], list[float]]:
-    """CPU seconds of ``before()`` and ``after()``, one warm-up each, then ``repeats`` interleaved pairs
-    (ABBA order: before first on even repeats, after first on odd ones)."""
-    before(), after()
-    tb, ta = [], []
+def side_by_side(*fns, repeats: int = REPEATS) -> list[list[float]]:
+    """CPU seconds of each ``fn()``, one warm-up each, then ``repeats`` interleaved rounds (the order
+    reversed on odd rounds, so a drift of the machine's load hits every side alike)."""
+    for fn in fns:
+        fn()
+    out: list[list[float]] = [[] for _ in fns]
     for r in range(repeats):
-        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
-            fn, out = (before, tb) if which == 0 else (after, ta)
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
             t = time.process_time()
-            fn()
-            out.append(time.process_time() - t)
-    return tb, ta
+            fns[i]()
+            out[i].append(time.process_time() - t)
+    return out
 
 
 def profile_top(fn, steps: int = 5, top: int = 6) -> str:
@@ -268,8 +269,8 @@ def _ms(ts: list[float]) -> str:
     return f"{1e3 * statistics.median(ts):.1f} ms (spread ×{max(ts) / max(min(ts), 1e-9):.2f})"
 
 
-def cases(device: torch.device) -> list[tuple[str, object, object, str]]:
-    """``(name, before, after, note)`` for every step of the table."""
+def cases(device: torch.device) -> list[tuple]:
+    """``(name, before, after, note[, anchor])`` for every step of the table (anchor: timed beside them)."""
     from dpgen.ot.flows import quantile_levels
 
     out = []
@@ -298,7 +299,7 @@ def cases(device: torch.device) -> list[tuple[str, object, object, str]]:
     m, xb, yb = dpsgd_setup(device)
     out.append(("DP-SGD private gradient, mnist_dpsgd CNN, batch 256 (per-sample grads, clip, sum, noise)",
                 partial(dpsgd_gradient_before, m, xb, yb), partial(dpsgd_gradient_after, m, xb, yb),
-                "clipped sum, chunks of 32"))
+                "clipped sum, chunks of 16", partial(m._plain_gradient, xb, yb)))
     return out
 
 
@@ -327,11 +328,15 @@ def _section(device: torch.device) -> str:
              f"load average at the start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min).", "",
              "| step | before | after | before / after | change | profile of the after step (if < ×2) |",
              "|---|---|---|---|---|---|"]
-    for name, before, after, note in cases(device):
+    for name, before, after, note, *anchor in cases(device):
         print(f"[bench] steps: {name} ...", flush=True)
-        tb, ta = side_by_side(before, after)
+        tb, ta, *tp = side_by_side(before, after, *anchor)
         ratio = statistics.median(tb) / statistics.median(ta)
-        noisy = max(max(tb) / min(tb), max(ta) / min(ta)) > 1.5
+        noisy = max(max(t) / min(t) for t in (tb, ta, *tp)) > 1.5
+        if tp:  # the non-private gradient of the same net and batch, timed in the same rounds
+            p = statistics.median(tp[0])
+            note += (f"; non-private gradient {_ms(tp[0])}: before ×{statistics.median(tb) / p:.2f}, "
+                     f"after ×{statistics.median(ta) / p:.2f} of it")
         prof = profile_top(after) if ratio < 2.0 else ""
         lines.append(f"| {name} | {_ms(tb)} | {_ms(ta)} | ×{ratio:.2f}{' (noisy)' if noisy else ''} | {note} | "
                      f"{prof} |")

@@ -152,3 +152,18 @@ def test_noisy_gradient_sum_equals_reference_release():
     ref = steps.noisy_gradient_sum_before(old, _chunks(grads, 128))
     _assert_close(out, ref, rel=1e-5)
     assert new.releases == old.releases == 1
+
+
+def test_bench_only_merges_its_section_and_keeps_the_rest():
+    """``scripts/bench.py --only steps`` replaces the marked ``steps`` block, appends it when absent,
+    and leaves every other line of docs/benchmarks.md alone."""
+    spec = importlib.util.spec_from_file_location("dpgen_bench_main", _PATH.parents[1] / "bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    doc = "# Benchmarks\n\nhand-written notes\n"
+    once = bench.merge_sections(doc, {"steps": "## Per-step\n\n| a |\n"})
+    assert once.startswith(doc.rstrip("\n")) and "<!-- bench:steps" in once and "| a |" in once
+    twice = bench.merge_sections(once + "\ntrailing notes\n", {"steps": "## Per-step\n\n| b |\n"})
+    assert "| a |" not in twice and "| b |" in twice
+    assert "hand-written notes" in twice and twice.rstrip().endswith("trailing notes")
+    assert twice.count("<!-- bench:steps") == 1

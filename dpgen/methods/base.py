@@ -30,7 +30,7 @@ import torch
 from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import Mechanism
-from ..utils import load_checkpoint
+from ..utils import autocast, load_checkpoint
 
 
 @dataclass
@@ -48,6 +48,11 @@ class TrainContext:
     progress: bool = True
     deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable
     resume_state: dict | None = None  # the method's state from the checkpoint (set by the loop before setup)
+    precision: str = "32"  # "bf16": bfloat16 autocast around model forwards (``self.autocast()``), never the privacy maths
+
+    def autocast(self):
+        """``utils.autocast(device, precision)``: wrap a generator / feature-extractor forward, then ``.float()``."""
+        return autocast(self.device, self.precision)
 
     @property
     def checkpoint_path(self) -> Path:

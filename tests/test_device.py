@@ -271,3 +271,27 @@ def test_precision_must_be_32_or_bf16(tmp_path):
     with pytest.raises(ConfigError, match="trainer.precision"):
         validate(compose_cfg(["trainer.precision=fp16"], out_dir=tmp_path))
 
+
+
+def test_a_nan_tensor_value_is_raised_at_the_next_check_with_its_step():
+    from dpgen.methods.base import NonFiniteLossError
+    from dpgen.methods.loop import FiniteWatch
+
+    w = FiniteWatch()
+    for t in range(6):
+        w.update({"loss": torch.tensor(float("nan") if t in (3, 4) else 1.0), "note": 2.0}, t)
+    with pytest.raises(NonFiniteLossError, match="step 3"):
+        w.check()
+    ok = FiniteWatch()
+    ok.update({"loss": torch.tensor(1.0)}, 0)
+    ok.check()
+
+
+def test_class_blocks_gathers_the_same_rows_as_a_boolean_mask():
+    from dpgen.privacy.rows import class_blocks, fixed_size
+
+    rows, labels = torch.randn(40, 3), torch.randint(3, (40,), generator=torch.Generator().manual_seed(1))
+    for m in (20, 5):  # padding only / random subsets (the same generator draws in the same order)
+        g = torch.Generator().manual_seed(0)
+        want = torch.cat([fixed_size(rows[labels == c], m, g) for c in range(3)])
+        assert torch.equal(class_blocks(rows, labels, 3, m, torch.Generator().manual_seed(0)), want)

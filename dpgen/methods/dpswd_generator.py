@@ -217,7 +217,7 @@ class DPSWDGenerator(GenerativeMethod):
             fake = self.G(torch.randn(n, self.G.d_code, device=self.device), y)
         self.fmap.train()
         logits = self.fmap.logits(torch.cat([real, fake]))
-        target = torch.cat([torch.ones(n), torch.zeros(n)]).to(self.device)
+        target = torch.cat([torch.ones(n, device=self.device), torch.zeros(n, device=self.device)])
         loss = F.binary_cross_entropy_with_logits(logits, target)
         self.opt_f.zero_grad(set_to_none=True)
         loss.backward()

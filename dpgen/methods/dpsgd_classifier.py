@@ -60,7 +60,7 @@ from ..privacy.bayesian import DEFAULT_CONF, BayesianAccountant, MomentsAccounta
 from ..privacy.dpsgd import assign_grads, per_sample_grads
 from ..privacy.mechanisms import NoisyGradientSum, UnnoisedAccess
 from ..privacy.wdp import WassersteinAccountant, pairwise_distances
-from .base import Method, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
+from .base import Method, TrainContext, mechanism_seed, secret_seed
 
 Grads = dict[str, torch.Tensor]
 
@@ -181,11 +181,11 @@ class DPSGDClassifier(Method):
         else:
             self.gradient_release.release()                                             # un-noised access (recorded)
             grads = self._plain_gradient(x, y)
-        if not all(torch.isfinite(g).all() for g in grads.values()):            # released (noised) gradient
-            raise NonFiniteLossError(t, "gradient")
         assign_grads(self.net, grads)
         self.opt.step()                                                        # 4. theta <- theta - lr g~
-        return {}  # nothing per step: the loop logs epsilon (and the opt-in reported accountants)
+        # the norm of the released (noised) gradient: public; NaN/inf in it is caught by the loop's
+        # non-finite check (kept on the device, raised at the next log / checkpoint step: no host sync here)
+        return {"released_grad_norm": torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()]))}
 
     # ------------------------------------------------------------------------------------
     def _per_sample_chunks(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[Grads]:

@@ -364,8 +364,8 @@ class ImageGradientSanitiser(Mechanism):
     def release(self, g: torch.Tensor) -> torch.Tensor:
         """``g: (n, ...)`` -> ``clip(g) + N(0, (2 C sigma)^2)``, recorded; a non-private run passes ``g`` through."""
         if self.private:
-            if not bool(torch.isfinite(g).all()):  # same function as an unconditional nan_to_num; skipping the
-                g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)  # copy keeps g's layout (bit-identical norm)
+            # non-finite entries -> 0 (a public rule; unconditional: testing first would be a host sync per step)
+            g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
             g = clip_whole(g, self.clip_norm) if self.clip == "whole" else clip_per_row(g, self.clip_norm)
             z = self.noise(g.shape, g)
             g = g if z is None else g + z

@@ -288,7 +288,8 @@ class GaussianProjectionRelease(Mechanism):
                 "row_diameter": self.row_diameter, "directions": self.directions}
 
     def describe(self) -> dict:
-        return {**super().describe(), "row_dim": self.dim, "num_projections": self.k, "sensitivity_bound": self.bound,
+        return {**super().describe(), "row_dim": self.dim, "num_projections": self.k,
+                "sensitivity_bound": "exact (orthonormal directions)" if self.directions == "orthogonal" else self.bound,
                 "row_diameter": self.row_diameter,
                 "partners": self.partners(self.relation) if self.private and self.directions == "random" else None,
                 "directions": self.directions, "releases_planned": self.steps}

@@ -69,7 +69,13 @@ import torch.nn.functional as F
 from ..data import DataSplits
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
-from ..privacy.conventions import PaperConvention, RawPixelRows, as_convention, raw_pixel_diameter, true_epsilon
+from ..privacy.conventions import (
+    PaperConvention,
+    RawPixelRows,
+    as_convention,
+    raw_pixel_diameter,
+    true_epsilon,
+)
 from ..privacy.mechanisms import GaussianProjectionRelease
 from ..privacy.rows import RowMap, class_blocks, fixed_size
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed

@@ -11,8 +11,16 @@ import torch
 
 from dpgen.config import ConfigError, validate
 from dpgen.privacy import PrivacyLedger
-from dpgen.privacy.conventions import (METHODS, PaperConvention, RawPixelRows, batch_max_scale,
-                                       batch_scaling_diameter, convention_of, raw_pixel_diameter, true_epsilon)
+from dpgen.privacy.conventions import (
+    METHODS,
+    PaperConvention,
+    RawPixelRows,
+    batch_max_scale,
+    batch_scaling_diameter,
+    convention_of,
+    raw_pixel_diameter,
+    true_epsilon,
+)
 from dpgen.privacy.guarantee import PAPER_CONVENTION, RIGOROUS
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
 

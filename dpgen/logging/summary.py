@@ -180,9 +180,10 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
         if p.get("convention") == "paper":
             rows.append(("privacy", "epsilon stated by the paper", fmt(p.get("paper_epsilon"))))
             true = to_float(p.get("epsilon_true"))
+            note = p.get("epsilon_true_note") or ""
             rows.append(("privacy", "epsilon under the data's true sensitivity",
-                         (fmt(true) if true is None or not math.isinf(true) else "∞")
-                         + f"  ({p.get('epsilon_true_note') or ''})"))
+                         note if true is not None and math.isinf(true) and note.startswith("∞")
+                         else f"{fmt(true)}  ({note})"))
             if p.get("epsilon_worst_case_rows") is not None:
                 rows.append(("privacy", "epsilon of the projections alone, all rows moving",
                              f"{fmt(p['epsilon_worst_case_rows'])}  (does not cover the un-noised scale)"))

@@ -148,6 +148,29 @@ def test_convention_run_reports_label_and_true_epsilon_end_to_end(tmp_path):
     # digits: 64 pixels in [0, 1] -> row diameter 8: multiplier / 8, a much larger epsilon
     assert p["noise_multiplier_true"] == pytest.approx(res["train"]["noise_multiplier"] / 8.0)
     assert p["epsilon_true"] > 5 * p["epsilon"] > 0
-    assert res["summary"]["privacy"]["guarantee"] == PAPER_CONVENTION if "summary" in res else True
-    assert "paper convention — not (ε, δ)-DP at the stated ε" in r.stdout
-    assert "epsilon under the data's true" in r.stdout
+    assert res["train"]["guarantee"] == PAPER_CONVENTION
+    out_text = " ".join(r.stdout.split())  # the printed table wraps long cells
+    assert "paper convention — not (ε," in out_text and "epsilon under the data's true" in out_text
+
+
+def test_da_batch_max_convention_scales_by_the_private_max_and_reports_infinite_epsilon():
+    from dpgen.methods.domain_adaptation import AlignmentContext, DomainAdaptation, DPSWDAlignment, SWDAlignment
+
+    g = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Sigmoid())
+    g.out_dim, g.feature_bound = 6, math.sqrt(6)
+    led = PrivacyLedger(None, 1e-5, "poisson")
+    al = DPSWDAlignment(weight=1.0, num_projections=20)
+    DomainAdaptation(feature_extractor=None, classifier=None, alignment=al, epochs=2, start_align=0,
+                     convention={"sigma": 0.5, "epsilon": 10.0})
+    assert al.convention == PaperConvention(0.5, 10.0)
+    al.setup(AlignmentContext(g, 1000, 0.008, 50, 8, led, torch.device("cpu"), seed=0))
+    assert al.mechanism.noise_std == pytest.approx(0.5) and al.mechanism.guarantee == PAPER_CONVENTION
+    x_s, x_t = torch.randn(8, 4), torch.randn(8, 4)
+    out = al(g, x_s, g(x_s), x_t)
+    assert out.loss.requires_grad and math.isfinite(float(out.loss))
+    rep = al.convention_report()
+    assert rep["epsilon_true"] == math.inf and rep["sensitivity_true"] == math.inf
+    assert rep["epsilon_worst_case_rows"] > led.epsilon() > 0  # all B rows moving: far more than one row
+    with pytest.raises(ValueError, match="dpswd alignment"):
+        DomainAdaptation(feature_extractor=None, classifier=None, alignment=SWDAlignment(), private=False,
+                         convention={"sigma": 0.5, "epsilon": 10.0})

@@ -49,6 +49,8 @@ def test_true_epsilon_equals_the_ledger_at_the_stated_sensitivity_and_grows_with
     worse = true_epsilon(3.0, 2.5 * 28, sample_rate=q, steps=steps, delta=delta, sampling="poisson")
     assert worse["noise_multiplier_true"] == pytest.approx(1.2 / 28)
     assert worse["epsilon_true"] > 10 * same["epsilon_true"]
+    assert same["epsilon_true_accountant"] == "pld"
+    assert worse["epsilon_true_accountant"] == "rdp" and worse["epsilon_true_pld"] is None  # multiplier 0.04
     assert true_epsilon(3.0, math.inf, sample_rate=q, steps=steps, delta=delta, sampling="poisson")[
         "epsilon_true"] == math.inf
 
@@ -154,7 +156,12 @@ def test_convention_run_reports_label_and_true_epsilon_end_to_end(tmp_path):
 
 
 def test_da_batch_max_convention_scales_by_the_private_max_and_reports_infinite_epsilon():
-    from dpgen.methods.domain_adaptation import AlignmentContext, DomainAdaptation, DPSWDAlignment, SWDAlignment
+    from dpgen.methods.domain_adaptation import (
+        AlignmentContext,
+        DomainAdaptation,
+        DPSWDAlignment,
+        SWDAlignment,
+    )
 
     g = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Sigmoid())
     g.out_dim, g.feature_bound = 6, math.sqrt(6)

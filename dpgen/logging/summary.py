@@ -35,7 +35,8 @@ _MECHANISM_KEYS = ("noise_multiplier", "noise_std", "noise_std_on_sum", "sensiti
 
 # privacy.convention=paper (dpgen/privacy/conventions.py): what the paper states and what the run really has
 _CONVENTION_KEYS = ("convention", "paper_epsilon", "paper_sigma", "sensitivity_stated", "sensitivity_true",
-                    "noise_multiplier_true", "epsilon_true", "epsilon_true_note", "epsilon_worst_case_rows")
+                    "noise_multiplier_true", "epsilon_true", "epsilon_true_accountant", "epsilon_true_note",
+                    "epsilon_worst_case_rows")
 
 
 def to_float(value) -> float | None:
@@ -181,7 +182,8 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
             rows.append(("privacy", "epsilon stated by the paper", fmt(p.get("paper_epsilon"))))
             true = to_float(p.get("epsilon_true"))
             note = p.get("epsilon_true_note") or ""
-            rows.append(("privacy", "epsilon under the data's true sensitivity",
+            acct = str(p.get("epsilon_true_accountant") or "").upper()
+            rows.append(("privacy", "epsilon under the data's true sensitivity" + (f" ({acct})" if acct else ""),
                          note if true is not None and math.isinf(true) and note.startswith("∞")
                          else f"{fmt(true)}  ({note})"))
             if p.get("epsilon_worst_case_rows") is not None:

@@ -84,7 +84,7 @@ from ..privacy.dpswflow import (
 from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
 from ..privacy.rows import class_blocks, clip_rows, fixed_size, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
-from ..utils import load_checkpoint
+from ..utils import autocast, load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .loop import progress_bar, save_public_artifact
 
@@ -214,7 +214,7 @@ class _LatentMethod(GenerativeMethod):
         self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
         self.sample_jitter = float(sample_jitter)
         self.space: LatentSpace | None = None
-        self.device = torch.device("cpu")
+        self.device, self.precision = torch.device("cpu"), "32"
         self.ae_info: dict = {}
 
     # -- schedule ------------------------------------------------------------------------
@@ -235,7 +235,7 @@ class _LatentMethod(GenerativeMethod):
 
     def _setup_latent(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         """The frozen public AE (trained, cached, or from the resume checkpoint) and the latent space."""
-        self.device = ctx.device
+        self.device, self.precision = ctx.device, ctx.precision
         self._signature = {"n_private": len(data.private), "dataset": data.name,
                            "n_public": 0 if data.public is None else len(data.public), "batch_size": self.batch_size,
                            "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.bound,
@@ -440,19 +440,21 @@ class _ParticleFlow(_LatentMethod):
         self._test_x = data.test.x
 
     def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int,
-              idx: torch.Tensor | None = None) -> float:
-        """Particle update (Algorithms 1-2, last lines) of all particles or of ``idx``; returns the mean drift norm."""
+              idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Particle update (Algorithms 1-2, last lines) of all particles or of ``idx``; returns the mean drift
+        norm (0-d tensor, NaN when a moved particle is not finite: the loop raises at its next check)."""
         x = self.X if idx is None else self.X[idx]
         proj = smoothed_projections(x, u, sigma)                      # X U + Z (particles re-noised, public)
         v = sliced_flow_drift(proj, tq, self.levels, u)               # Eq. 20
         x_new = euler_maruyama_step(x, v, self.h, self.reg)           # X - h v + sqrt(2 lambda h) Z
-        if not torch.isfinite(x_new).all():  # particles are public (post-processing of the releases)
-            raise NonFiniteLossError(step, "particle position")
         if idx is None:
             self.X = x_new
         else:
             self.X[idx] = x_new
-        return float(v.norm(dim=1).mean())
+        # particles are public (post-processing of the releases); no host sync here: a non-finite
+        # particle turns the drift value into NaN, which the loop's non-finite check reports
+        finite = torch.isfinite(x_new).all()
+        return torch.where(finite, v.norm(dim=1).mean(), torch.full((), float("nan"), device=v.device))
 
     def state_dict(self) -> dict:
         return {"particles": self.X.cpu(), **self._ae_state()}
@@ -472,7 +474,7 @@ class _ParticleFlow(_LatentMethod):
 
     def train_summary(self) -> dict:
         out = {**self._summary(self._main_mechanism()), "n_particles": self.n_particles,
-               "final_drift_norm": self._last_drift}
+               "final_drift_norm": float(self._last_drift)}
         if self.space.labels(self.X) is not None:
             counts = torch.bincount(self.space.labels(self.X).cpu(), minlength=self.space.n_classes)
             out["particle_label_fractions"] = (counts.float() / counts.sum()).tolist()
@@ -549,7 +551,7 @@ class DPSWFlowR(_ParticleFlow):
             tq = empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(), self.levels)
             idx = (self.particle_labels == c).nonzero().flatten().to(self.device)
             drifts.append(self._move(u, tq, self.projection.noise_std, t, idx))
-        self._last_drift = float(sum(drifts) / len(drifts))
+        self._last_drift = torch.stack(drifts).mean()
         return {"drift_norm": self._last_drift}
 
     def train_summary(self) -> dict:
@@ -667,7 +669,9 @@ class DPSWGen(_LatentMethod):
     def step(self, t: int) -> dict:
         """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
         rows = self._private_rows()                                            # Y_t: (B, D), norm <= 1
-        fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
+        with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
+            fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
+        fake = fake.float()  # projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
         p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
         p_s = gaussian_projection_release(fake, u, self.projection.noise_std)  # G(z) U_t + Z'_t (public)
@@ -675,7 +679,7 @@ class DPSWGen(_LatentMethod):
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
-        return {"loss": float(loss.detach())}  # a function of the release and public samples
+        return {"loss": loss.detach()}  # a function of the release and public samples (synced at log cadence)
 
     def state_dict(self) -> dict:
         return {"generator": self.G.state_dict(), "optimizer": self.opt.state_dict(), **self._ae_state()}

@@ -249,7 +249,7 @@ class DPSWDAlignment(Alignment):
         rows_s = self._eval_features(g, x_s) / (2.0 * m)                             # the source scaled by the private m
         p_s = gaussian_projection_release(rows_s, u, self.mechanism.noise_std)
         sw = sliced_wasserstein_projected(p_s, p_t, self.power)
-        return AlignmentOutput(self.weight * 2.0 * m * sw, value=float(sw.detach()))
+        return AlignmentOutput(self.weight * 2.0 * m * sw, value=sw.detach())
 
     def convention_report(self) -> dict:
         """ε = ∞ (the scale m is released un-noised) and, beside it, the ε of the target projections alone

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
 from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
+from .privacy.conventions import CONVENTIONS, METHODS, NO_CONVENTION, PaperConvention, convention_of
 from .utils import check_precision
 from .utils.threads import resolve_threads
 
@@ -86,7 +87,8 @@ def validate(cfg: DictConfig) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     private = cfg.model.get("private", True)
-    if private and eps is None:
+    convention = validate_convention(cfg)
+    if private and eps is None and convention == "honest":
         raise ConfigError("accountant.epsilon=null needs model.private=false (a non-private run); set "
                           "accountant.epsilon to a number for a private run")
     try:
@@ -103,3 +105,43 @@ def validate(cfg: DictConfig) -> None:
     lw = cfg.logger.get("wandb")
     if lw is not None and lw.get("mode") not in ("online", "offline", "disabled"):
         raise ConfigError(f"logger.wandb.mode must be online, offline or disabled, got {lw.get('mode')!r}")
+
+
+def validate_convention(cfg: DictConfig) -> str:
+    """``privacy.convention``: ``honest`` (default) or ``paper`` (a published setting that breaks its own
+    guarantee, for the methods of ``privacy.conventions.METHODS`` only).  Returns the convention."""
+    pc = cfg.get("privacy") or {}
+    convention = pc.get("convention", "honest")
+    if convention not in CONVENTIONS:
+        raise ConfigError(f"privacy.convention={convention!r} is unknown; choose {' or '.join(CONVENTIONS)} "
+                          "(paper: only through the *_paper presets, e.g. experiment=mnist_dpswd_paper)")
+    if convention == "honest":
+        for key in ("paper_sigma", "paper_epsilon"):
+            if pc.get(key) is not None:
+                raise ConfigError(f"privacy.{key} is used only with privacy.convention=paper; drop it (or use a "
+                                  "*_paper preset)")
+        return convention
+    name = convention_of(cfg.model.get("_target_", ""))
+    if name in NO_CONVENTION:
+        raise ConfigError(f"privacy.convention=paper: {NO_CONVENTION[name]}")
+    if name not in METHODS:
+        raise ConfigError(f"privacy.convention=paper is defined for {', '.join(METHODS)} only, not model {name}; "
+                          "set privacy.convention=honest")
+    if name == "DomainAdaptation" and convention_of(cfg.model.alignment.get("_target_", "")) != "DPSWDAlignment":
+        raise ConfigError("privacy.convention=paper for domain adaptation is the DP-SWD paper's batch scaling: it needs "
+                          "the dpswd alignment (experiment=mnist_usps_dpswd_paper); set privacy.convention=honest")
+    if not cfg.model.get("private", True):
+        raise ConfigError("privacy.convention=paper reproduces a private setting: drop model.private=false (or set "
+                          "privacy.convention=honest for the non-private baseline)")
+    if cfg.accountant.get("epsilon") is not None:
+        raise ConfigError("privacy.convention=paper fixes the noise at the paper's privacy.paper_sigma and runs the "
+                          "paper's schedule: set accountant.epsilon=null (the paper's ε goes in privacy.paper_epsilon)")
+    sigma = pc.get("paper_sigma")
+    if sigma is None and name != "DPSWFlow":
+        raise ConfigError(f"privacy.convention=paper for {name} needs privacy.paper_sigma (the paper's noise: "
+                          f"{METHODS[name]})")
+    try:
+        PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon") or 0.0))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return convention

@@ -22,6 +22,7 @@ from rich.console import Console
 from .config import validate
 from .logging.summary import print_summary
 from .methods.base import TrainContext
+from .privacy.conventions import PaperConvention
 from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
 
@@ -53,7 +54,8 @@ def run(cfg: DictConfig) -> dict:
     console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
     # settings first: a bad model / evaluator / accountant setting fails before the data is loaded
-    method = instantiate(cfg.model, _convert_="all")
+    convention = _paper_convention(cfg)  # privacy.convention=paper: the paper's noise (dpgen/privacy/conventions.py)
+    method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
     data = instantiate(cfg.dataset)
@@ -80,6 +82,11 @@ def run(cfg: DictConfig) -> dict:
         train_metrics = method.fit(data, ledger, ctx)
         metrics = evaluator(method, data, logger, seed=seed)
         privacy = ledger.summary()
+        privacy["convention"] = "paper" if convention else "honest"
+        report = method.convention_report() if convention else None
+        if convention and not report:
+            raise RuntimeError(f"{type(method).__name__} ran with privacy.convention=paper but reports no true epsilon")
+        privacy.update(report or {})
         results = {
             "experiment": name,
             "dataset": data.name,
@@ -98,6 +105,15 @@ def run(cfg: DictConfig) -> dict:
         logger.finish()
     print_summary(results)  # privacy | utility | provenance (dpgen/logging/summary.py)
     return results
+
+
+def _paper_convention(cfg: DictConfig) -> PaperConvention | None:
+    """``PaperConvention(paper_sigma, paper_epsilon)`` when ``privacy.convention=paper`` (validated), else None."""
+    pc = cfg.get("privacy") or {}
+    if pc.get("convention", "honest") != "paper":
+        return None
+    sigma = pc.get("paper_sigma")
+    return PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon")))
 
 
 def _overrides() -> list[str]:

@@ -33,6 +33,12 @@ _MECHANISM_KEYS = ("noise_multiplier", "noise_std", "noise_std_on_sum", "sensiti
                    "clip_norm", "delta_split")
 
 
+# privacy.convention=paper (dpgen/privacy/conventions.py): what the paper states and what the run really has
+_CONVENTION_KEYS = ("convention", "paper_epsilon", "paper_sigma", "sensitivity_stated", "sensitivity_true",
+                    "noise_multiplier_true", "epsilon_true", "epsilon_true_accountant", "epsilon_true_note",
+                    "epsilon_worst_case_rows")
+
+
 def to_float(value) -> float | None:
     """A number (or json_safe's "inf"/"nan" strings) as a float; anything else None."""
     if isinstance(value, bool) or value is None:
@@ -107,6 +113,9 @@ def group_results(results: dict) -> dict:
             privacy[key] = privacy_in[key]
     if privacy_in.get("target_epsilon") is not None:
         privacy["target_epsilon"] = privacy_in["target_epsilon"]
+    for key in _CONVENTION_KEYS:  # privacy.convention=paper: the stated vs the true sensitivity (privacy.conventions)
+        if privacy_in.get(key) is not None:
+            privacy[key] = privacy_in[key]
     for key in _MECHANISM_KEYS:
         if train.get(key) is not None:
             privacy[key] = train[key]
@@ -169,6 +178,17 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
                 name = key.removeprefix("epsilon_").removesuffix("_reported_only").upper()
                 rows.append(("privacy", f"epsilon ({name}, reported only)", f"{fmt(value)}  (not a DP guarantee)"))
         rows.append(("privacy", "target epsilon", fmt(p.get("target_epsilon"))))
+        if p.get("convention") == "paper":
+            rows.append(("privacy", "epsilon stated by the paper", fmt(p.get("paper_epsilon"))))
+            true = to_float(p.get("epsilon_true"))
+            note = p.get("epsilon_true_note") or ""
+            acct = str(p.get("epsilon_true_accountant") or "").upper()
+            rows.append(("privacy", "epsilon under the data's true sensitivity" + (f" ({acct})" if acct else ""),
+                         note if true is not None and math.isinf(true) and note.startswith("∞")
+                         else f"{fmt(true)}  ({note})"))
+            if p.get("epsilon_worst_case_rows") is not None:
+                rows.append(("privacy", "epsilon of the projections alone, all rows moving",
+                             f"{fmt(p['epsilon_worst_case_rows'])}  (does not cover the un-noised scale)"))
         rows.append(("privacy", "delta", fmt(p.get("delta"))))
         for key in ("private_steps", "sampling", "neighbouring_relation", "noise_multiplier", "sensitivity_bound"):
             if key in p:

@@ -140,6 +140,11 @@ class Method:
     def release_state(self) -> dict:
         raise NotImplementedError
 
+    def convention_report(self) -> dict | None:
+        """``privacy.convention=paper`` runs: the stated vs TRUE sensitivity and ``epsilon_true``
+        (``privacy.conventions.true_epsilon``) for results.json ``privacy``; None for honest runs."""
+        return None
+
     def train_summary(self) -> dict:
         return {}
 

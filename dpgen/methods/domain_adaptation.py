@@ -57,6 +57,14 @@ from ..models.da import grad_reverse
 from ..ot import random_directions, sliced_wasserstein
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projected
 from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy.conventions import (
+    UNBOUNDED,
+    PaperConvention,
+    as_convention,
+    batch_max_scale,
+    batch_scaling_diameter,
+    true_epsilon,
+)
 from ..privacy.dpsgd import per_sample_grads
 from ..privacy.mechanisms import (
     GaussianProjectionRelease,
@@ -65,6 +73,7 @@ from ..privacy.mechanisms import (
     UnnoisedAccess,
 )
 from ..privacy.rows import fixed_size, scale_and_clip
+from ..privacy.sensitivity import l2_sensitivity
 from ..utils import autocast
 from .base import Method, TrainContext, mechanism_seed, secret_seed
 
@@ -151,6 +160,8 @@ class DPSWDAlignment(Alignment):
         self.k, self.power, self.bound = int(num_projections), float(power), bound
         self.feature_radius, self.sensitivity_fraction = feature_radius, float(sensitivity_fraction)
         self.radius, self.batch_size, self.d = 1.0, 0, 0
+        # privacy.convention=paper (set by DomainAdaptation): the released code's per-batch 2 max ||g(x)|| scaling
+        self.convention: PaperConvention | None = None
 
     def setup(self, actx):
         g = actx.feature_extractor
@@ -161,15 +172,19 @@ class DPSWDAlignment(Alignment):
         if not float(r) > 0:
             raise ValueError(f"model.alignment.feature_radius must be > 0, got {r}")
         self.radius, self.batch_size, self.d = float(r), actx.batch_size, int(g.out_dim)
-        if actx.ledger.target_epsilon is None:
+        if actx.ledger.target_epsilon is None and self.convention is None:
             raise ValueError("the dpswd alignment needs accountant.epsilon (use the swd preset for no privacy)")
         # sigma for the real feature dimension and the real number of private batches (spec §1.6, corrected)
         self.mechanism = GaussianProjectionRelease(
             actx.ledger, dim=self.d, num_projections=self.k, steps=actx.private_steps, sample_rate=actx.sample_rate,
             n_private=actx.n_private, bound=self.bound, sensitivity_fraction=self.sensitivity_fraction,
             row_diameter=1.0, seed=actx.seed)
-        self.mechanism.calibrate(actx.private_steps)
         m = self.mechanism
+        if self.convention is not None:  # the paper's sigma against the sensitivity it assumes (rows differ by <= 1)
+            m.paper_convention = True
+            m.fix_noise_std(self.convention.sigma)
+        else:
+            m.calibrate(actx.private_steps)
         return {"noise_std": m.noise_std, "noise_multiplier": m.noise_multiplier, "sensitivity": m.sensitivity,
                 "sensitivity_bound": self.bound, "feature_dim": self.d, "num_projections": self.k,
                 "feature_radius": self.radius, "guarantee": m.guarantee}
@@ -209,6 +224,8 @@ class DPSWDAlignment(Alignment):
         return fixed_size(self.rows(self._eval_features(g, x_t)), self.batch_size)
 
     def __call__(self, g, x_s, f_s, x_t):
+        if self.convention is not None:
+            return self._paper_call(g, x_s, x_t)
         rows_t = self._target_rows(g, x_t)                                           # lines 10-11, target
         u = random_directions(self.d, self.k, device=f_s.device, dtype=f_s.dtype)  # fresh directions (§1.1)
         p_t = self.mechanism.release(rows_t, u)                                      # P_t = r(x_t) U + Z_t
@@ -220,6 +237,35 @@ class DPSWDAlignment(Alignment):
 
 
 # --------------------------------------------------------------------------------------- dann
+    def _paper_call(self, g, x_s, x_t):
+        """The released code (spec dpswd.md §1.5, §2.1 step 3), privacy.convention=paper ONLY:
+        ``weight * 2m * SW_2(g(x_s)/(2m) U + Z_s, g(x_t)/(2m) U + Z_t)``, m = max_j ||g(x_t^j)|| of the private
+        batch: un-noised and data-dependent (it scales the source rows and the loss), so no finite ε covers it."""
+        with torch.no_grad():
+            rows_t, m = batch_max_scale(self._eval_features(g, x_t))                # lines 10-11 as released
+            rows_t = fixed_size(rows_t, self.batch_size)
+        u = random_directions(self.d, self.k, device=rows_t.device, dtype=rows_t.dtype)
+        p_t = self.mechanism.release(rows_t, u)                                      # P_t = g(x_t)/(2m) U + Z_t
+        rows_s = self._eval_features(g, x_s) / (2.0 * m)                             # the source scaled by the private m
+        p_s = gaussian_projection_release(rows_s, u, self.mechanism.noise_std)
+        sw = sliced_wasserstein_projected(p_s, p_t, self.power)
+        return AlignmentOutput(self.weight * 2.0 * m * sw, value=sw.detach())
+
+    def convention_report(self) -> dict:
+        """ε = ∞ (the scale m is released un-noised) and, beside it, the ε of the target projections alone
+        when all B rows may move (Frobenius diameter sqrt(B), per-row union bound at beta / (partners B))."""
+        mech, b = self.mechanism, self.batch_size
+        s_rows = l2_sensitivity(self.k, self.d, mech.beta / (mech.partners(mech.relation) * b), self.bound,
+                                batch_scaling_diameter(b))
+        rows = true_epsilon(mech.noise_std, s_rows, sample_rate=mech.sample_rate, steps=mech.releases,
+                            delta=mech.ledger.delta, sampling=mech.ledger.sampling, delta_per_step=mech.beta,
+                            relation=mech.relation, calibrate_with=mech.ledger.calibrate_with)
+        return {"convention": "paper", "paper_epsilon": self.convention.epsilon, "paper_sigma": self.convention.sigma,
+                "sensitivity_stated": mech.sensitivity, "sensitivity_true": math.inf, "epsilon_true": math.inf,
+                "epsilon_true_note": UNBOUNDED, "sensitivity_worst_case_rows": s_rows,
+                "epsilon_worst_case_rows": rows["epsilon_true"]}
+
+
 class _DomainPath(nn.Module):
     """x -> D(GRL(g(x))): the path of a target sample's domain loss (g and D in one module)."""
 
@@ -330,9 +376,16 @@ class DomainAdaptation(Method):
 
     def __init__(self, feature_extractor: Callable[..., nn.Module], classifier: Callable[..., nn.Module],
                  alignment: Alignment, batch_size: int = 128, epochs: int = 100, start_align: int = 10,
-                 lr: float = 5e-4, betas: tuple[float, float] = (0.5, 0.999), private: bool = True) -> None:
+                 lr: float = 5e-4, betas: tuple[float, float] = (0.5, 0.999), private: bool = True,
+                 convention: PaperConvention | dict | None = None) -> None:
         if not isinstance(alignment, Alignment):
             raise TypeError(f"model.alignment must instantiate an Alignment, got {type(alignment).__name__}")
+        convention = as_convention(convention)
+        if convention is not None:
+            if not isinstance(alignment, DPSWDAlignment):
+                raise ValueError("privacy.convention=paper (the DP-SWD batch scaling) needs the dpswd alignment; set "
+                                 "privacy.convention=honest")
+            alignment.convention = convention
         if bool(private) != alignment.private:
             raise ValueError(f"model.private={private} but {type(alignment).__name__} is "
                              f"{'private' if alignment.private else 'not private'}; set model.private="
@@ -427,6 +480,10 @@ class DomainAdaptation(Method):
         return f"L_c {values['loss_cls']:.3f}" + (f"  align {values['align']:.4f}" if "align" in values else "")
 
     # -- state ------------------------------------------------------------------------------
+    def convention_report(self) -> dict | None:
+        conv = getattr(self.alignment, "convention", None)
+        return self.alignment.convention_report() if conv is not None else None
+
     def signature(self) -> dict:
         return self._signature
 

@@ -69,6 +69,13 @@ import torch.nn.functional as F
 from ..data import DataSplits
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy.conventions import (
+    PaperConvention,
+    RawPixelRows,
+    as_convention,
+    raw_pixel_diameter,
+    true_epsilon,
+)
 from ..privacy.mechanisms import GaussianProjectionRelease
 from ..privacy.rows import RowMap, class_blocks, fixed_size
 from ..utils import autocast
@@ -86,7 +93,12 @@ class DPSWDGenerator(GenerativeMethod):
                  betas: tuple[float, float] = (0.9, 0.999), label_mode: str = "concat", label_weight: float = 1.0,
                  center: float | None = None, radius: float | None = None, private: bool = True,
                  sensitivity_fraction: float = 0.5, feature_map: Callable[..., torch.nn.Module] | None = None,
-                 feature_lr: float = 5e-4, directions: str = "random") -> None:
+                 feature_lr: float = 5e-4, directions: str = "random",
+                 convention: PaperConvention | None = None) -> None:
+        self.convention = convention = as_convention(convention)
+        if convention is not None and (label_mode == "concat" or feature_map is not None or not private):
+            raise ValueError("privacy.convention=paper (raw pixel rows) needs model.label_mode=partition or none, no "
+                             "model.feature_map and model.private=true; set privacy.convention=honest otherwise")
         self.make_generator = generator
         self.k, self.power, self.bound = int(num_projections), float(power), bound
         self.batch_size, self.epochs, self.lr, self.betas = int(batch_size), int(epochs), float(lr), tuple(betas)
@@ -132,6 +144,9 @@ class DPSWDGenerator(GenerativeMethod):
             self.fmap = self.make_feature_map(in_channels=c, image_size=h).to(ctx.device)
             self._rowmap = RowMap(self.fmap.out_dim, data.num_classes, (-1.0, 1.0), 0.0, self.radius, row_labels,
                                   self.label_weight)  # tanh features lie in [-1, 1]
+        elif self.convention is not None:  # the paper convention: raw pixels, NO ||x - x'|| <= 1 bound
+            self._rowmap = RawPixelRows(data.dim)
+            self._true_diameter = raw_pixel_diameter(data.dim, data.value_range)
         else:
             self._rowmap = RowMap(data.dim, data.num_classes, data.value_range, self.center, self.radius,
                                   row_labels, self.label_weight)
@@ -151,7 +166,10 @@ class DPSWDGenerator(GenerativeMethod):
             sample_rate=self.sampler.sample_rate, n_private=n_priv, bound=self.bound,
             sensitivity_fraction=self.sensitivity_fraction, row_diameter=1.0, private=self.private,
             seed=mechanism_seed(ctx), directions=self.directions)
-        if self.private:
+        if self.convention is not None:  # the paper's sigma, measured against the sensitivity it assumes (diameter 1)
+            self.projection.paper_convention = True
+            self.projection.fix_noise_std(self.convention.sigma)
+        elif self.private:
             if ledger.target_epsilon is None:
                 raise ValueError("model.private=true needs accountant.epsilon (use a non-private preset such as "
                                  "mnist_swd for sigma = 0)")
@@ -252,6 +270,21 @@ class DPSWDGenerator(GenerativeMethod):
                                       "exact (orthonormal directions)" if self.directions == "orthogonal" else self.bound), "guarantee": p.guarantee,
                 "row_dim": self._rowmap.out_dim, "num_projections": self.k, "label_mode": self.label_mode,
                 "directions": self.directions, "released_rows": self.n_blocks * self.block_rows}
+
+    def convention_report(self) -> dict | None:
+        """``privacy.convention=paper``: the ε of the releases that ran under the rows' TRUE diameter
+        ``(hi - lo) sqrt(d)`` (Lemma 2's bound is linear in the row diameter), beside the stated one."""
+        if self.convention is None:
+            return None
+        p = self.projection
+        true = true_epsilon(p.noise_std, p.sensitivity * self._true_diameter, sample_rate=p.sample_rate,
+                            steps=p.releases, delta=p.ledger.delta, sampling=p.ledger.sampling,
+                            delta_per_step=p.beta, relation=p.relation, calibrate_with=p.ledger.calibrate_with)
+        return {"convention": "paper", "paper_epsilon": self.convention.epsilon, "paper_sigma": self.convention.sigma,
+                "sensitivity_stated": p.sensitivity, "row_diameter_stated": 1.0,
+                "row_diameter_true": self._true_diameter, **true,
+                "epsilon_true_note": f"raw pixel rows differ by up to {self._true_diameter:.4g}, not 1: the same "
+                                     "noise and schedule under the true sensitivity"}
 
     # ------------------------------------------------------------------------------------
     @torch.no_grad()

@@ -74,9 +74,16 @@ from ..ot.flows import (
 )
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projected
 from ..privacy import PrivacyLedger, PrivateSampler
-from ..privacy.dpswflow import ROW_DIAMETER, analytic_gaussian_epsilon
+from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
+from ..privacy.dpswflow import (
+    ROW_DIAMETER,
+    analytic_gaussian_epsilon,
+    paper_flow_noise_std,
+    paper_one_shot_sigma,
+)
 from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
 from ..privacy.rows import class_blocks, clip_rows, fixed_size, unit_normalise
+from ..privacy.sensitivity import l2_sensitivity
 from ..utils import autocast, load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .loop import progress_bar, save_public_artifact
@@ -176,7 +183,12 @@ class _LatentMethod(GenerativeMethod):
                  num_projections: int = 70, batch_size: int = 250, epochs: int = 35, steps: int | None = None,
                  bound: str = "chernoff", private: bool = True, noise_std: float = 0.0,
                  sensitivity_fraction: float = 0.5, label_mode: str = "concat", label_weight: float = 1.0,
-                 latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random") -> None:
+                 latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random",
+                 convention: PaperConvention | dict | None = None) -> None:
+        # privacy.convention=paper: the released code's noise (CLT sensitivity at delta/2), labelled, epsilon_true
+        self.convention = as_convention(convention)
+        if self.convention is not None and not private:
+            raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
         if directions not in ("random", "orthogonal"):
             raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
         self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta (issue 12)
@@ -338,12 +350,37 @@ class _LatentMethod(GenerativeMethod):
         if not self.private:
             mech.set_noise_std(self.noise_std_arg)  # smoothing of a non-private run (eps = inf)
             return
+        if self.convention is not None:  # the released code's noise std, against the sensitivity it assumes
+            mech.paper_convention = True
+            d, k, delta = self.space.dim, self.k, ledger.delta
+            mech.fix_noise_std(paper_one_shot_sigma(self.convention.epsilon, delta, d, k)  # c S / eps (§4.3)
+                               if isinstance(mech, OneShotProjectionRelease)
+                               else paper_flow_noise_std(self.convention.sigma, d, k, delta))  # sigma 2 sqrt(w_CLT)
+            return
         if ledger.target_epsilon is None:
             raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
         mech.calibrate(steps)
 
     def signature(self) -> dict:
         return self._signature
+
+    def _released_mechanism(self) -> GaussianProjectionRelease:
+        return self.one_shot if isinstance(self, DPSWFlow) else self.projection
+
+    def convention_report(self) -> dict | None:
+        """``privacy.convention=paper``: the same noise under the RIGOROUS (Chernoff) bound for the same unit
+        latents (diameter 2, same beta and partners): the CLT bound the paper's sigma assumes is asymptotic."""
+        if self.convention is None:
+            return None
+        mech = self._released_mechanism()
+        s_true = l2_sensitivity(mech.k, mech.dim, mech.beta / mech.partners(mech.relation), "chernoff", ROW_DIAMETER)
+        true = true_epsilon(mech.noise_std, s_true, sample_rate=mech.sample_rate, steps=mech.releases,
+                            delta=mech.ledger.delta, sampling=mech.ledger.sampling, delta_per_step=mech.beta,
+                            relation=mech.relation, calibrate_with=mech.ledger.calibrate_with)
+        return {"convention": "paper", "paper_epsilon": self.convention.epsilon, "paper_sigma": self.convention.sigma,
+                "sensitivity_stated": mech.sensitivity, **true,
+                "epsilon_true_note": f"the released code's noise (std {mech.noise_std:.4g}) under the rigorous Chernoff "
+                                     f"sensitivity of unit latents (stated: {self.bound} bound)"}
 
     def _log_particles_png(self, ctx: TrainContext, x: torch.Tensor) -> None:
         """2-D latent without autoencoder (the toy): scatter of particles over the (public) test set."""

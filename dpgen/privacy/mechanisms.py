@@ -93,6 +93,9 @@ class Mechanism(ABC):
         # the accountant that calibrates this release and stops the run: the ledger's unless overridden
         self.accountant = ledger.calibrating_accountant if accountant is None else accountant
         self.bound = bound
+        # privacy.convention=paper: a published setting whose stated sensitivity the data does not have
+        # (privacy.conventions); every release is then labelled "paper convention", never rigorous
+        self.paper_convention = False
         self.beta = 0.0  # sensitivity failure probability per release (set by subclasses with a random bound)
         self.noise_std = 0.0
         self._multiplier = 0.0
@@ -121,7 +124,13 @@ class Mechanism(ABC):
 
     @property
     def guarantee(self) -> str:
-        return guarantee_label(self.private, self.bound)
+        return guarantee_label(self.private, self.bound, self.paper_convention)
+
+    def fix_noise_std(self, noise_std: float) -> None:
+        """A paper's fixed noise std (``privacy.convention=paper`` only): multiplier = std / stated sensitivity."""
+        if not self.paper_convention:
+            raise ValueError("a fixed noise std outside a paper convention: calibrate() or set_noise_multiplier()")
+        self.set_noise_multiplier(float(noise_std) / self.sensitivity)
 
     def calibrate(self, steps: int) -> float:
         """Set the noise so that ``steps`` releases spend at most the target epsilon.
@@ -175,7 +184,8 @@ class Mechanism(ABC):
     def _config(self) -> dict:
         """What fixes the calibration (compared on resume)."""
         return {"kind": self.kind, "relation": self.relation, "sample_rate": self.sample_rate,
-                "private": self.private, "noise_std": self.noise_std, "beta": self.beta}
+                "private": self.private, "noise_std": self.noise_std, "beta": self.beta,
+                **({"paper_convention": True} if self.paper_convention else {})}
 
     def state_dict(self) -> dict:
         return {**self._config(), "generator": self.generator.get_state(), "releases": self.releases}

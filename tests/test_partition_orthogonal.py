@@ -251,7 +251,7 @@ def _multiset_changes(a: torch.Tensor, b: torch.Tensor) -> list[float]:
 
     cost = torch.cdist(a.double(), b.double())
     r, c = linear_sum_assignment((cost ** 2).numpy())
-    return [float(cost[i, j]) for i, j in zip(r, c) if float(cost[i, j]) > 1e-9]
+    return [float(cost[i, j]) for i, j in zip(r, c, strict=True) if float(cost[i, j]) > 1e-9]
 
 
 @pytest.mark.parametrize("same_class", [False, True])

@@ -363,3 +363,24 @@ def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, mon
     m2 = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, num_projections=8)
     with pytest.raises(ValueError, match="sampling=poisson"):
         m2.fit(digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path / "b"))
+
+
+def test_dpswflow_in_a_fixed_dct_representation_needs_no_public_data(tmp_path, monkeypatch):
+    """Issue 12 item 8(b): rows = clip_r(DCT codes) / r (norm <= 1) with no public split at all."""
+    from dpgen.data.datasets import digits
+    from dpgen.methods.dpswflow import DPSWFlow
+    from dpgen.privacy.mechanisms import OneShotProjectionRelease
+
+    released = _spy_release(monkeypatch, OneShotProjectionRelease)
+    m = DPSWFlow(representation={"kind": "dct", "n_components": 16, "center": 0.5}, num_percentiles=64,
+                 n_particles=60, num_projections=16, projections_per_step=12, steps=3, directions="orthogonal")
+    data = digits()
+    assert data.public is None
+    m.fit(data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path))
+    assert m.space.d == 16 and released[0].shape == (10 * math.ceil(len(data.private) / 10), 16)
+    assert float(released[0].norm(dim=1).max()) <= 1.0 + 1e-5
+    assert m.one_shot.sensitivity == pytest.approx(2.0 * math.sqrt(2.0))
+    x, y = m.sample(20)
+    assert x.shape == (20, *data.image_shape) and float(x.min()) >= data.value_range[0]
+    with pytest.raises(ValueError, match="replaces the autoencoder"):
+        DPSWFlow(representation={"kind": "dct"}, **_latent_common())

@@ -74,6 +74,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data import DataSplits, PrivateSplit
+from ..data.representations import build_representation
 from ..ot.flows import (
     empirical_quantiles,
     euler_maruyama_step,
@@ -96,20 +97,23 @@ class LatentSpace:
     """Public map records <-> latent rows in the unit ball of R^D (D = d, or d + K with labels).
 
     ``rows(x, y) = clip_1( [ a * e(x) || b * onehot(y) ] )``, ``e(x)`` = frozen encoder output
-    normalised to norm 1 (or ``flatten(x) / latent_scale`` without autoencoder, e.g. the 2-D
-    toy), ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).  ``clip=False`` (allowed only
+    normalised to norm 1 (or, with a linear ``Representation`` ``rep`` (issue 12: PCA of the PUBLIC
+    split or a fixed DCT basis), ``rep.encode(x) / rep.radius``: codes clipped to the public radius r,
+    so norm <= 1; or ``flatten(x) / latent_scale`` without either, e.g. the 2-D toy),
+    ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).  ``clip=False`` (allowed only
     for non-private runs without autoencoder: the toy flows in data units) skips the final clip.
     """
 
     def __init__(self, ae: torch.nn.Module | None, image_shape: tuple[int, ...], n_classes: int, label_mode: str,
-                 label_weight: float, latent_scale: float, clip: bool = True) -> None:
+                 label_weight: float, latent_scale: float, clip: bool = True, rep=None) -> None:
         if label_mode not in ("concat", "none"):
             raise ValueError(f"model.label_mode must be 'concat' or 'none', got {label_mode!r}")
         if latent_scale <= 0:
             raise ValueError(f"model.latent_scale must be > 0, got {latent_scale}")
         self.ae, self.image_shape, self.n_classes = ae, tuple(image_shape), int(n_classes)
         self.label_mode, self.w, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
-        self.d = ae.latent_dim if ae is not None else int(torch.tensor(image_shape).prod())
+        self.rep = rep
+        self.d = ae.latent_dim if ae is not None else rep.dim if rep is not None else int(torch.tensor(image_shape).prod())
         self.dim = self.d + (self.n_classes if label_mode == "concat" else 0)
         self.a = 1.0 / math.sqrt(1.0 + self.w**2) if label_mode == "concat" else 1.0
         self.clip = bool(clip)  # False only for non-private runs without AE (the toy in data units)
@@ -117,6 +121,8 @@ class LatentSpace:
     @torch.no_grad()
     def latents(self, x: torch.Tensor) -> torch.Tensor:
         """``x: (n, C, H, W)`` -> ``(n, d)`` of norm <= 1 (exactly 1 with an autoencoder)."""
+        if self.rep is not None:  # clip_r((x - c) V) / r: norm <= 1, a fixed public per-record map
+            return clip_rows(self.rep.encode(x).to(torch.float32) / self.rep.radius, 1.0)
         if self.ae is None:
             z = x.flatten(1) / self.latent_scale
             return clip_rows(z, 1.0) if self.clip else z
@@ -141,6 +147,8 @@ class LatentSpace:
     def decode(self, rows: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
         """Latent rows ``(n, D)`` -> images ``(n, *image_shape)`` (cpu)."""
         z = rows[:, :self.d]
+        if self.rep is not None:
+            return self.rep.decode((z * self.rep.radius).cpu())
         if self.ae is None:
             return (z * self.latent_scale).reshape(-1, *self.image_shape).cpu()
         self.ae.eval()
@@ -185,11 +193,16 @@ class _LatentMethod(GenerativeMethod):
                  num_projections: int = 70, batch_size: int = 250, epochs: int = 35, steps: int | None = None,
                  bound: str = "chernoff", private: bool = True, noise_std: float = 0.0,
                  sensitivity_fraction: float = 0.5, label_mode: str = "partition", label_weight: float = 1.0,
-                 latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random") -> None:
+                 latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random",
+                 representation: dict | None = None) -> None:
         if directions not in ("random", "orthogonal"):
             raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
         self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta (issue 12)
         self.make_ae = autoencoder
+        if representation is not None and autoencoder is not None:
+            raise ValueError("model.representation (a public linear map: pca / dct) replaces the autoencoder: set "
+                             "model.autoencoder=null")
+        self.rep_cfg = None if representation is None else dict(representation)
         self.ae_steps, self.ae_batch_size, self.ae_lr = int(ae_steps), int(ae_batch_size), float(ae_lr)
         self.ae_cache = autoencoder_cache
         self.k, self.batch_size, self.epochs = int(num_projections), int(batch_size), int(epochs)
@@ -270,7 +283,17 @@ class _LatentMethod(GenerativeMethod):
                 self.ae_info["ae_test_mse"] = float(F.mse_loss(ae(data.test.x[:1000].to(ctx.device)),
                                                                data.test.x[:1000].to(ctx.device)))
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
-                                 self.latent_scale, clip=self.private or ae is not None)
+                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
+
+    def _representation(self, data: DataSplits):
+        """The public linear representation (``model.representation``), built from the PUBLIC split only."""
+        if self.rep_cfg is None:
+            return None
+        cfg = dict(self.rep_cfg)
+        rep = build_representation(cfg.pop("kind", "dct"), data.image_shape, data.value_range,
+                                   public_x=None if data.public is None else data.public.x, **cfg)
+        self.ae_info = {**self.ae_info, "representation": rep.kind, "code_dim": rep.dim, "code_radius": rep.radius}
+        return rep
 
     def _row_label_mode(self) -> str:
         """Rows carry no label with ``partition`` (the label decides the block instead)."""
@@ -293,7 +316,7 @@ class _LatentMethod(GenerativeMethod):
             ae.load_state_dict(state["autoencoder"])
             ae.eval()
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
-                                 self.latent_scale, clip=self.private or ae is not None)
+                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
         self._restore_state(state)
 
     def _restore_state(self, state: dict) -> None:
@@ -464,8 +487,9 @@ class _ParticleFlow(_LatentMethod):
         else:
             pool_labels = pool_labels.cpu()
             # partition: padding rows put mass at the zero latent; prefer particles away from it (public)
-            away = (self.X[:, :self.space.d].norm(dim=1) >= 0.5).cpu() if self.label_mode == "partition" \
-                else torch.ones(self.X.shape[0], dtype=torch.bool)
+            away = (self.X[:, :self.space.d].norm(dim=1) >= 0.5).cpu() \
+                if self.label_mode == "partition" and self.space.ae is not None \
+                else torch.ones(self.X.shape[0], dtype=torch.bool)  # (unit latents: no record sits at 0)
             for c in labels.unique().tolist():
                 want = (labels == c).nonzero().flatten()
                 have = ((pool_labels == c) & away).nonzero().flatten()
@@ -548,7 +572,8 @@ class DPSWFlow(_ParticleFlow):
     ``(C, k, M)``; particle i belongs to class ``i mod C`` and flows toward its block's quantiles only.
     Padding rows put a point mass at the zero latent (fraction ``1 - n_c / m`` of block c, at most a
     few per cent for MNIST with ``block_slack = 1``); ``sample`` draws, per class, from the particles
-    whose latent norm is >= 1/2 when there are any (post-processing of public particles).
+    whose latent norm is >= 1/2 when there are any (autoencoder latents only, where every record has
+    norm 1; post-processing of public particles).
     """
 
     name = "DPSWflow"

@@ -396,7 +396,7 @@ class _LatentMethod(GenerativeMethod):
 
     def _summary(self, mech) -> dict:
         return {"noise_std": mech.noise_std, "noise_multiplier": mech.noise_multiplier, "sensitivity": mech.sensitivity,
-                "sensitivity_bound": self.bound if self.private else None, "guarantee": mech.guarantee,
+                "sensitivity_bound": mech.bound if self.private else None, "guarantee": mech.guarantee,
                 "latent_dim": self.space.d, "row_dim": self.space.dim, "num_projections": self.k, **self.ae_info}
 
 

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
 from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
+from .utils import check_precision
 from .utils.threads import resolve_threads
 
 
@@ -37,6 +38,7 @@ class AccountantSchema:
 class TrainerSchema:
     device: str = "auto"
     threads: Any = 1  # int >= 1 or "auto" (dpgen.utils.threads)
+    precision: Any = 32  # 32 | bf16 (dpgen.utils.autocast: model forwards only, never the privacy maths)
     log_every: int = 50
     checkpoint_every: int = 500
     resume: Any = False
@@ -89,6 +91,10 @@ def validate(cfg: DictConfig) -> None:
                           "accountant.epsilon to a number for a private run")
     try:
         resolve_threads(cfg.trainer.get("threads", 1), cores=1, jobs=1)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    try:
+        check_precision(cfg.trainer.get("precision", 32))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     resume = cfg.trainer.get("resume", False)

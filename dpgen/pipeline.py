@@ -22,7 +22,7 @@ from rich.console import Console
 from .config import validate
 from .logging.summary import print_summary
 from .methods.base import TrainContext
-from .utils import pick_device, seed_everything
+from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
 
 
@@ -75,7 +75,8 @@ def run(cfg: DictConfig) -> dict:
         ctx = TrainContext(device=device, logger=logger, run_dir=run_dir, seed=seed,
                            log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
                            resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
-                           deterministic=bool(cfg.trainer.get("deterministic", False)))
+                           deterministic=bool(cfg.trainer.get("deterministic", False)),
+                           precision=check_precision(cfg.trainer.get("precision", 32)))
         train_metrics = method.fit(data, ledger, ctx)
         metrics = evaluator(method, data, logger, seed=seed)
         privacy = ledger.summary()
@@ -88,6 +89,7 @@ def run(cfg: DictConfig) -> dict:
             "train": train_metrics,
             "device": str(device),
             "threads": threads,
+            "precision": ctx.precision,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
         }

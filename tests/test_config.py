@@ -88,3 +88,41 @@ def test_data_dependent_reports_is_a_typed_opt_in_for_poisson_only(tmp_path, dat
     with pytest.raises(ConfigError, match="accountant.data_dependent_reports"):
         run(cfg)
     assert compose_cfg([], out_dir=tmp_path).accountant.data_dependent_reports is False
+
+
+# -- presets patch only what differs (issue 15 item 6) -----------------------------------------
+def _presets_module():
+    import importlib.util
+    import sys
+
+    if "presets_tool" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("presets_tool", CONFIGS.parent / "scripts" / "presets.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["presets_tool"] = mod  # dataclasses look their module up here
+        spec.loader.exec_module(mod)
+    return sys.modules["presets_tool"]
+
+
+def test_no_preset_restates_a_value_its_defaults_already_give():
+    """Every leaf key of configs/experiment/*.yaml (and of the shared configs/da_dataset/*.yaml) must change
+    the composition: compared with the config composed from the file's defaults without its own keys."""
+    found = _presets_module().restatements()
+    assert not found, "remove these keys (they restate the composed default):\n" + "\n".join(
+        f"{f}:{line}: {key}" for f, line, key in found)
+
+
+def test_the_restatement_check_flags_a_restated_default(tmp_path):
+    import shutil
+
+    tool = _presets_module()
+    configs = tmp_path / "configs"
+    shutil.copytree(CONFIGS, configs)
+    p = configs / "experiment" / "mnist_dpswd.yaml"
+    p.write_text(p.read_text() + "accountant:\n  sampling: poisson\nmodel:\n  lr: 0.5\n")
+    p = configs / "experiment" / "visda_dpswd.yaml"
+    p.write_text(p.read_text() + "optimized_metric: acc_target\n")  # already set by da_dataset/visda.yaml
+    shared = configs / "da_dataset" / "visda.yaml"  # the four DA models' default betas
+    shared.write_text(shared.read_text().replace("model:\n", "model:\n  betas: [0.5, 0.999]\n", 1))
+    found = {(f.rsplit("/", 1)[-1], key) for f, _, key in tool.restatements(configs)}
+    assert found == {("mnist_dpswd.yaml", "accountant.sampling"), ("visda_dpswd.yaml", "optimized_metric"),
+                     ("visda.yaml", "model.betas")}, found  # model.lr = 0.5 is a real change

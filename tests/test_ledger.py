@@ -141,3 +141,18 @@ def test_resume_refuses_another_calibrating_accountant():
     with pytest.raises(ValueError, match="calibrate_with"):
         PrivacyLedger(8.0, 1e-5, calibrate_with="pld").load_state_dict(led.state_dict())
     assert PrivacyLedger.from_state_dict(led.state_dict()).calibrating_accountant == "rdp"
+
+
+def test_ledger_refuses_to_compose_releases_under_different_relations():
+    """Composition holds under ONE neighbouring relation: a replace-one release after add/remove
+    releases (or the reverse) must be refused, not reported as 'mixed'."""
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    led.record(1.0, 0.01, steps=5)  # add/remove (the Poisson relation)
+    led.record(2.0, 1.0, steps=1, relation="add_remove")  # same relation: fine
+    with pytest.raises(ValueError, match="cannot be composed"):
+        led.record(2.0, 1.0, steps=1, relation="replace_one")
+    assert led.relation == "add_remove"
+    other = PrivacyLedger(10.0, 1e-5, "poisson")
+    other.record(2.0, 1.0, steps=1, relation="replace_one")
+    with pytest.raises(ValueError, match="cannot be composed"):
+        other.record(1.0, 0.01, steps=5)

@@ -10,7 +10,10 @@ bar, release artefact).  Interface (see docs/ARCHITECTURE.md and /work/notes/loo
 * ``total_steps``: the planned number of steps (``None``: until the budget is spent).
 * ``step_mechanisms(t)``: the mechanisms step ``t`` will release once each (budget check);
   default: all of them at every step.
-* ``step(t) -> dict``: one step; returns loggable values that are public or released (noised).
+* ``step(t) -> dict``: one step; returns loggable values that are public or released (noised),
+  as python floats or 0-d tensors left on the device (the loop reads them at its log cadence: no
+  host sync per step; see ``loop.py``).  Model forwards may run under ``utils.autocast(ctx.device,
+  ctx.precision)`` (``trainer.precision``), cast back with ``.float()``; the privacy maths never does.
 * ``state_dict()`` / ``load_state_dict(state)``: training state (models, optimisers, particles, ...);
   the loop adds the ledger, mechanisms, sampler and RNG states.
 * ``signature()``: settings a resume must match.
@@ -48,6 +51,7 @@ class TrainContext:
     progress: bool = True
     deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable
     resume_state: dict | None = None  # the method's state from the checkpoint (set by the loop before setup)
+    precision: str = "32"  # "bf16": bfloat16 autocast around model forwards (utils.autocast), never the privacy maths
 
     @property
     def checkpoint_path(self) -> Path:

@@ -65,6 +65,7 @@ from ..privacy.mechanisms import (
     UnnoisedAccess,
 )
 from ..privacy.rows import fixed_size, scale_and_clip
+from ..utils import autocast
 from .base import Method, TrainContext, mechanism_seed, secret_seed
 
 SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (§2.4)
@@ -127,7 +128,7 @@ class SWDAlignment(Alignment):
     def __call__(self, g, x_s, f_s, x_t):
         self.mechanism.release()  # an un-noised access, recorded
         sw = sliced_wasserstein(f_s, g(x_t), k=self.k, q=self.power)
-        return AlignmentOutput(self.weight * sw, value=float(sw.detach()))
+        return AlignmentOutput(self.weight * sw, value=sw.detach())
 
 
 # -------------------------------------------------------------------------------------- dpswd
@@ -215,7 +216,7 @@ class DPSWDAlignment(Alignment):
         rows_s = self.rows(self._eval_features(g, x_s))
         p_s = gaussian_projection_release(rows_s, u, self.mechanism.noise_std)      # P_s = r(x_s) U + Z_s
         sw = sliced_wasserstein_projected(p_s, p_t, self.power)
-        return AlignmentOutput(self.weight * 2.0 * self.radius * sw, value=float(sw.detach()))
+        return AlignmentOutput(self.weight * 2.0 * self.radius * sw, value=sw.detach())
 
 
 # --------------------------------------------------------------------------------------- dann
@@ -252,7 +253,7 @@ class DANNAlignment(Alignment):
     def __call__(self, g, x_s, f_s, x_t):
         self.mechanism.release()  # an un-noised access, recorded
         dom = self._domain_loss(f_s, SOURCE_DOMAIN) + self._domain_loss(g(x_t), TARGET_DOMAIN)
-        return AlignmentOutput(self.weight * dom, value=float(dom.detach()))
+        return AlignmentOutput(self.weight * dom, value=dom.detach())
 
 
 class DPDANNAlignment(DANNAlignment):
@@ -318,7 +319,7 @@ class DPDANNAlignment(DANNAlignment):
 
     def __call__(self, g, x_s, f_s, x_t):
         dom_s = self._domain_loss(f_s, SOURCE_DOMAIN)
-        return AlignmentOutput(self.weight * dom_s, private_grads=self._private_grads(x_t), value=float(dom_s.detach()))
+        return AlignmentOutput(self.weight * dom_s, private_grads=self._private_grads(x_t), value=dom_s.detach())
 
 
 # ------------------------------------------------------------------------------------- method
@@ -351,7 +352,7 @@ class DomainAdaptation(Method):
         self.name = f"DA/{type(alignment).__name__}"
         self.g: nn.Module | None = None
         self.h: nn.Module | None = None
-        self.device = torch.device("cpu")
+        self.device, self.precision = torch.device("cpu"), "32"
 
     def schedule(self, n_private: int) -> tuple[int, int, int]:
         """``(steps per epoch, warm-up steps, total steps)``; private batches = total - warm-up."""
@@ -363,6 +364,7 @@ class DomainAdaptation(Method):
             raise ValueError("domain adaptation needs a labelled source domain in data.public: use a DA dataset "
                              "(dataset=mnist_usps, usps_mnist, office31, visda or digits_shift)")
         self.device, self.num_classes, self.source = ctx.device, data.num_classes, data.public
+        self.precision = ctx.precision
         in_shape = tuple(getattr(data, "input_shape", ()) or data.public.x.shape[1:])
         self.g = self.make_g(in_shape=in_shape).to(ctx.device)
         self.h = self.make_h(in_dim=self.g.out_dim, num_classes=data.num_classes).to(ctx.device)
@@ -399,8 +401,11 @@ class DomainAdaptation(Method):
         self.h.train()
         idx = torch.randint(len(self.source), (self.batch_size,), generator=self.pub_gen)   # 1. public batch
         x_s, y_s = self.source.x[idx].to(self.device), self.source.y[idx].to(self.device)
-        f_s = self.g(x_s)
-        loss_c = F.cross_entropy(self.h(f_s), y_s)                                           # 2. L_c (line 7)
+        with autocast(self.device, self.precision):  # trainer.precision=bf16: the PUBLIC source forward only
+            f_s = self.g(x_s)
+            logits_s = self.h(f_s)
+        f_s = f_s.float()  # the alignment (rows, clipping, noise, private gradients) runs in float32
+        loss_c = F.cross_entropy(logits_s.float(), y_s)                                      # 2. L_c (line 7)
         loss, out = loss_c, None
         if t >= self.warm:                                                                   # 3. align (8-12)
             x_t, _ = self.sampler.sample()  # labels are -1: the target is unlabelled
@@ -413,7 +418,7 @@ class DomainAdaptation(Method):
                 p = self._path_params[k]
                 p.grad = gr.to(p.dtype) if p.grad is None else p.grad + gr.to(p.dtype)
         self.opt.step()
-        values = {"loss": float(loss.detach()), "loss_cls": float(loss_c.detach()), "aligning": float(out is not None)}
+        values = {"loss": loss.detach(), "loss_cls": loss_c.detach(), "aligning": float(out is not None)}  # no host sync
         if out is not None:
             values["align"] = out.value
         return values  # public (source) or released quantities only

@@ -74,6 +74,7 @@ from ..ot.sinkhorn import COSTS, DEBIAS, EntropicOT, embed, extra_rows, sinkhorn
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
+from ..utils import autocast
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 
 
@@ -121,14 +122,14 @@ class DPSinkhorn(GenerativeMethod):
         self.debias, self.ratio, self.embed_multiplier = debias, float(debias_ratio), float(embed_multiplier)
         self.clip_norm, self.sigma, self.clip, self.private = float(clip_norm), noise_multiplier, clip, bool(private)
         self.G: torch.nn.Module | None = None
-        self.device = torch.device("cpu")
+        self.device, self.precision = torch.device("cpu"), "32"
         self.num_classes = 0
         self.basis: torch.Tensor | None = None  # (D, K) public linear map, or None (pixels)
         self.center: torch.Tensor | None = None  # (D,) public centre
 
     # ------------------------------------------------------------------------------------
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
-        self.device, self.num_classes = ctx.device, data.num_classes
+        self.device, self.num_classes, self.precision = ctx.device, data.num_classes, ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
         self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx))
         self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=self.clip_norm, n_rows=self.batch_size,
@@ -175,7 +176,9 @@ class DPSinkhorn(GenerativeMethod):
         n_extra = extra_rows(n, self.ratio) if self.debias == "semi" else 0
         y_g = torch.randint(max(k, 1), (n,), device=dev)
         y_all = torch.cat([y_g, y_g[:n_extra]])  # the n' extra samples reuse the first n' labels, fresh z
-        x_all = self.G(self.G.latent(n + n_extra, device=dev), y_all)              # X = G(z), (n + n', C, H, W)
+        with autocast(dev, self.precision):  # trainer.precision=bf16: the generator forward only
+            x_all = self.G(self.G.latent(n + n_extra, device=dev), y_all)          # X = G(z), (n + n', C, H, W)
+        x_all = x_all.float()  # the released gradient dL/dX (clip + noise) is float32
         x_cross, x_debias = x_all[:n], x_all[n:]
         released = {}
 
@@ -202,8 +205,8 @@ class DPSinkhorn(GenerativeMethod):
         self.opt.step()
         # only the norm of the RELEASED gradient may be logged by a private run; the loss value is an
         # un-noised function of the private batch (logged for non-private runs only)
-        out = {"released_grad_norm": float(released["g"].norm())}
-        return out if self.private else {"loss": float(loss.detach()), **out}
+        out = {"released_grad_norm": released["g"].norm()}  # 0-d tensors: the loop syncs at its log cadence
+        return out if self.private else {"loss": loss.detach(), **out}
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         """Images in [−1, 1] ``(n, C, H, W)`` -> pixels (unchanged) or codes ``(x_flat − c) V: (n, K)``."""

@@ -71,6 +71,7 @@ from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import GaussianProjectionRelease
 from ..privacy.rows import RowMap, class_blocks, fixed_size
+from ..utils import autocast
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 
 
@@ -104,7 +105,7 @@ class DPSWDGenerator(GenerativeMethod):
         self.make_feature_map, self.feature_lr = feature_map, float(feature_lr)
         self.fmap: torch.nn.Module | None = None
         self.G: torch.nn.Module | None = None
-        self.device = torch.device("cpu")
+        self.device, self.precision = torch.device("cpu"), "32"
 
     # ------------------------------------------------------------------------------------
     def steps_planned(self, n_private: int) -> int:
@@ -113,6 +114,7 @@ class DPSWDGenerator(GenerativeMethod):
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device, self.num_classes, self.public = ctx.device, data.num_classes, data.public
+        self.precision = ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes
                                      if self.label_mode != "none" else 0).to(ctx.device)
         if self.label_mode != "none" and not getattr(self.G, "conditional", False):
@@ -175,7 +177,9 @@ class DPSWDGenerator(GenerativeMethod):
             y_g = torch.arange(self.num_classes, device=self.device).repeat_interleave(self.block_rows)
         else:
             y_g = torch.randint(self.num_classes, (b,), device=self.device)
-        x_g = self.G(torch.randn(b, self.G.d_code, device=self.device), y_g)
+        with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
+            x_g = self.G(torch.randn(b, self.G.d_code, device=self.device), y_g)
+        x_g = x_g.float()  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
         p_t = self.projection.release(rows_t, u)                              # 4. P_t = r(X_t) U + Z_t (recorded)
         p_s = gaussian_projection_release(self._rows(x_g, y_g), u, self.projection.noise_std)  # 5. P_s = r(G) U + Z_s
@@ -183,7 +187,7 @@ class DPSWDGenerator(GenerativeMethod):
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
-        return {"loss": float(loss.detach())}  # a function of the release P_t and public P_s
+        return {"loss": loss.detach()}  # a function of the release P_t and public P_s (synced at log cadence)
 
     def _rows(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Rows of norm <= 1/2: ``rowmap(x)`` or ``rowmap(f(x))`` with f in eval mode (a per-record map)."""
@@ -213,7 +217,7 @@ class DPSWDGenerator(GenerativeMethod):
             fake = self.G(torch.randn(n, self.G.d_code, device=self.device), y)
         self.fmap.train()
         logits = self.fmap.logits(torch.cat([real, fake]))
-        target = torch.cat([torch.ones(n), torch.zeros(n)]).to(self.device)
+        target = torch.cat([torch.ones(n, device=self.device), torch.zeros(n, device=self.device)])
         loss = F.binary_cross_entropy_with_logits(logits, target)
         self.opt_f.zero_grad(set_to_none=True)
         loss.backward()

@@ -87,7 +87,7 @@ from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.dpswflow import ROW_DIAMETER, analytic_gaussian_epsilon
 from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
 from ..privacy.rows import class_blocks, clip_rows, fixed_size, unit_normalise
-from ..utils import load_checkpoint
+from ..utils import autocast, load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .loop import progress_bar, save_public_artifact
 
@@ -221,7 +221,7 @@ class _LatentMethod(GenerativeMethod):
         self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
         self.sample_jitter = float(sample_jitter)
         self.space: LatentSpace | None = None
-        self.device = torch.device("cpu")
+        self.device, self.precision = torch.device("cpu"), "32"
         self.ae_info: dict = {}
 
     # -- schedule ------------------------------------------------------------------------
@@ -242,7 +242,7 @@ class _LatentMethod(GenerativeMethod):
 
     def _setup_latent(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         """The frozen public AE (trained, cached, or from the resume checkpoint) and the latent space."""
-        self.device = ctx.device
+        self.device, self.precision = ctx.device, ctx.precision
         self._signature = {"n_private": len(data.private), "dataset": data.name,
                            "n_public": 0 if data.public is None else len(data.public), "batch_size": self.batch_size,
                            "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.bound,
@@ -431,22 +431,27 @@ class _ParticleFlow(_LatentMethod):
         # partition: particle i belongs to class i mod C for the whole run (public, fixed)
         self.particle_labels = (torch.arange(self.n_particles) % self.space.n_classes
                                 if self.label_mode == "partition" else None)
+        # the particles of each class (public indices, found once on the host: no sync in the steps)
+        self._class_idx = [torch.arange(c, self.n_particles, self.space.n_classes, device=self.device)
+                           for c in range(self.space.n_classes)] if self.label_mode == "partition" else None
         self._test_x = data.test.x
 
     def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int,
-              idx: torch.Tensor | None = None) -> float:
-        """Particle update (Algorithms 1-2, last lines) of all particles or of ``idx``; returns the mean drift norm."""
+              idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Particle update (Algorithms 1-2, last lines) of all particles or of ``idx``; returns the mean drift
+        norm (0-d tensor, NaN when a moved particle is not finite: the loop raises at its next check)."""
         x = self.X if idx is None else self.X[idx]
         proj = smoothed_projections(x, u, sigma)                      # X U + Z (particles re-noised, public)
         v = sliced_flow_drift(proj, tq, self.levels, u)               # Eq. 20
         x_new = euler_maruyama_step(x, v, self.h, self.reg)           # X - h v + sqrt(2 lambda h) Z
-        if not torch.isfinite(x_new).all():  # particles are public (post-processing of the releases)
-            raise NonFiniteLossError(step, "particle position")
         if idx is None:
             self.X = x_new
         else:
             self.X[idx] = x_new
-        return float(v.norm(dim=1).mean())
+        # particles are public (post-processing of the releases); no host sync here: a non-finite
+        # particle turns the drift value into NaN, which the loop's non-finite check reports
+        finite = torch.isfinite(x_new).all()
+        return torch.where(finite, v.norm(dim=1).mean(), torch.full((), float("nan"), device=v.device))
 
     def state_dict(self) -> dict:
         return {"particles": self.X.cpu(), **self._ae_state()}
@@ -466,7 +471,7 @@ class _ParticleFlow(_LatentMethod):
 
     def train_summary(self) -> dict:
         out = {**self._summary(self._main_mechanism()), "n_particles": self.n_particles,
-               "final_drift_norm": self._last_drift}
+               "final_drift_norm": float(self._last_drift)}
         if self.space.labels(self.X) is not None:
             counts = torch.bincount(self.space.labels(self.X).cpu(), minlength=self.space.n_classes)
             out["particle_label_fractions"] = (counts.float() / counts.sum()).tolist()
@@ -547,9 +552,8 @@ class DPSWFlowR(_ParticleFlow):
         drifts = []
         for c in range(c_n):
             tq = empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(), self.levels)
-            idx = (self.particle_labels == c).nonzero().flatten().to(self.device)
-            drifts.append(self._move(u, tq, self.projection.noise_std, t, idx))
-        self._last_drift = float(sum(drifts) / len(drifts))
+            drifts.append(self._move(u, tq, self.projection.noise_std, t, self._class_idx[c]))
+        self._last_drift = torch.stack(drifts).mean()
         return {"drift_norm": self._last_drift}
 
     def train_summary(self) -> dict:
@@ -661,10 +665,9 @@ class DPSWFlow(_ParticleFlow):
             if self.label_mode != "partition":
                 self._last_drift = self._move(u, self.tq_all[idx], sigma, t)
             else:
-                drifts = [self._move(u, self.tq_all[c][idx], sigma, t,
-                                     (self.particle_labels == c).nonzero().flatten().to(self.device))
+                drifts = [self._move(u, self.tq_all[c][idx], sigma, t, self._class_idx[c])
                           for c in range(self.space.n_classes)]
-                self._last_drift = float(sum(drifts) / len(drifts))
+                self._last_drift = torch.stack(drifts).mean()
         return {"drift_norm": self._last_drift}
 
     def state_dict(self) -> dict:
@@ -739,10 +742,13 @@ class DPSWGen(_LatentMethod):
             rows, y = self.sampler.sample()
             rows = class_blocks(rows.to(self.device), y, c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1
             y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
-            fake = self._generate(y_g)
+            with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
+                fake = self._generate(y_g)
         else:
             rows = self._private_rows()                                        # Y_t: (B, D), norm <= 1
-            fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
+            with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
+                fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
+        fake = fake.float()  # projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
         p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
         p_s = gaussian_projection_release(fake, u, self.projection.noise_std)  # G(z) U_t + Z'_t (public)
@@ -751,7 +757,7 @@ class DPSWGen(_LatentMethod):
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
-        return {"loss": float(loss.detach())}  # a function of the release and public samples
+        return {"loss": loss.detach()}  # a function of the release and public samples (synced at log cadence)
 
     def state_dict(self) -> dict:
         return {"generator": self.G.state_dict(), "optimizer": self.opt.state_dict(), **self._ae_state()}

@@ -11,12 +11,18 @@
    accountant call when the rest of the plan fits) — stop before the target would be exceeded;
    ``values = method.step(t)`` — every private release happens in here, through a mechanism that
    records itself; a resume never re-releases a finished step;
-   non-finite check on ``values`` (public or released quantities only; never an un-noised loss);
+   non-finite check on ``values`` (public or released quantities only; never an un-noised loss):
+   python floats at once, tensors on the device without a host sync (the first bad step is kept
+   on the device and raised at the next log / checkpoint step);
    log cadence (values + epsilon_rdp + opt-in reported accountants + steps/s); atomic checkpoint cadence; progress bar;
 5. final checkpoint; the weights-only release artefact ``ctx.run_dir / method.release_name``
    (``method.release_state()`` + the signature); ``method.finish(ctx)``;
 6. returns the training summary (steps, budget stop, time, every mechanism's ``describe()``,
    ``method.train_summary()``).
+
+Host syncs: ``step`` may return 0-d tensors (e.g. ``loss.detach()``); the loop copies them to the
+host only at the log cadence and at the end, so a step on an accelerator never waits for the device
+(``tests/test_device.py`` counts the syncs per step).
 
 Checkpoint ``checkpoints/last.pt`` = {step, signature, method, ledger, mechanisms, sampler, rng}: it
 holds RNG states and is as sensitive as the data; the release artefact is what may be published.
@@ -27,6 +33,7 @@ from __future__ import annotations
 import math
 import time
 
+import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..data import DataSplits
@@ -87,6 +94,42 @@ def _check_finite(values: dict, step: int) -> None:
             raise NonFiniteLossError(step, k)
 
 
+def host_values(values: dict) -> dict:
+    """``values`` with every tensor copied to the host as a float (or list): the one sync, at log cadence."""
+    return {k: (v.item() if v.numel() == 1 else v.tolist()) if isinstance(v, torch.Tensor) else v
+            for k, v in values.items()}
+
+
+class FiniteWatch:
+    """Non-finite check of tensor values without a host sync per step.
+
+    For every tensor value the first step at which it was NaN/inf is kept as a device tensor
+    (``torch.where``, no sync); ``check()`` (log / checkpoint cadence) reads them and raises.
+    """
+
+    def __init__(self) -> None:
+        self.first_bad: dict[str, torch.Tensor] = {}
+
+    def update(self, values: dict, step: int) -> None:
+        for k, v in values.items():
+            if not isinstance(v, torch.Tensor) or not v.is_floating_point():
+                continue
+            bad = ~torch.isfinite(v.detach()).all()
+            prev = self.first_bad.get(k)
+            if prev is None:
+                prev = torch.full((), -1, dtype=torch.long, device=v.device)
+            self.first_bad[k] = torch.where(bad & (prev < 0), step, prev)
+
+    def check(self) -> None:
+        if not self.first_bad:
+            return
+        keys = list(self.first_bad)
+        steps = torch.stack([self.first_bad[k].cpu() for k in keys]).tolist()
+        bad = [(s, k) for s, k in zip(steps, keys, strict=True) if s >= 0]
+        if bad:
+            raise NonFiniteLossError(*min(bad))
+
+
 def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, ctx: TrainContext) -> None:
     atomic_save({"step": step, "signature": signature, "method": method.state_dict(), "ledger": ledger.state_dict(),
                  "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()},
@@ -129,6 +172,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
         end = min(end, int(ctx.max_steps))
 
     t0, done, values, stopped = time.time(), start, {}, False
+    watch = FiniteWatch()
     bar = progress_bar(method.name, ctx)
     with bar:
         task = bar.add_task("train", total=end, completed=start, info="")
@@ -140,19 +184,25 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             values = method.step(t)
             budget.spent(mechs)
             _check_finite(values, t)
+            watch.update(values, t)
             done = t + 1
             if done % ctx.log_every == 0 or done == end:
+                watch.check()
+                shown = host_values(values)
                 eps = ledger.epsilon(accountant="rdp")
                 # reported-only accountants exist only on the accountant.data_dependent_reports opt-in
                 reported = {f"epsilon_{k}": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
-                ctx.logger.log_metrics({**values, "epsilon_rdp": eps, **reported,
+                ctx.logger.log_metrics({**shown, "epsilon_rdp": eps, **reported,
                                         "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
-                bar.update(task, info=f"{method.progress_info(values)}  eps(RDP) {eps:.3f}")
+                bar.update(task, info=f"{method.progress_info(shown)}  eps(RDP) {eps:.3f}")
             if done % ctx.checkpoint_every == 0:
+                watch.check()  # never checkpoint weights trained on a NaN
                 _checkpoint(method, ledger, signature, done, ctx)
             bar.update(task, completed=done)
     if budget_end is not None and done == budget_end and any(m.private for m in method.step_mechanisms(done)):
         stopped = True  # the run was planned to end at the budget
+    watch.check()
+    values = host_values(values)
     _checkpoint(method, ledger, signature, done, ctx)
     atomic_save({**method.release_state(), "signature": signature}, ctx.run_dir / method.release_name)
     method.finish(ctx)

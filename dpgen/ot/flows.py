@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from ..utils.misc import on_host
+
 _EPS = torch.finfo(torch.float32).eps
 
 
@@ -83,7 +85,7 @@ def _interp_uniform_x(y: torch.Tensor, levels: torch.Tensor, x_new: torch.Tensor
     x0, x1 = torch.take(levels, i), torch.take(levels, i + 1)
     # searchsorted(levels, x) - 1 = (number of knots < x) - 1, clamped: fix the rare one-off guesses
     fix = ((x0 >= x_new) & (i > 0)).long() - ((x1 < x_new) & (i < m - 2)).long()
-    if bool(fix.any()):
+    if not on_host(fix) or bool(fix.any()):  # on an accelerator: always (no host sync)
         i = i - fix
         x0, x1 = torch.take(levels, i), torch.take(levels, i + 1)
     y0, y1 = y.gather(-1, i), y.gather(-1, i + 1)
@@ -98,6 +100,8 @@ def _searchsorted_with_guess(x: torch.Tensor, q: torch.Tensor, guess: torch.Tens
     ``x: (k, m)`` sorted rows, ``q: (k, n)``, ``guess: (k, n)`` integer in [0, m] -> ``(k, n)``.
     """
     m = x.shape[-1]
+    if not on_host(x):  # the early exits below read values (host syncs): on an accelerator search directly
+        return torch.searchsorted(x.contiguous(), q.contiguous())
     g = guess.clamp(0, m)
     for _ in range(rounds):
         too_left = (g < m) & (x.gather(-1, g.clamp(max=m - 1)) < q)  # x[g] < q: the slot is further right

@@ -51,19 +51,35 @@ def per_sample_grads(model: torch.nn.Module, loss_one: Callable[..., torch.Tenso
 
 
 def per_sample_norms(grads: Grads) -> torch.Tensor:
-    """``(b,)``: the L2 norm of each sample's whole gradient (all parameters together)."""
-    flat = [g.flatten(1) for g in grads.values()]
-    return torch.cat(flat, dim=1).norm(dim=1)
+    """``(b,)``: the L2 norm of each sample's whole gradient (all parameters together),
+    ``||g_i|| = sqrt(sum_k ||g_i^k||^2)`` over the parameter tensors k (no concatenated copy)."""
+    sq = [torch.linalg.vector_norm(g.flatten(1), dim=1).square() for g in grads.values()]
+    return torch.stack(sq).sum(0).sqrt()
+
+
+def clip_scale(norms: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """``(b,) -> (b,)``: ``min(1, C / ||g_i||)``, the factor that puts sample i's gradient in the C-ball."""
+    if not max_norm > 0:
+        raise ValueError(f"clipping norm C must be > 0, got {max_norm}")
+    return (max_norm / norms.clamp_min(1e-12)).clamp(max=1.0)
 
 
 def clip_per_sample(grads: Grads, max_norm: float) -> tuple[Grads, torch.Tensor]:
     """Scale each sample's gradient to norm <= ``max_norm`` (line 6).  Returns (clipped, norms before)."""
-    if not max_norm > 0:
-        raise ValueError(f"clipping norm C must be > 0, got {max_norm}")
     norms = per_sample_norms(grads)
-    scale = (max_norm / norms.clamp_min(1e-12)).clamp(max=1.0)
+    scale = clip_scale(norms, max_norm)
     clipped = {k: g * scale.view(-1, *([1] * (g.dim() - 1))) for k, g in grads.items()}
     return clipped, norms
+
+
+def clipped_sum(grads: Grads, max_norm: float) -> tuple[Grads, torch.Tensor]:
+    """``sum_i g_i * min(1, C / ||g_i||)`` per parameter (lines 6-7 before the noise), without
+    materialising the clipped per-sample tensors: one weighted sum (``tensordot`` of the ``(b,)``
+    scales with ``(b, *shape)``) per parameter.  Same maths as summing :func:`clip_per_sample`'s output
+    (float rounding aside; ``tests/test_dpsgd.py`` checks it).  Returns (sums ``{name: shape}``, norms)."""
+    norms = per_sample_norms(grads)
+    scale = clip_scale(norms, max_norm)
+    return {k: torch.tensordot(scale.to(g.dtype), g, dims=1) for k, g in grads.items()}, norms
 
 
 def assign_grads(model: torch.nn.Module, grads: Grads, accumulate: bool = False) -> None:

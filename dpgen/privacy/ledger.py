@@ -176,6 +176,15 @@ class PrivacyLedger:
                              f"{relation_of_sampling(self.sampling)} neighbours, not {relation}")
         if guarantee not in LABELS:
             raise ValueError(f"unknown guarantee label {guarantee!r}")
+        others = {x.relation for x in self.entries
+                  if x.steps > 0 and x.noise_multiplier > 0 and x.relation != relation}
+        if others and steps > 0 and noise_multiplier > 0:  # an un-noised release is epsilon = inf anyway
+            # Composition theorems hold for one neighbouring relation: a run whose releases are
+            # stated under add/remove AND replace-one has no guarantee under either without a
+            # conversion, so such a ledger is refused rather than reported as "mixed".
+            raise ValueError(f"this ledger already holds releases under {', '.join(sorted(others))} neighbours; "
+                             f"a release under {relation} neighbours cannot be composed with them. Record every "
+                             "release of a run under one relation (Mechanism.sensitivity_under(ledger relation)).")
         e = LedgerEntry(float(noise_multiplier), float(sample_rate), int(steps), float(delta_per_step), relation,
                         str(mechanism), guarantee)
         last = self.entries[-1] if self.entries else None
@@ -267,7 +276,7 @@ class PrivacyLedger:
 
     @property
     def relation(self) -> str | None:
-        """The neighbouring relation of the recorded releases (``mixed: ...`` if they differ)."""
+        """The neighbouring relation of the recorded releases (``record`` refuses to mix relations)."""
         rels = sorted({e.relation for e in self.entries if e.steps > 0})
         if not rels:
             return relation_of_sampling(self.sampling)

@@ -50,7 +50,7 @@ from typing import ClassVar
 import torch
 
 from ..ot.sliced import orthogonal_directions, random_directions
-from .dpsgd import clip_per_sample
+from .dpsgd import clip_per_sample, clipped_sum
 from .guarantee import guarantee_label, qualifier
 from .image_gradient import CLIP_MODES, clip_per_row, clip_whole
 from .ledger import RELATIONS, LedgerEntry, PrivacyLedger, relation_of_sampling
@@ -403,8 +403,8 @@ class ImageGradientSanitiser(Mechanism):
     def release(self, g: torch.Tensor) -> torch.Tensor:
         """``g: (n, ...)`` -> ``clip(g) + N(0, (2 C sigma)^2)``, recorded; a non-private run passes ``g`` through."""
         if self.private:
-            if not bool(torch.isfinite(g).all()):  # same function as an unconditional nan_to_num; skipping the
-                g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)  # copy keeps g's layout (bit-identical norm)
+            # non-finite entries -> 0 (a public rule; unconditional: testing first would be a host sync per step)
+            g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
             g = clip_whole(g, self.clip_norm) if self.clip == "whole" else clip_per_row(g, self.clip_norm)
             z = self.noise(g.shape, g)
             g = g if z is None else g + z
@@ -453,14 +453,17 @@ class NoisyGradientSum(Mechanism):
         of the DP-SGD classifier; the chunk never leaves through the release)."""
         total: dict[str, torch.Tensor] | None = None
         for chunk in per_sample:
-            clipped, _ = clip_per_sample(chunk, self.clip_norm)                     # line 6: joint clip to C
             if observe is not None:
+                clipped, _ = clip_per_sample(chunk, self.clip_norm)                 # line 6: joint clip to C
                 observe(clipped)
+                part = {k: v.sum(dim=0) for k, v in clipped.items()}
+            else:  # the same sum without materialising the clipped chunk (issue 15: ~2x less memory traffic)
+                part, _ = clipped_sum(chunk, self.clip_norm)                        # line 6: joint clip to C, sum
             if total is None:
-                total = {k: torch.zeros_like(v[0]) if v.shape[0] else v.new_zeros(v.shape[1:])
-                         for k, v in clipped.items()}
-            for k, v in clipped.items():
-                total[k] += v.sum(dim=0)
+                total = {k: v.clone() for k, v in part.items()}
+            else:
+                for k, v in part.items():
+                    total[k] += v
         if total is None:
             raise ValueError("release() needs at least one chunk of per-sample gradients (it may be empty)")
         out = {}

@@ -111,5 +111,7 @@ def class_blocks(rows: torch.Tensor, labels: torch.Tensor, n_classes: int, block
     Class-partitioned releases (issue 12): under add/remove of one record (x, y) only block y changes,
     in one row (a padding zero becomes x, or x takes the place of a random kept row of class y).
     """
-    labels = labels.to(rows.device)
-    return torch.cat([fixed_size(rows[labels == c], block_size, generator) for c in range(n_classes)])
+    # the class indices are found where the labels live (the sampler's host tensors: no device sync),
+    # then gathered on the rows' device (the same rows, in the same order, as a boolean mask)
+    index = [(labels == c).nonzero().flatten().to(rows.device) for c in range(n_classes)]
+    return torch.cat([fixed_size(rows[i], block_size, generator) for i in index])

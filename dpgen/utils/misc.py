@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 
@@ -22,6 +23,41 @@ def pick_device(device: str = "auto") -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("trainer.device=cuda but no CUDA device is available; use trainer.device=auto or cpu")
     return dev
+
+
+def on_host(t: torch.Tensor) -> bool:
+    """True when reading ``t``'s value costs no device sync (``t`` is on the CPU).
+
+    Code that branches on a tensor's value only to save work (an early exit, a rare fix-up) takes
+    that branch only when this holds; on an accelerator it runs the branch-free form, so a step
+    never waits for the device.  tests/test_device.py patches it to False to exercise those paths on CPU.
+    """
+    return t.device.type == "cpu"
+
+
+PRECISIONS = ("32", "bf16")
+
+
+def check_precision(precision) -> str:
+    """``trainer.precision`` -> ``"32"`` or ``"bf16"``; anything else fails naming the setting."""
+    p = str(precision)
+    if p not in PRECISIONS:
+        raise ValueError(f"trainer.precision={precision!r} is unknown; choose 32 (float32 everywhere) or bf16 "
+                         "(bfloat16 autocast around the generator / feature-extractor forwards)")
+    return p
+
+
+def autocast(device: torch.device, precision: str = "32"):
+    """Mixed precision for a MODEL FORWARD only: ``torch.autocast(device.type, bfloat16)`` when
+    ``precision == "bf16"``, else a no-op context.
+
+    Never wrap the privacy-critical maths in it (clipping, the norms that bound a sensitivity, noise
+    addition, released projections, accounting): callers cast the forward's output back with
+    ``.float()`` before any of those, so every released tensor is float32.
+    """
+    if check_precision(precision) == "32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 def json_safe(obj):

@@ -1,0 +1,272 @@
+"""Experiment presets: dump every preset's fully composed config, and find lines that restate a default.
+
+A preset (``configs/experiment/*.yaml``) should patch only what differs from the composition it
+builds on (``train.yaml``'s defaults + the groups its own ``defaults:`` list selects).  A leaf
+key is *redundant* when composing the preset without that key gives the same config.
+
+    python scripts/presets.py dump OUT_DIR          # one YAML per preset: the composed config (hydra node included)
+    python scripts/presets.py redundant [PRESET..]  # the redundant leaf keys, with line numbers; exit 1 if any
+    python scripts/presets.py stats                 # preset lines, and the fraction that restate a default
+    python scripts/presets.py fix [PRESET..]        # delete the redundant keys (the composed config must not change)
+    python scripts/presets.py check                 # fast: keys equal to what the file's defaults give; exit 1 if any
+
+Compare two dumps with ``diff -r BEFORE AFTER`` (nothing is ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# fixed paths so that the dump does not depend on the environment
+FIXED = ["paths.output_dir=/tmp/dpgen-presets", "paths.data_root=/tmp/dpgen-presets-data"]
+
+
+# keys a preset states even when they equal the default: its own name (the preset's identity)
+KEEP = {"experiment_name"}
+
+
+def presets(configs: Path = CONFIGS) -> list[str]:
+    return sorted(p.stem for p in (configs / "experiment").glob("*.yaml"))
+
+
+def composed(preset: str, configs: Path = CONFIGS, hydra_node: bool = False) -> str:
+    """The fully composed config of ``experiment=<preset>`` as YAML (interpolations unresolved).
+
+    With ``hydra_node`` the ``hydra`` node is included, except ``hydra.runtime.config_sources``
+    (it names the config directory's path, which differs between copies of ``configs``).
+    """
+    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={preset}", *FIXED], return_hydra_config=hydra_node)
+    if hydra_node and configs != CONFIGS:
+        cfg.hydra.runtime.config_sources = []
+    return OmegaConf.to_yaml(cfg)
+
+
+@dataclass
+class Leaf:
+    """A leaf key of a preset file: its dotted path and the 0-based line span [first, last] it occupies."""
+
+    path: str
+    first: int
+    last: int
+    keys: tuple = ()
+
+
+def leaves(text: str) -> list[Leaf]:
+    """Every leaf key outside ``defaults:`` (a scalar or a list value counts as one leaf)."""
+    root = yaml.compose(text)
+    out: list[Leaf] = []
+    if root is None or not isinstance(root, yaml.MappingNode):
+        return out
+
+    def walk(node: yaml.MappingNode, prefix: str, keys: tuple) -> None:
+        for k, v in node.value:
+            path = f"{prefix}{k.value}"
+            if path == "defaults":
+                continue
+            if isinstance(v, yaml.MappingNode) and v.value and v.flow_style is not True:
+                walk(v, path + ".", (*keys, k.value))
+            else:
+                end = v.end_mark.line if v.end_mark.column > 0 else v.end_mark.line - 1
+                out.append(Leaf(path, k.start_mark.line, max(end, k.start_mark.line), (*keys, k.value)))
+
+    walk(root, "", ())
+    return out
+
+
+def drop_lines(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` without the given line spans, and without mapping keys left with no children."""
+    lines = text.splitlines(keepends=True)
+    gone = {i for a, b in spans for i in range(a, b + 1)}
+    kept = [ln for i, ln in enumerate(lines) if i not in gone]
+    # remove parents that became empty (a `key:` line followed by nothing more indented)
+    changed = True
+    while changed:
+        changed = False
+        for i, ln in enumerate(kept):
+            s = ln.split("#", 1)[0].rstrip()
+            if not s.endswith(":") or s.lstrip().startswith("-"):
+                continue
+            ind = len(ln) - len(ln.lstrip())
+            nxt = next((x for x in kept[i + 1:] if x.split("#", 1)[0].strip()), None)
+            if nxt is None or len(nxt) - len(nxt.lstrip()) <= ind:
+                del kept[i]
+                changed = True
+                break
+    return "".join(kept)
+
+
+def _with_preset(configs: Path, preset: str, text: str, tmp: Path) -> Path:
+    """A copy of ``configs`` whose ``experiment/<preset>.yaml`` is ``text``."""
+    import shutil
+
+    dst = tmp / "configs"
+    if not dst.exists():
+        shutil.copytree(configs, dst)
+    (dst / "experiment" / f"{preset}.yaml").write_text(text)
+    return dst
+
+
+def redundant(preset: str, configs: Path = CONFIGS) -> list[Leaf]:
+    """The leaf keys of ``preset`` whose removal leaves the composed config unchanged."""
+    src = (configs / "experiment" / f"{preset}.yaml").read_text()
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        ref = composed(preset, _with_preset(configs, preset, src, tmp), hydra_node=True)
+        for leaf in leaves(src):
+            cdir = _with_preset(configs, preset, drop_lines(src, [(leaf.first, leaf.last)]), tmp)
+            if composed(preset, cdir, hydra_node=True) == ref:
+                out.append(leaf)
+        _with_preset(configs, preset, src, tmp)
+    return out
+
+
+def _body_removed(text: str) -> str:
+    """``text`` with only its header comments, ``defaults:`` list and ``experiment_name``."""
+    keep = {leaf.path for leaf in leaves(text)} - {"experiment_name"}
+    return drop_lines(text, [(x.first, x.last) for x in leaves(text) if x.path in keep])
+
+
+def _raw(cfg, keys: tuple):
+    """The value at ``keys`` (interpolations unresolved), or ``_ABSENT``."""
+    node = cfg
+    for k in keys:
+        if not OmegaConf.is_dict(node) or node._is_none() or k not in node:
+            return _ABSENT
+        node = node._get_node(k)
+    return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node._value()
+
+
+_ABSENT = object()
+
+
+def restatements(configs: Path = CONFIGS) -> list[tuple[str, int, str]]:
+    """Fast check (one composition per preset and shared file): ``(file, line, key)`` for every leaf key
+    of a preset, or of a shared ``configs/da_dataset`` file, whose value equals what the composition
+    gives without the file's own keys (the defaults its ``defaults:`` list pulls in)."""
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        import shutil
+
+        work = tmp / "configs"
+        shutil.copytree(configs, work)
+
+        def compose_raw(preset):
+            with initialize_config_dir(config_dir=str(work), version_base="1.3"):
+                return compose("train", overrides=[f"experiment={preset}", *FIXED], return_hydra_config=True)
+
+        users: dict[str, list[str]] = {}
+        for p in presets(configs):
+            path = work / "experiment" / f"{p}.yaml"
+            src = path.read_text()
+            for line in src.splitlines():
+                if line.strip().startswith("- /"):
+                    users.setdefault(line.strip()[3:].split("@")[0].strip(), []).append(p)
+            path.write_text(_body_removed(src))
+            base = compose_raw(p)
+            path.write_text(src)
+            rel = f"configs/experiment/{p}.yaml"
+            out += [(rel, x.first + 1, x.path) for x in leaves(src)
+                    if x.path not in KEEP and _raw(base, x.keys) == _value(src, x.keys)]
+        for shared, ps in sorted(users.items()):
+            path = work / f"{shared}.yaml"
+            src = path.read_text()
+            path.write_text(_body_removed(src))
+            bases = {p: compose_raw(p) for p in ps}
+            path.write_text(src)
+            own = {p: {x.path for x in leaves((work / "experiment" / f"{p}.yaml").read_text())} for p in ps}
+            for x in leaves(src):
+                val = _value(src, x.keys)
+                if all(x.path in own[p] or _raw(bases[p], x.keys) == val for p in ps):
+                    out.append((f"configs/{shared}.yaml", x.first + 1, x.path))
+    return out
+
+
+def _value(text: str, keys: tuple):
+    node = yaml.safe_load(text)
+    for k in keys:
+        node = node[k]
+    return node
+
+
+def content_lines(text: str) -> list[int]:
+    """0-based indices of non-blank, non-comment lines (the lines a preset 'says')."""
+    return [i for i, ln in enumerate(text.splitlines()) if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def stats(configs: Path = CONFIGS) -> tuple[int, int, int]:
+    """(all lines, content lines, content lines that restate a default) over every preset."""
+    total = content = restating = 0
+    for p in presets(configs):
+        text = (configs / "experiment" / f"{p}.yaml").read_text()
+        total += len(text.splitlines())
+        content += len(content_lines(text))
+        restating += sum(r.last - r.first + 1 for r in redundant(p, configs) if r.path not in KEEP)
+    return total, content, restating
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("dump")
+    d.add_argument("out", type=Path)
+    r = sub.add_parser("redundant")
+    r.add_argument("presets", nargs="*")
+    sub.add_parser("stats")
+    sub.add_parser("check")
+    f = sub.add_parser("fix")
+    f.add_argument("presets", nargs="*")
+    a = ap.parse_args()
+    if a.cmd == "dump":
+        a.out.mkdir(parents=True, exist_ok=True)
+        for p in presets():
+            (a.out / f"{p}.yaml").write_text(composed(p, hydra_node=True))
+        print(f"{len(presets())} presets -> {a.out}")
+        return 0
+    if a.cmd == "redundant":
+        bad = 0
+        for p in a.presets or presets():
+            for leaf in redundant(p):
+                if leaf.path in KEEP:
+                    continue
+                bad += 1
+                print(f"configs/experiment/{p}.yaml:{leaf.first + 1}: {leaf.path} restates the composed default")
+        return 1 if bad else 0
+    if a.cmd == "check":
+        found = restatements()
+        for f, line, key in found:
+            print(f"{f}:{line}: {key} restates the value the composition has without it")
+        return 1 if found else 0
+    if a.cmd == "fix":
+        for p in a.presets or presets():
+            path = CONFIGS / "experiment" / f"{p}.yaml"
+            src, ref = path.read_text(), composed(p, hydra_node=True)
+            spans = [(x.first, x.last) for x in redundant(p) if x.path not in KEEP]
+            if not spans:
+                continue
+            path.write_text(drop_lines(src, spans))
+            if composed(p, hydra_node=True) != ref:
+                path.write_text(src)
+                print(f"{p}: removing {len(spans)} keys changed the composition; left as is")
+            else:
+                print(f"{p}: removed {len(spans)} keys")
+        return 0
+    total, content, restating = stats()
+    print(f"preset lines {total}, content lines {content}, restating a default {restating} "
+          f"({100 * restating / max(content, 1):.1f} % of content lines, {100 * restating / max(total, 1):.1f} % of all lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -574,8 +574,8 @@ class DPSWFlow(_ParticleFlow):
     (``OneShotProjectionRelease(class_blocks=True)``).  Any sampler setting is fine (the relation is
     replace-one by construction; nothing is subsampled).  Post-processing: the quantiles of each block
     ``(C, k, M)``; particle i belongs to class ``i mod C`` and flows toward its block's quantiles only.
-    Padding rows put a point mass at the zero latent (fraction ``1 - n_c / m`` of block c, at most a
-    few per cent for MNIST with ``block_slack = 1``); ``sample`` draws, per class, from the particles
+    Padding rows put a point mass at the zero latent (fraction ``1 - n_c / m`` of block c: up to ~10 %
+    for MNIST's smallest class with ``block_slack = 1``; larger classes are cut instead); ``sample`` draws, per class, from the particles
     whose latent norm is >= 1/2 when there are any (autoencoder latents only, where every record has
     norm 1; post-processing of public particles).
     """

@@ -118,7 +118,8 @@ def overrides(ds: str, m: str, eps: str) -> list[str]:
 def _overrides(ds: str, m: str, eps: str, rdir: Path) -> list[str]:
     o = [f"experiment={ds}_{m}", "logger=local", "evaluator=none", "trainer.progress=false",
          f"model.ae_steps={SHORT['ae_steps']}", f"model.ae_batch_size={SHORT['ae_batch_size']}",
-         f"model.autoencoder_cache={OUT / 'autoencoders'}", f"hydra.run.dir={rdir}"]
+         f"model.autoencoder_cache={OUT / 'autoencoders'}", f"hydra.run.dir={rdir}",
+         "model.label_mode=concat"]  # the documented reproduction rows (issue 4); partition is the default now
     if m != "dpswgen":
         o += [f"model.n_particles={SHORT['n_particles']}", f"model.num_percentiles={SHORT['num_percentiles']}"]
     if eps == "inf":

@@ -54,7 +54,7 @@ DESIGNS: dict[str, dict] = {
               "overrides": ["model.epochs=50"], "diameter": 1.0},
     "dpswflow_r": {"label": "DPSWflow-r (digits_dpswflow_r, AE on public half)",
                    "experiments": {"digits": "digits_dpswflow_r"},
-                   "overrides": [], "diameter": 2.0},
+                   "overrides": ["model.label_mode=concat"], "diameter": 2.0},  # partition is the default now
     "dpswflow_r_partition": {"label": "DPSWflow-r, class-partitioned (AE on public half)",
                              "experiments": {"digits": "digits_dpswflow_r"},
                              "overrides": ["model.label_mode=partition"], "diameter": 2.0},

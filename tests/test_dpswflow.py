@@ -102,7 +102,7 @@ def test_autoencoder_is_trained_on_the_public_split_only(data, tmp_path, monkeyp
 def test_dpswflow_noises_the_private_projections_exactly_once(data, tmp_path, monkeypatch):
     calls = _spy_releases(monkeypatch)
     ledger = PrivacyLedger(10.0, 1e-4)
-    m = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=30)
+    m = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=30, label_mode="concat")
     out = m.fit(data, ledger, _ctx(tmp_path))
     assert out["train_steps"] == 30
     assert len(calls) == 1  # one release for 30 flow steps
@@ -132,7 +132,7 @@ def test_dpswflow_one_shot_release_is_recorded_replace_one_not_poisson(data, tmp
 def test_dpswflow_r_noises_a_fresh_private_batch_every_step(data, tmp_path, monkeypatch):
     calls = _spy_releases(monkeypatch)
     ledger = PrivacyLedger(10.0, 1e-4)
-    m = DPSWFlowR(**COMMON, num_projections=40, batch_size=32, epochs=2)
+    m = DPSWFlowR(**COMMON, num_projections=40, batch_size=32, epochs=2, label_mode="concat")
     out = m.fit(data, ledger, _ctx(tmp_path, max_steps=12))
     assert out["train_steps"] == 12 and len(calls) == 12 and ledger.steps == 12
     assert all(shape == (32, m.space.dim) and s == out["noise_std"] for _, s, shape in calls)
@@ -300,7 +300,8 @@ def test_digits_dpswflow_r_preset_writes_results(tmp_path):
     res = json.loads((out / "results.json").read_text())
     assert 0 <= res["metrics"]["acc_logreg"] <= 1
     assert res["privacy"]["private_steps"] == 15 and 0 < res["privacy"]["epsilon"] <= 10.0
-    assert res["train"]["row_dim"] == 18 and res["train"]["guarantee"] == "rigorous"
+    # label_mode=partition (the default): image-only latent rows (d = 8), labels decide the class block
+    assert res["train"]["row_dim"] == 8 and res["train"]["guarantee"] == "rigorous"
     assert (out / "samples.png").exists() and (out / "autoencoder_public_reconstructions.png").exists()
 
 

@@ -179,5 +179,208 @@ def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, mo
     assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
     x, y = m.sample(30)
     assert x.shape[0] == 30 and torch.equal(y, torch.arange(30) % 10)
-    with pytest.raises(ValueError, match="DPSWflow-r only"):
-        DPSWFlow(**common, label_mode="partition")
+    assert DPSWFlow(**common).label_mode == "partition"  # the default of every projection method
+
+
+def test_dpswflow_r_partition_needs_the_add_remove_relation(tmp_path):
+    from dpgen.data.datasets import digits
+    from dpgen.methods.dpswflow import DPSWFlowR
+
+    m = DPSWFlowR(**_latent_common(), batch_size=40, epochs=1, num_projections=8)
+    with pytest.raises(ValueError, match="sampling=poisson"):
+        m.fit(digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path))
+
+
+# -- DPSWflow (one-shot) and DPSWgen, class-partitioned (issue 12 item 1) --------------------------------------
+def _latent_common():
+    from functools import partial
+
+    from dpgen.models.autoencoder import LiutkusAutoencoder
+
+    return dict(autoencoder=partial(LiutkusAutoencoder, latent_dim=4, width=4, pad_to=8), ae_steps=20,
+                ae_batch_size=32, autoencoder_cache=None)
+
+
+def _ctx(tmp_path, max_steps=3):
+    from dpgen.logging.run_logger import RunLogger
+    from dpgen.methods import TrainContext
+
+    return TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
+                        checkpoint_every=5, progress=False, deterministic=True, max_steps=max_steps)
+
+
+def _spy_release(monkeypatch, cls):
+    released: list[torch.Tensor] = []
+    real = cls.release
+
+    def spy(self, rows, u):
+        released.append(rows.clone())
+        return real(self, rows, u)
+
+    monkeypatch.setattr(cls, "release", spy)
+    return released
+
+
+@pytest.mark.parametrize("k,d", [(8, 4), (31, 8), (5, 8)])
+def test_one_shot_class_blocks_sensitivity_is_sqrt2_times_one_row(k, d):
+    from dpgen.privacy.mechanisms import OneShotProjectionRelease
+    from dpgen.privacy.sensitivity import l2_sensitivity
+
+    led = PrivacyLedger(10.0, 1e-5, "poisson")
+    n = 500
+    orth = OneShotProjectionRelease(led, dim=d, num_projections=k, directions="orthogonal", class_blocks=True,
+                                    n_private=n)
+    assert orth.relation == "replace_one" and orth.beta == 0.0
+    assert orth.sensitivity == pytest.approx(math.sqrt(2.0) * 2.0 * math.sqrt(math.ceil(k / d)))
+    assert orth.sensitivity_under("add_remove") == pytest.approx(2.0 * math.sqrt(math.ceil(k / d)))
+    rnd = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff", class_blocks=True, n_private=n)
+    plain = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff")
+    assert rnd.partners("replace_one") == 2 * (n + 1) and plain.partners("replace_one") == 1
+    assert rnd.sensitivity == pytest.approx(
+        math.sqrt(2.0) * l2_sensitivity(k, d, rnd.beta / (2 * (n + 1)), "chernoff", 2.0))
+    assert rnd.sensitivity > math.sqrt(2.0) * plain.sensitivity  # the union bound over partners costs too
+    with pytest.raises(ValueError, match="n_private"):
+        OneShotProjectionRelease(led, dim=d, num_projections=k, class_blocks=True)
+
+
+def _multiset_changes(a: torch.Tensor, b: torch.Tensor) -> list[float]:
+    """Norms of the row changes between two blocks seen as multisets (paired by the assignment minimising
+    the squared Frobenius distance): the release is invariant to the order inside a block (the sampler
+    permutes the records uniformly)."""
+    from scipy.optimize import linear_sum_assignment
+
+    cost = torch.cdist(a.double(), b.double())
+    r, c = linear_sum_assignment((cost ** 2).numpy())
+    return [float(cost[i, j]) for i, j in zip(r, c, strict=True) if float(cost[i, j]) > 1e-9]
+
+
+@pytest.mark.parametrize("same_class", [False, True])
+def test_one_shot_class_blocks_replace_one_exact_pair(same_class):
+    """Exact neighbouring pairs (padded blocks): replacing one record changes <= 2 rows of <= 2 blocks,
+    each by <= 2 (unit rows), so ||(X - X') U||_F <= sensitivity for every orthonormal U."""
+    from dpgen.privacy.mechanisms import OneShotProjectionRelease
+
+    g = torch.Generator().manual_seed(5)
+    n, d, c_n = 40, 4, 3
+    rows = torch.nn.functional.normalize(torch.randn(n, d, generator=g, dtype=torch.float64), dim=1)
+    y = torch.arange(n) % c_n
+    m = math.ceil(1.2 * n / c_n)  # padded: every class has < m rows
+    rows2, y2 = rows.clone(), y.clone()
+    rows2[7] = -rows[7]  # antipodal: the row moves by exactly 2
+    y2[7] = y[7] if same_class else (y[7] + 1) % c_n
+    a, b = class_blocks(rows, y, c_n, m), class_blocks(rows2, y2, c_n, m)
+    changes = [ch for blk in range(c_n) for ch in _multiset_changes(a[blk * m:(blk + 1) * m], b[blk * m:(blk + 1) * m])]
+    assert 1 <= len(changes) <= 2 and max(changes) <= 2.0 + 1e-9
+    assert sum(ch ** 2 for ch in changes) <= (1 if same_class else 2) * 4.0 + 1e-9  # <= rows_changed * 2^2
+    mech = OneShotProjectionRelease(PrivacyLedger(10.0, 1e-5, "poisson"), dim=d, num_projections=10,
+                                    directions="orthogonal", class_blocks=True, n_private=n)
+    # aligned worst case: the changed rows of both blocks in the same positions
+    diff = torch.zeros(2, d, dtype=torch.float64)
+    diff[0] = rows[7] - rows2[7] if same_class else rows[7]  # row -> padding zero (or -> x')
+    diff[1] = 0.0 if same_class else rows2[7]                # padding zero -> x'
+    worst = 0.0
+    for _ in range(200):
+        u = mech.draw_directions().double()
+        worst = max(worst, float((diff @ u).norm()))
+    assert worst <= mech.sensitivity * (1 + 1e-9)
+    # cut blocks: the kept rows are a subset of the class's own rows, and any two rows differ by <= 2
+    cut = class_blocks(rows, torch.zeros(n, dtype=torch.long), c_n, m)
+    assert {tuple(r.tolist()) for r in cut[:m]} <= {tuple(r.tolist()) for r in rows}
+    two = torch.stack([rows[0] - rows2[7], rows2[7] + rows[0]])  # two rows each moved by <= 2
+    assert float(two.norm(dim=1).max()) <= 2.0 + 1e-9
+    assert max(float((two @ mech.draw_directions().double()).norm()) for _ in range(200)) <= mech.sensitivity + 1e-9
+
+
+def test_one_shot_class_blocks_monte_carlo_random_directions():
+    """Random directions (Chernoff): the sqrt(2)-scaled bound holds for two rows each of norm 2."""
+    from dpgen.privacy.mechanisms import OneShotProjectionRelease
+
+    mech = OneShotProjectionRelease(PrivacyLedger(10.0, 1e-5, "poisson"), dim=6, num_projections=20,
+                                    bound="chernoff", class_blocks=True, n_private=100)
+    g = torch.Generator().manual_seed(7)
+    v = 2.0 * torch.nn.functional.normalize(torch.randn(2, 6, generator=g), dim=1)
+    norms = torch.tensor([float((v @ mech.draw_directions()).norm()) for _ in range(2000)])
+    assert float(norms.max()) <= mech.sensitivity
+    assert float(norms.mean()) > 0.3 * mech.sensitivity  # not vacuous
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "without_replacement"])
+def test_dpswflow_partition_one_release_of_class_blocks(tmp_path, monkeypatch, sampling):
+    from dpgen.data.datasets import digits
+    from dpgen.methods.dpswflow import DPSWFlow
+    from dpgen.privacy.mechanisms import OneShotProjectionRelease
+
+    released = _spy_release(monkeypatch, OneShotProjectionRelease)
+    m = DPSWFlow(**_latent_common(), num_percentiles=64, n_particles=60, num_projections=8, projections_per_step=6,
+                 steps=4, directions="orthogonal")
+    ledger = PrivacyLedger(10.0, 1e-4, sampling)  # one-shot: replace-one whatever the sampler
+    data = digits(public_fraction=0.5)
+    m.fit(data, ledger, _ctx(tmp_path, max_steps=4))
+    n = len(data.private)
+    mb = math.ceil(n / 10)
+    assert len(released) == 1 and released[0].shape == (10 * mb, 4)  # C blocks of ceil(N/C) rows, once
+    assert float(released[0].norm(dim=1).max()) <= 1.0 + 1e-5
+    assert m.one_shot.relation == "replace_one" and m.one_shot.class_blocks
+    assert m.one_shot.sensitivity == pytest.approx(math.sqrt(2.0) * 2.0 * math.sqrt(2.0))  # ceil(8/4) = 2 blocks
+    assert m.tq_all.shape == (10, 8, 64) and ledger.epsilon() <= 10.0
+    x, y = m.sample(30)
+    assert x.shape[0] == 30 and torch.equal(y, torch.arange(30) % 10)
+
+
+def test_dpswflow_concat_keeps_the_one_row_one_shot(tmp_path, monkeypatch):
+    from dpgen.data.datasets import digits
+    from dpgen.methods.dpswflow import DPSWFlow
+    from dpgen.privacy.mechanisms import OneShotProjectionRelease
+
+    released = _spy_release(monkeypatch, OneShotProjectionRelease)
+    m = DPSWFlow(**_latent_common(), num_percentiles=64, n_particles=60, num_projections=14, projections_per_step=6,
+                 steps=2, directions="orthogonal", label_mode="concat")
+    data = digits(public_fraction=0.5)
+    m.fit(data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=2))
+    assert released[0].shape == (len(data.private), 14) and not m.one_shot.class_blocks
+    assert m.one_shot.sensitivity == pytest.approx(2.0)  # ceil(14/14) = 1 block, one row
+
+
+def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, monkeypatch):
+    from functools import partial
+
+    from dpgen.data.datasets import digits
+    from dpgen.methods.dpswflow import DPSWGen
+    from dpgen.models.autoencoder import LatentMLPGen
+
+    released = _spy_release(monkeypatch, GaussianProjectionRelease)
+    gen = partial(LatentMLPGen, hidden=(16, 16, 16))
+    m = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, num_projections=8,
+                directions="orthogonal")
+    assert m.label_mode == "partition"
+    ledger = PrivacyLedger(10.0, 1e-4, "poisson")
+    m.fit(digits(public_fraction=0.5), ledger, _ctx(tmp_path))
+    assert len(released) == 3 and all(r.shape == (40, 4) for r in released)  # 10 blocks of 4 unit latents
+    assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
+    assert m.G.d_code == 4 + 10  # noise || onehot(label)
+    x, y = m.sample(25)
+    assert x.shape[0] == 25 and torch.equal(y, torch.arange(25) % 10)
+    m2 = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, num_projections=8)
+    with pytest.raises(ValueError, match="sampling=poisson"):
+        m2.fit(digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path / "b"))
+
+
+def test_dpswflow_in_a_fixed_dct_representation_needs_no_public_data(tmp_path, monkeypatch):
+    """Issue 12 item 8(b): rows = clip_r(DCT codes) / r (norm <= 1) with no public split at all."""
+    from dpgen.data.datasets import digits
+    from dpgen.methods.dpswflow import DPSWFlow
+    from dpgen.privacy.mechanisms import OneShotProjectionRelease
+
+    released = _spy_release(monkeypatch, OneShotProjectionRelease)
+    m = DPSWFlow(representation={"kind": "dct", "n_components": 16, "center": 0.5}, num_percentiles=64,
+                 n_particles=60, num_projections=16, projections_per_step=12, steps=3, directions="orthogonal")
+    data = digits()
+    assert data.public is None
+    m.fit(data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path))
+    assert m.space.d == 16 and released[0].shape == (10 * math.ceil(len(data.private) / 10), 16)
+    assert float(released[0].norm(dim=1).max()) <= 1.0 + 1e-5
+    assert m.one_shot.sensitivity == pytest.approx(2.0 * math.sqrt(2.0))
+    x, y = m.sample(20)
+    assert x.shape == (20, *data.image_shape) and float(x.min()) >= data.value_range[0]
+    with pytest.raises(ValueError, match="replaces the autoencoder"):
+        DPSWFlow(representation={"kind": "dct"}, **_latent_common())

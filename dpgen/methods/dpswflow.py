@@ -35,10 +35,19 @@ Noise: with ``private=true`` the std is calibrated for ``accountant.epsilon`` (u
 split; ``privacy.dpswflow``).  ``private=false`` gives epsilon = infinity; ``noise_std`` then only
 smooths (the toy of Fig. 1, sigma in {0, 0.5, 1}).
 
-Labels (``label_mode``): ``concat`` (default) appends ``label_weight * onehot(y)`` to the unit
+Labels (``label_mode``): ``partition`` (default of all three, issue 12) releases the private rows split
+by label into C blocks of a PUBLIC size (``rows.class_blocks``: cut to a random subset / padded with the
+zero row) stacked as ONE release; each class's particles (or the conditional generator's rows of that
+label) are transported toward their own block only, so the label enters at first order.  Per-step
+releases (DPSWflow-r, DPSWgen): blocks of ``ceil(B / C)`` rows, add/remove under Poisson (refused under
+``without_replacement``), one row of one block changes: the calibration of an unpartitioned batch.
+DPSWflow's one-shot release: blocks of ``ceil(block_slack N / C)`` rows, replace-one (N public), two
+rows of two blocks change: sensitivity times sqrt(2) (``OneShotProjectionRelease(class_blocks=True)``).
+``concat`` appends ``label_weight * onehot(y)`` to the unit
 latent and rescales the row to norm 1, so one flow transports labelled rows (as DP-SWD's
 ``label_mode=concat``); a synthetic sample's label is the argmax of its label part.  ``none``
-flows the latents only (the paper's d = 8); labels are then meaningless for downstream accuracy.
+flows the latents only (the paper's d = 8; unlabelled data such as CelebA); labels are then
+meaningless for downstream accuracy.
 
 Generation (``sample``): the flows return decoded final particles.  For ``n`` larger than the
 particle count, particles are drawn with replacement (among those whose label part has the
@@ -65,6 +74,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data import DataSplits, PrivateSplit
+from ..data.representations import build_representation
 from ..ot.flows import (
     empirical_quantiles,
     euler_maruyama_step,
@@ -72,7 +82,7 @@ from ..ot.flows import (
     sliced_flow_drift,
     smoothed_projections,
 )
-from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projected
+from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import (
@@ -94,20 +104,23 @@ class LatentSpace:
     """Public map records <-> latent rows in the unit ball of R^D (D = d, or d + K with labels).
 
     ``rows(x, y) = clip_1( [ a * e(x) || b * onehot(y) ] )``, ``e(x)`` = frozen encoder output
-    normalised to norm 1 (or ``flatten(x) / latent_scale`` without autoencoder, e.g. the 2-D
-    toy), ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).  ``clip=False`` (allowed only
+    normalised to norm 1 (or, with a linear ``Representation`` ``rep`` (issue 12: PCA of the PUBLIC
+    split or a fixed DCT basis), ``rep.encode(x) / rep.radius``: codes clipped to the public radius r,
+    so norm <= 1; or ``flatten(x) / latent_scale`` without either, e.g. the 2-D toy),
+    ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).  ``clip=False`` (allowed only
     for non-private runs without autoencoder: the toy flows in data units) skips the final clip.
     """
 
     def __init__(self, ae: torch.nn.Module | None, image_shape: tuple[int, ...], n_classes: int, label_mode: str,
-                 label_weight: float, latent_scale: float, clip: bool = True) -> None:
+                 label_weight: float, latent_scale: float, clip: bool = True, rep=None) -> None:
         if label_mode not in ("concat", "none"):
             raise ValueError(f"model.label_mode must be 'concat' or 'none', got {label_mode!r}")
         if latent_scale <= 0:
             raise ValueError(f"model.latent_scale must be > 0, got {latent_scale}")
         self.ae, self.image_shape, self.n_classes = ae, tuple(image_shape), int(n_classes)
         self.label_mode, self.w, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
-        self.d = ae.latent_dim if ae is not None else int(torch.tensor(image_shape).prod())
+        self.rep = rep
+        self.d = ae.latent_dim if ae is not None else rep.dim if rep is not None else int(torch.tensor(image_shape).prod())
         self.dim = self.d + (self.n_classes if label_mode == "concat" else 0)
         self.a = 1.0 / math.sqrt(1.0 + self.w**2) if label_mode == "concat" else 1.0
         self.clip = bool(clip)  # False only for non-private runs without AE (the toy in data units)
@@ -115,6 +128,8 @@ class LatentSpace:
     @torch.no_grad()
     def latents(self, x: torch.Tensor) -> torch.Tensor:
         """``x: (n, C, H, W)`` -> ``(n, d)`` of norm <= 1 (exactly 1 with an autoencoder)."""
+        if self.rep is not None:  # clip_r((x - c) V) / r: norm <= 1, a fixed public per-record map
+            return clip_rows(self.rep.encode(x).to(torch.float32) / self.rep.radius, 1.0)
         if self.ae is None:
             z = x.flatten(1) / self.latent_scale
             return clip_rows(z, 1.0) if self.clip else z
@@ -139,6 +154,8 @@ class LatentSpace:
     def decode(self, rows: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
         """Latent rows ``(n, D)`` -> images ``(n, *image_shape)`` (cpu)."""
         z = rows[:, :self.d]
+        if self.rep is not None:
+            return self.rep.decode((z * self.rep.radius).cpu())
         if self.ae is None:
             return (z * self.latent_scale).reshape(-1, *self.image_shape).cpu()
         self.ae.eval()
@@ -182,9 +199,9 @@ class _LatentMethod(GenerativeMethod):
                  ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = None,
                  num_projections: int = 70, batch_size: int = 250, epochs: int = 35, steps: int | None = None,
                  bound: str = "chernoff", private: bool = True, noise_std: float = 0.0,
-                 sensitivity_fraction: float = 0.5, label_mode: str = "concat", label_weight: float = 1.0,
+                 sensitivity_fraction: float = 0.5, label_mode: str = "partition", label_weight: float = 1.0,
                  latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random",
-                 convention: PaperConvention | dict | None = None) -> None:
+                 representation: dict | None = None, convention: PaperConvention | dict | None = None) -> None:
         # privacy.convention=paper: the released code's noise (CLT sensitivity at delta/2), labelled, epsilon_true
         self.convention = as_convention(convention)
         if self.convention is not None and not private:
@@ -193,6 +210,10 @@ class _LatentMethod(GenerativeMethod):
             raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
         self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta (issue 12)
         self.make_ae = autoencoder
+        if representation is not None and autoencoder is not None:
+            raise ValueError("model.representation (a public linear map: pca / dct) replaces the autoencoder: set "
+                             "model.autoencoder=null")
+        self.rep_cfg = None if representation is None else dict(representation)
         self.ae_steps, self.ae_batch_size, self.ae_lr = int(ae_steps), int(ae_batch_size), float(ae_lr)
         self.ae_cache = autoencoder_cache
         self.k, self.batch_size, self.epochs = int(num_projections), int(batch_size), int(epochs)
@@ -208,9 +229,6 @@ class _LatentMethod(GenerativeMethod):
         self.sensitivity_fraction = float(sensitivity_fraction)
         if label_mode not in ("partition", "concat", "none"):
             raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
-        if label_mode == "partition" and type(self).__name__ != "DPSWFlowR":
-            raise ValueError(f"model.label_mode=partition is implemented for DPSWflow-r only; {type(self).__name__} "
-                             "uses model.label_mode=concat or none")
         self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
         self.sample_jitter = float(sample_jitter)
         self.space: LatentSpace | None = None
@@ -276,10 +294,17 @@ class _LatentMethod(GenerativeMethod):
                 self.ae_info["ae_test_mse"] = float(F.mse_loss(ae(data.test.x[:1000].to(ctx.device)),
                                                                data.test.x[:1000].to(ctx.device)))
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
-                                 self.latent_scale, clip=self.private or ae is not None)
-        if self.label_mode == "partition" and ledger.sampling != "poisson":
-            raise ValueError("model.label_mode=partition is accounted under add/remove neighbours: use "
-                             "accountant.sampling=poisson (or model.label_mode=concat)")
+                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
+
+    def _representation(self, data: DataSplits):
+        """The public linear representation (``model.representation``), built from the PUBLIC split only."""
+        if self.rep_cfg is None:
+            return None
+        cfg = dict(self.rep_cfg)
+        rep = build_representation(cfg.pop("kind", "dct"), data.image_shape, data.value_range,
+                                   public_x=None if data.public is None else data.public.x, **cfg)
+        self.ae_info = {**self.ae_info, "representation": rep.kind, "code_dim": rep.dim, "code_radius": rep.radius}
+        return rep
 
     def _row_label_mode(self) -> str:
         """Rows carry no label with ``partition`` (the label decides the block instead)."""
@@ -302,7 +327,7 @@ class _LatentMethod(GenerativeMethod):
             ae.load_state_dict(state["autoencoder"])
             ae.eval()
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
-                                 self.latent_scale, clip=self.private or ae is not None)
+                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
         self._restore_state(state)
 
     def _restore_state(self, state: dict) -> None:
@@ -334,6 +359,11 @@ class _LatentMethod(GenerativeMethod):
     def _per_step_release(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen, spec §4.2):
         unit-norm rows (row diameter 2), union-bound delta split, N + 1 partners under Poisson."""
+        if self.label_mode == "partition" and ledger.sampling != "poisson":
+            raise ValueError("model.label_mode=partition of a per-step release is accounted under add/remove "
+                             "neighbours: use accountant.sampling=poisson (or model.label_mode=concat)")
+        if self.label_mode == "partition" and self.batch_size < self.space.n_classes:
+            raise ValueError(f"model.label_mode=partition needs model.batch_size >= {self.space.n_classes} (classes)")
         n_priv = len(data.private)
         self.sampler = PrivateSampler(self._encode_private(data, self._seed + 1), self.batch_size, ledger.sampling,
                                       seed=self._seed)
@@ -402,7 +432,7 @@ class _LatentMethod(GenerativeMethod):
 
     def _summary(self, mech) -> dict:
         return {"noise_std": mech.noise_std, "noise_multiplier": mech.noise_multiplier, "sensitivity": mech.sensitivity,
-                "sensitivity_bound": self.bound if self.private else None, "guarantee": mech.guarantee,
+                "sensitivity_bound": mech.bound if self.private else None, "guarantee": mech.guarantee,
                 "latent_dim": self.space.d, "row_dim": self.space.dim, "num_projections": self.k, **self.ae_info}
 
 
@@ -437,6 +467,9 @@ class _ParticleFlow(_LatentMethod):
         # partition: particle i belongs to class i mod C for the whole run (public, fixed)
         self.particle_labels = (torch.arange(self.n_particles) % self.space.n_classes
                                 if self.label_mode == "partition" else None)
+        # the particles of each class (public indices, found once on the host: no sync in the steps)
+        self._class_idx = [torch.arange(c, self.n_particles, self.space.n_classes, device=self.device)
+                           for c in range(self.space.n_classes)] if self.label_mode == "partition" else None
         self._test_x = data.test.x
 
     def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int,
@@ -494,9 +527,15 @@ class _ParticleFlow(_LatentMethod):
             idx = torch.randint(self.X.shape[0], (n,), generator=self._pool_gen)
         else:
             pool_labels = pool_labels.cpu()
+            # partition: padding rows put mass at the zero latent; prefer particles away from it (public)
+            away = (self.X[:, :self.space.d].norm(dim=1) >= 0.5).cpu() \
+                if self.label_mode == "partition" and self.space.ae is not None \
+                else torch.ones(self.X.shape[0], dtype=torch.bool)  # (unit latents: no record sits at 0)
             for c in labels.unique().tolist():
                 want = (labels == c).nonzero().flatten()
-                have = (pool_labels == c).nonzero().flatten()
+                have = ((pool_labels == c) & away).nonzero().flatten()
+                if have.numel() == 0:
+                    have = (pool_labels == c).nonzero().flatten()
                 if have.numel() == 0:  # no particle of this class: any particle (its label is then wrong)
                     have = torch.arange(self.X.shape[0])
                 idx[want] = have[torch.randint(have.numel(), (want.numel(),), generator=self._pool_gen)]
@@ -549,8 +588,7 @@ class DPSWFlowR(_ParticleFlow):
         drifts = []
         for c in range(c_n):
             tq = empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(), self.levels)
-            idx = (self.particle_labels == c).nonzero().flatten().to(self.device)
-            drifts.append(self._move(u, tq, self.projection.noise_std, t, idx))
+            drifts.append(self._move(u, tq, self.projection.noise_std, t, self._class_idx[c]))
         self._last_drift = torch.stack(drifts).mean()
         return {"drift_norm": self._last_drift}
 
@@ -560,14 +598,35 @@ class DPSWFlowR(_ParticleFlow):
 
 # ---------------------------------------------------------------------------------------------
 class DPSWFlow(_ParticleFlow):
-    """DPSWflow (Algorithm 2): directions and the noisy private quantiles ONCE; free particle steps."""
+    """DPSWflow (Algorithm 2): directions and the noisy private quantiles ONCE; free particle steps.
+
+    ``label_mode=partition`` (default, issue 12): the ONE release is the whole private set split by label
+    into C blocks of the PUBLIC size ``m = ceil(block_slack * N / C)`` (N public, as for every one-shot
+    release), ``rows.class_blocks`` (cut to a uniform random subset / padded with the zero row), stacked
+    ``(C m, D)``, projected on the N_theta directions and noised once: ``A = [B_1; ...; B_C] U + Z``.
+    Relation: replace-one (N public).  Sensitivity: at most two rows change (one in block y, one in block
+    y'), each by <= 2 (unit latents): ``sqrt(2) * 2 sqrt(ceil(k/D))`` with orthogonal directions, or the
+    probabilistic bound at ``beta / (2 (N + 1))`` times sqrt(2) with random ones
+    (``OneShotProjectionRelease(class_blocks=True)``).  Any sampler setting is fine (the relation is
+    replace-one by construction; nothing is subsampled).  Post-processing: the quantiles of each block
+    ``(C, k, M)``; particle i belongs to class ``i mod C`` and flows toward its block's quantiles only.
+    Padding rows put a point mass at the zero latent (fraction ``1 - n_c / m`` of block c: up to ~10 %
+    for MNIST's smallest class with ``block_slack = 1``; larger classes are cut instead); ``sample`` draws, per class, from the particles
+    whose latent norm is >= 1/2 when there are any (autoencoder latents only, where every record has
+    norm 1; post-processing of public particles).
+    """
 
     name = "DPSWflow"
 
-    def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", **kw) -> None:
+    def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", block_slack: float = 1.0,
+                 **kw) -> None:
         kw.setdefault("num_projections", 31)
         kw.setdefault("steps", 1500)
         super().__init__(**kw)
+        if not block_slack > 0:
+            raise ValueError(f"model.block_slack must be > 0 (block size m = ceil(block_slack * N / C)), got "
+                             f"{block_slack}")
+        self.block_slack = float(block_slack)
         self.m_theta = int(projections_per_step)
         if not 1 <= self.m_theta <= self.k:
             raise ValueError(f"model.projections_per_step must be in [1, num_projections={self.k}], got "
@@ -583,12 +642,16 @@ class DPSWFlow(_ParticleFlow):
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self._setup_latent(data, ledger, ctx)
         self._secret_seed(ctx)
-        self._signature.update({"m_theta": self.m_theta, "calibration": self.calibration})
+        self._signature.update({"m_theta": self.m_theta, "calibration": self.calibration,
+                                "block_slack": self.block_slack})
         self._steps = self.steps_planned(len(data.private))
+        n_priv, c_n = len(data.private), data.num_classes
+        self.block_rows = math.ceil(self.block_slack * n_priv / c_n) if self.label_mode == "partition" else None
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, num_projections=self.k, bound=self.bound,
                                                  sensitivity_fraction=self.sensitivity_fraction,
                                                  calibration=self.calibration, private=self.private,
-                                                 seed=mechanism_seed(ctx), directions=self.directions)
+                                                 seed=mechanism_seed(ctx), directions=self.directions,
+                                                 class_blocks=self.label_mode == "partition", n_private=n_priv)
         self._set_noise(self.one_shot, ledger, 1)
         self.mechanisms = {"one_shot": self.one_shot}
         if self.private and ctx.resume_state is None:  # refuse early if the single release cannot fit
@@ -608,21 +671,39 @@ class DPSWFlow(_ParticleFlow):
         return [self.one_shot] if t == 0 else []  # Alg. 2: the private set is released once, at the start
 
     def _one_shot_release(self) -> None:
-        """Alg. 2 lines 1-3: U once; ``A = Y U + Z`` on ALL private rows, ONCE; its quantiles once."""
-        rows, _ = PrivateSampler(self._encoded, len(self._encoded), "without_replacement",
+        """Alg. 2 lines 1-3: U once; ``A = Y U + Z`` on ALL private rows, ONCE; its quantiles once.
+
+        partition: ``Y`` is the C class blocks of m rows (``(C m, D)``), ``tq_all: (C, k, M)``; else
+        ``Y: (N, D)``, ``tq_all: (k, M)``."""
+        rows, y = PrivateSampler(self._encoded, len(self._encoded), "without_replacement",
                                  seed=self._seed).sample()  # q = 1: every private latent row
         self._encoded = None
+        rows = rows.to(self.device)
+        if self.label_mode == "partition":
+            rows = class_blocks(rows, y, self.space.n_classes, self.block_rows)  # (C m, D): public sizes
         self.u_all = self.one_shot.draw_directions(self.device)  # drawn once (random or orthonormal)
-        a = self.one_shot.release(rows.to(self.device), self.u_all)  # (N, k): THE private release (recorded)
-        self.tq_all = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # (k, M), once
+        a = self.one_shot.release(rows, self.u_all)  # THE private release (recorded)
+        if self.label_mode == "partition":
+            m = self.block_rows
+            self.tq_all = torch.stack([empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(),
+                                                           self.levels) for c in range(self.space.n_classes)])
+        else:
+            self.tq_all = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # (k, M), once
 
     def step(self, t: int) -> dict:
-        """Algorithm 2: the release at t = 0, then free steps on M_theta of the N_theta released directions."""
+        """Algorithm 2: the release at t = 0, then free steps on M_theta of the N_theta released directions
+        (partition: the particles of class c toward block c's quantiles, the same directions for all)."""
         with torch.no_grad():
             if t == 0:
                 self._one_shot_release()
             idx = torch.randperm(self.k, device=self.device)[:self.m_theta]  # M_theta of the N_theta directions
-            self._last_drift = self._move(self.u_all[:, idx], self.tq_all[idx], self.one_shot.noise_std, t)
+            u, sigma = self.u_all[:, idx], self.one_shot.noise_std
+            if self.label_mode != "partition":
+                self._last_drift = self._move(u, self.tq_all[idx], sigma, t)
+            else:
+                drifts = [self._move(u, self.tq_all[c][idx], sigma, t, self._class_idx[c])
+                          for c in range(self.space.n_classes)]
+                self._last_drift = torch.stack(drifts).mean()
         return {"drift_norm": self._last_drift}
 
     def state_dict(self) -> dict:
@@ -646,7 +727,17 @@ class DPSWFlow(_ParticleFlow):
 
 # ---------------------------------------------------------------------------------------------
 class DPSWGen(_LatentMethod):
-    """DPSWgen baseline (§6): latent MLP generator trained with DP-SWD against private latent batches."""
+    """DPSWgen baseline (§6): latent MLP generator trained with DP-SWD against private latent batches.
+
+    ``label_mode=partition`` (default, issue 12; as ``DPSWDGenerator``): the generator is conditional
+    (input ``[z || onehot(c)]``, ``z: (n, d_code)``); each Poisson batch is split by label into C blocks
+    of ``m = ceil(B / C)`` unit latents (``rows.class_blocks``), stacked ``(C m, D)`` and released as ONE
+    ``GaussianProjectionRelease``; the loss is ``(mean_c SW_2^2(G(z, c) U + Z_s, block_c U + Z_t))^{1/2}``
+    (``ot.sliced_wasserstein_blocks``).  Relation add/remove (Poisson, enforced: refused under
+    ``without_replacement``): adding or removing (x, y) changes one row of block y by <= 2 (a padding zero
+    becomes x, or x replaces a random kept row: N + 1 partners), so the calibration is that of an
+    unpartitioned batch (row diameter 2, ``directions`` as chosen).
+    """
 
     name = "DPSWgen"
 
@@ -657,10 +748,24 @@ class DPSWGen(_LatentMethod):
         self.make_generator, self.lr, self.betas, self.d_code = generator, float(lr), tuple(betas), d_code
         self.G: torch.nn.Module | None = None
 
+    def _make_g(self) -> torch.nn.Module:
+        """The latent generator; partition: the label one-hot is appended to its Gaussian input."""
+        d = self.space.dim
+        self.noise_dim = self.d_code or d
+        extra = self.space.n_classes if self.label_mode == "partition" else 0
+        return self.make_generator(d_code=self.noise_dim + extra, out_dim=d).to(self.device)
+
+    def _generate(self, labels: torch.Tensor) -> torch.Tensor:
+        """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``."""
+        z = torch.randn(labels.shape[0], self.noise_dim, device=self.device)
+        if self.label_mode == "partition":
+            z = torch.cat([z, F.one_hot(labels.to(self.device), self.space.n_classes).to(z.dtype)], dim=1)
+        return self.G(z)
+
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self._setup_latent(data, ledger, ctx)
-        D = self.space.dim
-        self.G = self.make_generator(d_code=self.d_code or D, out_dim=D).to(ctx.device)
+        self.G = self._make_g()
+        self.block_rows = math.ceil(self.batch_size / data.num_classes)
         self._secret_seed(ctx)
         self._per_step_release(data, ledger, ctx)
         self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
@@ -668,14 +773,23 @@ class DPSWGen(_LatentMethod):
 
     def step(self, t: int) -> dict:
         """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
-        rows = self._private_rows()                                            # Y_t: (B, D), norm <= 1
-        with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-            fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
+        c_n = self.space.n_classes
+        if self.label_mode == "partition":
+            rows, y = self.sampler.sample()
+            rows = class_blocks(rows.to(self.device), y, c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1
+            y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
+            with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
+                fake = self._generate(y_g)
+        else:
+            rows = self._private_rows()                                        # Y_t: (B, D), norm <= 1
+            with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
+                fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
         fake = fake.float()  # projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
         p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
         p_s = gaussian_projection_release(fake, u, self.projection.noise_std)  # G(z) U_t + Z'_t (public)
-        loss = sliced_wasserstein_projected(p_s, p_t, 2.0)                    # SW_2(P_s, P_t)
+        n_blocks = c_n if self.label_mode == "partition" else 1
+        loss = sliced_wasserstein_blocks(p_s, p_t, n_blocks, 2.0)             # SW_2 (within class blocks)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
@@ -698,8 +812,7 @@ class DPSWGen(_LatentMethod):
         return {**self._summary(self.projection), "sample_rate": self.projection.sample_rate}
 
     def _restore_state(self, state: dict) -> None:
-        d = self.space.dim
-        self.G = self.make_generator(d_code=self.d_code or d, out_dim=d).to(self.device)
+        self.G = self._make_g()
         self.G.load_state_dict(state["generator"])
         self.G.eval()
 
@@ -711,6 +824,9 @@ class DPSWGen(_LatentMethod):
         k = self.space.n_classes
         if labels is None:
             labels = torch.arange(n) % k
+        if self.label_mode == "partition":  # the conditional generator, label by label
+            z = torch.cat([self._generate(labels[i:i + batch_size]) for i in range(0, n, batch_size)])
+            return self.space.decode(z, batch_size), labels.cpu()
         if self.space.label_mode != "concat":
             z = torch.cat([self.G(torch.randn(min(batch_size, n - i), self.G.d_code, device=self.device))
                            for i in range(0, n, batch_size)])

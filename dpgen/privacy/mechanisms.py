@@ -312,20 +312,59 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
     whatever the sampler of other releases.  Unit latents (row diameter 2), beta = f delta once.
     ``calibration``: ``rdp`` (the ledger's calibrating accountant, ``accountant.calibrate_with``) or
     ``analytic`` (the Gaussian mechanism calibrated by the PLD accountant, tight for one release).
+
+    ``class_blocks=True`` (DPSWflow ``label_mode=partition``, issue 12): the released matrix is the private
+    set split by label into C blocks of a PUBLIC size m (``rows.class_blocks``: a class with more than m
+    rows keeps a uniform random subset, one with fewer is padded with the zero row).  Under replace-one,
+    (x, y) -> (x', y'): if y = y' one row of block y changes (x -> x', the subsets coupled by position: a
+    fixed pair); if y != y', block y loses x (its row becomes a padding zero, or -- block cut -- a random
+    other record z of class y takes its place) and block y' gains x' (a padding zero becomes x', or x'
+    replaces a random kept record w).  So at most TWO rows change, each by <= ``row_diameter``:
+
+    * orthogonal directions: ``||(X - X')U||_F^2 <= ceil(k/D) (||v_1||^2 + ||v_2||^2)``, sensitivity
+      ``sqrt(2) row_diameter sqrt(ceil(k/D))`` deterministically;
+    * random directions: the difference rows are among the <= 2 (N + 1) vectors ``x - z``, ``x - 0``,
+      ``x' - w``, ``x' - 0``; the probabilistic bound is taken at ``beta / (2 (N + 1))`` (union bound) and
+      the sensitivity is ``sqrt(2) * l2_sensitivity(k, D, beta / (2 (N + 1)))``.
+
+    Under add/remove (not the relation of this release, reported for completeness) one row of one block
+    changes: no sqrt(2), partners N + 1.
     """
 
     kind = "one_shot_projection"
 
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, bound: str = "chernoff",
                  sensitivity_fraction: float = 0.5, calibration: str = "rdp", private: bool = True,
-                 seed: int | None = None, row_diameter: float = 2.0, directions: str = "random") -> None:
+                 seed: int | None = None, row_diameter: float = 2.0, directions: str = "random",
+                 class_blocks: bool = False, n_private: int = 0) -> None:
         if calibration not in ("rdp", "analytic"):
             raise ValueError(f"model.calibration={calibration!r}: choose rdp or analytic")
-        super().__init__(ledger, dim=dim, num_projections=num_projections, steps=1, sample_rate=1.0, n_private=0,
-                         bound=bound, sensitivity_fraction=sensitivity_fraction, row_diameter=row_diameter,
-                         private=private, seed=seed, full_set=True, directions=directions,
+        if class_blocks and n_private < 1:
+            raise ValueError("a class-block one-shot release needs the (public) private-set size n_private >= 1")
+        super().__init__(ledger, dim=dim, num_projections=num_projections, steps=1, sample_rate=1.0,
+                         n_private=n_private, bound=bound, sensitivity_fraction=sensitivity_fraction,
+                         row_diameter=row_diameter, private=private, seed=seed, full_set=True, directions=directions,
                          accountant="pld" if calibration == "analytic" else None)
         self.calibration = calibration
+        self.class_blocks = bool(class_blocks)
+
+    def rows_changed(self, relation: str) -> int:
+        """Released rows one neighbour can change: 2 for class blocks under replace-one, else 1."""
+        return 2 if self.class_blocks and relation == "replace_one" else 1
+
+    def partners(self, relation: str) -> int:
+        """Difference vectors the probabilistic bound must cover (see the class docstring)."""
+        if not self.class_blocks:
+            return 1  # the whole set in a fixed order: the differing pair is fixed
+        return self.rows_changed(relation) * (self.n_private + 1)
+
+    def sensitivity_under(self, relation: str) -> float:
+        if relation not in RELATIONS:
+            raise ValueError(f"unknown neighbouring relation {relation!r}")
+        return math.sqrt(self.rows_changed(relation)) * super().sensitivity_under(relation)
+
+    def _config(self) -> dict:
+        return {**super()._config(), "class_blocks": self.class_blocks, "n_private": self.n_private}
 
 
 class ImageGradientSanitiser(Mechanism):

@@ -374,10 +374,13 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
     from dpgen.logging.summary import guarantee_label
 
     privacy = {"guarantee": guarantee_label(res)}
-    for k in ("status", "calibrating_accountant", "epsilon", "epsilon_rdp", "epsilon_pld", "delta", "target_epsilon",
-              "private_steps", "sampling"):
+    for k in ("status", "calibrating_accountant", "delta", "target_epsilon", "private_steps", "sampling"):
         if priv.get(k) is not None:
             privacy[k] = priv[k]
+    # every epsilon the run states (RDP, PLD, reported-only accountants, the epsilon a paper-convention run
+    # really has under its data's sensitivity ...): numbers only, their names kept
+    privacy.update({k: v for k, v in priv.items() if k.startswith("epsilon") and _num(v) is not None
+                    or k.startswith("epsilon") and v in ("inf", "-inf")})
     mechanism = {k: (summary.get(k) if summary.get(k) is not None else train.get(k))
                  for k in ("noise_multiplier", "noise_std", "sensitivity", "clip_norm")}
     mechanism = {k: v for k, v in mechanism.items() if v is not None}
@@ -409,12 +412,27 @@ def matching_cells(ev: dict, registry: tuple[Row, ...] = REGISTRY) -> list[tuple
             if isinstance(getattr(r, c), Cell) and match_reason(getattr(r, c), ev) is None]
 
 
+def expand_run_dirs(paths: list[Path]) -> list[Path]:
+    """Run folders among ``paths``: a folder with results.json, or every such folder below a sweep/parent
+    folder; files (e.g. ``*.log`` from a shell glob) are ignored; a folder with none is kept (reported)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file():
+            continue
+        if (p / "results.json").is_file() or not p.is_dir():
+            out.append(p)
+            continue
+        found = sorted(r.parent for r in p.rglob("results.json"))
+        out += found or [p]
+    return out
+
+
 def collect(run_dirs: list[Path], store: Path = STORE, commit: str | None = None,
             registry: tuple[Row, ...] = REGISTRY) -> tuple[list[Path], list[str]]:
     """Write the evidence of every run that matches a registry cell; returns (written, skipped-with-reason)."""
     store.mkdir(parents=True, exist_ok=True)
     written, skipped = [], []
-    for rd in run_dirs:
+    for rd in expand_run_dirs(run_dirs):
         try:
             ev = evidence_from_run(Path(rd), commit)
         except FileNotFoundError as e:
@@ -490,7 +508,8 @@ def verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
         for g in group_runs(cell, evidence):
             ran = True
             if within_tolerance(row, g):
-                return "reproduced (within tolerance)", f"{HEADERS[name]}: {_values(row, g)}"
+                label = (g[0].get("privacy") or {}).get("guarantee", "—")
+                return "reproduced (within tolerance)", f"{HEADERS[name]}: {_values(row, g)} ({label})"
     if row.explained is not None:
         return "explained by measurement", f"{row.explained.text} (`{row.explained.command}`)"
     if not decisive:
@@ -529,6 +548,8 @@ def _privacy(ev: dict) -> str:
         return "non-private"
     eps = [f"{_fmt(_num(p.get(k)), 2)} ({name})" for k, name in (("epsilon_rdp", "RDP"), ("epsilon_pld", "PLD"))
            if _num(p.get(k)) is not None]
+    eps += [f"{_fmt(_num(v), 2)} ({k.removeprefix('epsilon_').replace('_', ' ')})" for k, v in sorted(p.items())
+            if k.startswith("epsilon_") and k not in ("epsilon_rdp", "epsilon_pld") and _num(v) is not None]
     out = f"ε = {' / '.join(eps) or '—'}, {label}"
     if p.get("status"):
         out += f", {p['status']}"

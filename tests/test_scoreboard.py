@@ -130,7 +130,9 @@ def test_collect_stores_matching_runs_and_skips_the_rest_with_a_reason(tmp_path)
     ok = _run_folder(tmp_path / "box", ["experiment=mnist_usps_swd", "seed=0", "logger=local"], "mnist_box", 0.93)
     old = _run_folder(tmp_path / "resize", ["experiment=mnist_usps_swd", "seed=0"], None, 0.75)
     smoke = _run_folder(tmp_path / "smoke", ["experiment=mnist_usps_swd", "trainer.max_steps=20"], "mnist_box", 0.3)
-    written, skipped = sb.collect([ok, old, smoke, tmp_path / "missing"], store=tmp_path / "store", commit="abc123")
+    (tmp_path / "queue.log").write_text("a shell glob also passes log files")
+    written, skipped = sb.collect([ok, old, smoke, tmp_path / "missing", tmp_path / "queue.log"],
+                                  store=tmp_path / "store", commit="abc123")
     assert [p.name.split("__")[0] for p in written] == ["mnist_usps_swd"]
     ev = json.loads(written[0].read_text())
     assert ev["metrics"] == {"acc_target": 0.93} and ev["steps"] == 5700 and ev["git_commit"] == "abc123"
@@ -145,3 +147,27 @@ def test_collect_stores_matching_runs_and_skips_the_rest_with_a_reason(tmp_path)
 def test_the_registry_is_valid_and_declares_every_paper_table():
     sb.validate_registry()
     assert {r.table for r in sb.REGISTRY} == {t.id for t in sb.TABLES}
+
+
+def test_collect_finds_the_runs_below_a_parent_folder(tmp_path):
+    _run_folder(tmp_path / "queue" / "a" / "seed0", ["experiment=mnist_usps_swd", "seed=0"], "mnist_box", 0.9)
+    _run_folder(tmp_path / "queue" / "b" / "seed1", ["experiment=mnist_usps_swd", "seed=1"], "mnist_box", 0.8)
+    written, skipped = sb.collect([tmp_path / "queue"], store=tmp_path / "store")
+    assert len(written) == 2 and not skipped
+    table = sb.render_tables(sb.load_store(tmp_path / "store"))
+    assert "**85.0 ± 7.1** — non-private" in table and "seed 0, 1" in table
+
+
+def test_a_paper_convention_run_shows_its_label_and_every_epsilon_it_states(tmp_path):
+    rd = _run_folder(tmp_path / "paper", ["experiment=mnist_usps_dpswd_paper", "seed=0"], "mnist_box", 0.94)
+    res = json.loads((rd / "results.json").read_text())
+    res["experiment"] = "mnist_usps_dpswd_paper"
+    res["privacy"] = {"guarantee": "paper convention — not (ε, δ)-DP at the stated ε", "epsilon_rdp": 10.0,
+                      "epsilon_pld": 8.1, "epsilon_real_sensitivity": 412.0, "target_epsilon": 10.0}
+    (rd / "results.json").write_text(json.dumps(res))
+    written, _ = sb.collect([rd], store=tmp_path / "store")
+    ev = json.loads(written[0].read_text())
+    text = sb._privacy(ev)
+    assert "paper convention" in text and "412.00 (real sensitivity)" in text
+    row = next(r for r in sb.REGISTRY if r.id == "dpswd-t1-mu-dpswd")
+    assert sb.verdict(row, [ev])[0] == "reproduced (within tolerance)"

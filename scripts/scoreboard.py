@@ -275,6 +275,9 @@ REGISTRY: tuple[Row, ...] = tuple(
         Row("dpsinkhorn-t1-mnist-np", "dpsinkhorn-t1", "MNIST Sinkhorn non-private (m = 1)",
             _sinkhorn(54.2, 89.0, 89.0, 91.0), _SINK_SPEC, False, _NOPAPER_NP, _NOHONEST_NP,
             Cell("mnist_sinkhorn", vary=_SHORT)),
+        Row("dpsinkhorn-t1-fmnist-np", "dpsinkhorn-t1", "F-MNIST Sinkhorn non-private (m = 3)",
+            _sinkhorn(63.8, 78.4, 78.4, 73.3), _SINK_SPEC, False, _NOPAPER_NP, _NOHONEST_NP,
+            Cell("fmnist_dpsinkhorn", ("accountant.epsilon=null", "model.private=false"), vary=_SHORT)),
     ]
     + _flow_rows()
     + _wdp_rows()
@@ -390,13 +393,19 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
         for o in overrides or []:
             if _key(o) == "seed":
                 seed = int(o.split("=", 1)[1])
+    cwd = None
+    hy_p = run_dir / ".hydra" / "hydra.yaml"
+    if hy_p.is_file():
+        import yaml
+
+        cwd = ((yaml.safe_load(hy_p.read_text()) or {}).get("hydra", {}).get("runtime") or {}).get("cwd")
     date = dt.datetime.fromtimestamp(res_p.stat().st_mtime, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     shown = [o for o in overrides or [] if not _key(o).startswith("hydra.")]
     return {"schema": SCHEMA, "experiment": res.get("experiment"), "overrides": list(overrides or []),
             "seed": seed, "config": config, "metrics": metrics, "privacy": privacy, "mechanism": mechanism,
             "steps": steps, "runtime_s": res.get("runtime_s"),
             "command": " ".join(["python train.py", *shown]),
-            "git_commit": res.get("git_commit") or commit or "not recorded",
+            "git_commit": res.get("git_commit") or commit or "not recorded" + (f" (ran in {cwd})" if cwd else ""),
             "date_utc": res.get("created_utc") or date, "run_dir": str(run_dir)}
 
 
@@ -645,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="store the evidence of finished run folders, then render")
     c.add_argument("runs", nargs="+", type=Path)
-    c.add_argument("--commit", help="git commit the runs were made with (when results.json has none)")
+    c.add_argument("--commit", help="git commit the runs were made with (results.json records none; e.g. "
+                   "$(git -C /work/wt-frozen rev-parse --short HEAD) for runs of a frozen checkout)")
     c.add_argument("--no-render", action="store_true")
     sub.add_parser("render", help="rebuild the scoreboard block of docs/reproduction.md from the store")
     sub.add_parser("check", help="exit 1 when docs/reproduction.md differs from a render of the store")

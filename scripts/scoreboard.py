@@ -377,7 +377,7 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
     from dpgen.logging.summary import guarantee_label
 
     privacy = {"guarantee": guarantee_label(res)}
-    for k in ("status", "calibrating_accountant", "delta", "target_epsilon", "private_steps", "sampling"):
+    for k in ("status", "convention", "calibrating_accountant", "delta", "target_epsilon", "private_steps", "sampling"):
         if priv.get(k) is not None:
             privacy[k] = priv[k]
     # every epsilon the run states (RDP, PLD, reported-only accountants, the epsilon a paper-convention run
@@ -557,8 +557,11 @@ def _privacy(ev: dict) -> str:
         return "non-private"
     eps = [f"{_fmt(_num(p.get(k)), 2)} ({name})" for k, name in (("epsilon_rdp", "RDP"), ("epsilon_pld", "PLD"))
            if _num(p.get(k)) is not None]
+    # further epsilons the run states (e.g. a paper-convention run's epsilon_true under its data's real
+    # sensitivity); their per-accountant copies (epsilon_true_rdp / _pld) are left to the evidence file
     eps += [f"{_fmt(_num(v), 2)} ({k.removeprefix('epsilon_').replace('_', ' ')})" for k, v in sorted(p.items())
-            if k.startswith("epsilon_") and k not in ("epsilon_rdp", "epsilon_pld") and _num(v) is not None]
+            if k.startswith("epsilon_") and k not in ("epsilon_rdp", "epsilon_pld") and _num(v) is not None
+            and not (k.endswith(("_rdp", "_pld")) and k[:-4] in p)]
     out = f"ε = {' / '.join(eps) or '—'}, {label}"
     if p.get("status"):
         out += f", {p['status']}"

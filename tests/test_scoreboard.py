@@ -163,11 +163,13 @@ def test_a_paper_convention_run_shows_its_label_and_every_epsilon_it_states(tmp_
     res = json.loads((rd / "results.json").read_text())
     res["experiment"] = "mnist_usps_dpswd_paper"
     res["privacy"] = {"guarantee": "paper convention — not (ε, δ)-DP at the stated ε", "epsilon_rdp": 10.0,
-                      "epsilon_pld": 8.1, "epsilon_real_sensitivity": 412.0, "target_epsilon": 10.0}
+                      "epsilon_pld": 8.1, "epsilon_real_sensitivity": 412.0, "target_epsilon": 10.0,
+                      "epsilon_true": "inf", "epsilon_true_rdp": "inf", "convention": "paper"}
     (rd / "results.json").write_text(json.dumps(res))
     written, _ = sb.collect([rd], store=tmp_path / "store")
     ev = json.loads(written[0].read_text())
     text = sb._privacy(ev)
-    assert "paper convention" in text and "412.00 (real sensitivity)" in text
+    assert "paper convention" in text and "412.00 (real sensitivity)" in text and "∞ (true)" in text
+    assert "true rdp" not in text and ev["privacy"]["convention"] == "paper"
     row = next(r for r in sb.REGISTRY if r.id == "dpswd-t1-mu-dpswd")
     assert sb.verdict(row, [ev])[0] == "reproduced (within tolerance)"

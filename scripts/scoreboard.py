@@ -608,6 +608,10 @@ def render_tables(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY,
            "whose command is listed under the table; \"not run\" gives the command that defines the cell. "
            "Verdicts are computed (`scripts/scoreboard.py`, docstring): a non-private run never counts for a "
            "private number. † not comparable with the paper (e.g. domain-extractor FID vs Inception FID).", ""]
+    statuses = [verdict(r, evidence)[0] for r in registry]
+    out += ["Verdicts over all rows: " + ", ".join(
+        f"{statuses.count(v)} {v}" for v in ("reproduced (within tolerance)", "explained by measurement", "open"))
+        + f" (of {len(statuses)}).", ""]
     for t in tables:
         rows = [r for r in registry if r.table == t.id]
         out += [f"### {t.title}", "", t.note, "",

@@ -513,12 +513,14 @@ def within_tolerance(row: Row, runs: list[dict]) -> bool | None:
 def verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
     """(status, detail): status is "reproduced (within tolerance)", "explained by measurement" or "open"."""
     decisive = [n for n in ["paper"] + ([] if row.paper_private else ["nonprivate"]) if isinstance(getattr(row, n), Cell)]
-    ran = False
+    ran = judged = False
     for name in decisive:
         cell = getattr(row, name)
         for g in group_runs(cell, evidence):
             ran = True
-            if within_tolerance(row, g):
+            ok = within_tolerance(row, g)
+            judged = judged or ok is not None
+            if ok:
                 label = (g[0].get("privacy") or {}).get("guarantee", "—")
                 return "reproduced (within tolerance)", f"{HEADERS[name]}: {_values(row, g)} ({label})"
     if row.explained is not None:
@@ -527,6 +529,9 @@ def verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
         return "open", "no run of the paper's setting is defined (see the cell)"
     if not ran:
         return "open", "not run: " + " / ".join(HEADERS[n] for n in decisive)
+    if not judged:
+        why = "; ".join(sorted({m.not_comparable for m in row.metrics if m.not_comparable})) or "metric not measured"
+        return "open", f"no comparable measurement ({why})"
     return "open", "outside the tolerance"
 
 

@@ -99,7 +99,8 @@ def test_explained_needs_a_measured_number_and_is_used_only_outside_the_toleranc
 def test_domain_fid_is_shown_but_never_judged():
     metrics = (sb._fid(50.0, 10.0),)
     row = _row(True, metrics=metrics)
-    assert sb.verdict(row, [_ev(0.0, fid=45.0, fid_extractor="domain")])[0] == "open"
+    assert sb.verdict(row, [_ev(0.0, fid=45.0, fid_extractor="domain")]) == (
+        "open", "no comparable measurement (domain-extractor FID: another scale than the paper's Inception FID)")
     assert sb.verdict(row, [_ev(0.0, fid=45.0, fid_extractor="inception")])[0] == "reproduced (within tolerance)"
     assert sb.verdict(row, [_ev(0.0, fid=61.0, fid_extractor="inception")])[0] == "open"
     assert "not comparable" in sb._values(row, [_ev(0.0, fid=45.0, fid_extractor="domain")])

@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reproduction.md"
 STORE = ROOT / "docs" / "reproduction" / "runs"
@@ -360,16 +362,11 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
     overrides = res.get("overrides")
     ov_p = run_dir / ".hydra" / "overrides.yaml"
     if not overrides and ov_p.is_file():
-        import yaml
-
         overrides = yaml.safe_load(ov_p.read_text()) or []
-    config: dict = {}
     cfg_p = run_dir / ".hydra" / "config.yaml"
-    if cfg_p.is_file():
-        import yaml
-
-        config = {k: v for k, v in _flatten(yaml.safe_load(cfg_p.read_text()) or {}).items()
-                  if not _neutral(k) and isinstance(v, (str, int, float, bool, type(None)))}
+    raw_cfg = (yaml.safe_load(cfg_p.read_text()) or {}) if cfg_p.is_file() else {}
+    config = {k: v for k, v in _flatten(raw_cfg).items()
+              if not _neutral(k) and isinstance(v, (str, int, float, bool, type(None)))}
     metrics = {k: v for k, v in (res.get("metrics") or {}).items()
                if not re.search(r"_class_\d+$|_cache$", k) and isinstance(v, (str, int, float, bool))}
     priv = res.get("privacy") or {}
@@ -390,16 +387,13 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
                  for k in ("noise_multiplier", "noise_std", "sensitivity", "clip_norm")}
     mechanism = {k: v for k, v in mechanism.items() if v is not None}
     steps = next((train[k] for k in ("train_steps", "steps", "train_step") if train.get(k) is not None), None)
-    seed = config.get("seed", 0)
-    if "seed" not in config:
-        for o in overrides or []:
-            if _key(o) == "seed":
-                seed = int(o.split("=", 1)[1])
+    seed = raw_cfg.get("seed", 0)
+    for o in overrides or []:
+        if _key(o) == "seed":
+            seed = int(o.split("=", 1)[1])
     cwd = None
     hy_p = run_dir / ".hydra" / "hydra.yaml"
     if hy_p.is_file():
-        import yaml
-
         cwd = ((yaml.safe_load(hy_p.read_text()) or {}).get("hydra", {}).get("runtime") or {}).get("cwd")
     date = dt.datetime.fromtimestamp(res_p.stat().st_mtime, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     shown = [o for o in overrides or [] if not _key(o).startswith("hydra.")]

@@ -115,11 +115,11 @@ def test_cell_matching_ignores_bookkeeping_and_rejects_other_settings():
 
 
 # ------------------------------------------------------------------ collect from a run folder
-def _run_folder(path: Path, overrides: list[str], layout: str | None, acc: float) -> Path:
+def _run_folder(path: Path, overrides: list[str], layout: str | None, acc: float, seed: int = 0) -> Path:
     (path / ".hydra").mkdir(parents=True)
     (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     target = {"layout": layout} if layout else {}
-    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "dataset": {"target": target}}))
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": seed, "dataset": {"target": target}}))
     (path / "results.json").write_text(json.dumps({
         "experiment": "mnist_usps_swd", "metrics": {"acc_target": acc, "acc_target_class_0": 1.0},
         "privacy": {"epsilon_rdp": "inf", "target_epsilon": None}, "runtime_s": 12.5,
@@ -152,7 +152,7 @@ def test_the_registry_is_valid_and_declares_every_paper_table():
 
 def test_collect_finds_the_runs_below_a_parent_folder(tmp_path):
     _run_folder(tmp_path / "queue" / "a" / "seed0", ["experiment=mnist_usps_swd", "seed=0"], "mnist_box", 0.9)
-    _run_folder(tmp_path / "queue" / "b" / "seed1", ["experiment=mnist_usps_swd", "seed=1"], "mnist_box", 0.8)
+    _run_folder(tmp_path / "queue" / "b" / "seed1", ["experiment=mnist_usps_swd"], "mnist_box", 0.8, seed=1)
     written, skipped = sb.collect([tmp_path / "queue"], store=tmp_path / "store")
     assert len(written) == 2 and not skipped
     table = sb.render_tables(sb.load_store(tmp_path / "store"))

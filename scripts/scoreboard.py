@@ -505,7 +505,21 @@ def within_tolerance(row: Row, runs: list[dict]) -> bool | None:
 
 
 def verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
-    """(status, detail): status is "reproduced (within tolerance)", "explained by measurement" or "open"."""
+    """(status, detail): status is "reproduced (within tolerance)", "explained by measurement" or "open".
+
+    The honest cell never decides (the rule of issue 13: the paper's setting, or non-private for a
+    non-private number), but an honest run within the tolerance is named in the detail.
+    """
+    status, detail = _verdict(row, evidence)
+    if status != "reproduced (within tolerance)" and isinstance(row.honest, Cell):
+        hits = [g for g in group_runs(row.honest, evidence) if within_tolerance(row, g)]
+        if hits:
+            detail += f"; the honest run is within the tolerance ({_values(row, hits[0])}, " \
+                      f"{(hits[0][0].get('privacy') or {}).get('guarantee', '—')})"
+    return status, detail
+
+
+def _verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
     decisive = [n for n in ["paper"] + ([] if row.paper_private else ["nonprivate"]) if isinstance(getattr(row, n), Cell)]
     ran = judged = False
     for name in decisive:

@@ -81,6 +81,14 @@ def test_verdict_uses_the_mean_over_seeds():
     assert sb.verdict(row, [_ev(0.89, seed=0), _ev(0.86, seed=1)])[0] == "reproduced (within tolerance)"
 
 
+def test_an_honest_run_is_named_but_does_not_decide():
+    row = sb.Row("toy-row", "dpswd-t1", "toy", (sb.Metric("acc_target", 90.0, "acc"),), "spec", True,
+                 sb.Cell("toy_method_paper"), CELL, NP_CELL)
+    status, detail = sb.verdict(row, [_ev(0.91)])
+    assert status == "open" and "honest run is within the tolerance (91.0" in detail
+    assert "honest" not in sb.verdict(row, [_ev(0.80)])[1]
+
+
 def test_a_non_private_run_never_reproduces_a_private_number():
     row = _row(True)
     assert sb.verdict(row, [_ev(0.95, "model.private=false")])[0] == "open"

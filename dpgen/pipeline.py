@@ -99,6 +99,8 @@ def run(cfg: DictConfig) -> dict:
             "precision": ctx.precision,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
+            "git_commit": _code_version(),  # provenance for docs/reproduction/runs (scripts/scoreboard.py)
+            "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         }
         logger.log_summary(results)
     finally:
@@ -121,3 +123,21 @@ def _overrides() -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def _code_version() -> str | None:
+    """``git rev-parse --short HEAD`` of the checkout holding this package, ``+ uncommitted changes`` when
+    tracked files differ from it; None outside a git checkout (an installed package)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")

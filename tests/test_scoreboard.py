@@ -1,0 +1,184 @@
+"""scripts/scoreboard.py: the committed scoreboard equals a render of the committed evidence store; verdicts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "scoreboard.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("scoreboard", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scoreboard"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+sb = _load()
+
+
+# ------------------------------------------------------------------ the doc and the store agree
+def test_committed_scoreboard_is_a_render_of_the_committed_evidence_store():
+    text = sb.DOC.read_text()
+    assert sb.START in text and sb.END in text
+    assert sb.replace_block(text, sb.render_tables(sb.load_store())) == text, (
+        "docs/reproduction.md and docs/reproduction/runs/ disagree: run `make reproduce` (or re-collect the run)")
+
+
+def test_editing_a_stored_number_without_rendering_is_caught(tmp_path):
+    store = tmp_path / "runs"
+    shutil.copytree(sb.STORE, store)
+    files = sorted(store.glob("*.json"))
+    assert files, "the committed evidence store is empty"
+    for f in files:  # every stored number moves by 0.05 (5 points / 0.05 FID): some cell must change
+        ev = json.loads(f.read_text())
+        ev["metrics"] = {k: v - 0.05 if isinstance(v, float) else v for k, v in ev["metrics"].items()}
+        f.write_text(json.dumps(ev))
+    text = sb.DOC.read_text()
+    assert sb.replace_block(text, sb.render_tables(sb.load_store(store))) != text
+
+
+def test_every_stored_run_matches_a_registry_cell():
+    for ev in sb.load_store():
+        assert sb.matching_cells(ev), f"{ev['run_dir']} matches no cell: remove it or fix the registry"
+        assert ev["schema"] == sb.SCHEMA
+
+
+# ------------------------------------------------------------------ verdicts
+CELL = sb.Cell("toy_method", vary=("model.steps",))
+NP_CELL = sb.Cell("toy_method", ("model.private=false",))
+
+
+def _row(private: bool, explained=None, metrics=None):
+    return sb.Row("toy-row", "dpswd-t1", "toy", metrics or (sb.Metric("acc_target", 90.0, "acc", tolerance=3.0),),
+                  "spec", private, CELL if private else "—", "—", NP_CELL, explained=explained)
+
+
+def _ev(acc: float, *overrides: str, seed: int = 0, **metrics) -> dict:
+    return {"experiment": "toy_method", "overrides": ["experiment=toy_method", f"seed={seed}", "logger=local",
+                                                      *overrides],
+            "seed": seed, "config": {}, "metrics": {"acc_target": acc, **metrics}, "privacy": {}, "runtime_s": 1.0}
+
+
+@pytest.mark.parametrize("acc, status", [(0.875, "reproduced (within tolerance)"), (0.905, "reproduced (within tolerance)"),
+                                         (0.869, "open")])
+def test_verdict_is_within_or_outside_the_tolerance(acc, status):
+    assert sb.verdict(_row(True), [_ev(acc)])[0] == status
+
+
+def test_verdict_uses_the_mean_over_seeds():
+    row = _row(True)
+    assert sb.verdict(row, [_ev(0.87, seed=0), _ev(0.86, seed=1)])[0] == "open"  # mean 86.5 < 90 - 3
+    assert sb.verdict(row, [_ev(0.89, seed=0), _ev(0.86, seed=1)])[0] == "reproduced (within tolerance)"
+
+
+def test_an_honest_run_is_named_but_does_not_decide():
+    row = sb.Row("toy-row", "dpswd-t1", "toy", (sb.Metric("acc_target", 90.0, "acc"),), "spec", True,
+                 sb.Cell("toy_method_paper"), CELL, NP_CELL)
+    status, detail = sb.verdict(row, [_ev(0.91)])
+    assert status == "open" and "honest run is within the tolerance (91.0" in detail
+    assert "honest" not in sb.verdict(row, [_ev(0.80)])[1]
+
+
+def test_a_non_private_run_never_reproduces_a_private_number():
+    row = _row(True)
+    assert sb.verdict(row, [_ev(0.95, "model.private=false")])[0] == "open"
+    assert sb.verdict(_row(False), [_ev(0.95, "model.private=false")])[0] == "reproduced (within tolerance)"
+
+
+def test_explained_needs_a_measured_number_and_is_used_only_outside_the_tolerance():
+    note = sb.Explained("the layout costs 17 points (75.2 vs 92.2)", "python scripts/x.py")
+    row = _row(True, explained=note)
+    assert sb.verdict(row, [_ev(0.5)])[0] == "explained by measurement"
+    assert sb.verdict(row, [_ev(0.9)])[0] == "reproduced (within tolerance)"
+    with pytest.raises(ValueError, match="measured number"):
+        sb.validate_registry((_row(True, explained=sb.Explained("the layout, probably", "python x.py")),), sb.TABLES)
+
+
+def test_domain_fid_is_shown_but_never_judged():
+    metrics = (sb._fid(50.0, 10.0),)
+    row = _row(True, metrics=metrics)
+    assert sb.verdict(row, [_ev(0.0, fid=45.0, fid_extractor="domain")]) == (
+        "open", "no comparable measurement (domain-extractor FID: another scale than the paper's Inception FID)")
+    assert sb.verdict(row, [_ev(0.0, fid=45.0, fid_extractor="inception")])[0] == "reproduced (within tolerance)"
+    assert sb.verdict(row, [_ev(0.0, fid=61.0, fid_extractor="inception")])[0] == "open"
+    assert "not comparable" in sb._values(row, [_ev(0.0, fid=45.0, fid_extractor="domain")])
+
+
+def test_cell_matching_ignores_bookkeeping_and_rejects_other_settings():
+    assert sb.match_reason(CELL, _ev(0.9, "trainer.progress=false", "hydra.run.dir=/x", "model.steps=10")) is None
+    assert "not part of this cell" in sb.match_reason(CELL, _ev(0.9, "model.lr=1"))
+    assert sb.match_reason(NP_CELL, _ev(0.9)).startswith("missing overrides")
+    boxed = sb.Cell("toy_method", config=(("dataset.target.layout", "mnist_box"),))
+    assert "layout" in sb.match_reason(boxed, _ev(0.9))
+
+
+# ------------------------------------------------------------------ collect from a run folder
+def _run_folder(path: Path, overrides: list[str], layout: str | None, acc: float, seed: int = 0) -> Path:
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    target = {"layout": layout} if layout else {}
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": seed, "dataset": {"target": target}}))
+    (path / "results.json").write_text(json.dumps({
+        "experiment": "mnist_usps_swd", "metrics": {"acc_target": acc, "acc_target_class_0": 1.0},
+        "privacy": {"epsilon_rdp": "inf", "target_epsilon": None}, "runtime_s": 12.5,
+        "train": {"train_steps": 5700}, "overrides": overrides}))
+    return path
+
+
+def test_collect_stores_matching_runs_and_skips_the_rest_with_a_reason(tmp_path):
+    ok = _run_folder(tmp_path / "box", ["experiment=mnist_usps_swd", "seed=0", "logger=local"], "mnist_box", 0.93)
+    old = _run_folder(tmp_path / "resize", ["experiment=mnist_usps_swd", "seed=0"], None, 0.75)
+    smoke = _run_folder(tmp_path / "smoke", ["experiment=mnist_usps_swd", "trainer.max_steps=20"], "mnist_box", 0.3)
+    (tmp_path / "queue.log").write_text("a shell glob also passes log files")
+    written, skipped = sb.collect([ok, old, smoke, tmp_path / "missing", tmp_path / "queue.log"],
+                                  store=tmp_path / "store", commit="abc123")
+    assert [p.name.split("__")[0] for p in written] == ["mnist_usps_swd"]
+    ev = json.loads(written[0].read_text())
+    assert ev["metrics"] == {"acc_target": 0.93} and ev["steps"] == 5700 and ev["git_commit"] == "abc123"
+    assert ev["privacy"]["guarantee"] == "non-private"
+    assert ("dpswd-t1-mu-swd", "nonprivate") in sb.matching_cells(ev)
+    assert len(skipped) == 3 and any("layout" in s for s in skipped) and any("max_steps" in s for s in skipped)
+    assert any("no results.json" in s for s in skipped)
+    table = sb.render_tables(sb.load_store(tmp_path / "store"))
+    assert "**93.0** — non-private; 5,700 steps; seed 0; 12 s" in table
+
+
+def test_the_registry_is_valid_and_declares_every_paper_table():
+    sb.validate_registry()
+    assert {r.table for r in sb.REGISTRY} == {t.id for t in sb.TABLES}
+
+
+def test_collect_finds_the_runs_below_a_parent_folder(tmp_path):
+    _run_folder(tmp_path / "queue" / "a" / "seed0", ["experiment=mnist_usps_swd", "seed=0"], "mnist_box", 0.9)
+    _run_folder(tmp_path / "queue" / "b" / "seed1", ["experiment=mnist_usps_swd"], "mnist_box", 0.8, seed=1)
+    written, skipped = sb.collect([tmp_path / "queue"], store=tmp_path / "store")
+    assert len(written) == 2 and not skipped
+    table = sb.render_tables(sb.load_store(tmp_path / "store"))
+    assert "**85.0 ± 7.1** — non-private" in table and "seed 0, 1" in table
+
+
+def test_a_paper_convention_run_shows_its_label_and_every_epsilon_it_states(tmp_path):
+    rd = _run_folder(tmp_path / "paper", ["experiment=mnist_usps_dpswd_paper", "seed=0"], "mnist_box", 0.94)
+    res = json.loads((rd / "results.json").read_text())
+    res["experiment"] = "mnist_usps_dpswd_paper"
+    res["privacy"] = {"guarantee": "paper convention — not (ε, δ)-DP at the stated ε", "epsilon_rdp": 10.0,
+                      "epsilon_pld": 8.1, "epsilon_real_sensitivity": 412.0, "target_epsilon": 10.0,
+                      "epsilon_true": "inf", "epsilon_true_rdp": "inf", "convention": "paper"}
+    (rd / "results.json").write_text(json.dumps(res))
+    written, _ = sb.collect([rd], store=tmp_path / "store")
+    ev = json.loads(written[0].read_text())
+    text = sb._privacy(ev)
+    assert "paper convention" in text and "412.00 (real sensitivity)" in text and "∞ (true)" in text
+    assert "true rdp" not in text and ev["privacy"]["convention"] == "paper"
+    row = next(r for r in sb.REGISTRY if r.id == "dpswd-t1-mu-dpswd")
+    assert sb.verdict(row, [ev])[0] == "reproduced (within tolerance)"

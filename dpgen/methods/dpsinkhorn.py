@@ -239,7 +239,7 @@ class DPSinkhorn(GenerativeMethod):
                 "clip": self.clip, "clip_norm": self.clip_norm,
                 "sensitivity": s.sensitivity_under(s.relation), "sigma_calibrated": self.private and self.sigma is None,
                 "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg, "debias": self.debias,
-                "debias_ratio": self.ratio, "guarantee": s.guarantee,
+                "debias_ratio": self.ratio, "sinkhorn_backend": self.ot.backend, "guarantee": s.guarantee,
                 "representation": None if self.rep_cfg is None else
                 f"{self.rep_cfg.get('kind', 'dct')}-{self.basis.shape[1]}"}
 

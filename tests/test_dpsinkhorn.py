@@ -330,3 +330,20 @@ def test_the_representation_is_a_public_constant_never_read_from_private_data(da
         DPSinkhorn(ProbeGenerator, representation={"kind": "identity"})
     with pytest.raises(ValueError, match="model.representation accepts"):
         DPSinkhorn(ProbeGenerator, representation={"kind": "dct", "radius": 3.0})
+
+
+@pytest.mark.slow  # compiles KeOps kernels into a tmp build folder
+def test_online_backend_runs_the_private_step(tmp_path, tmp_path_factory, data):
+    """model.sinkhorn_backend=online (KeOps) through the whole private step (embedding, semi-debiased loss,
+    clipping, noise, ledger).  The loss itself is checked against tensorized in tests/test_sinkhorn.py; the
+    runs cannot be compared parameter by parameter here because the sampler's seed is secret (OS entropy)."""
+    pykeops = pytest.importorskip("pykeops")
+    old = pykeops.get_build_folder()
+    pykeops.set_build_folder(str(tmp_path_factory.mktemp("keops")))  # hermetic: never the user's cache
+    try:
+        method, ledger, out, g = _fit(tmp_path, data, steps=2, sinkhorn_backend="online")
+        assert method.ot.backend == "online" and out["train_steps"] == 2 == ledger.steps
+        assert len(g.grads) == 2 and all(bool(torch.isfinite(x).all()) for x in g.grads)
+        assert all(bool(torch.isfinite(p).all()) for p in g.parameters())
+    finally:
+        pykeops.set_build_folder(old)

@@ -106,3 +106,63 @@ def test_semi_debiased_loss_checks_the_number_of_generated_rows():
         sinkhorn_generator_loss(w, _mnist_like(10, 0), _mnist_like(10, 1), 10, "half")
     with pytest.raises(ValueError, match="model.reg"):
         EntropicOT(reg=0.0)
+
+
+# -- model.sinkhorn_backend ------------------------------------------------------------------------------
+def test_sinkhorn_backend_setting_is_validated_and_names_the_fix(monkeypatch):
+    from dpgen.methods.dpsinkhorn import DPSinkhorn
+    from dpgen.models import DCGANCondGenerator
+
+    with pytest.raises(ValueError, match="model.sinkhorn_backend='keops' is unknown"):
+        EntropicOT(backend="keops")
+    with pytest.raises(ValueError, match="model.sinkhorn_backend"):
+        DPSinkhorn(DCGANCondGenerator, sinkhorn_backend="auto")
+    assert EntropicOT().backend == "tensorized"  # the default is unchanged
+    monkeypatch.setitem(__import__("sys").modules, "pykeops", None)  # `import pykeops` -> ImportError
+    for make in (lambda: EntropicOT(backend="online"), lambda: DPSinkhorn(DCGANCondGenerator,
+                                                                          sinkhorn_backend="online")):
+        with pytest.raises(ValueError, match=r"model.sinkhorn_backend=online needs pykeops") as e:
+            make()
+        assert "pip install pykeops" in str(e.value) and "model.sinkhorn_backend=tensorized" in str(e.value)
+
+
+def test_keops_cost_formula_reads_like_cost_matrix():
+    from dpgen.ot.sinkhorn import keops_cost_formula
+
+    assert keops_cost_formula("l2") == "SqDist(X,Y)"
+    assert keops_cost_formula("l1") == "Sum(Abs(X-Y))"
+    assert keops_cost_formula("l1+l2", 3.0) == "(SqDist(X,Y) + RatCst(3,1) * Sum(Abs(X-Y)))"
+    assert keops_cost_formula("l1+l2", 0.25) == "(SqDist(X,Y) + RatCst(1,4) * Sum(Abs(X-Y)))"
+    assert keops_cost_formula("l1+l2", 0.0) == "SqDist(X,Y)"
+    with pytest.raises(ValueError, match="model.cost"):
+        keops_cost_formula("l3")
+
+
+@pytest.mark.slow  # compiles KeOps kernels (~1 min on one CPU core) into a tmp build folder
+@pytest.mark.parametrize("cost,m", [("l1+l2", 3.0), ("l2", 1.0)])
+def test_online_backend_matches_tensorized(cost, m, tmp_path_factory):
+    """GeomLoss' KeOps backend with dpgen's cost formula = the tensorized backend with the torch cost:
+    the semi-debiased generator loss and its gradient (float64) agree to rtol 1e-5 / atol 1e-7 relative to the
+    gradient scale (measured: ≤ 1e-7; GeomLoss' online softmin passes 1/ε through a float32 tensor,
+    ``torch.Tensor([1 / eps]).type_as(x)``, so float64 agreement stops near float32's 6e-8)."""
+    pykeops = pytest.importorskip("pykeops")
+    old = pykeops.get_build_folder()
+    pykeops.set_build_folder(str(tmp_path_factory.mktemp("keops")))  # hermetic: never the user's cache
+    try:
+        g = torch.Generator().manual_seed(3)
+        x0 = torch.rand(14, 9, generator=g, dtype=torch.float64) * 2 - 1  # n = 10 rows + floor(0.4*10) extra
+        y = torch.rand(12, 9, generator=g, dtype=torch.float64) * 2 - 1
+        out = {}
+        for backend in ("tensorized", "online"):
+            w = EntropicOT(reg=0.3, cost=cost, m=m, scaling=0.8, backend=backend)
+            x = x0.clone().requires_grad_(True)
+            loss = sinkhorn_generator_loss(w, x, y, n=10, debias="semi", ratio=0.4)
+            loss.backward()
+            out[backend] = (loss.detach(), x.grad)
+        (lt, gt), (lo, go) = out["tensorized"], out["online"]
+        scale = float(gt.abs().max())
+        assert scale > 1e-3  # a gradient that is not trivially zero
+        torch.testing.assert_close(lo, lt, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(go, gt, rtol=1e-5, atol=1e-6 * scale)
+    finally:
+        pykeops.set_build_folder(old)

@@ -89,7 +89,8 @@ class DPSinkhorn(GenerativeMethod):
                  cost: str = "l1+l2", m: float = 1.0, reg: float = 0.05, scaling: float = 0.9,
                  debias: str = "semi", debias_ratio: float = 0.4, embed_multiplier: float = 15.0,
                  clip_norm: float = 0.5, noise_multiplier: float | None = 1.1, clip: str = "whole",
-                 private: bool = True, representation: dict | None = None) -> None:
+                 private: bool = True, representation: dict | None = None,
+                 sinkhorn_backend: str = "tensorized") -> None:
         if cost not in COSTS:
             raise ValueError(f"model.cost={cost!r} is unknown; choose one of {COSTS}")
         if debias not in DEBIAS:
@@ -118,7 +119,7 @@ class DPSinkhorn(GenerativeMethod):
         self.make_generator = generator
         self.batch_size, self.steps = int(batch_size), None if steps is None else int(steps)
         self.lr, self.weight_decay, self.betas = float(lr), float(weight_decay), tuple(betas)
-        self.ot = EntropicOT(reg=reg, cost=cost, m=m, scaling=scaling)
+        self.ot = EntropicOT(reg=reg, cost=cost, m=m, scaling=scaling, backend=sinkhorn_backend)
         self.debias, self.ratio, self.embed_multiplier = debias, float(debias_ratio), float(embed_multiplier)
         self.clip_norm, self.sigma, self.clip, self.private = float(clip_norm), noise_multiplier, clip, bool(private)
         self.G: torch.nn.Module | None = None
@@ -238,7 +239,7 @@ class DPSinkhorn(GenerativeMethod):
                 "clip": self.clip, "clip_norm": self.clip_norm,
                 "sensitivity": s.sensitivity_under(s.relation), "sigma_calibrated": self.private and self.sigma is None,
                 "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg, "debias": self.debias,
-                "debias_ratio": self.ratio, "guarantee": s.guarantee,
+                "debias_ratio": self.ratio, "sinkhorn_backend": self.ot.backend, "guarantee": s.guarantee,
                 "representation": None if self.rep_cfg is None else
                 f"{self.rep_cfg.get('kind', 'dct')}-{self.basis.shape[1]}"}
 

@@ -4,8 +4,7 @@ Entropic OT with uniform weights (Eq. 3 of the paper):
 
     W_{c,λ}(X, Y) = min_π  <C, π> + λ·KL(π | μ⊗ν),   C_ij = c(x_i, y_j)
 
-solved with GeomLoss' log-domain Sinkhorn (``SamplesLoss("sinkhorn", debias=False)``,
-tensorized backend).  GeomLoss returns the dual value <α, f> + <β, g>, equal to W at
+solved with GeomLoss' log-domain Sinkhorn (``SamplesLoss("sinkhorn", debias=False)``).  GeomLoss returns the dual value <α, f> + <β, g>, equal to W at
 convergence; its gradient w.r.t. a point x_i is Σ_j π_ij ∇_x c(x_i, y_j) (envelope theorem).
 
 Settings (dpgen, all explicit):
@@ -24,6 +23,14 @@ Settings (dpgen, all explicit):
   approaches 1 (≈85 % at 0.5-0.9, 13 % at 0.99, 5 % at 0.995 for 12 points in [0,1]^5,
   λ = 0.05) — so choose ``scaling`` close to 1 when λ is small relative to the point spacing.
 
+Backends (``model.sinkhorn_backend``):
+* ``tensorized`` (default): the full ``(N, M)`` cost matrix from the torch callable ``cost_matrix``.
+* ``online``: GeomLoss' KeOps backend, the cost recomputed on the fly from the KeOps formula
+  ``keops_cost_formula`` (same cost; GeomLoss uses a custom formula verbatim, exactly as it uses the
+  callable, so p = 1 and ε = λ hold for both).  Needs ``pykeops`` (``pip install pykeops`` or the
+  ``keops`` extra; CPU kernels are compiled with the system C++ compiler on first use).  The ε-scaling
+  ``diameter`` is still taken from the torch cost matrix (one detached ``(N, M)`` evaluation per call).
+
 Costs (``cost_matrix``), on features ``[flatten(x) ‖ e·onehot(y)]`` (class conditioning through
 the cost, spec §1.2; e = ``embed_multiplier`` = 15):
   ``l2``    c(x, y) = ‖x − y‖²
@@ -34,6 +41,7 @@ the cost, spec §1.2; e = ``embed_multiplier`` = 15):
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from functools import partial
 
 import torch
@@ -41,6 +49,7 @@ import torch.nn.functional as F
 
 COSTS = ("l2", "l1", "l1+l2")
 DEBIAS = ("none", "full", "semi")
+BACKENDS = ("tensorized", "online")
 
 
 def cost_matrix(x: torch.Tensor, y: torch.Tensor, cost: str = "l1+l2", m: float = 1.0) -> torch.Tensor:
@@ -59,6 +68,31 @@ def cost_matrix(x: torch.Tensor, y: torch.Tensor, cost: str = "l1+l2", m: float 
     return out
 
 
+def keops_cost_formula(cost: str = "l1+l2", m: float = 1.0) -> str:
+    """The KeOps formula of ``cost_matrix(x, y, cost, m)`` in GeomLoss' variables ``X = Vi(D)``,
+    ``Y = Vj(D)``: ``SqDist(X,Y)`` = ‖x − y‖², ``Sum(Abs(X-Y))`` = ‖x − y‖₁; ``m`` enters as the exact
+    rational ``RatCst(p, q)`` with p/q = m (KeOps casts it to float32 in the generated code)."""
+    if cost not in COSTS:
+        raise ValueError(f"model.cost={cost!r} is unknown; choose one of {COSTS}")
+    l2, l1 = "SqDist(X,Y)", "Sum(Abs(X-Y))"
+    if cost == "l2":
+        return l2
+    if cost == "l1":
+        return l1
+    p, q = Fraction(float(m)).as_integer_ratio()
+    return l2 if p == 0 else f"({l2} + RatCst({p},{q}) * {l1})"
+
+
+def require_pykeops() -> None:
+    """Fail early when ``model.sinkhorn_backend=online`` cannot run (pykeops missing or broken)."""
+    try:
+        import pykeops  # noqa: F401
+    except Exception as e:  # ImportError, or a broken install raising at import
+        raise ValueError(f"model.sinkhorn_backend=online needs pykeops (GeomLoss' KeOps backend), which cannot be "
+                         f"imported here ({type(e).__name__}: {e}); fix: `pip install pykeops` (or "
+                         "`pip install -e .[keops]`), or set model.sinkhorn_backend=tensorized") from None
+
+
 def embed(x: torch.Tensor, y: torch.Tensor | None, num_classes: int, multiplier: float = 15.0) -> torch.Tensor:
     """``[flatten(x) ‖ multiplier·onehot(y)]``: ``x: (n, ...)``, ``y: (n,)`` -> ``(n, D + num_classes)``
     (``y=None`` or ``num_classes=0``: ``flatten(x)`` only)."""
@@ -72,15 +106,23 @@ class EntropicOT:
     """``W_{c,λ}(X, Y)`` (and GeomLoss' own debiased Sinkhorn divergence) for point clouds
     ``(N, D)``, ``(M, D)`` with uniform weights; differentiable w.r.t. both."""
 
-    def __init__(self, reg: float = 0.05, cost: str = "l1+l2", m: float = 1.0, scaling: float = 0.9) -> None:
+    def __init__(self, reg: float = 0.05, cost: str = "l1+l2", m: float = 1.0, scaling: float = 0.9,
+                 backend: str = "tensorized") -> None:
         if reg <= 0:
             raise ValueError(f"model.reg (λ) must be > 0, got {reg}")
         if not 0.0 < scaling < 1.0:
             raise ValueError(f"model.scaling must be in (0, 1), got {scaling} (0.9 is safe; GeomLoss' 0.5 is fast)")
         if cost not in COSTS:
             raise ValueError(f"model.cost={cost!r} is unknown; choose one of {COSTS}")
+        if backend not in BACKENDS:
+            raise ValueError(f"model.sinkhorn_backend={backend!r} is unknown; choose one of {BACKENDS}")
+        if backend == "online":
+            require_pykeops()
         self.reg, self.cost, self.m, self.scaling = float(reg), cost, float(m), float(scaling)
+        self.backend = backend
         self._cost: Callable = partial(cost_matrix, cost=cost, m=self.m)
+        # what GeomLoss receives as ``cost``: the torch callable (tensorized) or the KeOps formula (online)
+        self._geomloss_cost = self._cost if backend == "tensorized" else keops_cost_formula(cost, self.m)
 
     def _loss(self, x: torch.Tensor, y: torch.Tensor, debias: bool) -> torch.Tensor:
         from geomloss import SamplesLoss
@@ -91,7 +133,9 @@ class EntropicOT:
                 diameter = max(diameter, float(self._cost(x.detach(), x.detach()).max()),
                                float(self._cost(y.detach(), y.detach()).max()))
         loss = SamplesLoss("sinkhorn", p=1, blur=self.reg, scaling=self.scaling, diameter=diameter, debias=debias,
-                           cost=self._cost, backend="tensorized", reach=None)
+                           cost=self._geomloss_cost, backend=self.backend, reach=None)
+        if self.backend == "online":  # KeOps wants contiguous (N, D) inputs
+            x, y = x.contiguous(), y.contiguous()
         return loss(x, y)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -188,8 +188,7 @@ def dpsgd_rows(batch: int = 64) -> list[tuple[str, str]]:
 def rows(device: torch.device) -> list[tuple[str, str]]:
     del device  # CPU figures: the anchors (POT, autodp, dp-accounting, Opacus) are CPU code here
     out = calibration_rows() + flow_rows() + dpsgd_rows()
-    out.append(("GeomLoss backend for DP-Sinkhorn", "tensorized only: dpgen's L1+L2 cost is a torch callable, which "
-                "GeomLoss' online (KeOps) backend cannot take (it needs a KeOps formula); pykeops is not installed"))
+    # the GeomLoss backend choice (tensorized vs online/KeOps) is timed by benches/sinkhorn_backend.py
     return out
 
 

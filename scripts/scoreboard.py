@@ -465,13 +465,11 @@ def load_store(store: Path = STORE) -> list[dict]:
 
 # ----------------------------------------------------------------------------------- verdict
 def _num(v) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
+    """A stored number (json's "inf" strings included) as a float; NaN and non-numbers None."""
+    from dpgen.logging.summary import to_float
+
+    x = to_float(v)
+    return None if x is None or math.isnan(x) else x
 
 
 def comparable(metric: Metric, ev: dict) -> bool:

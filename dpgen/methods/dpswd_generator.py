@@ -266,8 +266,7 @@ class DPSWDGenerator(GenerativeMethod):
     def train_summary(self) -> dict:
         p = self.projection
         return {"noise_std": p.noise_std, "noise_multiplier": p.noise_multiplier, "sensitivity": p.sensitivity,
-                "sensitivity_bound": (None if not self.private else
-                                      "exact (orthonormal directions)" if self.directions == "orthogonal" else self.bound), "guarantee": p.guarantee,
+                "sensitivity_bound": p.bound if self.private else None, "guarantee": p.guarantee,
                 "row_dim": self._rowmap.out_dim, "num_projections": self.k, "label_mode": self.label_mode,
                 "directions": self.directions, "released_rows": self.n_blocks * self.block_rows}
 

@@ -299,7 +299,7 @@ class GaussianProjectionRelease(Mechanism):
 
     def describe(self) -> dict:
         return {**super().describe(), "row_dim": self.dim, "num_projections": self.k,
-                "sensitivity_bound": "exact (orthonormal directions)" if self.directions == "orthogonal" else self.bound,
+                "sensitivity_bound": self.bound,  # None with orthogonal directions: the sensitivity is exact
                 "row_diameter": self.row_diameter,
                 "partners": self.partners(self.relation) if self.private and self.directions == "random" else None,
                 "directions": self.directions, "releases_planned": self.steps}

@@ -30,6 +30,15 @@ Verdict per row (computed, never typed):
   tolerance of the paper's number for every comparable metric.  Decisive: "paper setting (ours)"
   for a private paper number; for a non-private paper number the non-private cell (and the paper
   setting cell when one is declared).  A non-private run never "reproduces" a private number.
+  When a private row declares no paper setting (the paper's recipe is not implemented, e.g. the
+  released DP-DANN's per-tensor clipping, WDP's batch-mean clipping), the honest cell decides: a
+  rigorous run at the paper's ε that reaches the paper's number reproduces it, and the detail says
+  so ("honest (ours) … rigorous").
+* FID rows whose runs can only measure the offline domain FID (no Inception weights here) are judged
+  by a **ratio** when the row declares one (``FidRatio``, DPSWflow Table 1 as issue 13 asks): ours
+  = mean domain FID of the decisive cell / mean domain FID of the reference cell (same autoencoder
+  settings), paper = paper FID / paper reference FID, within the tolerance when ours ≤
+  (paper FID + tolerance) / paper reference FID.  The detail names it a ratio.
 * **explained by measurement**: not within tolerance, and the registry carries a note that cites
   a measured number and its command;
 * **open**: everything else (including "not run").
@@ -109,6 +118,16 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class FidRatio:
+    """Judge a domain-FID row by its ratio to a reference cell (e.g. private / non-private of the same method)."""
+
+    ref: Cell                       # the runs whose mean domain FID is the denominator
+    paper_ref: float                # the paper's FID of the same reference
+    ref_label: str                  # e.g. "DPSWflow-r ε = ∞ (ours)"
+    pair: tuple[str, ...] = ("model.ae_*",)  # override keys the two groups must share (same autoencoder)
+
+
+@dataclass(frozen=True)
 class Explained:
     """A measured number (with its command) that accounts for the gap to the paper."""
 
@@ -128,6 +147,7 @@ class Row:
     honest: Cell | str
     nonprivate: Cell | str
     explained: Explained | None = None
+    ratio: FidRatio | None = None
 
 
 @dataclass(frozen=True)
@@ -144,7 +164,7 @@ TABLES = (
     Table("dpswd-t1", "DP-SWD (Rakotomamonjy & Ralaivola), Table 1 — digits domain adaptation, target accuracy (%)",
           "ε = 10, δ = 1e-5; 100 epochs; tolerance −3 points; ours: dpgen's held-out target test split "
           "(USPS test / MNIST test), one seed per run unless stated; paper: mean of 10 runs."),
-    Table("dpswd-t2", "DP-SWD, Table 2 — MNIST generator, downstream accuracy MLP / LogReg (%)",
+    Table("dpswd-t2", "DP-SWD, Table 2 — MNIST / F-MNIST generator, downstream accuracy MLP / LogReg (%)",
           "ε = 10, δ = 1e-5; 60,000 balanced synthetic samples, real MNIST test set; tolerance −3 points."),
     Table("dpsinkhorn-t1", "DP-Sinkhorn (Cao et al.), Table 1 — FID / LogReg / MLP / CNN",
           "(10, 1e-5)-DP; accuracies in %, tolerance −3 points; FID is judged only when measured with "
@@ -219,22 +239,40 @@ _FLOW_PAPER = {  # (dataset, method): FID at eps inf / 10 / 5
 _FLOW_NAMES = {"dpswflow_r": "DPSWflow-r", "dpswflow": "DPSWflow", "dpswgen": "DPSWgen"}
 
 
+_FLOW_VARY = (*_SHORT, "model.ae_*")  # the autoencoder's schedule (shown in the cell; pairs the FID ratios)
+# eps = 5 as the released configs run it (spec dpswflow.md §2, §4): flow-r / gen sigma 0.8 for 20 epochs;
+# the one-shot DPSWflow the classical c S / eps at eps = 5
+_FLOW_EPS5 = {"dpswflow_r": ("privacy.paper_sigma=0.8", "privacy.paper_epsilon=5", "model.epochs=20"),
+              "dpswgen": ("privacy.paper_sigma=0.8", "privacy.paper_epsilon=5", "model.epochs=20"),
+              "dpswflow": ("privacy.paper_epsilon=5",)}
+
+
+def _flow_np_cell(ds: str, m: str) -> Cell:
+    """ε = ∞ as the paper runs it: σ = 0, the unlabelled latent (unconditional FID)."""
+    return Cell(f"{ds}_{m}", ("model.label_mode=none", "accountant.epsilon=null", "model.private=false"),
+                vary=_FLOW_VARY)
+
+
 def _flow_rows() -> list[Row]:
     rows = []
     for (ds, m), fids in _FLOW_PAPER.items():
         dsn = {"mnist": "MNIST", "fmnist": "F-MNIST"}[ds]
-        np_cell = Cell(f"{ds}_{m}", ("accountant.epsilon=null", "model.private=false"), vary=_SHORT)
+        np_cell = _flow_np_cell(ds, m)
+        inf_ref = FidRatio(_flow_np_cell(ds, "dpswflow_r"), _FLOW_PAPER[(ds, "dpswflow_r")][0],
+                           f"{dsn} DPSWflow-r ε = ∞")
+        own_ref = FidRatio(np_cell, fids[0], f"{dsn} {_FLOW_NAMES[m]} ε = ∞")
         for eps, fid in zip(("inf", "10", "5"), fids, strict=True):
             name = f"{dsn} {_FLOW_NAMES[m]}, ε = {'∞' if eps == 'inf' else eps}"
             metric = (_fid(fid, 10.0),)
             if eps == "inf":
                 rows.append(Row(f"dpswflow-t1-{ds}-{m}-inf", "dpswflow-t1", name, metric, _FLOW_SPEC, False,
-                                _NOPAPER_NP, _NOHONEST_NP, np_cell))
+                                _NOPAPER_NP, _NOHONEST_NP, np_cell, ratio=None if m == "dpswflow_r" else inf_ref))
                 continue
-            extra = ("accountant.epsilon=5",) if eps == "5" else ()
+            paper_extra = _FLOW_EPS5[m] if eps == "5" else ()
+            honest_extra = ("accountant.epsilon=5",) if eps == "5" else ()
             rows.append(Row(f"dpswflow-t1-{ds}-{m}-eps{eps}", "dpswflow-t1", name, metric, _FLOW_SPEC, True,
-                            Cell(f"{ds}_{m}_paper", extra, vary=_SHORT), Cell(f"{ds}_{m}", extra, vary=_SHORT),
-                            np_cell))
+                            Cell(f"{ds}_{m}_paper", paper_extra, vary=_FLOW_VARY),
+                            Cell(f"{ds}_{m}", honest_extra, vary=_FLOW_VARY), np_cell, ratio=own_ref))
     return rows
 
 
@@ -270,7 +308,24 @@ REGISTRY: tuple[Row, ...] = tuple(
             Cell("mnist_dpswd_chernoff", vary=_SHORT),  # the CLT bound is not a guarantee; Chernoff is, at a close σ
             Cell("mnist_swd", vary=_SHORT)),
         Row("dpswd-t2-swd", "dpswd-t2", "SWD (non-private)", _t2(87, 82), "shared/specs/dpswd.md §3.3", False,
-            _NOPAPER_NP, _NOHONEST_NP, Cell("mnist_swd", vary=_SHORT)),
+            _NOPAPER_NP, _NOHONEST_NP, Cell("mnist_swd", vary=_SHORT),
+            explained=Explained(
+                "MLP 84.2 is within the tolerance; LogReg is 78.3 when fitted on all 60,000 synthetic samples but "
+                "81.4 ± 0.5 (81.4 / 81.7 / 81.6 / 81.7 / 80.5, five draws of labels and classifier seed) when "
+                "fitted on a balanced 10 % subsample (6,000), the LogReg protocol of DP-MERF's benchmark script "
+                "that Table 2 cites (shared/specs/dpswd.md §3.3) — within the tolerance of 82; the same saved "
+                "generator (r4), evaluation only",
+                "python train.py experiment=mnist_swd seed=S logger=local evaluator.fid.enabled=false "
+                "'evaluator.classifiers=[logreg]' evaluator.n_synthetic=6000 "
+                "trainer.resume=/work/runs/s18/gen/mnist_swd/checkpoints/last.pt  # S = 0..4")),
+        Row("dpswd-t2-fmnist-b", "dpswd-t2", "F-MNIST DP-SWD-b (Bernstein)", _t2(67, 66), "shared/specs/dpswd.md §3.3",
+            True, Cell("fmnist_dpswd_paper", vary=_SHORT), Cell("fmnist_dpswd", vary=_SHORT),
+            Cell("fmnist_swd", vary=_SHORT)),
+        Row("dpswd-t2-fmnist-c", "dpswd-t2", "F-MNIST DP-SWD-c (CLT)", _t2(67, 66), "shared/specs/dpswd.md §3.3",
+            True, Cell("fmnist_dpswd_clt_paper", vary=_SHORT), Cell("fmnist_dpswd", vary=_SHORT),
+            Cell("fmnist_swd", vary=_SHORT)),
+        Row("dpswd-t2-fmnist-swd", "dpswd-t2", "F-MNIST SWD (non-private)", _t2(77, 76), "shared/specs/dpswd.md §3.3",
+            False, _NOPAPER_NP, _NOHONEST_NP, Cell("fmnist_swd", vary=_SHORT)),
         Row("dpsinkhorn-t1-mnist", "dpsinkhorn-t1", "MNIST DP-Sinkhorn (m = 1)", _sinkhorn(48.4, 82.8, 82.7, 83.2),
             _SINK_SPEC, True, Cell("mnist_dpsinkhorn_paper", vary=_SHORT),
             Cell("mnist_dpsinkhorn_long", vary=_SHORT),  # the best honest DP-Sinkhorn preset (issue 12: B = 16, 8000 steps)
@@ -512,7 +567,7 @@ def verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
     non-private number), but an honest run within the tolerance is named in the detail.
     """
     status, detail = _verdict(row, evidence)
-    if status != "reproduced (within tolerance)" and isinstance(row.honest, Cell):
+    if status != "reproduced (within tolerance)" and isinstance(row.honest, Cell) and "honest" not in _decisive(row):
         hits = [g for g in group_runs(row.honest, evidence) if within_tolerance(row, g)]
         if hits:
             detail += f"; the honest run is within the tolerance ({_values(row, hits[0])}, " \
@@ -520,9 +575,50 @@ def verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
     return status, detail
 
 
+def _decisive(row: Row) -> list[str]:
+    """The cells whose runs decide the verdict (module docstring)."""
+    names = [n for n in ["paper"] + ([] if row.paper_private else ["nonprivate"]) if isinstance(getattr(row, n), Cell)]
+    if row.paper_private and not names and isinstance(row.honest, Cell):
+        names = ["honest"]  # no paper recipe implemented: a rigorous run at the paper's ε decides
+    return names
+
+
+def _ratio_groups(row: Row, runs: list[dict], evidence: list[dict]) -> tuple[float, list[dict]] | None:
+    """(our FID ratio, the reference runs) for one group of the decisive cell, or None without a paired reference."""
+    r = row.ratio
+    m = row.metrics[0]
+    key = sorted(o for o in effective_overrides(runs[0]) if any(fnmatch.fnmatch(_key(o), p) for p in r.pair))
+    for ref in group_runs(r.ref, evidence):
+        if sorted(o for o in effective_overrides(ref[0]) if any(fnmatch.fnmatch(_key(o), p) for p in r.pair)) != key:
+            continue
+        num, den = cell_value(m, runs), cell_value(m, ref)
+        if num is not None and den is not None and den[0] > 0:
+            return num[0] / den[0], ref
+    return None
+
+
+def _ratio_verdict(row: Row, name: str, evidence: list[dict]) -> tuple[bool, str] | None:
+    """(within, detail) of the first group of cell ``name`` with a paired reference; None when there is none."""
+    m, r = row.metrics[0], row.ratio
+    for g in group_runs(getattr(row, name), evidence):
+        got = _ratio_groups(row, g, evidence)
+        if got is None:
+            continue
+        ours, ref = got
+        paper, bound = m.paper / r.paper_ref, (m.paper + m.tolerance) / r.paper_ref
+        detail = (f"judged as a domain-FID ratio (Inception weights are not available offline): {HEADERS[name]} "
+                  f"{_values(row, g).replace(' (not comparable†)', '')} / {r.ref_label} (ours) "
+                  f"{_values(row, ref).replace(' (not comparable†)', '')} = {ours:.2f}, paper {m.paper:g} / "
+                  f"{r.paper_ref:g} = {paper:.2f} (within the +{m.tolerance:g} tolerance: ≤ {bound:.2f}) "
+                  f"({(g[0].get('privacy') or {}).get('guarantee', '—')})")
+        return ours <= bound, detail
+    return None
+
+
 def _verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
-    decisive = [n for n in ["paper"] + ([] if row.paper_private else ["nonprivate"]) if isinstance(getattr(row, n), Cell)]
+    decisive = _decisive(row)
     ran = judged = False
+    ratio_detail = None
     for name in decisive:
         cell = getattr(row, name)
         for g in group_runs(cell, evidence):
@@ -531,15 +627,26 @@ def _verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
             judged = judged or ok is not None
             if ok:
                 label = (g[0].get("privacy") or {}).get("guarantee", "—")
-                return "reproduced (within tolerance)", f"{HEADERS[name]}: {_values(row, g)} ({label})"
+                how = " — no paper recipe implemented, a rigorous run at the paper's ε" if name == "honest" else ""
+                return "reproduced (within tolerance)", f"{HEADERS[name]}: {_values(row, g)} ({label}){how}"
+        if row.ratio is not None and not judged:
+            rv = _ratio_verdict(row, name, evidence)
+            if rv is not None:
+                if rv[0]:
+                    return "reproduced (within tolerance)", rv[1]
+                ratio_detail = ratio_detail or rv[1]
     if row.explained is not None:
         return "explained by measurement", f"{row.explained.text} (`{row.explained.command}`)"
+    if ratio_detail is not None:
+        return "open", "outside the tolerance, " + ratio_detail
     if not decisive:
         return "open", "no run of the paper's setting is defined (see the cell)"
     if not ran:
         return "open", "not run: " + " / ".join(HEADERS[n] for n in decisive)
     if not judged:
         why = "; ".join(sorted({m.not_comparable for m in row.metrics if m.not_comparable})) or "metric not measured"
+        if row.ratio is not None:
+            why += f"; no paired run of the ratio's reference ({row.ratio.ref_label}: `{row.ratio.ref.command()}`)"
         return "open", f"no comparable measurement ({why})"
     return "open", "outside the tolerance"
 

@@ -89,6 +89,40 @@ def test_an_honest_run_is_named_but_does_not_decide():
     assert "honest" not in sb.verdict(row, [_ev(0.80)])[1]
 
 
+def test_without_a_paper_recipe_a_rigorous_honest_run_decides():
+    row = sb.Row("toy-row", "dpswd-t1", "toy", (sb.Metric("acc_target", 90.0, "acc"),), "spec", True,
+                 "the paper's recipe is not implemented", CELL, NP_CELL)
+    status, detail = sb.verdict(row, [_ev(0.91)])
+    assert status == "reproduced (within tolerance)" and detail.startswith("honest (ours): 91.0")
+    assert sb.verdict(row, [_ev(0.80)])[0] == "open"
+    assert sb.verdict(row, [_ev(0.95, "model.private=false")])[0] == "open"  # non-private still never counts
+
+
+def _flow_row(paper: float = 70.0, paper_ref: float = 21.0):
+    ref = sb.Cell("toy_method", ("model.private=false",), vary=("model.ae_*",))
+    return sb.Row("toy-flow", "dpswflow-t1", "toy", (sb._fid(paper, 10.0),), "spec", True,
+                  sb.Cell("toy_method", ("privacy.convention=paper",), vary=("model.ae_*",)), "—", ref,
+                  ratio=sb.FidRatio(ref, paper_ref, "toy ε = ∞"))
+
+
+@pytest.mark.parametrize("fid, status", [(90.0, "reproduced (within tolerance)"),   # 90 / 25 = 3.6 <= 80 / 21
+                                         (96.0, "open")])                           # 3.84 > 3.81
+def test_a_domain_fid_row_with_a_ratio_is_judged_by_the_ratio_to_its_paired_reference(fid, status):
+    row = _flow_row()
+    runs = [_ev(0.0, "privacy.convention=paper", "model.ae_steps=1200", fid=fid, fid_extractor="domain"),
+            _ev(0.0, "model.private=false", "model.ae_steps=1200", fid=25.0, fid_extractor="domain")]
+    got, detail = sb.verdict(row, runs)
+    assert got == status and "ratio" in detail and f"= {fid / 25:.2f}" in detail
+
+
+def test_a_fid_ratio_needs_a_reference_with_the_same_autoencoder():
+    row = _flow_row()
+    runs = [_ev(0.0, "privacy.convention=paper", "model.ae_steps=1200", fid=30.0, fid_extractor="domain"),
+            _ev(0.0, "model.private=false", "model.ae_steps=5000", fid=25.0, fid_extractor="domain")]
+    status, detail = sb.verdict(row, runs)
+    assert status == "open" and "no paired run of the ratio's reference" in detail
+
+
 def test_a_non_private_run_never_reproduces_a_private_number():
     row = _row(True)
     assert sb.verdict(row, [_ev(0.95, "model.private=false")])[0] == "open"

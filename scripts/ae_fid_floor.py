@@ -1,7 +1,8 @@
 """The FID floor of a latent-space generator: FID of its autoencoder's reconstructions of real images.
 
-DPSWflow-r / DPSWflow / DPSWgen generate in the latent space of a frozen public autoencoder, so no run can
-beat the FID of ``decode(encode(x))`` for real images ``x``: this script measures that floor for finished
+DPSWflow-r / DPSWflow / DPSWgen generate in the latent space of a frozen public autoencoder, so a run is
+not expected to beat the FID of ``decode(encode(x))`` for real images ``x`` (a practical floor, not a
+theorem: every sample is a decoder output, the best latents are the real ones): this script measures it for finished
 runs, with the same extractor and reference set as the run's own FID (read from the run's config), so a
 reader can tell the autoencoder's share of an FID from the flow's.  Public data only: the test split
 (reconstructed and as reference) and the run's released, public-trained autoencoder.

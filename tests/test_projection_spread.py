@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "projection_spread.py"
-spec = importlib.util.spec_from_file_location("projection_spread", SCRIPT)
-ps = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ps)
+from tests._scripts import load_script
+
+ps = load_script("projection_spread")
 
 
 @pytest.mark.parametrize("d", [8, 18])

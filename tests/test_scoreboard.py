@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "scoreboard.py"
+from tests._scripts import load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("scoreboard", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["scoreboard"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-sb = _load()
+sb = load_script("scoreboard")
 
 
 # ------------------------------------------------------------------ the doc and the store agree

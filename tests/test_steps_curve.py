@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._scripts import load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("steps_curve", ROOT / "scripts" / "steps_curve.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["steps_curve"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sc = _load()
+sc = load_script("steps_curve")
 
 
 def _point(run_dir: Path, steps: int, logreg: float, eps: float) -> None:

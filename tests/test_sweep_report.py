@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import re
@@ -12,18 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "sweep_report.py"
+from tests._scripts import load_script
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def _load_module():
-    spec = importlib.util.spec_from_file_location("sweep_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-sweep_report = _load_module()
+sweep_report = load_script("sweep_report")
 
 
 # (subfolder, job number, overrides, target ε, ε RDP, ε PLD, acc_logreg): job numbers deliberately

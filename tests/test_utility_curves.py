@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "utility_curves.py"
+from tests._scripts import load_script
 
-
-def _load_module():
-    spec = importlib.util.spec_from_file_location("utility_curves", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-uc = _load_module()
+uc = load_script("utility_curves")
 
 
 def _fake_run(folder: Path, metrics: dict, noise_std: float | None, eps_rdp, eps_pld) -> None:

@@ -107,6 +107,12 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"logger.wandb.mode must be online, offline or disabled, got {lw.get('mode')!r}")
 
 
+def _positive_int(value, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key} must be a positive integer, got {value!r}")
+    return value
+
+
 def validate_convention(cfg: DictConfig) -> str:
     """``privacy.convention``: ``honest`` (default) or ``paper`` (a published setting that breaks its own
     guarantee, for the methods of ``privacy.conventions.METHODS`` only).  Returns the convention."""
@@ -116,7 +122,7 @@ def validate_convention(cfg: DictConfig) -> str:
         raise ConfigError(f"privacy.convention={convention!r} is unknown; choose {' or '.join(CONVENTIONS)} "
                           "(paper: only through the *_paper presets, e.g. experiment=mnist_dpswd_paper)")
     if convention == "honest":
-        for key in ("paper_sigma", "paper_epsilon"):
+        for key in ("paper_sigma", "paper_epsilon", "paper_sensitivity_dim"):
             if pc.get(key) is not None:
                 raise ConfigError(f"privacy.{key} is used only with privacy.convention=paper; drop it (or use a "
                                   "*_paper preset)")
@@ -140,8 +146,13 @@ def validate_convention(cfg: DictConfig) -> str:
     if sigma is None and name != "DPSWFlow":
         raise ConfigError(f"privacy.convention=paper for {name} needs privacy.paper_sigma (the paper's noise: "
                           f"{METHODS[name]})")
+    dim = pc.get("paper_sensitivity_dim")
+    if dim is not None and name != "DPSWGen":
+        raise ConfigError(f"privacy.paper_sensitivity_dim={dim}: only the released DPSWgen latent trainer states its "
+                          f"sensitivity at another dimension than its rows' (spec dpswflow.md §6); drop it for {name}")
     try:
-        PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon") or 0.0))
+        PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon") or 0.0),
+                        None if dim is None else _positive_int(dim, "privacy.paper_sensitivity_dim"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return convention

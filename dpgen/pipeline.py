@@ -110,12 +110,13 @@ def run(cfg: DictConfig) -> dict:
 
 
 def _paper_convention(cfg: DictConfig) -> PaperConvention | None:
-    """``PaperConvention(paper_sigma, paper_epsilon)`` when ``privacy.convention=paper`` (validated), else None."""
+    """``PaperConvention(paper_sigma, paper_epsilon, paper_sensitivity_dim)`` when ``privacy.convention=paper`` (validated), else None."""
     pc = cfg.get("privacy") or {}
     if pc.get("convention", "honest") != "paper":
         return None
-    sigma = pc.get("paper_sigma")
-    return PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon")))
+    sigma, dim = pc.get("paper_sigma"), pc.get("paper_sensitivity_dim")
+    return PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon")),
+                           None if dim is None else int(dim))
 
 
 def _overrides() -> list[str]:

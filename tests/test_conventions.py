@@ -75,6 +75,8 @@ def test_paper_convention_rejects_a_missing_noise():
         PaperConvention(0.0, 10.0)
     with pytest.raises(ValueError, match="privacy.paper_epsilon"):
         PaperConvention(1.0, 0.0)
+    with pytest.raises(ValueError, match="privacy.paper_sensitivity_dim"):
+        PaperConvention(1.0, 10.0, 0)
 
 
 # ------------------------------------------------------------------ label
@@ -100,6 +102,9 @@ def test_only_paper_presets_compose_with_a_convention(preset):
     if not preset.endswith("_paper"):
         assert cfg.privacy.convention == "honest", f"{preset}: a paper convention must never be a default"
         assert cfg.privacy.paper_sigma is None and cfg.privacy.paper_epsilon is None
+        assert cfg.privacy.paper_sensitivity_dim is None
+    elif "dpswgen" in preset:  # the released latent trainer's bound at C·W² = 1024 and 64-d generator input
+        assert cfg.privacy.paper_sensitivity_dim == 1024 and cfg.model.d_code == 64
     elif cfg.privacy.convention == "paper":
         assert convention_of(cfg.model._target_) in METHODS and cfg.accountant.epsilon is None
 
@@ -127,6 +132,10 @@ def test_the_paper_presets_exist():
     (["experiment=mnist_dpswd_paper", "accountant.epsilon=10"], "accountant.epsilon=null"),
     (["experiment=mnist_dpswd_paper", "privacy.paper_sigma=null"], "privacy.paper_sigma"),
     (["experiment=mnist_dpswd_paper", "model.private=false"], "model.private=false"),
+    (["experiment=mnist_dpswgen", "privacy.paper_sensitivity_dim=1024"], "privacy.paper_sensitivity_dim is used only"),
+    (["experiment=mnist_dpswflow_r_paper", "privacy.paper_sensitivity_dim=1024"], "only the released DPSWgen"),
+    (["experiment=mnist_dpswgen_paper", "privacy.paper_sensitivity_dim=0"], "positive integer"),
+    (["experiment=mnist_dpswgen_paper", "privacy.paper_sensitivity_dim=1.5"], "positive integer"),
 ])
 def test_bad_convention_settings_fail_naming_the_setting(overrides, match):
     cfg = compose_cfg(overrides, out_dir=Path("/tmp/unused"))

@@ -152,6 +152,53 @@ def test_dpswgen_releases_one_private_batch_per_step(data, tmp_path, monkeypatch
     assert x.shape == (50, 1, 8, 8) and torch.equal(y, torch.arange(50) % 10)
 
 
+@pytest.mark.parametrize("stated_dim", [None, 1024])
+def test_dpswgen_paper_convention_noise_follows_the_stated_sensitivity_dimension(data, tmp_path, monkeypatch,
+                                                                                 stated_dim):
+    """privacy.paper_sensitivity_dim: the released DPSWgen trainer evaluates its CLT bound at C·W² = 1024, not at
+    the latent d; the noise shrinks accordingly, the stated ε uses that bound, the TRUE ε the rows' own d."""
+    from dpgen.privacy.conventions import PaperConvention
+
+    calls = _spy_releases(monkeypatch)
+    ledger = PrivacyLedger(None, 1e-4)
+    m = DPSWGen(generator=LatentMLPGen, **{k: v for k, v in COMMON.items() if k not in ("num_percentiles",
+                                                                                           "n_particles")},
+                num_projections=40, batch_size=32, epochs=1, bound="clt", label_mode="none", d_code=16,
+                convention=PaperConvention(0.67, 10.0, stated_dim))
+    m.fit(data, ledger, _ctx(tmp_path, max_steps=6))
+    d = m.space.dim  # the latent rows' dimension (4 here)
+    assert len(calls) == 6 and m.G.d_code == 16
+    mech = m.projection
+    assert mech.noise_std == pytest.approx(paper_flow_noise_std(0.67, stated_dim or d, 40, 1e-4))
+    assert all(std == pytest.approx(mech.noise_std) for _, std, _ in calls)
+    rep = m.convention_report()
+    assert rep.get("paper_sensitivity_dim") == stated_dim
+    if stated_dim:  # the stated bound is ~10x below the latent's own: the true epsilon is far above the stated one
+        assert mech.noise_std < paper_flow_noise_std(0.67, d, 40, 1e-4) / 3
+        assert rep["sensitivity_true"] > 3 * rep["sensitivity_stated"]
+        assert rep["epsilon_true"] > 3 * ledger.epsilon()
+        assert mech.describe()["stated_sensitivity_dim"] == 1024 and mech._config()["stated_dim"] == 1024
+    else:
+        assert "stated_dim" not in mech._config()
+
+
+def test_a_stated_sensitivity_dimension_is_a_paper_convention_only():
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+    from dpgen.privacy.sensitivity import l2_sensitivity
+
+    mech = GaussianProjectionRelease(PrivacyLedger(None, 1e-5), dim=8, num_projections=70, steps=100,
+                                     sample_rate=0.01, n_private=1000, bound="clt", row_diameter=2.0)
+    own = mech.sensitivity
+    with pytest.raises(ValueError, match="paper convention"):
+        mech.set_stated_dim(1024)
+    mech.paper_convention = True
+    with pytest.raises(ValueError, match="positive integer"):
+        mech.set_stated_dim(0)
+    mech.set_stated_dim(1024)
+    beta = mech.beta / mech.partners(mech.relation)
+    assert mech.sensitivity == pytest.approx(l2_sensitivity(70, 1024, beta, "clt", 2.0)) and mech.sensitivity < own / 5
+
+
 # -- accounting -------------------------------------------------------------------------------
 def test_dpswflow_r_accounting_matches_the_configured_schedule(data, tmp_path):
     ledger = PrivacyLedger(6.0, 1e-4)

@@ -382,7 +382,10 @@ class _LatentMethod(GenerativeMethod):
             return
         if self.convention is not None:  # the released code's noise std, against the sensitivity it assumes
             mech.paper_convention = True
-            d, k, delta = self.space.dim, self.k, ledger.delta
+            k, delta = self.k, ledger.delta
+            d = self.convention.sensitivity_dim or self.space.dim  # DPSWgen's code: C·W² = 1024, not d (§6)
+            if self.convention.sensitivity_dim:
+                mech.set_stated_dim(d)
             mech.fix_noise_std(paper_one_shot_sigma(self.convention.epsilon, delta, d, k)  # c S / eps (§4.3)
                                if isinstance(mech, OneShotProjectionRelease)
                                else paper_flow_noise_std(self.convention.sigma, d, k, delta))  # sigma 2 sqrt(w_CLT)
@@ -408,9 +411,12 @@ class _LatentMethod(GenerativeMethod):
                             delta=mech.ledger.delta, sampling=mech.ledger.sampling, delta_per_step=mech.beta,
                             relation=mech.relation, calibrate_with=mech.ledger.calibrate_with)
         return {"convention": "paper", "paper_epsilon": self.convention.epsilon, "paper_sigma": self.convention.sigma,
+                **({"paper_sensitivity_dim": self.convention.sensitivity_dim} if self.convention.sensitivity_dim else {}),
                 "sensitivity_stated": mech.sensitivity, **true,
                 "epsilon_true_note": f"the released code's noise (std {mech.noise_std:.4g}) under the rigorous Chernoff "
-                                     f"sensitivity of unit latents (stated: {self.bound} bound)"}
+                                     f"sensitivity of unit latents in d = {mech.dim} (stated: {self.bound} bound"
+                                     + (f" at dim {self.convention.sensitivity_dim}, as the released code evaluates it"
+                                        if self.convention.sensitivity_dim else "") + ")"}
 
     def _log_particles_png(self, ctx: TrainContext, x: torch.Tensor) -> None:
         """2-D latent without autoencoder (the toy): scatter of particles over the (public) test set."""

@@ -26,8 +26,11 @@ DP-SWD DA (dpswd)      rows g(x) / (2 max_j ||g(x_j)||) of    none: the scale m 
                                                                rows may move (:func:`batch_scaling_diameter`)
 DPSWflow-r / DPSWgen   noise multiplier sigma of the code,    the rigorous (Chernoff) bound for the same
 / DPSWflow             CLT sensitivity at delta / 2 (std       unit-norm rows (the CLT bound is
-                       sigma 2 sqrt(w_CLT)); one-shot: the     asymptotic, spec dpswd.md §1.3)
-                       classic formula c S / ε
+                       sigma 2 sqrt(w_CLT)); one-shot: the     asymptotic, spec dpswd.md §1.3) in the
+                       classic formula c S / ε. DPSWgen: the   latent's own dimension d = 8
+                       released latent trainer evaluates
+                       w_CLT at dim = C·W² = 1024, not d = 8
+                       (privacy.paper_sensitivity_dim)
 =====================  ====================================  =====================================
 
 DP-Sinkhorn has no convention: its released mechanism (whole-batch clip, sensitivity 2C) is the
@@ -73,16 +76,23 @@ class PaperConvention:
     ``sigma``: noise std per projection (DP-SWD generator, DA) or the released code's noise
     multiplier (DPSWflow-r, DPSWgen); ``None`` for DPSWflow (classic formula at ``epsilon``).
     ``epsilon``: the ε the paper states for this setting (printed beside the measured ones).
+    ``sensitivity_dim``: the dimension the paper's code plugs into its projection bound when it is not
+    the rows' own (DPSWgen: the released latent trainer evaluates w_CLT at C·W² = 1024 for 8-d latents,
+    spec dpswflow.md §6); ``None``: the rows' dimension.
     """
 
     sigma: float | None
     epsilon: float
+    sensitivity_dim: int | None = None
 
     def __post_init__(self) -> None:
         if self.sigma is not None and not self.sigma > 0:
             raise ValueError(f"privacy.paper_sigma must be > 0 (the paper's noise), got {self.sigma}")
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ValueError(f"privacy.paper_epsilon must be the paper's stated epsilon (> 0), got {self.epsilon}")
+        if self.sensitivity_dim is not None and not (isinstance(self.sensitivity_dim, int) and self.sensitivity_dim > 0):
+            raise ValueError("privacy.paper_sensitivity_dim must be a positive integer (the dimension the paper's "
+                             f"code uses in its sensitivity bound), got {self.sensitivity_dim!r}")
 
 
 def raw_pixel_diameter(dim: int, value_range: tuple[float, float]) -> float:
@@ -159,4 +169,5 @@ def as_convention(value: PaperConvention | dict | None) -> PaperConvention | Non
     """A method's ``convention`` argument (Hydra's ``instantiate`` hands kwargs over as dicts)."""
     if value is None or isinstance(value, PaperConvention):
         return value
-    return PaperConvention(value.get("sigma"), float(value["epsilon"]))
+    dim = value.get("sensitivity_dim")
+    return PaperConvention(value.get("sigma"), float(value["epsilon"]), None if dim is None else int(dim))

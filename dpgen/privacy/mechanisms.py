@@ -254,6 +254,7 @@ class GaussianProjectionRelease(Mechanism):
         self.dim, self.k, self.steps, self.n_private = int(dim), int(num_projections), int(steps), int(n_private)
         self.row_diameter, self.sensitivity_fraction, self.directions = float(row_diameter), float(
             sensitivity_fraction), directions
+        self._stated_dim: int | None = None  # privacy.paper_sensitivity_dim (set_stated_dim): paper convention only
         if directions == "orthogonal":
             self.bound = None  # no probabilistic bound: the sensitivity is exact (guarantee: rigorous)
         elif self.private:
@@ -266,12 +267,24 @@ class GaussianProjectionRelease(Mechanism):
         """How many difference vectors the bound must hold for at one release (see the class docstring)."""
         return self.n_private + 1 if relation == "add_remove" else 1
 
+    def set_stated_dim(self, dim: int) -> None:
+        """``privacy.paper_sensitivity_dim``: the dimension a paper's code plugs into the projection bound
+        when it is not the rows' own (the released DPSWgen latent trainer uses C·W² = 1024 for 8-d latents).
+        Changes the STATED sensitivity only (the ledger's ε); the true ε keeps ``self.dim``.  Paper convention only."""
+        if not self.paper_convention:
+            raise ValueError("a stated sensitivity dimension other than the rows' own is a paper convention only")
+        if int(dim) < 1:
+            raise ValueError(f"privacy.paper_sensitivity_dim must be a positive integer, got {dim}")
+        self._stated_dim = int(dim)
+        self._sensitivity.clear()
+
     def sensitivity_under(self, relation: str) -> float:
         if relation not in RELATIONS:
             raise ValueError(f"unknown neighbouring relation {relation!r}")
         if self.directions == "orthogonal":  # deterministic: one row moves by <= row_diameter
             return self.row_diameter * math.sqrt(math.ceil(self.k / self.dim))
-        return l2_sensitivity(self.k, self.dim, self.beta / self.partners(relation), self.bound, self.row_diameter)
+        dim = self._stated_dim or self.dim  # the rows' dimension, unless a paper convention states another
+        return l2_sensitivity(self.k, dim, self.beta / self.partners(relation), self.bound, self.row_diameter)
 
     def draw_directions(self, device: torch.device | str | None = None) -> torch.Tensor:
         """Fresh ``U: (D, k)`` of this release's kind (secret: torch's global RNG, reseeded by the method)."""
@@ -295,14 +308,16 @@ class GaussianProjectionRelease(Mechanism):
 
     def _config(self) -> dict:
         return {**super()._config(), "dim": self.dim, "k": self.k, "steps": self.steps, "bound": self.bound,
-                "row_diameter": self.row_diameter, "directions": self.directions}
+                "row_diameter": self.row_diameter, "directions": self.directions,
+                **({"stated_dim": self._stated_dim} if self._stated_dim else {})}
 
     def describe(self) -> dict:
         return {**super().describe(), "row_dim": self.dim, "num_projections": self.k,
                 "sensitivity_bound": self.bound,  # None with orthogonal directions: the sensitivity is exact
                 "row_diameter": self.row_diameter,
                 "partners": self.partners(self.relation) if self.private and self.directions == "random" else None,
-                "directions": self.directions, "releases_planned": self.steps}
+                "directions": self.directions, "releases_planned": self.steps,
+                **({"stated_sensitivity_dim": self._stated_dim} if self._stated_dim else {})}
 
 
 class OneShotProjectionRelease(GaussianProjectionRelease):

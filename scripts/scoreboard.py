@@ -340,7 +340,7 @@ REGISTRY: tuple[Row, ...] = tuple(
             Cell("mnist_sinkhorn", vary=_SHORT)),
         Row("dpsinkhorn-t1-fmnist", "dpsinkhorn-t1", "F-MNIST DP-Sinkhorn (m = 3)",
             _sinkhorn(128.3, 75.1, 74.6, 71.1), _SINK_SPEC, True, Cell("fmnist_dpsinkhorn_paper", vary=_SHORT),
-            Cell("fmnist_dpsinkhorn", vary=(*_SHORT, "model.noise_multiplier")),
+            Cell("fmnist_dpsinkhorn_long", vary=_SHORT),  # the MNIST honest recipe, unchanged
             Cell("fmnist_dpsinkhorn", ("accountant.epsilon=null", "model.private=false"), vary=_SHORT)),
         Row("dpsinkhorn-t1-mnist-np", "dpsinkhorn-t1", "MNIST Sinkhorn non-private (m = 1)",
             _sinkhorn(54.2, 89.0, 89.0, 91.0), _SINK_SPEC, False, _NOPAPER_NP, _NOHONEST_NP,

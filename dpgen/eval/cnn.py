@@ -63,26 +63,43 @@ def fit_cnn(x: torch.Tensor, y: torch.Tensor, num_classes: int, epochs: int = 10
             lr: float = 1e-3, weight_decay: float = 0.0, patience: int = 3, val_fraction: float = 0.1,
             num_features: int = 128, seed: int = 0, device: torch.device | str = "cpu",
             progress=None, min_steps: int = 0) -> SmallCNN:
-    """Train a :class:`SmallCNN` on ``x: (n, C, H, W)`` in [0, 1], ``y: (n,)``; early stopping on the last
-    ``val_fraction`` of the rows; returns the best-validation model in eval mode.
+    """Train a :class:`SmallCNN` on ``x: (n, C, H, W)`` in [0, 1], ``y: (n,)`` with Adam; early stopping on
+    the last ``val_fraction`` of the rows; returns the best-validation model in eval mode.
 
     ``progress``: an optional callable ``progress(epoch, val_acc)`` (e.g. to update a rich bar).
     ``min_steps``: the number of epochs is raised so that at least this many Adam steps are taken
     (small training sets, e.g. the 8x8 digits).
     """
-    if epochs < 1:
-        raise ValueError(f"CNN epochs must be >= 1, got {epochs} (evaluator.cnn_epochs / evaluator.fid.domain_epochs)")
-    gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
+    _, c, h, _ = x.shape
+    model = SmallCNN(c, h, num_classes, num_features).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    return fit_early_stopping(model, opt, x, y, epochs=epochs, batch_size=batch_size, patience=patience,
+                              val_fraction=val_fraction, seed=seed, device=device, progress=progress,
+                              min_steps=min_steps)
+
+
+def fit_early_stopping(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                       epochs: int, batch_size: int, patience: int, val_fraction: float = 0.1, seed: int = 0,
+                       device: torch.device | str = "cpu", progress=None, min_steps: int = 0) -> nn.Module:
+    """Minibatch cross-entropy training of ``model`` with early stopping on validation accuracy.
+
+    ``x: (n, ...)``, ``y: (n,)``.  The first ``1 - val_fraction`` of the rows train, the last ``val_fraction``
+    validate (as DP-Sinkhorn's ``torch_evaluate``: no shuffling before the split, so ``x`` must already be in
+    random order); after each epoch the validation accuracy is measured, the best state is kept (the first
+    epoch always counts), and training stops after ``patience`` epochs without improvement or after
+    ``max(epochs, ceil(min_steps / steps_per_epoch))`` epochs.  Returns the best-validation model in eval mode.
+    """
+    if epochs < 1:
+        raise ValueError(f"classifier epochs must be >= 1, got {epochs} (evaluator.cnn.epochs / "
+                         "evaluator.fid.domain.epochs / evaluator.torch_clf.max_epochs)")
+    gen = torch.Generator().manual_seed(seed)
     n = int(x.shape[0])
     n_val = int(round(val_fraction * n)) if n >= 20 else 0
     x_tr, y_tr = x[:n - n_val], y[:n - n_val]
     x_va, y_va = x[n - n_val:], y[n - n_val:]
-    _, c, h, _ = x.shape
-    model = SmallCNN(c, h, num_classes, num_features).to(device)
     steps_per_epoch = max(1, math.ceil(x_tr.shape[0] / batch_size))
     epochs = max(int(epochs), math.ceil(min_steps / steps_per_epoch))
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     best, best_state, bad = -1.0, None, 0
     for epoch in range(epochs):
         model.train()

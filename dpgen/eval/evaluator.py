@@ -6,7 +6,9 @@
    (``samples_class<k>.png``), locally and on W&B through the run logger; synthetic only;
 2. a balanced labelled synthetic set (``n_synthetic``, 60,000 by default: DP-MERF / DP-SWD /
    DP-Sinkhorn protocol);
-3. downstream accuracy on the real test set of LogReg, MLP (scikit-learn) and a small CNN (torch);
+3. downstream accuracy on the real test set of LogReg, MLP and a small CNN (torch); LogReg and MLP under
+   ``protocol='sklearn'`` (DP-SWD Table 2 / DP-MERF: scikit-learn) or ``protocol='torch'`` (DP-Sinkhorn
+   Table 1: its early-stopped torch classifiers on thresholded [-1, 1] pixels, :mod:`dpgen.eval.downstream`);
 4. FID (torchmetrics) of ``n_fid`` synthetic images against a NON-private reference set with the
    ``inception`` or the offline ``domain`` extractor (see :mod:`dpgen.eval.fid` for which data
    trains the domain extractor and which is the reference); the metrics record the extractor
@@ -27,7 +29,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..data import DataSplits
 from ..utils import pick_device
-from .downstream import downstream_accuracy
+from .downstream import PROTOCOLS, TORCH_CLF_DEFAULTS, downstream_accuracy
 from .fid import (
     EXTRACTORS,
     DomainSettings,
@@ -48,7 +50,8 @@ class GenerativeEvaluator:
 
     Only synthetic samples are plotted; no private record is ever shown or read.
     Settings (all ``evaluator.*``): ``n_synthetic``, ``classifiers`` (subset of logreg, mlp, cnn),
-    ``grid_per_class``, ``class_grids``, ``logreg_max_iter``, ``mlp_max_iter``, ``cnn`` (epochs,
+    ``grid_per_class``, ``class_grids``, ``logreg_max_iter``, ``mlp_max_iter`` (protocol sklearn),
+    ``protocol`` (sklearn | torch), ``torch_clf`` (protocol torch: keys of ``TORCH_CLF_DEFAULTS``), ``cnn`` (epochs,
     batch_size, lr, patience), ``fid`` (enabled, extractor, fallback, n_fid, inception_weights,
     cache_dir, min_public, batch_size, domain: {epochs, batch_size, lr, num_features}), ``device``.
     """
@@ -56,13 +59,20 @@ class GenerativeEvaluator:
     def __init__(self, n_synthetic: int = 60000, classifiers: tuple[str, ...] = ("logreg", "mlp"),
                  grid_per_class: int = 10, logreg_max_iter: int = 5000, mlp_max_iter: int = 200,
                  cnn: dict | None = None, fid: dict | None = None, class_grids: bool = True,
-                 device: str = "auto") -> None:
+                 device: str = "auto", protocol: str = "sklearn", torch_clf: dict | None = None) -> None:
         self.n_synthetic, self.classifiers = int(n_synthetic), tuple(classifiers)
         bad = [c for c in self.classifiers if c not in ("logreg", "mlp", "cnn")]
         if bad:
             raise ValueError(f"evaluator.classifiers: unknown {bad}; choose from logreg, mlp, cnn")
         self.grid_per_class, self.class_grids = int(grid_per_class), bool(class_grids)
         self.logreg_max_iter, self.mlp_max_iter = logreg_max_iter, mlp_max_iter
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"evaluator.protocol={protocol!r}: choose from {PROTOCOLS} (sklearn: DP-SWD / DP-MERF's "
+                             "scikit-learn LogReg and MLP; torch: DP-Sinkhorn's early-stopped torch classifiers)")
+        unknown = set(torch_clf or {}) - set(TORCH_CLF_DEFAULTS)
+        if unknown:
+            raise ValueError(f"evaluator.torch_clf: unknown keys {sorted(unknown)}; known: {sorted(TORCH_CLF_DEFAULTS)}")
+        self.protocol, self.torch_clf = protocol, {**TORCH_CLF_DEFAULTS, **(torch_clf or {})}
         unknown = set(cnn or {}) - set(_CNN_DEFAULTS) - {"weight_decay", "val_fraction", "num_features", "min_steps"}
         if unknown:
             raise ValueError(f"evaluator.cnn: unknown keys {sorted(unknown)}; known: {sorted(_CNN_DEFAULTS)}")
@@ -106,8 +116,10 @@ class GenerativeEvaluator:
                     task = progress.add_task(f"fitting {clf} on synthetic, testing on real", total=1)
                     metrics.update(downstream_accuracy(x_syn[:n_clf], y_syn[:n_clf], data.test.x, data.test.y, (clf,),
                                                        seed, self.logreg_max_iter, self.mlp_max_iter, cnn=self.cnn,
-                                                       num_classes=k, device=device))
+                                                       num_classes=k, device=device, protocol=self.protocol,
+                                                       torch_clf=self.torch_clf))
                     progress.update(task, completed=1, description=f"{clf}: accuracy {metrics[f'acc_{clf}']:.4f}")
+            metrics["downstream_protocol"] = self.protocol
         if fid_on:
             metrics.update(self._fid(x_syn[: int(self.fid["n_fid"])], data, device, console))
         metrics["eval_time_s"] = time.time() - t0

@@ -87,9 +87,9 @@ def test_without_a_paper_recipe_a_rigorous_honest_run_decides():
 
 
 def _flow_row(paper: float = 70.0, paper_ref: float = 21.0):
-    ref = sb.Cell("toy_method", ("model.private=false",), vary=("model.ae_*",))
+    ref = sb.Cell("toy_method", ("model.private=false",), vary=("model.ae_*", "evaluator.*"))
     return sb.Row("toy-flow", "dpswflow-t1", "toy", (sb._fid(paper, 10.0),), "spec", True,
-                  sb.Cell("toy_method", ("privacy.convention=paper",), vary=("model.ae_*",)), "—", ref,
+                  sb.Cell("toy_method", ("privacy.convention=paper",), vary=("model.ae_*", "evaluator.*")), "—", ref,
                   ratio=sb.FidRatio(ref, paper_ref, "toy ε = ∞"))
 
 
@@ -109,6 +109,18 @@ def test_a_fid_ratio_needs_a_reference_with_the_same_autoencoder():
             _ev(0.0, "model.private=false", "model.ae_steps=5000", fid=25.0, fid_extractor="domain")]
     status, detail = sb.verdict(row, runs)
     assert status == "open" and "no paired run of the ratio's reference" in detail
+
+
+def test_a_fid_ratio_pairs_fids_of_the_same_sample_size():
+    row = _flow_row()
+    # a 25-image private FID against a 10,000-image reference would be a ratio of small-sample biases
+    runs = [_ev(0.0, "privacy.convention=paper", "evaluator.fid.n_fid=25", fid=300.0, fid_extractor="domain"),
+            _ev(0.0, "model.private=false", fid=25.0, fid_extractor="domain")]
+    status, detail = sb.verdict(row, runs)
+    assert status == "open" and "no paired run of the ratio's reference" in detail
+    runs.append(_ev(0.0, "model.private=false", "evaluator.fid.n_fid=25", fid=250.0, fid_extractor="domain"))
+    status, detail = sb.verdict(row, runs)
+    assert status == "reproduced (within tolerance)" and "= 1.20" in detail
 
 
 def test_a_non_private_run_never_reproduces_a_private_number():

@@ -619,21 +619,28 @@ def _ratio_groups(row: Row, runs: list[dict], evidence: list[dict]) -> tuple[flo
 
 
 def _ratio_verdict(row: Row, name: str, evidence: list[dict]) -> tuple[bool, str] | None:
-    """(within, detail) of the first group of cell ``name`` with a paired reference; None when there is none."""
+    """(within, detail) of cell ``name`` judged by ratio: the first group with a paired reference that is within
+    the tolerance, else the first group with a paired reference; None when no group has one."""
     m, r = row.metrics[0], row.ratio
+    first = None
     for g in group_runs(getattr(row, name), evidence):
         got = _ratio_groups(row, g, evidence)
         if got is None:
             continue
         ours, ref = got
         paper, bound = m.paper / r.paper_ref, (m.paper + m.tolerance) / r.paper_ref
-        detail = (f"judged as a domain-FID ratio (Inception weights are not available offline): {HEADERS[name]} "
+        # how the FIDs were taken when not the evaluator's default (e.g. the 25-image FID a released code scores)
+        how = [f"`{o}`" for o in effective_overrides(g[0]) if _key(o).startswith("evaluator.fid.")]
+        detail = (f"judged as a domain-FID ratio (Inception weights are not available offline"
+                  f"{', FIDs with ' + ' '.join(how) + ' on both sides' if how else ''}): {HEADERS[name]} "
                   f"{_values(row, g).replace(' (not comparable†)', '')} / {r.ref_label} (ours) "
                   f"{_values(row, ref).replace(' (not comparable†)', '')} = {ours:.2f}, paper {m.paper:g} / "
                   f"{r.paper_ref:g} = {paper:.2f} (the +{m.tolerance:g} tolerance allows ≤ {bound:.2f}) "
                   f"({(g[0].get('privacy') or {}).get('guarantee', '—')})")
-        return ours <= bound, detail
-    return None
+        if ours <= bound:
+            return True, detail
+        first = first or (False, detail)
+    return first
 
 
 def _verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:

@@ -120,7 +120,19 @@ def test_a_fid_ratio_pairs_fids_of_the_same_sample_size():
     assert status == "open" and "no paired run of the ratio's reference" in detail
     runs.append(_ev(0.0, "model.private=false", "evaluator.fid.n_fid=25", fid=250.0, fid_extractor="domain"))
     status, detail = sb.verdict(row, runs)
-    assert status == "reproduced (within tolerance)" and "= 1.20" in detail
+    assert status == "reproduced (within tolerance)" and "= 1.20" in detail and "n_fid=25` on both sides" in detail
+
+
+def test_a_ratio_row_is_reproduced_when_any_paired_group_is_within_the_tolerance():
+    row = _flow_row()  # allows <= 80 / 21 = 3.81
+    runs = [_ev(0.0, "privacy.convention=paper", "evaluator.fid.n_fid=25", fid=500.0, fid_extractor="domain"),
+            _ev(0.0, "model.private=false", "evaluator.fid.n_fid=25", fid=100.0, fid_extractor="domain"),  # 5.0
+            _ev(0.0, "privacy.convention=paper", fid=90.0, fid_extractor="domain"),
+            _ev(0.0, "model.private=false", fid=25.0, fid_extractor="domain")]                               # 3.6
+    status, detail = sb.verdict(row, runs)
+    assert status == "reproduced (within tolerance)" and "= 3.60" in detail
+    status, detail = sb.verdict(row, runs[:2])
+    assert status == "open" and "= 5.00" in detail
 
 
 def test_a_non_private_run_never_reproduces_a_private_number():

@@ -184,7 +184,9 @@ TABLES = (
           "steps), whose reconstructions of the real test set already have domain FID 82.8 on MNIST and 54.6 on F-MNIST "
           "(`python scripts/ae_fid_floor.py <run folder>`; the ε = ∞ DPSWflow-r runs are at 97.3 and 55.8). That "
           "floor is shared by both sides of a ratio and pulls it toward 1, i.e. it favours a \"reproduced\" "
-          "verdict; the ratios are evidence about the flow, not a measurement of the paper's Inception FIDs."),
+          "verdict; the ratios are evidence about the flow, not a measurement of the paper's Inception FIDs. "
+          "DPSWgen's paper cells run the released trainer's 35 generator steps (20 at ε = 5) and are shown with "
+          "the released code's 25-image FID beside the 10,000-image one (docs/reproduction.md, stop 21, item 21)."),
     Table("wdp-t2", "WDP (Yang, Qi & Zhou), Table 2 — DP-SGD CNN test accuracy (%)",
           "Paper ε (DP column) 2.2 MNIST / 2.9 F-MNIST, δ = 1e-5; tolerance −3 points."),
 )

@@ -35,6 +35,14 @@ TORCH_CLF_DEFAULTS = {"lr": 1e-4, "weight_decay": 1e-6, "batch_size": 512, "max_
                       "threshold": True}
 
 
+def torch_clf_settings(settings: dict | None = None) -> dict:
+    """``TORCH_CLF_DEFAULTS`` updated with ``settings`` (``evaluator.torch_clf``); an unknown key is an error."""
+    unknown = set(settings or {}) - set(TORCH_CLF_DEFAULTS)
+    if unknown:
+        raise ValueError(f"evaluator.torch_clf: unknown keys {sorted(unknown)}; known: {sorted(TORCH_CLF_DEFAULTS)}")
+    return {**TORCH_CLF_DEFAULTS, **(settings or {})}
+
+
 def torch_protocol_inputs(x_syn: torch.Tensor, x_test: torch.Tensor, threshold: bool = True
                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """DP-Sinkhorn's classifier inputs: ``(n, C, H, W)`` in [0, 1] -> flattened ``(n, D)`` in [-1, 1]; with
@@ -58,10 +66,7 @@ def torch_protocol_accuracy(name: str, x_syn: torch.Tensor, y_syn: torch.Tensor,
 
     from .cnn import accuracy, fit_early_stopping
 
-    cfg = {**TORCH_CLF_DEFAULTS, **(settings or {})}
-    unknown = set(cfg) - set(TORCH_CLF_DEFAULTS)
-    if unknown:
-        raise ValueError(f"evaluator.torch_clf: unknown keys {sorted(unknown)}; known: {sorted(TORCH_CLF_DEFAULTS)}")
+    cfg = torch_clf_settings(settings)
     xs, xt = torch_protocol_inputs(x_syn, x_test, bool(cfg["threshold"]))
     d = xs.shape[1]
     torch.manual_seed(seed)
@@ -101,8 +106,8 @@ def downstream_accuracy(x_syn: torch.Tensor, y_syn: torch.Tensor, x_test: torch.
     from sklearn.linear_model import LogisticRegression
     from sklearn.neural_network import MLPClassifier
 
-    xs, ys = _flat(x_syn), y_syn.cpu().numpy()
-    xt, yt = _flat(x_test), y_test.cpu().numpy()
+    ys, yt = y_syn.cpu().numpy(), y_test.cpu().numpy()
+    xs = xt = None  # flattened numpy copies, made once and only for a scikit-learn fit
     out: dict[str, float] = {}
     if len(np.unique(ys)) < 2:
         return {f"acc_{c}": float("nan") for c in classifiers}
@@ -124,6 +129,8 @@ def downstream_accuracy(x_syn: torch.Tensor, y_syn: torch.Tensor, x_test: torch.
             clf = MLPClassifier(max_iter=mlp_max_iter, random_state=seed)
         else:
             raise ValueError(f"unknown downstream classifier {name!r}; choose logreg, mlp or cnn")
+        if xs is None:
+            xs, xt = _flat(x_syn), _flat(x_test)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             clf.fit(xs, ys)

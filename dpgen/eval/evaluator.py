@@ -29,7 +29,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..data import DataSplits
 from ..utils import pick_device
-from .downstream import PROTOCOLS, TORCH_CLF_DEFAULTS, downstream_accuracy
+from .downstream import PROTOCOLS, downstream_accuracy, torch_clf_settings
 from .fid import (
     EXTRACTORS,
     DomainSettings,
@@ -69,10 +69,7 @@ class GenerativeEvaluator:
         if protocol not in PROTOCOLS:
             raise ValueError(f"evaluator.protocol={protocol!r}: choose from {PROTOCOLS} (sklearn: DP-SWD / DP-MERF's "
                              "scikit-learn LogReg and MLP; torch: DP-Sinkhorn's early-stopped torch classifiers)")
-        unknown = set(torch_clf or {}) - set(TORCH_CLF_DEFAULTS)
-        if unknown:
-            raise ValueError(f"evaluator.torch_clf: unknown keys {sorted(unknown)}; known: {sorted(TORCH_CLF_DEFAULTS)}")
-        self.protocol, self.torch_clf = protocol, {**TORCH_CLF_DEFAULTS, **(torch_clf or {})}
+        self.protocol, self.torch_clf = protocol, torch_clf_settings(torch_clf)
         unknown = set(cnn or {}) - set(_CNN_DEFAULTS) - {"weight_decay", "val_fraction", "num_features", "min_steps"}
         if unknown:
             raise ValueError(f"evaluator.cnn: unknown keys {sorted(unknown)}; known: {sorted(_CNN_DEFAULTS)}")

@@ -32,19 +32,19 @@ test-all: $(STAMP)
 
 ## benchmarks: writes docs/benchmarks.md
 bench: $(STAMP)
-	$(BIN)/python scripts/bench.py --out docs/benchmarks.md
+	$(BIN)/dpgen bench --out docs/benchmarks.md
 
 lint: $(STAMP)
-	$(BIN)/ruff check dpgen scripts tests train.py
+	$(BIN)/ruff check dpgen research tests train.py
 
 ## the reproduction scoreboard of docs/reproduction.md, rendered from docs/reproduction/runs/ (re-runs nothing);
-## add a finished run folder with `python scripts/scoreboard.py collect <run folder>...`
+## add a finished run folder with `dpgen reproduce collect <run folder>...`
 reproduce: $(STAMP)
-	$(BIN)/python scripts/scoreboard.py render
+	$(BIN)/dpgen reproduce render
 
 ## DP-SWD Table 4 noise calibration table of docs/reproduction.md (computes σ, ~150 s)
 reproduce-calibration: $(STAMP)
-	$(BIN)/python scripts/calibration_table.py --out docs/reproduction.md
+	$(BIN)/dpgen reproduce calibration --out docs/reproduction.md
 
 clean:
 	rm -rf outputs multirun wandb .pytest_cache

@@ -99,7 +99,7 @@ def run(cfg: DictConfig) -> dict:
             "precision": ctx.precision,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
-            "git_commit": _code_version(),  # provenance for docs/reproduction/runs (scripts/scoreboard.py)
+            "git_commit": _code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/scoreboard.py)
             "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         }
         logger.log_summary(results)

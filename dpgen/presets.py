@@ -1,14 +1,15 @@
-"""Experiment presets: dump every preset's fully composed config, and find lines that restate a default.
+"""Experiment presets: list them, dump every preset's fully composed config, find lines that restate a default.
 
 A preset (``configs/experiment/*.yaml``) should patch only what differs from the composition it
 builds on (``train.yaml``'s defaults + the groups its own ``defaults:`` list selects).  A leaf
 key is *redundant* when composing the preset without that key gives the same config.
 
-    python scripts/presets.py dump OUT_DIR          # one YAML per preset: the composed config (hydra node included)
-    python scripts/presets.py redundant [PRESET..]  # the redundant leaf keys, with line numbers; exit 1 if any
-    python scripts/presets.py stats                 # preset lines, and the fraction that restate a default
-    python scripts/presets.py fix [PRESET..]        # delete the redundant keys (the composed config must not change)
-    python scripts/presets.py check                 # fast: keys equal to what the file's defaults give; exit 1 if any
+    dpgen presets [list] [--method M] [--dataset D]  # every preset: dataset, method, guarantee, one line
+    dpgen presets dump OUT_DIR          # one YAML per preset: the composed config (hydra node included)
+    dpgen presets redundant [PRESET..]  # the redundant leaf keys, with line numbers; exit 1 if any
+    dpgen presets stats                 # preset lines, and the fraction that restate a default
+    dpgen presets fix [PRESET..]        # delete the redundant keys (the composed config must not change)
+    dpgen presets check                 # fast: keys equal to what the file's defaults give; exit 1 if any
 
 Compare two dumps with ``diff -r BEFORE AFTER`` (nothing is ignored).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,9 +218,91 @@ def stats(configs: Path = CONFIGS) -> tuple[int, int, int]:
     return total, content, restating
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+# ---------------------------------------------------------------------------- list
+@dataclass
+class PresetInfo:
+    """What ``dpgen presets`` shows of one preset: read from its YAML and the presets it builds on."""
+
+    name: str
+    dataset: str
+    method: str
+    guarantee: str  # "honest" | "paper convention" | "non-private"
+    description: str
+
+
+def _own(preset: str, configs: Path) -> dict:
+    return yaml.safe_load((configs / "experiment" / f"{preset}.yaml").read_text()) or {}
+
+
+def _choice(preset: str, group: str, configs: Path, default: str) -> str:
+    """The ``group`` choice of a preset: its own ``override /group``, else that of a preset or
+    ``/da_dataset`` file it builds on, else ``default`` (train.yaml's)."""
+    for entry in _own(preset, configs).get("defaults") or []:
+        if isinstance(entry, dict):
+            for key, value in entry.items():
+                if key.replace("override ", "").strip("/") == group:
+                    return str(value)
+    for entry in _own(preset, configs).get("defaults") or []:
+        if isinstance(entry, str) and entry.startswith("/da_dataset/") and group == "dataset":
+            da = yaml.safe_load((configs / "da_dataset" / f"{entry.rsplit('/', 1)[1]}.yaml").read_text()) or {}
+            for e in da.get("defaults") or []:
+                if isinstance(e, dict) and any(k.replace("override ", "").strip("/") == "dataset" for k in e):
+                    return str(next(iter(e.values())))
+        elif isinstance(entry, str) and (configs / "experiment" / f"{entry}.yaml").is_file():
+            return _choice(entry, group, configs, default)
+    return default
+
+
+def _description(preset: str, configs: Path, width: int = 90) -> str:
+    """The preset's leading comment, shortened to one line."""
+    text = []
+    for line in (configs / "experiment" / f"{preset}.yaml").read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if "@package" not in line:
+            text.append(line.lstrip("# ").strip())
+    return textwrap.shorten(" ".join(text), width=width, placeholder=" …")
+
+
+def preset_info(preset: str, configs: Path = CONFIGS) -> PresetInfo:
+    merged: dict = {}
+    chain, seen = [preset], set()
+    while chain:  # the presets it builds on, nearest last so its own keys win
+        p = chain.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        own = _own(p, configs)
+        for entry in own.get("defaults") or []:
+            if isinstance(entry, str) and (configs / "experiment" / f"{entry}.yaml").is_file():
+                chain.append(entry)
+        merged = {**own, **merged}
+    convention = (merged.get("privacy") or {}).get("convention")
+    accountant = merged.get("accountant") or {}
+    non_private = (merged.get("model") or {}).get("private") is False or ("epsilon" in accountant and accountant["epsilon"] is None)
+    guarantee = "paper convention" if convention == "paper" else ("non-private" if non_private else "honest")
+    return PresetInfo(preset, _choice(preset, "dataset", configs, "digits"), _choice(preset, "model", configs, "dp_class_gaussian"),
+                      guarantee, _description(preset, configs))
+
+
+def list_presets(method: str | None = None, dataset: str | None = None, configs: Path = CONFIGS) -> list[PresetInfo]:
+    """Every preset whose method / dataset contains the given text (case-insensitive)."""
+    rows = [preset_info(p, configs) for p in presets(configs)]
+    if method:
+        rows = [r for r in rows if method.lower() in r.method.lower() or method.lower() in r.name.lower()]
+    if dataset:
+        rows = [r for r in rows if dataset.lower() in r.dataset.lower()]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dpgen presets", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd")
+    ls = sub.add_parser("list", help="every preset with its dataset, method, guarantee and one line (the default)")
+    for parser in (ap, ls):
+        parser.add_argument("--method", help="only presets whose method (model config) or name contains this")
+        parser.add_argument("--dataset", help="only presets whose dataset contains this")
     d = sub.add_parser("dump")
     d.add_argument("out", type=Path)
     r = sub.add_parser("redundant")
@@ -227,7 +311,16 @@ def main() -> int:
     sub.add_parser("check")
     f = sub.add_parser("fix")
     f.add_argument("presets", nargs="*")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.cmd in (None, "list"):
+        rows = list_presets(a.method, a.dataset)
+        width = max((len(r.name) for r in rows), default=0)
+        for r in rows:
+            print(f"{r.name:<{width}}  {r.dataset:<14} {r.method:<18} {r.guarantee:<16} {r.description}")
+        if not rows:
+            print("no preset matches", file=sys.stderr)
+            return 1
+        return 0
     if a.cmd == "dump":
         a.out.mkdir(parents=True, exist_ok=True)
         for p in presets():

@@ -1,7 +1,7 @@
 """Summarise a Hydra multirun sweep: a privacy–utility figure and two markdown tables.
 
-    python scripts/sweep_report.py multirun/digits_dpswd/2026-11-22_22-06-03
-    python scripts/sweep_report.py multirun/... --out reports/ --metric acc_mlp --metric acc_logreg
+    dpgen report multirun/digits_dpswd/2026-11-22_22-06-03
+    dpgen report multirun/... --out reports/ --metric acc_mlp --metric acc_logreg
 
 Every ``results.json`` below the folder (at any depth) is one finished job; its overrides are read
 from ``.hydra/overrides.yaml`` beside it.  Jobs whose overrides differ only by ``seed`` are one
@@ -31,8 +31,6 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 from dpgen.logging.summary import guarantee_label, metric_family, to_float  # noqa: E402
 
 MISSING = "—"

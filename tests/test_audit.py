@@ -256,15 +256,10 @@ def test_noisy_gradient_sum_mechanism_both_relations():
 
 @pytest.mark.parametrize("preset", ["digits_moments", "digits_shift_dp_dann"])
 def test_script_audits_the_presets_mechanism_objects(preset):
-    """scripts/audit.py builds the run's own mechanism (method.setup) and claims its calibrating accountant's
+    """dpgen/audit/cli.py builds the run's own mechanism (method.setup) and claims its calibrating accountant's
     epsilon: for one Gaussian release at the preset's target epsilon that claim is the target itself."""
-    import importlib.util
-    from pathlib import Path
+    from dpgen.audit import cli as mod
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "audit.py"
-    spec = importlib.util.spec_from_file_location("audit_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     rows = mod.audit_preset([f"experiment={preset}"], runs=20_000, seed=0, steps=2, compose_runs=2000)
     assert rows and all(r["extra"]["fidelity"]["ok"] for r in rows)
     for r in rows:

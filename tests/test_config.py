@@ -92,15 +92,9 @@ def test_data_dependent_reports_is_a_typed_opt_in_for_poisson_only(tmp_path, dat
 
 # -- presets patch only what differs (issue 15 item 6) -----------------------------------------
 def _presets_module():
-    import importlib.util
-    import sys
+    from dpgen import presets
 
-    if "presets_tool" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("presets_tool", CONFIGS.parent / "scripts" / "presets.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["presets_tool"] = mod  # dataclasses look their module up here
-        spec.loader.exec_module(mod)
-    return sys.modules["presets_tool"]
+    return presets
 
 
 def test_no_preset_restates_a_value_its_defaults_already_give():

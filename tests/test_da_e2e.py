@@ -78,7 +78,7 @@ def test_missing_office_features_fail_with_the_expected_paths(tmp_path):
 
 
 def test_sweep_report_plots_target_accuracy_against_epsilon(tmp_path):
-    """Fig. 3 path: a multirun over accountant.epsilon summarised by scripts/sweep_report.py --metric acc_target."""
+    """Fig. 3 path: a multirun over accountant.epsilon summarised by dpgen/report.py --metric acc_target."""
     import subprocess
     import sys
 
@@ -91,7 +91,7 @@ def test_sweep_report_plots_target_accuracy_against_epsilon(tmp_path):
         (job / "results.json").write_text(json.dumps({"experiment": "mnist_usps_dpswd", "privacy": privacy,
                                                       "overrides": [f"accountant.epsilon={eps}"],
                                                       "metrics": {"acc_target": acc, "acc_source": 0.97}}))
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(tmp_path), "--metric", "acc_target"],
+    r = subprocess.run([sys.executable, "-m", "dpgen.report", str(tmp_path), "--metric", "acc_target"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "acc_target" in r.stdout and "0.6" in r.stdout and "0.8" in r.stdout

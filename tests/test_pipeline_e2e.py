@@ -42,7 +42,7 @@ def test_digits_run_writes_results_with_finite_downstream_accuracies(tmp_path):
     assert (out / "checkpoints" / "last.pt").exists() and (out / ".hydra" / "config.yaml").exists()
     assert list((out / "wandb").glob("offline-run-*")), "the default logger writes an offline W&B run"
     assert "epsilon spent (RDP)" in r.stdout and "acc_logreg" in r.stdout
-    # provenance that scripts/scoreboard.py stores with the run: the code's commit and the date
+    # provenance that dpgen/reproduce/scoreboard.py stores with the run: the code's commit and the date
     if (ROOT / ".git").exists():
         assert re.fullmatch(r"[0-9a-f]{4,40}( \+ uncommitted changes)?", res["git_commit"]), res["git_commit"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", res["created_utc"]), res["created_utc"]
@@ -61,7 +61,7 @@ def test_two_job_multirun_with_joblib_writes_one_results_file_per_job(tmp_path):
     for p in results:
         pr = json.loads(p.read_text())["privacy"]
         assert pr["epsilon"] <= pr["target_epsilon"]
-    rep = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(sweep)], capture_output=True,
+    rep = subprocess.run([sys.executable, "-m", "dpgen.report", str(sweep)], capture_output=True,
                          text=True)
     assert rep.returncode == 0, rep.stderr
     assert (sweep / "privacy_utility.png").exists()

@@ -1,4 +1,4 @@
-"""scripts/scoreboard.py: the committed scoreboard equals a render of the committed evidence store; verdicts."""
+"""dpgen/reproduce/scoreboard.py: the committed scoreboard equals a render of the committed evidence store; verdicts."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests._scripts import load_script
 
-sb = load_script("scoreboard")
+from dpgen.reproduce import scoreboard as sb
 
 
 # ------------------------------------------------------------------ the doc and the store agree

@@ -1,6 +1,6 @@
 """Issue 15's per-step cuts compute the same maths as the steps they replaced.
 
-The "before" steps are the bench-only copies in ``scripts/benches/steps.py`` (what ``make bench``
+The "before" steps are the bench-only copies in ``dpgen/bench/steps.py`` (what ``make bench``
 times against); every test below runs the library's step and that copy on the same fixed inputs and
 the same random streams and compares the results.  Tolerances: float32 rounding of a different
 kernel / summation order (stated per test); any change of the maths (a missing clip, a different
@@ -9,22 +9,15 @@ loss, a different noise) moves the results by orders of magnitude more.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
+from dpgen.bench import steps
 from dpgen.models import ConvCondGen, DCGANCondGenerator
 from dpgen.ot.flows import quantile_levels
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.dpsgd import clip_per_sample, clipped_sum, per_sample_norms
 from dpgen.privacy.mechanisms import NoisyGradientSum
-
-_PATH = Path(__file__).resolve().parents[1] / "scripts" / "benches" / "steps.py"
-_spec = importlib.util.spec_from_file_location("dpgen_bench_steps", _PATH)
-steps = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(steps)
 
 CPU = torch.device("cpu")
 
@@ -155,11 +148,10 @@ def test_noisy_gradient_sum_equals_reference_release():
 
 
 def test_bench_only_merges_its_section_and_keeps_the_rest():
-    """``scripts/bench.py --only steps`` replaces the marked ``steps`` block, appends it when absent,
+    """``dpgen/bench/run.py --only steps`` replaces the marked ``steps`` block, appends it when absent,
     and leaves every other line of docs/benchmarks.md alone."""
-    spec = importlib.util.spec_from_file_location("dpgen_bench_main", _PATH.parents[1] / "bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from dpgen.bench import run as bench
+
     doc = "# Benchmarks\n\nhand-written notes\n"
     once = bench.merge_sections(doc, {"steps": "## Per-step\n\n| a |\n"})
     assert once.startswith(doc.rstrip("\n")) and "<!-- bench:steps" in once and "| a |" in once

@@ -1,4 +1,4 @@
-"""scripts/steps_curve.py: the utility-vs-steps table and curve of a run trained in resumed segments."""
+"""dpgen/reproduce/steps_curve.py: the utility-vs-steps table and curve of a run trained in resumed segments."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._scripts import load_script
 
-sc = load_script("steps_curve")
+from dpgen.reproduce import steps_curve as sc
 
 
 def _point(run_dir: Path, steps: int, logreg: float, eps: float) -> None:

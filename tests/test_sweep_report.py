@@ -1,4 +1,4 @@
-"""scripts/sweep_report.py on a fake Hydra multirun folder laid out as train.py -m writes it."""
+"""dpgen/report.py on a fake Hydra multirun folder laid out as train.py -m writes it."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests._scripts import load_script
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-sweep_report = load_script("sweep_report")
+from dpgen import report as sweep_report
 
 
 # (subfolder, job number, overrides, target ε, ε RDP, ε PLD, acc_logreg): job numbers deliberately

@@ -1,13 +1,12 @@
-"""scripts/utility_curves.py: cached points are read, not re-run; the adapter's metric and ceiling."""
+"""dpgen/reproduce/utility_curves.py: cached points are read, not re-run; the adapter's metric and ceiling."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tests._scripts import load_script
 
-uc = load_script("utility_curves")
+from dpgen.reproduce import utility_curves as uc
 
 
 def _fake_run(folder: Path, metrics: dict, noise_std: float | None, eps_rdp, eps_pld) -> None:

@@ -3,7 +3,7 @@
 ``bounds``: Clopper-Pearson intervals and (TPR, FPR) -> eps lower bound; exact Gaussian curves.
 ``releases``: vectorised runs of each release on neighbouring inputs, scored by the likelihood ratio.
 ``core``: one audit per release kind, compared with the ledger's claimed epsilon.
-No Hydra inside (``scripts/audit.py`` composes the presets).
+No Hydra inside (``dpgen/audit/cli.py`` composes the presets).
 """
 from .bounds import clopper_pearson, epsilon_lower_bound, gaussian_delta, gaussian_epsilon
 from .core import (

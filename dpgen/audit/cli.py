@@ -1,9 +1,9 @@
 """Empirical privacy audit of an experiment preset's private releases (dpgen.audit).
 
-    python scripts/audit.py experiment=digits_dpswd [--runs 200000] [--out /work/runs/issue-14/audit]
-    python scripts/audit.py --conventions            # the paper conventions of spec dpswd.md §1.5/§3.1
-    python scripts/audit.py experiment=digits_dpswd --results RUN/results.json   # add an "audit" block
-    python scripts/audit.py --report A.json B.json ...  # docs/audit.md table + docs/figures/audit.png
+    dpgen audit experiment=digits_dpswd [--runs 200000] [--out /work/runs/issue-14/audit]
+    dpgen audit --conventions            # the paper conventions of spec dpswd.md §1.5/§3.1
+    dpgen audit experiment=digits_dpswd --results RUN/results.json   # add an "audit" block
+    dpgen audit --report A.json B.json ...  # docs/audit.md table + docs/figures/audit.png
 
 The preset is composed with Hydra's compose API here (dpgen.audit has no Hydra).  The method object
 is instantiated from the preset (no training) and its own schedule / calibration gives the noise,
@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from dpgen.audit import audit_noisy_sum, audit_projection_release  # noqa: E402
 from dpgen.audit.conventions import batch_max_worst_case, raw_pixel_worst_case  # noqa: E402
@@ -280,7 +279,7 @@ def audit_blackbox(overrides: list[str], runs: int, n_samples: int = 2000) -> li
 
 def add_to_results(results_path: Path, audits: list[dict]) -> None:
     res = json.loads(results_path.read_text())
-    res["audit"] = {"note": "empirical 95% lower bounds on epsilon of this preset's releases (scripts/audit.py); "
+    res["audit"] = {"note": "empirical 95% lower bounds on epsilon of this preset's releases (dpgen/audit/cli.py); "
                             "epsilon_claimed is the ledger's epsilon for the same audited releases",
                     "audits": audits}
     tmp = results_path.with_suffix(".json.tmp")
@@ -381,7 +380,7 @@ def report(paths: list[Path], md: Path, png: Path) -> None:
     fig.savefig(png, dpi=130)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=digits_dpswd")
     ap.add_argument("--runs", type=int, default=200_000, help="R: releases per side (half select, half evaluate)")
@@ -395,7 +394,7 @@ def main() -> None:
                     help="end-to-end audit: train the preset RUNS times without and RUNS times with a canary")
     ap.add_argument("--results", type=Path, default=None, help="a run's results.json to add the audit block to")
     ap.add_argument("--report", type=Path, nargs="+", default=None, help="audit JSON files -> docs table + plot")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_num_threads(1)
     if a.report:
         report(a.report, ROOT / "docs" / "audit.md", ROOT / "docs" / "figures" / "audit.png")
@@ -409,7 +408,7 @@ def main() -> None:
         audits, name = audit_blackbox(a.overrides, a.blackbox), f"blackbox_{name}"
     else:
         audits = audit_preset(a.overrides, a.runs, a.seed, a.steps, a.compose_runs)
-    blob = {"command": "python scripts/audit.py " + " ".join(sys.argv[1:]), "seconds": time.time() - t0,
+    blob = {"command": "dpgen audit " + " ".join(sys.argv[1:]), "seconds": time.time() - t0,
             "audits": audits}
     out = a.out or DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)

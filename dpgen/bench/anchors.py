@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dpgen.privacy import accountants as acc  # noqa: E402
 
 REPEATS, MAX_SPREAD = 5, 1.5

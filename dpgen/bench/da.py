@@ -2,20 +2,18 @@
 embedded ``digits_shift`` preset (28x28 digits CNN, batch 32, every step aligning), and the
 per-sample-gradient overhead of DP-DANN relative to DANN.
 
-    python scripts/benches/da.py            # prints the rows
+    python dpgen/bench/da.py            # prints the rows
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 from functools import partial
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dpgen.data.domain import domain_pair, sklearn_digits_domain  # noqa: E402
 from dpgen.logging import RunLogger  # noqa: E402
 from dpgen.methods.base import TrainContext  # noqa: E402

@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 REPEATS = 7
 
@@ -304,7 +301,7 @@ def cases(device: torch.device) -> list[tuple]:
 
 
 def section(device: torch.device) -> str:
-    """The markdown section ``scripts/bench.py`` writes into docs/benchmarks.md (one torch thread)."""
+    """The markdown section ``dpgen/bench/run.py`` writes into docs/benchmarks.md (one torch thread)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -317,12 +314,12 @@ def _section(device: torch.device) -> str:
     load = os.getloadavg()
     lines = ["## Per-step cost before / after (issue 15)", "",
              "How to read it: each row times the step as it was before issue 15 (a bench-only copy in "
-             "`scripts/benches/steps.py`) and the library's step now, on the same inputs, in the same process, "
+             "`dpgen/bench/steps.py`) and the library's step now, on the same inputs, in the same process, "
              f"with {REPEATS} interleaved repeats (before/after alternating), one torch thread, CPU time "
              "(`time.process_time`). The ratio is median(before) / median(after); absolute figures depend on the "
              "machine's load (given below), the ratio much less, and a ratio whose sides spread by more than ×1.5 "
              "is flagged. Rows below ×2 carry the profile of the after step (top operators by self CPU time, share "
-             "of the step), which is where the floor is. `python scripts/bench.py --only steps` regenerates this "
+             "of the step), which is where the floor is. `dpgen bench --only steps` regenerates this "
              "section alone.", "",
              f"Machine: {os.cpu_count()} CPU threads, torch {torch.__version__} ({torch.get_num_threads()} thread), "
              f"load average at the start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min).", "",

@@ -7,7 +7,7 @@ laptop / CI runner) runs beside it.  The target of the issue is contended / alon
 default.  Run folders go to a temporary directory (never the repo); the FID extractor cache is the
 run's own (``DPGEN_CACHE_DIR``), warmed by the warm-up run.
 
-``python scripts/bench.py --only threads --out docs/benchmarks.md`` (about 5 min on 2 cores).
+``dpgen bench --only threads --out docs/benchmarks.md`` (about 5 min on 2 cores).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def section(device) -> str:  # noqa: ARG001 (CPU by construction)
         rows.append(f"| {label} | {a:.1f} s ({amin:.1f}–{amax:.1f}) | {b:.1f} s ({bmin:.1f}–{bmax:.1f}) | ×{b / a:.2f} |")
     return "\n".join([
         "## `make train` alone and beside a CPU-bound process (issue 15 item 1)\n",
-        f"`python scripts/bench.py --only threads` (`scripts/benches/threads.py`): whole-process wall time of "
+        f"`dpgen bench --only threads` (`dpgen/bench/threads.py`): whole-process wall time of "
         f"`python train.py logger=local trainer.progress=false trainer.threads=T`, median (min–max) of {REPEATS} "
         "after a warm-up; competitor: one `python -c \"while True: pass\"`. Target: ratio ≤ 1.5 for the default. "
         f"{os.cpu_count()} CPU threads; load average {load:.1f} when the bench started.\n",

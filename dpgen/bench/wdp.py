@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -10,7 +9,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from dpgen.methods.dpsgd_classifier import DPSGDClassifier  # noqa: E402
 from dpgen.models import mnist_convnet  # noqa: E402

@@ -9,7 +9,7 @@ and tests read them); :func:`group_results` adds a ``summary`` view with three g
 * **utility** — the metrics a user came for (downstream / test / target accuracy, FID, sliced
   Wasserstein distance ...): every numeric metric that is not provenance;
 * **provenance** — how the numbers were produced: counts, extractor, cache paths, timings,
-  overrides, device.  Never plotted (``scripts/sweep_report.py`` lists them in a second table).
+  overrides, device.  Never plotted (``dpgen/report.py`` lists them in a second table).
 
 The guarantee label is the run's own statement: ``results["privacy"]["guarantee"]`` if the
 ledger wrote one, else the ``guarantee`` field the method reports in its train metrics, mapped to

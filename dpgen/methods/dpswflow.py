@@ -640,7 +640,7 @@ class DPSWFlow(_ParticleFlow):
         if calibration not in ("rdp", "analytic"):
             raise ValueError(f"model.calibration={calibration!r}: choose rdp (the ledger's accountant) or analytic "
                              "(exact Gaussian mechanism); the paper's classic formula is not a valid bound at "
-                             "eps = 10 (scripts/dpswflow_sigma_table.py)")
+                             "eps = 10 (dpgen/reproduce/dpswflow_sigma_table.py)")
         self.calibration = calibration
         self.u_all: torch.Tensor | None = None
         self.tq_all: torch.Tensor | None = None

@@ -50,7 +50,7 @@ class ConvCondGen(nn.Module):
         x = self.bn2(self.fc2(x)).view(-1, self.c0, self.h0, self.w0)
         # channels-last layout (same values): oneDNN's convolutions with these few channels run ~2x faster
         # in it on CPU, above all the backward of conv2 (8 -> 1 channel); the layout carries through
-        # interpolate and both convolutions (issue 15, scripts/benches/steps.py)
+        # interpolate and both convolutions (issue 15, dpgen/bench/steps.py)
         x = x.contiguous(memory_format=torch.channels_last)
         x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
         x = F.relu(self.conv1(x))

@@ -51,7 +51,7 @@ class DCGANCondGenerator(nn.Module):
             y = torch.zeros(z.shape[0], dtype=torch.long, device=z.device)
         h = torch.cat([z, self.embed(y)], dim=1)[:, :, None, None]
         # channels-last layout from the first (1x1 -> H/4) layer on (same values): oneDNN's transposed
-        # convolutions run ~1.2x faster in it on CPU (issue 15, scripts/benches/steps.py)
+        # convolutions run ~1.2x faster in it on CPU (issue 15, dpgen/bench/steps.py)
         h = self.net[0](h).contiguous(memory_format=torch.channels_last)
         return self.net[1:](h)
 

@@ -12,7 +12,7 @@ with probability ``>= 1 - beta`` over the fresh directions ``U``.  Three ways of
 * ``"published"``: the 2021 code behind Table 4: ``beta = delta/2``, conversion at ``delta``.
 
 Only ``"union"`` is a guarantee for a multi-step run; the other two exist to reproduce the
-paper's numbers (``scripts/calibration_table.py``).
+paper's numbers (``dpgen/reproduce/calibration_table.py``).
 
 ``partners``: how many difference vectors the bound must hold for *simultaneously* at one release.
 With replace-one neighbours (fixed-size sampling without replacement) the differing pair is fixed:

@@ -12,7 +12,7 @@ differ by at most 2: the DP-SWD sensitivity of ``X -> X U`` is ``2 sqrt(w(k, d, 
   :func:`calibrate_one_shot`.
 * :func:`moments_accountant_epsilon` is the Abadi et al. moments accountant of the released code
   (integer orders, with or without its accumulation bug, §4.2), used only to reproduce the
-  paper's sigma <-> epsilon pairs (``scripts/dpswflow_sigma_table.py``).
+  paper's sigma <-> epsilon pairs (``dpgen/reproduce/dpswflow_sigma_table.py``).
 
 Pure functions: numpy / scipy / autodp only, no Hydra.
 """

@@ -1,6 +1,6 @@
 """Reproduce DP-SWD Table 4 (noise std for eps = 10) and show the corrected calibrations beside it.
 
-    python scripts/calibration_table.py [--out docs/reproduction.md]
+    dpgen reproduce calibration [--out docs/reproduction.md]
 
 Columns (spec dpswd.md §1.4-1.6):
 * paper preset: Bernstein as in the released code (or CLT), bound at delta/2 but RDP->DP conversion
@@ -20,13 +20,11 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import sys
 import time
 from pathlib import Path
 
 from rich.progress import track
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dpgen.privacy import calibrate_dpswd  # noqa: E402
 
 START, END = "<!-- calibration-table:start -->", "<!-- calibration-table:end -->"
@@ -104,7 +102,7 @@ def to_markdown(rows: list[dict], seconds: float) -> str:
         "",
         "Notes on the actual step counts: " + "; ".join(f"{r['name']}: {r['note']}" for r in rows) + ".",
         "",
-        f"Produced by `python scripts/calibration_table.py --out docs/reproduction.md` in {seconds:.0f} s.",
+        f"Produced by `dpgen reproduce calibration --out docs/reproduction.md` in {seconds:.0f} s.",
     ]
     return "\n".join(lines)
 

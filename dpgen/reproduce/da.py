@@ -1,8 +1,8 @@
 """Reproduce the digits rows of DP-SWD Table 1 (M->U, U->M; DANN, SWD, DP-DANN, DP-SWD at eps = 10)
 and Fig. 3 (target accuracy vs epsilon), and write them into docs/reproduction.md.
 
-    python scripts/reproduce_da.py --seeds 0 1 2 --epochs 15 --start-align 2 --out docs/reproduction.md
-    python scripts/reproduce_da.py --fig3 --fig3-eps 0.5 1 3 10 --epochs 15 --start-align 2 ...
+    dpgen reproduce da --seeds 0 1 2 --epochs 15 --start-align 2 --out docs/reproduction.md
+    dpgen reproduce da --fig3 --fig3-eps 0.5 1 3 10 --epochs 15 --start-align 2 ...
 
 Every run is ``python train.py experiment=<task>_<variant> seed=<s> model.epochs=... logger=local``
 in its own folder under ``--runs`` (a finished run, one with results.json, is not run again, so an
@@ -24,8 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 from dpgen.privacy import RDPAccountant, Release, calibrate_dpswd  # noqa: E402
 
 START, END = "<!-- issue-5:start -->", "<!-- issue-5:end -->"
@@ -120,7 +119,7 @@ def table1(args) -> tuple[str, list[dict]]:
     for r in rows:
         lines.append(f"| {TASKS[r['task']]} | {LABEL[r['variant']]} | {r['acc']} | {PAPER[(r['task'], r['variant'])]} | "
                      f"{r['src']} | {r['eps']} | {r['noise']} | {r['steps']} / {r['priv']} | {r['time']:.0f} | {r['n']} |")
-    lines += ["", "DP-SWD noise on the projections, ε = 10, δ = 1e-5 (σ values; spec §1.6, `scripts/calibration_table.py`):", "",
+    lines += ["", "DP-SWD noise on the projections, ε = 10, δ = 1e-5 (σ values; spec §1.6, `dpgen/reproduce/calibration_table.py`):", "",
               "| task | σ paper (Table 4) | σ paper preset, recomputed | σ corrected preset (d = 320, real private batches, "
               "Prop. 2 δ split; 100 epochs) | σ this run (Lemma 2, union bound, Poisson, "
               f"{args.epochs - args.start_align} aligning epochs) |", "|---|---|---|---|---|"]
@@ -210,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         parts += ["### Fig. 3: target accuracy vs ε", "", fig3(args), ""]
     given = list(argv if argv is not None else sys.argv[1:])
     shown = [a for i, a in enumerate(given) if a != "--note" and (i == 0 or given[i - 1] != "--note")]
-    cmd = "python scripts/reproduce_da.py " + " ".join(shown)
+    cmd = "dpgen reproduce da " + " ".join(shown)
     parts += [f"Produced by `{cmd}` in {(time.time() - t0) / 60:.1f} min wall time (cached runs are not re-run)."]
     if args.note:
         parts += ["", args.note]

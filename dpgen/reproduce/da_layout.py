@@ -1,6 +1,6 @@
 """Evaluate a saved digits DA model (``<run>/da_model.pt``) on USPS in both layouts and both splits.
 
-    python scripts/reproduce_da_layout.py /path/to/run/da_model.pt [--mnist]
+    dpgen reproduce da-layout /path/to/run/da_model.pt [--mnist]
 
 Prints the accuracy (%) on USPS test / train with ``layout=resize`` (16x16 stretched to 28x28) and
 ``layout=mnist_box`` (MNIST's 20x20 digit box), and with ``--mnist`` on the MNIST test set and on
@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 from dpgen.data.domain import USPS_LAYOUTS, mnist_domain, usps_domain  # noqa: E402
 from dpgen.models.da import DigitsClassifier, DigitsFeatureExtractor  # noqa: E402
 

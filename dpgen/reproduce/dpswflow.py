@@ -1,9 +1,9 @@
 """Reproduce DPSWflow (Sebag et al.): the toy of Fig. 1, Table 1 (MNIST / F-MNIST, shortened), the sigma table.
 
-    python scripts/reproduce_dpswflow.py toy                 # Fig. 1: SWD after 200 steps, particles PNG
-    python scripts/reproduce_dpswflow.py runs [--only mnist]  # train.py runs: {flow-r, flow, gen} x eps {inf, 10, 5}
-    python scripts/reproduce_dpswflow.py eval                 # FID (domain extractor) + LogReg accuracy per run
-    python scripts/reproduce_dpswflow.py write                # section of docs/reproduction.md (+ sigma table)
+    dpgen reproduce dpswflow toy                 # Fig. 1: SWD after 200 steps, particles PNG
+    dpgen reproduce dpswflow runs [--only mnist]  # train.py runs: {flow-r, flow, gen} x eps {inf, 10, 5}
+    dpgen reproduce dpswflow eval                 # FID (domain extractor) + LogReg accuracy per run
+    dpgen reproduce dpswflow write                # section of docs/reproduction.md (+ sigma table)
 
 CPU budget (this project's 2 shared cores): the runs use the paper's noise calibration for the FULL
 schedule (35 / 20 epochs, 1500 steps) but stop the flow / generator early (``trainer.max_steps`` /
@@ -25,8 +25,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "outputs" / "reproduce_dpswflow"
 FIG = ROOT / "docs" / "figures"
 DOC = ROOT / "docs" / "reproduction.md"
@@ -219,8 +218,7 @@ def _fmt(v, nd: int = 1) -> str:
 
 
 def section() -> str:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from dpswflow_sigma_table import markdown as sigma_md
+    from .dpswflow_sigma_table import markdown as sigma_md
 
     toy_p = OUT / "toy.json"
     toy_r = json.loads(toy_p.read_text()) if toy_p.exists() else None
@@ -229,8 +227,8 @@ def section() -> str:
         if _summary(ds).exists():
             summ.update(json.loads(_summary(ds).read_text()))
     L = [START, "## DPSWflow (Sebag et al., TMLR) — issue 4", "",
-         "Produced by `scripts/reproduce_dpswflow.py` (`toy`, `runs`, `eval`, `write`) and "
-         "`scripts/dpswflow_sigma_table.py`.", "", "### σ ↔ ε (App. C.5; spec §4.2–4.3)", "", sigma_md(), "",
+         "Produced by `dpgen/reproduce/dpswflow.py` (`toy`, `runs`, `eval`, `write`) and "
+         "`dpgen/reproduce/dpswflow_sigma_table.py`.", "", "### σ ↔ ε (App. C.5; spec §4.2–4.3)", "", sigma_md(), "",
          "Interpretation: the paper's σ is a noise multiplier of the subsampled Gaussian with q = 250/N_priv "
          "(N = 30,000 for the flows, 28,500 for DPSWgen, 81,385 for CelebA) and T = int(epochs·N/250) steps; "
          "ε from a moments accountant at δ. The released code's accumulation bug over-states ε by 12–32 %; the "
@@ -269,7 +267,7 @@ def section() -> str:
               "mixture; it may reflect another mixture scale, fewer particles, or a smoothed SWD as the reported "
               "measure. σ = 1 does not match within 200 steps (modes merged into a ring), as in the paper.",
               "", "![toy](figures/dpswflow_toy.png)", "",
-              "Command: `python scripts/reproduce_dpswflow.py toy` (85 s CPU; 3.6 min wall on the shared 2-core machine).", ""]
+              "Command: `dpgen reproduce dpswflow toy` (85 s CPU; 3.6 min wall on the shared 2-core machine).", ""]
     L += ["### Table 1: MNIST / Fashion-MNIST (shortened schedule on CPU)", ""]
     if summ:
         fid_kind = next((v.get("fid_info", {}).get("fid_extractor_trained_on") for v in summ.values()
@@ -307,7 +305,7 @@ def section() -> str:
               f"steps, DPSWgen after {SHORT['gen_steps']} of 4,200 / 2,400, DPSWflow {SHORT['flow_steps']} of 1,500 "
               "steps. The noise is calibrated for the FULL schedule (so the stopped runs spent less ε, column "
               "'ε spent'); DPSWflow spends its whole ε in the one-shot release. Labels are appended to the latent "
-              "(`label_mode=concat`, rows in R^18). Command: `python scripts/reproduce_dpswflow.py runs+eval --only "
+              "(`label_mode=concat`, rows in R^18). Command: `dpgen reproduce dpswflow runs+eval --only "
               "mnist` (and `fmnist`), then `write`; the extra rows: `runs --only mnist --methods dpswflow_nolabel` and (ε = 10 only, "
               "523 s wall) `--methods dpswflow_r_full`. "
               "Wall time ≈ 3–5 min per run plus ~1 min evaluation on the shared, heavily loaded 2-core machine "
@@ -351,13 +349,13 @@ def write_doc() -> None:
     print(f"wrote {DOC}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["toy", "runs", "eval", "runs+eval", "write"])
     ap.add_argument("--only", nargs="*", default=["mnist", "fmnist"])
     ap.add_argument("--n-eval", type=int, default=5000)
     ap.add_argument("--methods", nargs="*", default=list(METHODS))
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.what == "toy":
         toy()
     elif a.what == "runs":

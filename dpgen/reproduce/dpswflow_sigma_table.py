@@ -9,15 +9,11 @@ what dpgen's calibrations give (with the paper's CLT bound and with dpgen's rigo
 Interpretation (spec §4.2): sigma is a noise MULTIPLIER; q = 250 / N_priv; T = int(epochs * N / 250)
 steps; moments accountant over integer orders 1..32 (DPSWgen 1..30); conversion at delta (no split).
 
-    python scripts/dpswflow_sigma_table.py            # prints the markdown
+    dpgen reproduce dpswflow-sigma            # prints the markdown
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dpgen.privacy import RDPAccountant, Release  # noqa: E402
 from dpgen.privacy.dpswflow import (  # noqa: E402
     analytic_gaussian_epsilon,

@@ -1,18 +1,16 @@
 """WDP E1 / Figure 1: budgets of the Laplace and Gaussian mechanisms (scales 1, 2, 3, 5) under RDP
 (order alpha) and WDP (order mu), orders 1..10 (spec wdp-experiments.md E1; Table 1 of wdp.md).
 
-    python scripts/wdp_fig1.py            # -> docs/figures/wdp_fig1.png, prints the grid at integer orders
+    dpgen reproduce wdp-fig1            # -> docs/figures/wdp_fig1.png, prints the grid at integer orders
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from dpgen.privacy.wdp import gaussian_rdp, gaussian_wdp, laplace_rdp, laplace_wdp  # noqa: E402
 

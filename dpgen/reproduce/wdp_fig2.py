@@ -7,19 +7,17 @@ lambda = 16 at Delta = 2C.  All 1225 row pairs feed WA and BA.  ``--clip`` clips
 authors' notebook, and the paper's appendix Fig. 4); without it (the paper's text for Fig. 2) C only
 sets the noise.
 
-    python scripts/wdp_fig2.py --seed 0          # -> docs/figures/wdp_fig2_noclip.png and wdp_fig4_clip.png
+    dpgen reproduce wdp-fig2 --seed 0          # -> docs/figures/wdp_fig2_noclip.png and wdp_fig4_clip.png
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from dpgen.privacy.bayesian import BayesianAccountant, MomentsAccountant  # noqa: E402
 from dpgen.privacy.wdp import WassersteinAccountant, pairwise_distances  # noqa: E402
@@ -49,11 +47,11 @@ def compose(quantile: float, clip: bool, seed: int, steps: int = 100, sigma: flo
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--outdir", type=Path, default=ROOT / "docs" / "figures")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -3,18 +3,16 @@
 (a) beta = 1..50, one curve per delta in {1e-10, 1e-8, 1e-5, 1e-3};
 (b) delta from 1e-10 to 1e-5 (log axis), one curve per beta in {1, 2, 5, 10}.
 
-    python scripts/wdp_fig3.py            # -> docs/figures/wdp_fig3.png
+    dpgen reproduce wdp-fig3            # -> docs/figures/wdp_fig3.png
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from dpgen.privacy.wdp import wdp_epsilon  # noqa: E402
 

@@ -12,7 +12,7 @@ Delta = C, RDP from autodp.  That is where the paper's small WDP epsilon comes f
 
 Shortened schedule (CPU): ``--epochs 1 --batch 256`` by default.  Usage:
 
-    DPGEN_DATA_ROOT=/work/shared/data OMP_NUM_THREADS=1 python scripts/wdp_table2.py --out outputs/wdp_table2
+    DPGEN_DATA_ROOT=/work/shared/data OMP_NUM_THREADS=1 dpgen reproduce wdp-table2 --out outputs/wdp_table2
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from dpgen.privacy.accountants import RDPAccountant, Release  # noqa: E402
 from dpgen.privacy.bayesian import MomentsAccountant  # noqa: E402
@@ -82,7 +81,7 @@ def fmt(v) -> str:
     return f"{v:.3g}" if abs(v) >= 1e4 or abs(v) < 1e-2 else f"{v:.2f}"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "outputs" / "wdp_table2")
     ap.add_argument("--datasets", nargs="+", default=["mnist", "fmnist"])
@@ -90,7 +89,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1.0, help="DP-SGD step (clipped, noised mean gradient)")
     ap.add_argument("--lr-nonprivate", type=float, default=0.1, help="plain SGD step (unclipped gradients)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     sched = [f"model.epochs={args.epochs}", f"model.batch_size={args.batch}"]
     rows = []
     for ds in args.datasets:

@@ -1,15 +1,17 @@
-"""scripts/projection_spread.py: the per-projection spread it reports (docs/reproduction.md, issue 13)."""
+"""research/projection_spread.py: the per-projection spread it reports (docs/reproduction.md, issue 13)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from tests._scripts import load_script
-
-ps = load_script("projection_spread")
+_spec = importlib.util.spec_from_file_location("projection_spread", Path(__file__).resolve().parents[1] / "projection_spread.py")
+ps = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ps)
 
 
 @pytest.mark.parametrize("d", [8, 18])

@@ -1,0 +1,97 @@
+"""The ``dpgen`` console command.
+
+    dpgen train experiment=mnist_dpswd accountant.epsilon=5     # = python train.py ... (Hydra overrides)
+    dpgen sample outputs/digits_moments/<run> --n 10000 --out synth.npz
+    dpgen presets --method dpswd                                 # list presets
+    dpgen report multirun/<sweep>                                # privacy-utility figure + tables of a sweep
+    dpgen reproduce render                                       # the papers' scoreboard
+    dpgen audit experiment=digits_moments                        # empirical privacy audit
+    dpgen bench                                                  # benchmarks -> docs/benchmarks.md
+
+Each subcommand is a module: either ``add_arguments(parser)`` + ``run(args) -> int`` (parsed here), or
+``main(argv) -> int`` with its own parser (the rest of the command line is passed through, so
+``dpgen report --help`` prints the report's own options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import runpy
+import sys
+from pathlib import Path
+
+# name -> (module, one line for `dpgen --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("dpgen.cli", "train an experiment preset: Hydra overrides, as `python train.py ...`"),
+    "sample": ("dpgen.export.cli", "sample a synthetic dataset from a run's release, with its privacy card"),
+    "presets": ("dpgen.presets", "list the experiment presets (filter by --method / --dataset); check them"),
+    "report": ("dpgen.report", "summarise a Hydra multirun sweep: privacy-utility figure and tables"),
+    "reproduce": ("dpgen.reproduce", "the papers' tables and figures: scoreboard render / collect, paper drivers"),
+    "audit": ("dpgen.audit.cli", "empirical privacy audit of a preset's releases"),
+    "bench": ("dpgen.bench.run", "benchmarks against the reference libraries -> docs/benchmarks.md"),
+}
+
+TRAIN_SCRIPT = Path(__file__).resolve().parents[1] / "train.py"
+
+
+def train(argv: list[str]) -> int:
+    """Run the Hydra application of ``train.py`` with ``argv`` as its command line."""
+    if not TRAIN_SCRIPT.is_file():
+        print(f"error: {TRAIN_SCRIPT} not found: `dpgen train` runs from a checkout of the repository "
+              "(pip install -e .)", file=sys.stderr)
+        return 2
+    saved = sys.argv
+    sys.argv = [str(TRAIN_SCRIPT), *argv]
+    try:
+        runpy.run_path(str(TRAIN_SCRIPT), run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="dpgen", description="Differentially private generative modelling and "
+                                 "domain adaptation with optimal transport.",
+                                 epilog="`dpgen COMMAND --help` shows a command's options.")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_module, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        ap = parser()
+        if not argv:
+            ap.print_help()
+            return 2
+        ap.parse_args(argv)  # --help, or an unknown command: argparse prints the choices and exits 2
+        return 2
+    name, rest = argv[0], argv[1:]
+    if name == "train":
+        return train(rest)
+    module = importlib.import_module(COMMANDS[name][0])
+    if hasattr(module, "add_arguments") and hasattr(module, "run"):
+        sub = argparse.ArgumentParser(prog=f"dpgen {name}", description=COMMANDS[name][1])
+        module.add_arguments(sub)
+        return int(module.run(sub.parse_args(rest)) or 0)
+    return int(_with_prog(f"dpgen {name}", module.main, rest) or 0)
+
+
+def _with_prog(prog: str, fn, *args):
+    """Call ``fn`` with ``sys.argv[0]`` set to ``prog``, so that its argparse usage lines name the command."""
+    saved = sys.argv[0]
+    sys.argv[0] = prog
+    try:
+        return fn(*args)
+    finally:
+        sys.argv[0] = saved
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

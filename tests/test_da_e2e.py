@@ -82,7 +82,6 @@ def test_sweep_report_plots_target_accuracy_against_epsilon(tmp_path):
     import subprocess
     import sys
 
-    from tests.test_pipeline_e2e import ROOT
 
     for i, (eps, acc) in enumerate([(1.0, 0.6), (10.0, 0.7), (None, 0.8)]):
         job = tmp_path / str(i)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-
 from dpgen.reproduce import scoreboard as sb
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-
 from dpgen.reproduce import steps_curve as sc
 
 

@@ -11,12 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
 from dpgen import report as sweep_report
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 # (subfolder, job number, overrides, target ε, ε RDP, ε PLD, acc_logreg): job numbers deliberately
 # not in ε order, two jobs share ε=10 and differ only by seed, one is non-private, one is nested one

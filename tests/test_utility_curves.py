@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from dpgen.reproduce import utility_curves as uc
 
 

@@ -26,6 +26,7 @@ from dpgen.methods.domain_adaptation import (  # noqa: E402
 )
 from dpgen.models.da import DigitsClassifier, DigitsFeatureExtractor, DomainDiscriminator  # noqa: E402
 from dpgen.privacy import PrivacyLedger  # noqa: E402
+from dpgen.utils import pick_device
 
 STEPS, WARMUP, REPEATS = 60, 10, 3
 
@@ -78,5 +79,5 @@ def rows(device: torch.device) -> list[tuple[str, str]]:
 
 
 if __name__ == "__main__":
-    for k, v in rows(torch.device("cuda" if torch.cuda.is_available() else "cpu")):
+    for k, v in rows(pick_device("auto")):
         print(f"| {k} | {v} |")

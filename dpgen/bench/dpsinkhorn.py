@@ -10,6 +10,9 @@ from functools import partial
 
 import torch
 
+from dpgen.utils import pick_device
+from dpgen.utils.misc import synchronize
+
 
 def _timeit(fn, repeats: int = 5, warmup: int = 1) -> float:
     for _ in range(warmup):
@@ -40,8 +43,7 @@ def _step_time(device: torch.device, batch: int = 50) -> tuple[str, str]:
 
     def step() -> None:
         m.step(0)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
 
     t = _timeit(step)
     return (f"DP-Sinkhorn training step (mnist_dpsinkhorn: B=50 Poisson + 20 debias rows, 28x28 DCGAN, "
@@ -81,5 +83,5 @@ def rows(device: torch.device) -> list[tuple[str, str]]:
 
 
 if __name__ == "__main__":
-    for r in rows(torch.device("cuda" if torch.cuda.is_available() else "cpu")):
+    for r in rows(pick_device("auto")):
         print(" | ".join(r))

@@ -12,6 +12,8 @@ import torch
 
 from dpgen.ot import gaussian_projection_release, random_directions
 from dpgen.ot.flows import empirical_quantiles, flow_step, quantile_levels
+from dpgen.utils import pick_device
+from dpgen.utils.misc import synchronize
 
 
 def _flow_r_step(x, y, k, levels, sigma):
@@ -22,13 +24,11 @@ def _flow_r_step(x, y, k, levels, sigma):
 
 def _rate(fn, device, repeats: int = 3) -> float:
     fn()  # warm-up
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device)
     t = time.perf_counter()
     for _ in range(repeats):
         fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device)
     return repeats / (time.perf_counter() - t)
 
 
@@ -60,6 +60,6 @@ def rows(device: torch.device) -> list[tuple[str, str]]:
 
 
 if __name__ == "__main__":
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = pick_device("auto")
     for a, b in rows(dev):
         print(f"| {a} | {b} |")

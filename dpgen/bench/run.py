@@ -23,6 +23,7 @@ import torch
 
 from dpgen.ot import dp_sliced_wasserstein, random_directions  # noqa: E402
 from dpgen.privacy import calibrate_dpswd  # noqa: E402
+from dpgen.utils.misc import device_name, synchronize
 
 
 def _timeit(fn, repeats: int = 5, warmup: int = 1) -> float:
@@ -48,14 +49,12 @@ def bench_loss(device: torch.device, n: int = 1000, d: int = 784, k: int = 1000)
 
     def ours(sigma: float) -> None:
         dp_sliced_wasserstein(xs_d, xt_d, sigma, directions=u_d)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
 
     def ours_fresh() -> None:  # what a training step does: fresh directions + noise + backward
         x = xs_d.clone().requires_grad_(True)
         dp_sliced_wasserstein(x, xt_d, 2.9, k=k).backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
 
     t0, t1, t2 = _timeit(lambda: ours(0.0)), _timeit(lambda: ours(2.9)), _timeit(ours_fresh)
     return [
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         text = merge_sections(doc, sections)
     else:
         rows += plugin_rows
-        machine = (torch.cuda.get_device_name() if device.type == "cuda" else
+        machine = (device_name(device) or
                    f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU threads, torch "
                    f"{torch.get_num_threads()} threads")
         md = ["# Benchmarks\n", f"Machine: {machine}; torch {torch.__version__}; numpy {np.__version__}. "

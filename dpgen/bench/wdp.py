@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dpgen.utils import pick_device
+
 ROOT = Path(__file__).resolve().parents[2]
 
 from dpgen.methods.dpsgd_classifier import DPSGDClassifier  # noqa: E402
@@ -86,5 +88,5 @@ def rows(device: torch.device) -> list[tuple[str, str]]:
 
 
 if __name__ == "__main__":
-    for a, b in rows(torch.device("cuda" if torch.cuda.is_available() else "cpu")):
+    for a, b in rows(pick_device("auto")):
         print(f"| {a} | {b} |")

@@ -25,6 +25,18 @@ def pick_device(device: str = "auto") -> torch.device:
     return dev
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (timings); nothing on the CPU."""
+    if device.type != "cpu":
+        getattr(torch, device.type).synchronize()
+
+
+def device_name(device: torch.device) -> str | None:
+    """The accelerator's name (benchmark provenance); None on the CPU."""
+    backend = getattr(torch, device.type, None)
+    return backend.get_device_name() if device.type != "cpu" and hasattr(backend, "get_device_name") else None
+
+
 def on_host(t: torch.Tensor) -> bool:
     """True when reading ``t``'s value costs no device sync (``t`` is on the CPU).
 

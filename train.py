@@ -68,11 +68,13 @@ def _remove_untouched_run_dir() -> None:
 
     if not HydraConfig.initialized():
         return
+    from dpgen.runs import STATE_DIR, in_use
+
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    if not run_dir.is_dir():
+    if not run_dir.is_dir() or in_use(run_dir):  # another run's folder (a refused second start): never touched
         return
     for entry in run_dir.iterdir():
-        if entry.name == ".hydra" and entry.is_dir():
+        if entry.name in (".hydra", STATE_DIR) and entry.is_dir():
             continue
         if entry.suffix == ".log" and entry.is_file() and entry.stat().st_size == 0:
             continue

@@ -42,7 +42,8 @@ class TrainerSchema:
     precision: Any = 32  # 32 | bf16 (dpgen.utils.autocast: model forwards only, never the privacy maths)
     log_every: int = 50
     checkpoint_every: int = 500
-    resume: Any = False
+    resume: Any = "auto"  # auto | true | false | <run folder or .pt> (dpgen/runs.py)
+    overwrite: bool = False
     max_steps: int | None = None
     progress: bool = True
     deterministic: bool = False
@@ -99,8 +100,8 @@ def validate(cfg: DictConfig) -> None:
         check_precision(cfg.trainer.get("precision", 32))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    resume = cfg.trainer.get("resume", False)
-    if isinstance(resume, str) and resume not in ("true", "false") and not Path(resume).exists():
+    resume = cfg.trainer.get("resume", "auto")
+    if isinstance(resume, str) and resume not in ("auto", "true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")
     lw = cfg.logger.get("wandb")
     if lw is not None and lw.get("mode") not in ("online", "offline", "disabled"):

@@ -5,6 +5,7 @@
    is checked before any data is read (a typo in evaluator.* fails in seconds)
 3. data    = instantiate(cfg.dataset)     -> public / private / test splits
 4. method.fit(data, ledger, ctx)          -> methods.loop.train (resume, budget, checkpoints)
+   (the run folder is locked for the whole run and its resume decided first: dpgen/runs.py)
 5. metrics = evaluator(method, data, logger)
 6. results.json (+ W&B summary); return the results
 """
@@ -23,33 +24,25 @@ from .config import validate
 from .logging.summary import print_summary
 from .methods.base import TrainContext
 from .privacy.conventions import PaperConvention
+from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
 
 
-def _resume_path(resume, run_dir: Path) -> Path | None:
-    if resume in (False, None, "false"):
-        return None
-    p = run_dir if resume in (True, "true") else Path(str(resume))
-    if p.is_dir():
-        p = p / "checkpoints" / "last.pt"
-    if not p.exists():
-        if resume in (True, "true"):
-            return None  # nothing to resume yet: start fresh (and say so)
-        raise FileNotFoundError(f"trainer.resume: checkpoint {p} not found")
-    return p
-
-
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
+    with claim_run_folder(cfg, log=Console(stderr=True).log) as folder:  # one owner; resume or refuse (runs.py)
+        return _run(cfg, folder)
+
+
+def _run(cfg: DictConfig, folder: RunFolder) -> dict:
     threads = apply_threads(cfg.trainer.get("threads", 1))
     t0 = time.time()
     console = Console(stderr=True)
     seed = int(cfg.get("seed", 0))
     seed_everything(seed)
     device = pick_device(cfg.trainer.device)
-    run_dir = Path(cfg.paths.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = folder.path
     name = cfg.get("experiment_name", "run")
     console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
@@ -66,17 +59,12 @@ def run(cfg: DictConfig) -> dict:
                       "delta", stacklevel=2)
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
     try:
-        resume = _resume_path(cfg.trainer.resume, run_dir)
-        if resume is not None:
-            console.log(f"resuming from {resume}")
-        elif cfg.trainer.resume in (True, "true"):
-            console.log("trainer.resume=true but no checkpoint in this run folder: starting fresh")
         if cfg.trainer.get("deterministic", False):
             warnings.warn("trainer.deterministic=true: sampling and noise are seeded from `seed`, which is logged; "
                           "anyone who knows it can recompute the noise. Use for debugging only.", stacklevel=2)
         ctx = TrainContext(device=device, logger=logger, run_dir=run_dir, seed=seed,
                            log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
-                           resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
+                           resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
                            precision=check_precision(cfg.trainer.get("precision", 32)))
         train_metrics = method.fit(data, ledger, ctx)

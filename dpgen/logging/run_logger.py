@@ -4,7 +4,7 @@ Only aggregate metrics, synthetic samples and public data are ever passed to a l
 methods never hand it a private record (see the privacy boundary in docs/ARCHITECTURE.md).
 
 A run folder is one run, also across restarts (``trainer.resume``): ``metrics.csv`` is appended
-to, the W&B run id is kept in ``wandb_run_id`` and resumed, and ``runtime.json`` records the wall
+to and cut back to the checkpoint's step on a resume (``rewind``: each step once), the W&B run id is kept in ``wandb_run_id`` and resumed, and ``runtime.json`` records the wall
 time of every segment so that ``results["runtime_s"]`` covers them all.
 """
 
@@ -74,6 +74,21 @@ class LocalSink:
         with open(self._csv, "a", newline="") as fh:
             csv.DictWriter(fh, fieldnames=self._fields).writerow(row)
 
+    def rewind(self, step: int) -> None:
+        """Drop the rows after ``step`` (a resume from the checkpoint at ``step``: the steps a killed run
+        logged after it are trained again) and a last line cut short by the kill; atomic rewrite."""
+        if not self._csv.exists() or not self._fields:
+            return
+        text = self._csv.read_text()
+        lines = text.splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines = lines[:-1]  # a row the killed run never finished writing
+        rows = list(csv.DictReader(io.StringIO("".join(lines))))
+        kept = [r for r in rows if _step_of(r) is not None and _step_of(r) <= step]
+        if len(kept) == len(rows) and len(lines) == len(text.splitlines(keepends=True)):
+            return
+        self._rewrite(kept)
+
     def _widen(self, new: list[str]) -> None:
         """Rewrite the file once with ``new`` columns added (old rows get empty cells)."""
         rows: list[dict] = []
@@ -81,6 +96,10 @@ class LocalSink:
             with open(self._csv, newline="") as fh:
                 rows = list(csv.DictReader(fh))
         self._fields = self._fields + new
+        self._rewrite(rows)
+
+    def _rewrite(self, rows: list[dict]) -> None:
+        """Replace the file by the header and ``rows`` (temp file + rename: a kill leaves the old or the new file)."""
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=self._fields)
         writer.writeheader()
@@ -105,6 +124,13 @@ class LocalSink:
 
     def finish(self) -> None:
         pass
+
+
+def _step_of(row: dict) -> int | None:
+    try:
+        return int(row.get("step") or "")
+    except ValueError:
+        return None
 
 
 def _hydra_group_and_name(experiment: str | None) -> tuple[str | None, str | None]:
@@ -211,7 +237,7 @@ def _resume_source(resume, run_dir: Path) -> Path | None:
     a checkpoint path -> that run's folder); None for a fresh run."""
     if resume in (False, None, "false"):
         return None
-    if resume in (True, "true"):
+    if resume in (True, "true", "auto"):  # auto: dpgen/runs.py has cleared a folder this run does not continue
         return run_dir
     p = Path(str(resume))
     if p.is_file():  # <run>/checkpoints/last.pt
@@ -267,6 +293,12 @@ class RunLogger:
         for s in self.sinks:
             s.log_metrics(metrics, step)
         self._write_segments(time.time() - self._t0)  # an interrupted segment still counts on resume
+
+    def rewind(self, step: int) -> None:
+        """The training loop starts at ``step`` (0: fresh): ``metrics.csv`` keeps only the rows up to it.
+
+        W&B keeps the rows of a resumed run it already has (it ignores steps logged twice)."""
+        self.local.rewind(step)
 
     def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None:
         """Synthetic or public images only.  Small images (e.g. 8x8 digits) are enlarged for viewing."""

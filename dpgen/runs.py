@@ -43,6 +43,7 @@ SIGNATURE_KEYS = ("experiment_name", "seed", "dataset", "model", "accountant", "
 # what a finished or interrupted run leaves in its folder (removed by trainer.overwrite=true)
 RUN_ARTEFACTS = ("checkpoints", "metrics.csv", "results.json", "runtime.json", "wandb_run_id", "wandb", "*.pt",
                  "*.png", "privacy_card.json", "privacy_card.md")
+LOCATION_KEYS = ("root", "data_root", "autoencoder_cache", "cache_dir")
 NEW_FOLDER = "choose a new folder with hydra.run.dir=<new folder>"
 
 
@@ -53,7 +54,7 @@ class RunFolderBusy(ConfigError):
 def run_signature(cfg: DictConfig) -> dict:
     """The settings a resume must match (resolved): experiment, seed, dataset, model, accountant, privacy.
 
-    Data locations (``root`` keys) are left out: the same data moved to another folder is the same run.
+    Locations (data roots, caches of public weights) are left out: the same data elsewhere is the same run.
     """
     sig = {key: _without_roots(OmegaConf.to_container(cfg[key], resolve=True) if isinstance(cfg.get(key), DictConfig)
                                else cfg.get(key))
@@ -63,7 +64,7 @@ def run_signature(cfg: DictConfig) -> dict:
 
 def _without_roots(node):
     if isinstance(node, dict):
-        return {k: _without_roots(v) for k, v in node.items() if k not in ("root", "data_root")}
+        return {k: _without_roots(v) for k, v in node.items() if k not in LOCATION_KEYS}
     if isinstance(node, list):
         return [_without_roots(v) for v in node]
     return node
@@ -122,9 +123,14 @@ class RunFolder:
     resume_from: Path | None
     lock: FileLock = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    hydra_record: dict[Path, str] = field(default_factory=dict, repr=False)
 
     def release(self) -> None:
-        """Drop the holder record, then the lock (a holder record without a lock = a killed run)."""
+        """Restore this run's ``.hydra/`` record, drop the holder record, then the lock (a holder record
+        without a lock = a killed run)."""
+        for path, text in self.hydra_record.items():
+            if not path.is_file() or path.read_text() != text:  # a refused start's Hydra wrote over it
+                path.write_text(text)
         (self.path / STATE_DIR / HOLDER_FILE).unlink(missing_ok=True)
         self.lock.release()
 
@@ -147,10 +153,11 @@ def claim_run_folder(cfg: DictConfig, log: Callable[[str], None] = print) -> Run
     try:
         lock.acquire(timeout=0)
     except Timeout:
+        _put_back_hydra_record(run_dir)
         raise RunFolderBusy(f"run folder {run_dir} is in use by another run ({holder_text(run_dir)}): wait for it "
                             f"to finish, or {NEW_FOLDER}") from None
     try:
-        folder = RunFolder(run_dir, None, lock)
+        folder = RunFolder(run_dir, None, lock, hydra_record=_hydra_record(cfg, run_dir))
         holder = run_dir / STATE_DIR / HOLDER_FILE
         if holder.exists():  # the lock was free but the record is there: its run was killed
             folder.notes.append(f"taking over run folder {run_dir} from a run that ended without releasing it "
@@ -160,13 +167,60 @@ def claim_run_folder(cfg: DictConfig, log: Callable[[str], None] = print) -> Run
         _remove_partial_writes(run_dir)
         folder.resume_from = _decide(cfg, run_dir, folder.notes)
         _write_json(run_dir / STATE_DIR / SIGNATURE_FILE, run_signature(cfg))
+        _keep_hydra_record(folder.hydra_record, run_dir)
     except BaseException:
+        _put_back_hydra_record(run_dir)  # a refused start leaves the folder's record as its run wrote it
         (run_dir / STATE_DIR / HOLDER_FILE).unlink(missing_ok=True)
         lock.release()
         raise
     for note in folder.notes:
         log(note)
     return folder
+
+
+def _hydra_record(cfg: DictConfig, run_dir: Path) -> dict[Path, str]:
+    """What Hydra wrote into ``<run>/.hydra/`` for THIS run (``{}`` outside a Hydra app).
+
+    Hydra writes ``.hydra/`` before the task starts, so a start that is then refused has overwritten
+    the record of the folder's run with its own command: the refused start puts back the copy the owner
+    keeps in ``.dpgen/hydra/``, and the owner rewrites its record when it releases the folder.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    folder = _hydra_record_dir(run_dir)
+    if folder is None:
+        return {}
+    hc = HydraConfig.get()
+    return {folder / "config.yaml": OmegaConf.to_yaml(cfg), folder / "hydra.yaml": OmegaConf.to_yaml({"hydra": hc}),
+            folder / "overrides.yaml": OmegaConf.to_yaml(hc.overrides.task)}
+
+
+def _keep_hydra_record(record: dict[Path, str], run_dir: Path) -> None:
+    for path, text in record.items():
+        (run_dir / STATE_DIR / "hydra").mkdir(exist_ok=True)
+        (run_dir / STATE_DIR / "hydra" / path.name).write_text(text)
+
+
+def _put_back_hydra_record(run_dir: Path) -> None:
+    """Restore the folder's run's ``.hydra/`` record (kept by its owner) over a refused start's."""
+    record = _hydra_record_dir(run_dir)
+    kept = run_dir / STATE_DIR / "hydra"
+    if record is None or not kept.is_dir():
+        return
+    for copy in kept.glob("*.yaml"):
+        (record / copy.name).write_text(copy.read_text())
+
+
+def _hydra_record_dir(run_dir: Path) -> Path | None:
+    """``<run>/.hydra`` when this is a Hydra app writing into ``run_dir``, else None."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    if hc.output_subdir is None or Path(str(hc.runtime.output_dir)).resolve() != run_dir.resolve():
+        return None
+    return run_dir / str(hc.output_subdir)
 
 
 def _decide(cfg: DictConfig, run_dir: Path, notes: list[str]) -> Path | None:

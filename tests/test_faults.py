@@ -299,17 +299,26 @@ def test_kill_9_many_times_never_loses_or_mixes_work(reference, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_identical_commands_at_once_through_train_py(tmp_path):
-    """Real `python train.py` processes: exactly one runs, the other prints one error line and exits 2."""
+def test_two_commands_at_once_through_train_py(tmp_path):
+    """Real `python train.py` processes into one folder: exactly one runs, the other prints one error line
+    and exits 2; the folder's .hydra record (which Hydra writes before the lock is taken) is the winner's,
+    also after a later command with other settings is refused."""
     out = tmp_path / "run"
-    cmd = [sys.executable, str(ROOT / "train.py"), *SHORT, "model.epochs=3", f"hydra.run.dir={out}"]
+    commands = [[sys.executable, str(ROOT / "train.py"), *SHORT, "model.epochs=3", f"hydra.run.dir={out}", *extra]
+                for extra in ([], ["trainer.log_every=2"])]
     env = {**os.environ, "WANDB_MODE": "offline"}
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c in commands]
     results = [(p.wait(timeout=900), p.stderr.read()) for p in procs]
     assert sorted(code for code, _ in results) == [0, 2]
     (lost,) = [err for code, err in results if code == 2]
     last = lost.strip().splitlines()[-1]
     assert last.startswith(f"error: run folder {out} is in use by another run (pid ") and "Traceback" not in lost
     rows = list(csv.DictReader(open(out / "metrics.csv", newline="")))
-    assert [int(r["step"]) for r in rows] == list(range(1, len(rows) + 1))
+    assert [int(r["step"]) for r in rows] == sorted({int(r["step"]) for r in rows})  # one run's rows, each once
+    winner = next(i for i, (code, _) in enumerate(results) if code == 0)
+    assert ("trainer.log_every=2" in (out / ".hydra" / "overrides.yaml").read_text()) == (winner == 1)
+    record = (out / ".hydra" / "config.yaml").read_text()
+    refused = subprocess.run([*commands[0], "accountant.epsilon=5"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "accountant.epsilon: 10.0 there, 5 now" in refused.stderr
+    assert (out / ".hydra" / "config.yaml").read_text() == record  # the refused command's record is not kept

@@ -140,7 +140,7 @@ def test_a_non_private_run_never_reproduces_a_private_number():
 
 
 def test_explained_needs_a_measured_number_and_is_used_only_outside_the_tolerance():
-    note = sb.Explained("the layout costs 17 points (75.2 vs 92.2)", "python scripts/x.py")
+    note = sb.Explained("the layout costs 17 points (75.2 vs 92.2)", "python research/x.py")
     row = _row(True, explained=note)
     assert sb.verdict(row, [_ev(0.5)])[0] == "explained by measurement"
     assert sb.verdict(row, [_ev(0.9)])[0] == "reproduced (within tolerance)"

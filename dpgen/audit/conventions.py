@@ -3,7 +3,7 @@
 Each function returns the released rows of a worst-case neighbouring pair ``(rows_D, rows_D')`` under
 the convention, to be fed to :func:`dpgen.audit.core.audit_projection_release` together with the
 paper's noise and the paper's sensitivity bound (which assumes ``||x - x'|| <= 1``).  They exist to
-*measure* the violation (spec dpswd.md §1.5, §3.1); no training path uses them.
+*measure* the violation (DP-SWD paper, unit-norm assumption); no training path uses them.
 
 * :func:`batch_max_rows`: the DP-SWD domain-adaptation code divides every feature row of the private
   target batch by ``2 m``, ``m = max_i ||g(x_i)||`` of that same batch (un-noised, data-dependent).

@@ -2,7 +2,7 @@
 
 A method is a set of per-step maths (its paper's algorithm box) plus state; the loop owns
 everything else (resume, budget stop, non-finite check, logging cadence, checkpoints, progress
-bar, release artefact).  Interface (see docs/ARCHITECTURE.md and /work/notes/loop-api.md):
+bar, release artefact).  Interface (see docs/ARCHITECTURE.md):
 
 * ``setup(data, ledger, ctx)``: build models, the PrivateSampler (``self.sampler``) and the
   release mechanisms (``self.mechanisms``: name -> ``privacy.mechanisms.Mechanism``, calibrated

@@ -1,4 +1,4 @@
-"""DPSWflow-r, DPSWflow and the DPSWgen baseline (Sebag et al., TMLR; spec dpswflow.md).
+"""DPSWflow-r, DPSWflow and the DPSWgen baseline (Sebag et al., TMLR; DPSWflow paper).
 
 All three work in the latent space of an autoencoder trained on the PUBLIC split only
 (``dataset.public_fraction``, 0.5 in the presets); the AE is then frozen and applied in eval mode.
@@ -8,7 +8,7 @@ mapped once to its latent row, nothing released), ``_LatentMethod._private_rows`
 PrivateSampler) and ``DPSWFlow._one_shot_release`` (the whole private set, read once through a
 PrivateSampler with q = 1).  There each record is mapped by public functions to a row of norm <= 1
 (``LatentSpace.rows``: frozen encoder -> unit normalisation (enforced: ``clip_rows``, not assumed)
--> optional scaled one-hot label), so two rows differ by at most 2 (the factor 2 of spec §4.1);
+-> optional scaled one-hot label), so two rows differ by at most 2 (the factor 2 of DPSWflow paper, sensitivity);
 the rows are projected on unit directions and released once with Gaussian noise through a
 ``privacy.mechanisms.GaussianProjectionRelease`` (per step) or ``OneShotProjectionRelease`` (once),
 which add the noise from their own generator and record the release in the ledger.  Everything after — quantiles, drift, particle
@@ -28,14 +28,14 @@ Per-step private releases (what the ledger records):
   re-noises only the particles.  Nothing private is touched after the release ("free" steps).
   The released code re-noises the private projections at every step; that is not covered by
   the one-shot analysis and is not done here.
-* DPSWgen (§6): DP-SWD between a private latent batch and generated latents at every step, as
+* DPSWgen (DPSWflow paper, DPSWgen baseline): DP-SWD between a private latent batch and generated latents at every step, as
   ``DPSWDGenerator`` does in pixel space; accounting as DPSWflow-r.
 
 Noise: with ``private=true`` the std is calibrated for ``accountant.epsilon`` (union-bound delta
 split; ``privacy.dpswflow``).  ``private=false`` gives epsilon = infinity; ``noise_std`` then only
 smooths (the toy of Fig. 1, sigma in {0, 0.5, 1}).
 
-Labels (``label_mode``): ``partition`` (default of all three, issue 12) releases the private rows split
+Labels (``label_mode``): ``partition`` (default of all three) releases the private rows split
 by label into C blocks of a PUBLIC size (``rows.class_blocks``: cut to a random subset / padded with the
 zero row) stacked as ONE release; each class's particles (or the conditional generator's rows of that
 label) are transported toward their own block only, so the label enters at first order.  Per-step
@@ -104,7 +104,7 @@ class LatentSpace:
     """Public map records <-> latent rows in the unit ball of R^D (D = d, or d + K with labels).
 
     ``rows(x, y) = clip_1( [ a * e(x) || b * onehot(y) ] )``, ``e(x)`` = frozen encoder output
-    normalised to norm 1 (or, with a linear ``Representation`` ``rep`` (issue 12: PCA of the PUBLIC
+    normalised to norm 1 (or, with a linear ``Representation`` ``rep`` (PCA of the PUBLIC
     split or a fixed DCT basis), ``rep.encode(x) / rep.radius``: codes clipped to the public radius r,
     so norm <= 1; or ``flatten(x) / latent_scale`` without either, e.g. the 2-D toy),
     ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).  ``clip=False`` (allowed only
@@ -165,7 +165,7 @@ class LatentSpace:
 
 def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int, batch_size: int, lr: float,
                       device: torch.device, seed: int, ctx: TrainContext) -> float:
-    """MSE autoencoder training on PUBLIC images only (spec §5: Adam, no weight decay).  Returns the
+    """MSE autoencoder training on PUBLIC images only (DPSWflow paper, autoencoder: Adam, no weight decay).  Returns the
     mean loss over the last 50 steps."""
     g = torch.Generator().manual_seed(seed + 17)
     opt = torch.optim.Adam(ae.parameters(), lr=lr)
@@ -208,7 +208,7 @@ class _LatentMethod(GenerativeMethod):
             raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
         if directions not in ("random", "orthogonal"):
             raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
-        self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta (issue 12)
+        self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta
         self.make_ae = autoencoder
         if representation is not None and autoencoder is not None:
             raise ValueError("model.representation (a public linear map: pca / dct) replaces the autoencoder: set "
@@ -357,7 +357,7 @@ class _LatentMethod(GenerativeMethod):
         return fixed_size(rows.to(self.device), self.batch_size)  # padding rows are public zeros (distance <= 1)
 
     def _per_step_release(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
-        """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen, spec §4.2):
+        """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen, DPSWflow paper, accounting of DPSWflow-r / DPSWgen):
         unit-norm rows (row diameter 2), union-bound delta split, N + 1 partners under Poisson."""
         if self.label_mode == "partition" and ledger.sampling != "poisson":
             raise ValueError("model.label_mode=partition of a per-step release is accounted under add/remove "
@@ -383,10 +383,10 @@ class _LatentMethod(GenerativeMethod):
         if self.convention is not None:  # the released code's noise std, against the sensitivity it assumes
             mech.paper_convention = True
             k, delta = self.k, ledger.delta
-            d = self.convention.sensitivity_dim or self.space.dim  # DPSWgen's code: C·W² = 1024, not d (§6)
+            d = self.convention.sensitivity_dim or self.space.dim  # DPSWgen's code: C·W² = 1024, not d (DPSWflow paper, DPSWgen baseline)
             if self.convention.sensitivity_dim:
                 mech.set_stated_dim(d)
-            mech.fix_noise_std(paper_one_shot_sigma(self.convention.epsilon, delta, d, k)  # c S / eps (§4.3)
+            mech.fix_noise_std(paper_one_shot_sigma(self.convention.epsilon, delta, d, k)  # c S / eps (DPSWflow paper, one-shot release of Alg. 2)
                                if isinstance(mech, OneShotProjectionRelease)
                                else paper_flow_noise_std(self.convention.sigma, d, k, delta))  # sigma 2 sqrt(w_CLT)
             return
@@ -464,7 +464,7 @@ class _ParticleFlow(_LatentMethod):
                                 if self.label_mode == "partition" else None)
 
     def _init_particles(self, data: DataSplits) -> None:
-        """``X_0 ~ mu_0 = N(0, I_D)`` (spec §2; not put on the sphere); quantile levels; the public test set
+        """``X_0 ~ mu_0 = N(0, I_D)`` (DPSWflow paper, the particle flow; not put on the sphere); quantile levels; the public test set
         for the toy's plot."""
         self.levels = quantile_levels(self.m, device=self.device)
         self.X = torch.randn(self.n_particles, self.space.dim, device=self.device)
@@ -581,7 +581,7 @@ class DPSWFlowR(_ParticleFlow):
 
     @torch.no_grad()
     def _partition_step(self, t: int) -> dict:
-        """Class-partitioned Algorithm 1 (issue 12): the Poisson batch split by label into C blocks of
+        """Class-partitioned Algorithm 1: the Poisson batch split by label into C blocks of
         m = ceil(B / C) latent rows (``rows.class_blocks``), released as ONE stacked (C m, D) projection;
         the particles of class c flow toward block c's noisy quantiles.  Add/remove changes one row of one
         block by <= 2 (unit latents): the calibration of an unpartitioned batch of C m rows applies."""
@@ -606,7 +606,7 @@ class DPSWFlowR(_ParticleFlow):
 class DPSWFlow(_ParticleFlow):
     """DPSWflow (Algorithm 2): directions and the noisy private quantiles ONCE; free particle steps.
 
-    ``label_mode=partition`` (default, issue 12): the ONE release is the whole private set split by label
+    ``label_mode=partition`` (default): the ONE release is the whole private set split by label
     into C blocks of the PUBLIC size ``m = ceil(block_slack * N / C)`` (N public, as for every one-shot
     release), ``rows.class_blocks`` (cut to a uniform random subset / padded with the zero row), stacked
     ``(C m, D)``, projected on the N_theta directions and noised once: ``A = [B_1; ...; B_C] U + Z``.
@@ -733,9 +733,9 @@ class DPSWFlow(_ParticleFlow):
 
 # ---------------------------------------------------------------------------------------------
 class DPSWGen(_LatentMethod):
-    """DPSWgen baseline (§6): latent MLP generator trained with DP-SWD against private latent batches.
+    """DPSWgen baseline (DPSWflow paper, DPSWgen baseline): latent MLP generator trained with DP-SWD against private latent batches.
 
-    ``label_mode=partition`` (default, issue 12; as ``DPSWDGenerator``): the generator is conditional
+    ``label_mode=partition`` (default; as ``DPSWDGenerator``): the generator is conditional
     (input ``[z || onehot(c)]``, ``z: (n, d_code)``); each Poisson batch is split by label into C blocks
     of ``m = ceil(B / C)`` unit latents (``rows.class_blocks``), stacked ``(C m, D)`` and released as ONE
     ``GaussianProjectionRelease``; the loss is ``(mean_c SW_2^2(G(z, c) U + Z_s, block_c U + Z_t))^{1/2}``

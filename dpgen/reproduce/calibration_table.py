@@ -2,7 +2,7 @@
 
     dpgen reproduce calibration [--out docs/reproduction.md]
 
-Columns (spec dpswd.md §1.4-1.6):
+Columns (DP-SWD paper, Prop. 2):
 * paper preset: Bernstein as in the released code (or CLT), bound at delta/2 but RDP->DP conversion
   at delta, autodp's subsampling-without-replacement bound, (N // B + 1) * epochs steps, d as in the
   paper's accountant.  Must match the paper within 2 %.

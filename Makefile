@@ -37,14 +37,14 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check dpgen research tests train.py
 
-## the reproduction scoreboard of docs/reproduction.md, rendered from docs/reproduction/runs/ (re-runs nothing);
+## the reproduction scoreboard of docs/reproduction/, rendered from docs/reproduction/runs/ (re-runs nothing);
 ## add a finished run folder with `dpgen reproduce collect <run folder>...`
 reproduce: $(STAMP)
 	$(BIN)/dpgen reproduce render
 
-## DP-SWD Table 4 noise calibration table of docs/reproduction.md (computes σ, ~150 s)
+## DP-SWD Table 4 noise calibration table of docs/reproduction/dp-swd.md (computes σ, ~150 s)
 reproduce-calibration: $(STAMP)
-	$(BIN)/dpgen reproduce calibration --out docs/reproduction.md
+	$(BIN)/dpgen reproduce calibration --out docs/reproduction/dp-swd.md
 
 clean:
 	rm -rf outputs multirun wandb .pytest_cache

@@ -1,7 +1,7 @@
 """Reproduce the digits rows of DP-SWD Table 1 (M->U, U->M; DANN, SWD, DP-DANN, DP-SWD at eps = 10)
-and Fig. 3 (target accuracy vs epsilon), and write them into docs/reproduction.md.
+and Fig. 3 (target accuracy vs epsilon), and write them into docs/reproduction/dp-swd.md.
 
-    dpgen reproduce da --seeds 0 1 2 --epochs 15 --start-align 2 --out docs/reproduction.md
+    dpgen reproduce da --seeds 0 1 2 --epochs 15 --start-align 2 --out docs/reproduction/dp-swd.md
     dpgen reproduce da --fig3 --fig3-eps 0.5 1 3 10 --epochs 15 --start-align 2 ...
 
 Every run is ``python train.py experiment=<task>_<variant> seed=<s> model.epochs=... logger=local``
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--start-align", type=int, default=10)
     ap.add_argument("--runs", type=Path, default=ROOT / "outputs" / "reproduce_da")
-    ap.add_argument("--out", type=Path, default=None, help="markdown file (docs/reproduction.md)")
+    ap.add_argument("--out", type=Path, default=None, help="markdown file (docs/reproduction/dp-swd.md)")
     ap.add_argument("--skip-table", action="store_true")
     ap.add_argument("--fig3", action="store_true", help="also run the epsilon sweep of Fig. 3")
     ap.add_argument("--fig3-task", default="mnist_usps")

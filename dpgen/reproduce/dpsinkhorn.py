@@ -1,9 +1,9 @@
 """Train and evaluate the DP-Sinkhorn Table 1 rows (MNIST, F-MNIST at (10, 1e-5)) and write them into
-docs/reproduction.md beside the paper's numbers (section between the dpsinkhorn markers at the end).
+docs/reproduction/dp-sinkhorn.md beside the paper's numbers (section between the dpsinkhorn markers at the end).
 
-    dpgen reproduce dpsinkhorn --steps 600 --lr 5e-4 --out docs/reproduction.md   # shortened, CPU
-    dpgen reproduce dpsinkhorn --full --out docs/reproduction.md                  # the paper's schedule
-    dpgen reproduce dpsinkhorn --collect RUN_ROOT --out docs/reproduction.md       # only (re)write the doc
+    dpgen reproduce dpsinkhorn --steps 600 --lr 5e-4 --out docs/reproduction/dp-sinkhorn.md   # shortened, CPU
+    dpgen reproduce dpsinkhorn --full --out docs/reproduction/dp-sinkhorn.md                  # the paper's schedule
+    dpgen reproduce dpsinkhorn --collect RUN_ROOT --out docs/reproduction/dp-sinkhorn.md       # only (re)write the doc
 
 Shortened schedule (``--steps S``): sigma is calibrated so that S Poisson steps spend exactly
 epsilon = 10 (``model.noise_multiplier=null``), so the run is (10, 1e-5)-DP like the paper's, with far
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cnn-epochs", type=int, default=10)
     ap.add_argument("--root", type=Path, default=ROOT / "outputs" / "reproduce_dpsinkhorn")
     ap.add_argument("--collect", type=Path, help="only read the runs under this folder and write the doc")
-    ap.add_argument("--out", type=Path, help="markdown file to update (docs/reproduction.md)")
+    ap.add_argument("--out", type=Path, help="markdown file to update (docs/reproduction/dp-sinkhorn.md)")
     ap.add_argument("--invocation", help="with --collect: the command that produced the runs (quoted in the doc)")
     args = ap.parse_args(argv)
     exps = [f"{d}_dpsinkhorn" for d in args.datasets] + ([] if args.no_baseline else ["mnist_sinkhorn"])

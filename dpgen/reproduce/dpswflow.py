@@ -3,7 +3,7 @@
     dpgen reproduce dpswflow toy                 # Fig. 1: SWD after 200 steps, particles PNG
     dpgen reproduce dpswflow runs [--only mnist]  # train.py runs: {flow-r, flow, gen} x eps {inf, 10, 5}
     dpgen reproduce dpswflow eval                 # FID (domain extractor) + LogReg accuracy per run
-    dpgen reproduce dpswflow write                # section of docs/reproduction.md (+ sigma table)
+    dpgen reproduce dpswflow write                # section of docs/reproduction/dpswflow.md (+ sigma table)
 
 CPU budget (this project's 2 shared cores): the runs use the paper's noise calibration for the FULL
 schedule (35 / 20 epochs, 1500 steps) but stop the flow / generator early (``trainer.max_steps`` /
@@ -28,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "outputs" / "reproduce_dpswflow"
 FIG = ROOT / "docs" / "figures"
-DOC = ROOT / "docs" / "reproduction.md"
+DOC = ROOT / "docs" / "reproduction" / "dpswflow.md"
 START, END = "<!-- dpswflow:start -->", "<!-- dpswflow:end -->"
 
 METHODS = {"dpswflow_r": "DPSWflow-r", "dpswflow": "DPSWflow", "dpswgen": "DPSWgen"}

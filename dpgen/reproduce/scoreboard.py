@@ -1,4 +1,4 @@
-"""The reproduction scoreboard of docs/reproduction.md, rendered from a committed evidence store.
+"""The reproduction scoreboard of docs/reproduction/ (one page per paper), rendered from a committed evidence store.
 
 Two steps, neither of which trains anything:
 
@@ -9,7 +9,8 @@ Two steps, neither of which trains anything:
   the command, git commit if recorded, date).  Runs that match no registry cell are listed with
   the reason and not stored.  Then it re-renders the doc (``--no-render`` to skip).
 * ``render`` (``make reproduce``) rebuilds the tables between ``<!-- scoreboard:start -->`` and
-  ``<!-- scoreboard:end -->`` of ``docs/reproduction.md`` from the evidence store alone, so a fresh
+  ``<!-- scoreboard:end -->`` of every ``docs/reproduction/<paper>.md`` (and the verdict summary of
+  ``docs/reproduction/index.md``) from the evidence store alone, so a fresh
   clone regenerates the doc byte for byte.  ``check`` exits 1 when the doc and the store disagree.
 
 Adding a run (one command)::
@@ -66,8 +67,8 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "reproduction.md"
-STORE = ROOT / "docs" / "reproduction" / "runs"
+DOCS = ROOT / "docs" / "reproduction"
+STORE = DOCS / "runs"
 START, END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"
 SCHEMA = 1
 
@@ -161,6 +162,7 @@ class Table:
 
 
 CELLS = ("paper", "honest", "nonprivate")
+VERDICTS = ("reproduced (within tolerance)", "explained by measurement", "open")
 HEADERS = {"paper": "paper setting (ours)", "honest": "honest (ours)", "nonprivate": "non-private (ours)"}
 
 TABLES = (
@@ -192,13 +194,19 @@ TABLES = (
           "Paper ε (DP column) 2.2 MNIST / 2.9 F-MNIST, δ = 1e-5; tolerance −3 points."),
 )
 
+# one page per paper: docs/reproduction/<slug>.md holds the tables of that paper
+PAGES = {"dp-swd": ("dpswd-t1", "dpswd-t2"), "dp-sinkhorn": ("dpsinkhorn-t1",), "dpswflow": ("dpswflow-t1",),
+         "wdp": ("wdp-t2",)}
+PAGE_TITLES = {"dp-swd": "DP-SWD (Rakotomamonjy & Ralaivola, ICML 2021)", "dp-sinkhorn": "DP-Sinkhorn (Cao et al., NeurIPS 2021)",
+               "dpswflow": "DPSWflow (Sebag et al., TMLR)", "wdp": "Wasserstein DP (Yang, Qi & Zhou, AAAI 2024)"}
+
 _BOX_T = (("dataset.target.layout", "mnist_box"),)   # M→U: USPS target in MNIST's 20×20 box geometry
 _BOX_S = (("dataset.source.layout", "mnist_box"),)   # U→M: USPS source
 _DPSWD_SPEC = "DP-SWD paper, Table 1"
 _NOPAPER_NP = "— (non-private row: the non-private cell is the paper's setting)"
 _NOHONEST_NP = "— (non-private row)"
 _NO_DANN_PAPER = ("no paper preset: the released DP-DANN's fixed σ gives ε = 14.2 (M-U) / 12.5 (U-M) under its "
-                  "own accounting (see the domain-adaptation notes)")
+                  "own accounting (see below)")
 _DA_VARY = ("model.epoch_length",)
 _SHORT = ("trainer.max_steps", "model.steps", "model.epochs", "model.lr", "evaluator.*")
 
@@ -303,7 +311,7 @@ def _flow_rows() -> list[Row]:
 
 _WDP_SPEC = "WDP paper, Table 2"
 _WDP_PAPER = ("the authors' recipe (batch-mean clipping, σ = 0.01, sparsified updates) is not implemented: "
-              "dpgen trains per-example DP-SGD only (E3 notes below)")
+              "dpgen trains per-example DP-SGD only (see below)")
 _WDP_VARY = ("model.epochs", "model.batch_size", "model.lr", "accountant.data_dependent_reports")
 
 
@@ -771,8 +779,8 @@ def render_tables(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY,
            "Verdicts are computed (`dpgen/reproduce/scoreboard.py`, docstring): a non-private run never counts for a "
            "private number. † not comparable with the paper (e.g. domain-extractor FID vs Inception FID).", ""]
     statuses = [verdict(r, evidence)[0] for r in registry]
-    out += ["Verdicts over all rows: " + ", ".join(
-        f"{statuses.count(v)} {v}" for v in ("reproduced (within tolerance)", "explained by measurement", "open"))
+    out += ["Verdicts over the rows below: " + ", ".join(
+        f"{statuses.count(v)} {v}" for v in VERDICTS)
         + f" (of {len(statuses)}).", ""]
     for t in tables:
         rows = [r for r in registry if r.table == t.id]
@@ -803,21 +811,62 @@ def render_tables(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY,
     return "\n".join(out)
 
 
-def replace_block(text: str, block: str) -> str:
+def replace_block(text: str, block: str, doc: Path | str = "the page") -> str:
     if START not in text or END not in text:
-        raise SystemExit(f"{DOC}: markers {START} / {END} not found; add them where the scoreboard belongs")
+        raise SystemExit(f"{doc}: markers {START} / {END} not found; add them where the scoreboard belongs")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     return head + START + "\n" + block + "\n" + END + tail
 
 
-def render(doc: Path = DOC, store: Path = STORE) -> bool:
-    """Rewrite the doc's scoreboard block; True when it changed."""
-    old = doc.read_text()
-    new = replace_block(old, render_tables(load_store(store)))
-    if new != old:
-        doc.write_text(new)
-    return new != old
+def page_registry(slug: str, registry: tuple[Row, ...] = REGISTRY) -> tuple[Row, ...]:
+    """The rows of one paper's page."""
+    return tuple(r for r in registry if r.table in PAGES[slug])
+
+
+def render_page(slug: str, evidence: list[dict], registry: tuple[Row, ...] = REGISTRY) -> str:
+    """The generated block of ``docs/reproduction/<slug>.md``: that paper's tables, run ids local to the page."""
+    return render_tables(evidence, page_registry(slug, registry), tuple(t for t in TABLES if t.id in PAGES[slug]))
+
+
+def render_summary(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY) -> str:
+    """The generated block of ``docs/reproduction/index.md``: verdict counts per paper."""
+    out = ["", "| paper | page | rows | reproduced (within tolerance) | explained by measurement | open |",
+           "|---|---|---|---|---|---|"]
+    for slug, title in PAGE_TITLES.items():
+        statuses = [verdict(r, evidence)[0] for r in page_registry(slug, registry)]
+        out.append(f"| {title} | [{slug}]({slug}.md) | {len(statuses)} | "
+                   + " | ".join(str(statuses.count(v)) for v in VERDICTS) + " |")
+    return "\n".join(out) + "\n"
+
+
+def rendered_pages(evidence: list[dict], docs: Path = DOCS) -> dict[Path, str]:
+    """Every generated block, keyed by the page it belongs in."""
+    pages = {docs / f"{slug}.md": render_page(slug, evidence) for slug in PAGES}
+    pages[docs / "index.md"] = render_summary(evidence)
+    return pages
+
+
+def render(docs: Path = DOCS, store: Path = STORE) -> list[Path]:
+    """Rewrite the scoreboard block of every reproduction page; returns the pages that changed."""
+    changed = []
+    for page, block in rendered_pages(load_store(store), docs).items():
+        old = page.read_text()
+        new = replace_block(old, block, page)
+        if new != old:
+            page.write_text(new)
+            changed.append(page)
+    return changed
+
+
+def stale_pages(docs: Path = DOCS, store: Path = STORE) -> list[Path]:
+    """The reproduction pages whose scoreboard block differs from a render of the store."""
+    return [page for page, block in rendered_pages(load_store(store), docs).items()
+            if replace_block(page.read_text(), block, page) != page.read_text()]
+
+
+def _rel(page: Path) -> str:
+    return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -828,26 +877,26 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--commit", help="git commit the runs were made with (results.json records none; e.g. "
                    "$(git -C <checkout> rev-parse --short HEAD) for runs of another checkout)")
     c.add_argument("--no-render", action="store_true")
-    sub.add_parser("render", help="rebuild the scoreboard block of docs/reproduction.md from the store")
-    sub.add_parser("check", help="exit 1 when docs/reproduction.md differs from a render of the store")
+    sub.add_parser("render", help="rebuild the scoreboard blocks of docs/reproduction/*.md from the store")
+    sub.add_parser("check", help="exit 1 when a docs/reproduction page differs from a render of the store")
     args = ap.parse_args(argv)
     if args.cmd == "collect":
         written, skipped = collect(args.runs, commit=args.commit)
         for p in written:
-            print(f"stored {p.relative_to(ROOT)}")
+            print(f"stored {_rel(p)}")
         for s in skipped:
             print(f"skipped {s}")
-        if not args.no_render:
-            print("docs/reproduction.md " + ("updated" if render() else "unchanged"))
+    if args.cmd == "render" or args.cmd == "collect" and not args.no_render:
+        changed = render()
+        print("updated " + ", ".join(map(_rel, changed)) if changed else "docs/reproduction/ unchanged")
         return 0
-    if args.cmd == "render":
-        print("docs/reproduction.md " + ("updated" if render() else "unchanged"))
+    if args.cmd == "collect":
         return 0
-    text = DOC.read_text()
-    if replace_block(text, render_tables(load_store())) != text:
-        print("docs/reproduction.md differs from the evidence store: run `make reproduce`", file=sys.stderr)
+    stale = stale_pages()
+    if stale:
+        print(f"{', '.join(map(_rel, stale))} differ from the evidence store: run `make reproduce`", file=sys.stderr)
         return 1
-    print("docs/reproduction.md matches the evidence store")
+    print("docs/reproduction/ matches the evidence store")
     return 0
 
 

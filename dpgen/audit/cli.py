@@ -3,7 +3,7 @@
     dpgen audit experiment=digits_dpswd [--runs 200000] [--out outputs/audit]
     dpgen audit --conventions            # the paper conventions of DP-SWD paper, unit-norm assumption
     dpgen audit experiment=digits_dpswd --results RUN/results.json   # add an "audit" block
-    dpgen audit --report A.json B.json ...  # docs/audit.md table + docs/figures/audit.png
+    dpgen audit --report A.json B.json ...  # docs/privacy/audit.md table + docs/figures/audit.png
 
 The preset is composed with Hydra's compose API here (dpgen.audit has no Hydra).  The method object
 is instantiated from the preset (no training) and its own schedule / calibration gives the noise,
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     if a.report:
-        report(a.report, ROOT / "docs" / "audit.md", ROOT / "docs" / "figures" / "audit.png")
+        report(a.report, ROOT / "docs" / "privacy" / "audit.md", ROOT / "docs" / "figures" / "audit.png")
         return
     t0 = time.time()
     name = next((o.split("=", 1)[1] for o in a.overrides if o.startswith("experiment=")), "default")

@@ -211,7 +211,7 @@ def test_collect_stores_matching_runs_and_skips_the_rest_with_a_reason(tmp_path)
     assert len(skipped) == 3 and any("layout" in s for s in skipped) and any("max_steps" in s for s in skipped)
     assert any("no results.json" in s for s in skipped)
     table = sb.render_tables(sb.load_store(tmp_path / "store"))
-    assert "**93.0** — non-private; 5,700 steps; seed 0; 12 s" in table
+    assert "**93.0** — non-private; 5,700 steps; one run, seed 0; 12 s" in table
 
 
 def test_the_registry_is_valid_and_declares_every_paper_table():

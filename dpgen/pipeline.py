@@ -4,7 +4,7 @@
 2. method, evaluator, ledger = instantiate(cfg.model / cfg.evaluator / cfg.accountant): every setting
    is checked before any data is read (a typo in evaluator.* fails in seconds)
 3. data    = instantiate(cfg.dataset)     -> public / private / test splits
-4. method.fit(data, ledger, ctx)          -> methods.loop.train (resume, budget, checkpoints)
+4. methods.loop.train(method, data, ledger, ctx)  (resume, budget, checkpoints)
    (the run folder is locked for the whole run and its resume decided first: dpgen/runs.py)
 5. metrics = evaluator(method, data, logger)
 6. results.json (+ W&B summary); return the results
@@ -22,6 +22,7 @@ from rich.console import Console
 
 from .config import validate
 from .logging.summary import print_summary
+from .methods import loop
 from .methods.base import TrainContext
 from .privacy.conventions import PaperConvention
 from .runs import RunFolder, claim_run_folder
@@ -67,7 +68,7 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
                            resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
                            precision=check_precision(cfg.trainer.get("precision", 32)))
-        train_metrics = method.fit(data, ledger, ctx)
+        train_metrics = loop.train(method, data, ledger, ctx)
         metrics = evaluator(method, data, logger, seed=seed)
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"

@@ -36,10 +36,10 @@ import time
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ..config import ConfigError
 from ..data import DataSplits
 from ..privacy import PrivacyLedger
 from ..privacy.mechanisms import Mechanism
-from ..config import ConfigError
 from ..runs import read_checkpoint, write_atomically
 from ..utils import atomic_save, rng_state, set_rng_state
 from .base import Method, NonFiniteLossError, TrainContext, check_signature

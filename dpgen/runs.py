@@ -92,13 +92,24 @@ def _lock(run_dir: Path) -> FileLock:
     return FileLock(run_dir / STATE_DIR / LOCK_FILE)
 
 
+UNRECORDED = "holder not yet recorded"
+
+
+def _holder_when_recorded(run_dir: Path, seconds: float = 2.0) -> str:
+    """``holder_text``, waiting up to ``seconds`` for a holder that has just taken the lock to record itself."""
+    deadline = time.monotonic() + seconds
+    while (text := holder_text(run_dir)) == UNRECORDED and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return text
+
+
 def holder_text(run_dir: Path) -> str:
     """``pid 123 on host h, started 2026-01-01 10:00:00 UTC (command ...)`` from ``.dpgen/holder.json``."""
     try:
         h = json.loads((run_dir / STATE_DIR / HOLDER_FILE).read_text())
         return f"pid {h['pid']} on {h['host']}, started {h['started_utc']} ({h['command']})"
     except (OSError, ValueError, KeyError, TypeError):
-        return "holder not yet recorded"
+        return UNRECORDED
 
 
 def in_use(run_dir: Path) -> bool:
@@ -154,16 +165,16 @@ def claim_run_folder(cfg: DictConfig, log: Callable[[str], None] = print) -> Run
         lock.acquire(timeout=0)
     except Timeout:
         _put_back_hydra_record(run_dir)
-        raise RunFolderBusy(f"run folder {run_dir} is in use by another run ({holder_text(run_dir)}): wait for it "
+        raise RunFolderBusy(f"run folder {run_dir} is in use by another run ({_holder_when_recorded(run_dir)}): wait for it "
                             f"to finish, or {NEW_FOLDER}") from None
     try:
-        folder = RunFolder(run_dir, None, lock, hydra_record=_hydra_record(cfg, run_dir))
-        holder = run_dir / STATE_DIR / HOLDER_FILE
+        holder, notes = run_dir / STATE_DIR / HOLDER_FILE, []
         if holder.exists():  # the lock was free but the record is there: its run was killed
-            folder.notes.append(f"taking over run folder {run_dir} from a run that ended without releasing it "
-                                f"({holder_text(run_dir)})")
+            notes.append(f"taking over run folder {run_dir} from a run that ended without releasing it "
+                         f"({holder_text(run_dir)})")
         _write_json(holder, {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv),
                              "started_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())})
+        folder = RunFolder(run_dir, None, lock, notes, hydra_record=_hydra_record(cfg, run_dir))
         _remove_partial_writes(run_dir)
         folder.resume_from = _decide(cfg, run_dir, folder.notes)
         _write_json(run_dir / STATE_DIR / SIGNATURE_FILE, run_signature(cfg))

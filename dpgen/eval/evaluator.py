@@ -151,17 +151,16 @@ class GenerativeEvaluator:
         if wanted == "inception":
             try:
                 extractor = InceptionFeatures(self.fid["inception_weights"]).to(device)
-                info.update({"fid_extractor_trained_on": "ImageNet (Inception-v3, torch-fidelity weights)",
+                info.update({"fid_extractor_trained_on": "ImageNet (Inception-v3 2015-12-05, the standard FID weights)",
+                             "fid_inception_weights": extractor.source.describe(),
                              "fid_reference": f"test split (n={len(data.test)})"})
                 ref = data.test.x
             except InceptionUnavailableError as e:
                 if fallback is None:
-                    raise InceptionUnavailableError(f"{e}\n(evaluator.fid.fallback is null, so the run stops here)") from e
-                console.log(f"[eval][bold red]Inception FID unavailable[/]: {e}\n"
-                            f"[eval] falling back to evaluator.fid.fallback={fallback}: this FID is NOT comparable "
-                            "with published Inception FIDs")
-                warnings.warn(f"Inception FID unavailable ({type(e.__cause__).__name__}); using the "
-                              f"'{fallback}' extractor (evaluator.fid.fallback)", stacklevel=2)
+                    raise InceptionUnavailableError(f"{e} (evaluator.fid.fallback is null, so the run stops here)") from e
+                console.log(f"[eval] Inception FID unavailable ({e}); using evaluator.fid.fallback={fallback}: "
+                            "this FID is NOT comparable with published Inception FIDs")
+                info["fid_fallback_reason"] = str(e)
                 used = fallback
         if used == "domain":
             extractor, plan, extra = domain_extractor(data, self.fid["cache_dir"], self.domain_settings,

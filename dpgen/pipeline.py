@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .config import validate
+from .eval.evaluator import evaluate_run
 from .logging.summary import print_summary
 from .methods.base import TrainContext
 from .privacy.conventions import PaperConvention
@@ -58,7 +59,9 @@ def run(cfg: DictConfig) -> dict:
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
+    evaluator.check()  # evaluability from the settings alone (an FID extractor is available), before the data loads
     data = instantiate(cfg.dataset)
+    evaluator.check(data)  # the public splits are large enough for every requested metric, before training
     n_priv = len(data.private)
     if float(cfg.accountant.delta) > 1.0 / n_priv:
         warnings.warn(f"accountant.delta={cfg.accountant.delta} is larger than 1/N = {1.0 / n_priv:.2e} for "
@@ -80,7 +83,7 @@ def run(cfg: DictConfig) -> dict:
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
                            precision=check_precision(cfg.trainer.get("precision", 32)))
         train_metrics = method.fit(data, ledger, ctx)
-        metrics = evaluator(method, data, logger, seed=seed)
+        metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"
         report = method.convention_report() if convention else None

@@ -20,6 +20,7 @@ Nothing private is read here: the test split and (optionally) the public split o
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 
@@ -255,7 +256,7 @@ def evaluate_run(evaluator, method, data, logger, seed: int, run_dir) -> dict:
     except Exception as e:  # noqa: BLE001 - any evaluation failure: the trained release is kept
         metrics = dict(getattr(evaluator, "last_metrics", None) or {})
         metrics["eval_error"] = f"{type(e).__name__}: {e}"
-        Console(stderr=True).log(f"[bold red]evaluation failed[/] ({metrics['eval_error']}); training finished and "
-                                 f"its release is kept: fix the cause, then re-evaluate with `dpgen evaluate {run_dir}` "
-                                 "(public data only, no privacy cost)")
+        # a plain line, never wrapped: the command in it is copied as it stands
+        print(f"evaluation failed: {metrics['eval_error']}; training finished and its release is kept: fix the cause, "
+              f"then re-evaluate (public data only, no privacy cost) with: dpgen evaluate {run_dir}", file=sys.stderr)
         return metrics

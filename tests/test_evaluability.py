@@ -134,3 +134,16 @@ def test_dpgen_evaluate_refuses_overrides_that_change_the_model(tmp_path, capsys
     assert capsys.readouterr().err.startswith("error: cannot override model.lr=1")
     assert dpgen_main(["evaluate", str(tmp_path / "nope")]) == 2
     assert "is not a run folder" in capsys.readouterr().err
+
+
+def test_the_sweep_report_names_a_job_whose_evaluation_failed(tmp_path, capsys):
+    from dpgen.report import collect
+
+    job = tmp_path / "0_accountant.epsilon=1"
+    job.mkdir()
+    (job / "results.json").write_text(json.dumps({"privacy": {"target_epsilon": 1.0}, "metrics": {
+        "acc_logreg": 0.5, "eval_error": "RuntimeError: FID exploded"}}))
+    rows = collect(tmp_path)
+    assert rows[0]["metrics"]["acc_logreg"] == 0.5
+    err = capsys.readouterr().err
+    assert f"evaluation failed (RuntimeError: FID exploded); re-evaluate with: dpgen evaluate {job}" in err

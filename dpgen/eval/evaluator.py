@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import time
+import traceback
 import warnings
 
 import torch
@@ -256,6 +257,8 @@ def evaluate_run(evaluator, method, data, logger, seed: int, run_dir) -> dict:
     except Exception as e:  # noqa: BLE001 - any evaluation failure: the trained release is kept
         metrics = dict(getattr(evaluator, "last_metrics", None) or {})
         metrics["eval_error"] = f"{type(e).__name__}: {e}"
+        if not isinstance(e, (ConfigError, InceptionUnavailableError)):  # a user's setting needs no traceback
+            traceback.print_exception(e, file=sys.stderr)
         # a plain line, never wrapped: the command in it is copied as it stands
         print(f"evaluation failed: {metrics['eval_error']}; training finished and its release is kept: fix the cause, "
               f"then re-evaluate (public data only, no privacy cost) with: dpgen evaluate {run_dir}", file=sys.stderr)

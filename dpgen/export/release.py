@@ -101,7 +101,7 @@ def find_release(path: str | Path) -> Path:
         raise ConfigError(f"{p} does not exist: give a run folder or its release file (e.g. <run>/generator.pt)")
     if p.is_dir():
         if p.name == "checkpoints":
-            p = p.parent
+            raise _checkpoint_error(p / "last.pt")
         found = [p / n for n in RELEASE_FILES if (p / n).is_file()]
         if not found:
             raise ConfigError(f"{p} holds no release ({', '.join(RELEASE_FILES)}): give the folder of a finished "

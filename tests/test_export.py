@@ -60,6 +60,16 @@ def test_card_agrees_with_the_ledger_and_publishes_no_exact_count(default_run):
     assert "What it does not cover" in md and "hyper-parameters" in md and "Public data" in md
 
 
+def test_a_replace_one_run_publishes_its_exact_count_at_the_replace_one_price(tmp_path):
+    """accountant.sampling=without_replacement: N public, sensitivity sqrt 2, RDP calibrates (more noise)."""
+    results = run(compose_cfg(["experiment=digits_moments", *FAST, "accountant.sampling=without_replacement"],
+                              out_dir=tmp_path))
+    card = json.loads((tmp_path / "privacy_card.json").read_text())
+    assert results["n_private"] == card["dataset"]["size"]["exact"] == 1347
+    assert card["privacy"]["neighbouring_relation"] == "replace_one" and card["privacy"]["epsilon"] <= 10.0
+    assert card["privacy"]["mechanisms"][0]["noise_multiplier"] == pytest.approx(0.5246, abs=1e-3)
+
+
 def test_replace_one_card_shows_the_exact_count_and_its_epsilon():
     ledger = PrivacyLedger(10.0, 1e-4, "without_replacement")
     ledger.record(0.5, 1.0, 1, relation="replace_one", mechanism="class_moments")

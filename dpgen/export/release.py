@@ -168,7 +168,8 @@ class Release:
         return self._method
 
     def sample(self, n: int, labels=None, seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``n`` synthetic images ``(n, C, H, W)`` (float, the dataset's value range) and labels ``(n,)``.
+        """``n`` synthetic images ``(n, C, H, W)`` (floats in the dataset's value range, [0, 1] for images) and
+        labels ``(n,)``.
 
         ``labels``: None / ``"balanced"`` (equal counts), ``"proportional"`` (the released noisy or the public
         class counts, never the exact private ones), a list of classes (balanced over them) or a tensor of labels.
@@ -186,8 +187,7 @@ class Release:
             if hasattr(method, attr):
                 setattr(method, attr, torch.Generator().manual_seed(seed))
         x, y_out = method.sample(int(n), y)
-        lo, hi = self.data["value_range"]
-        return (x.float() * (hi - lo) + lo if (lo, hi) != (0.0, 1.0) else x.float()), y_out.long()
+        return x.float(), y_out.long()
 
     def export(self, out: str | Path, n: int, labels=None, seed: int | None = None) -> list[Path]:
         """Sample and write ``out`` (.npz, a PNG folder, or .pt for a model) with the privacy card beside it."""

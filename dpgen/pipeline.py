@@ -4,7 +4,7 @@
 2. method, evaluator, ledger = instantiate(cfg.model / cfg.evaluator / cfg.accountant): every setting
    is checked before any data is read (a typo in evaluator.* fails in seconds)
 3. data    = instantiate(cfg.dataset)     -> public / private / test splits
-4. method.fit(data, ledger, ctx)          -> methods.loop.train (resume, budget, checkpoints)
+4. methods.loop.train(method, data, ledger, ctx)  (resume, budget, checkpoints)
 5. metrics = evaluator(method, data, logger)
 6. results.json (+ W&B summary); return the results
 """
@@ -22,6 +22,7 @@ from rich.console import Console
 from .config import validate
 from .export.release import release_info
 from .logging.summary import print_summary
+from .methods import loop
 from .methods.base import TrainContext
 from .privacy.card import n_is_public
 from .privacy.conventions import PaperConvention
@@ -82,7 +83,7 @@ def run(cfg: DictConfig) -> dict:
                            precision=check_precision(cfg.trainer.get("precision", 32)),
                            release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
                                                                   method, led, _code_version(), run_dir))
-        train_metrics = method.fit(data, ledger, ctx)
+        train_metrics = loop.train(method, data, ledger, ctx)
         metrics = evaluator(method, data, logger, seed=seed)
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"

@@ -33,7 +33,12 @@ import torch
 from ..data import DataSplits
 from ..data.representations import Representation, build_representation
 from ..privacy import PrivacyLedger, PrivateSampler
-from ..privacy.moments import SHRINKAGES, ClassBlockProjectionRelease, ClassMomentRelease, ClassMoments
+from ..privacy.moments import (
+    SHRINKAGES,
+    ClassBlockProjectionRelease,
+    ClassMomentRelease,
+    ClassMoments,
+)
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 
 RELEASES = ("moments", "projections")

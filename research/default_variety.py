@@ -30,6 +30,7 @@ from hydra.utils import instantiate
 from dpgen.eval.cnn import fit_cnn
 from dpgen.logging import RunLogger
 from dpgen.methods.base import TrainContext
+from dpgen.methods.loop import train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 VARIANTS = ("class", "pooled")
@@ -45,7 +46,7 @@ def fit_default(shrinkage: str, seed: int, eps: float, run_dir: Path):
         instantiate(cfg.dataset)
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(run_dir), run_dir=run_dir, seed=seed,
                        progress=False, deterministic=True)
-    method.fit(data, ledger, ctx)
+    train(method, data, ledger, ctx)
     return method, data, cfg
 
 

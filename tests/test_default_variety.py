@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 
 from dpgen.logging import RunLogger
 from dpgen.methods.base import TrainContext
+from dpgen.methods.loop import train
 from dpgen.privacy.moments import moments_from_vector, pooled_spiked_covariances, spiked_shrinkage
 
 from ._hydra import compose_cfg
@@ -26,7 +27,7 @@ def _default(tmp_path, seed: int, shrinkage: str = "pooled"):
                             instantiate(cfg.dataset))
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, seed=seed,
                        progress=False, deterministic=True)
-    method.fit(data, ledger, ctx)
+    train(method, data, ledger, ctx)
     assert ledger.epsilon() <= 10.0
     return method, data
 

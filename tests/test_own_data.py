@@ -72,6 +72,7 @@ def test_resize_maps_other_sizes_to_the_declared_size(tmp_path):
     ("alpha", r"0/000\.png: has an alpha channel"),
     ("broken", r"1/003\.png: cannot be read as an image"),
     ("no_test", r"no test data: set dataset.test_path"),
+    ("no_test_folder", r"dataset.test_path: .*nowhere does not exist; check the path"),
 ])
 def test_image_folder_faults_name_the_file_and_the_fix(tmp_path, fault, match):
     write_folder(tmp_path)
@@ -97,6 +98,8 @@ def test_image_folder_faults_name_the_file_and_the_fix(tmp_path, fault, match):
         (tmp_path / "1" / "003.png").write_bytes(b"not a png")
     elif fault == "no_test":
         kw.pop("test_fraction")
+    elif fault == "no_test_folder":
+        kw = {**DECLARED, "test_path": str(tmp_path / "nowhere")}
     with pytest.raises(ConfigError, match=match):
         image_folder(str(tmp_path), **kw)
 
@@ -124,6 +127,7 @@ def test_arrays_accept_npz_and_npy_folder_in_three_layouts(tmp_path):
     ("label", r"train\.npz: labels must be in 0\.\.2 \(dataset.classes declares 3\); record 4 is not"),
     ("shape", r"train\.npz: records have shape \(1, 9, 9\), but the declared"),
     ("keys", r"train\.npz holds arrays \['images', 'y'\], not x and y"),
+    ("missing", r"dataset.path: .*missing\.npz does not exist"),
 ])
 def test_arrays_faults_name_the_file_and_the_record(tmp_path, fault, match):
     x, y = np.random.default_rng(0).random((8, 1, 8, 8)), np.arange(8) % 3
@@ -140,7 +144,8 @@ def test_arrays_faults_name_the_file_and_the_record(tmp_path, fault, match):
         arrs = {"images": x, "y": y}
     np.savez(tmp_path / "train.npz", **arrs)
     with pytest.raises(ConfigError, match=match):
-        arrays(str(tmp_path / "train.npz"), pixel_range=[0, 1], test_fraction=0.25, **DECLARED)
+        arrays(str(tmp_path / ("missing.npz" if fault == "missing" else "train.npz")), pixel_range=[0, 1],
+               test_fraction=0.25, **DECLARED)
 
 
 @pytest.mark.parametrize("bad, match", [

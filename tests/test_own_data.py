@@ -224,6 +224,9 @@ def test_train_py_prints_one_error_line_naming_the_bad_file(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+SMALL = {"batch_size": 8, "ae_batch_size": 8, "ae_steps": 2, "autoencoder_cache": "null", "n_particles": 100}
+
+
 def _size_for(preset: str) -> tuple[int, int, int]:
     """(side, channels, classes) of a fake folder the preset's generator can make (docs/guides/own-data.md)."""
     if preset.startswith("celeba32"):
@@ -248,7 +251,10 @@ def test_every_generator_preset_trains_one_step_on_a_png_folder(tmp_path, preset
     side, channels, k = _size_for(preset)
     write_folder(tmp_path / "d", n_per_class=8, size=side, mode="L" if channels == 1 else "RGB",
                  classes=tuple(str(c) for c in range(k)))
-    res = _run([f"experiment={preset}", "dataset=image_folder", f"dataset.path={tmp_path / 'd'}",
-                "dataset.test_fraction=0.25", f"dataset.image_size={side}", f"dataset.channels={channels}",
-                f"dataset.classes={k}", "trainer.max_steps=1", "accountant.delta=1e-2"], tmp_path)
-    assert res["dataset"] == "image_folder"
+    own = [f"experiment={preset}", "dataset=image_folder", f"dataset.path={tmp_path / 'd'}",
+           "dataset.test_fraction=0.25", f"dataset.image_size={side}", f"dataset.channels={channels}",
+           f"dataset.classes={k}", "trainer.max_steps=1", "accountant.delta=1e-2"]
+    GlobalHydra.instance().clear()
+    model = compose_cfg(own).model
+    own += [f"model.{key}={value}" for key, value in SMALL.items() if key in model]  # a few records, one step
+    assert _run(own, tmp_path)["dataset"] == "image_folder"

@@ -34,7 +34,7 @@ class EvaluateError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, help="a run folder (holds .hydra/config.yaml, release.pt, results.json)")
+    parser.add_argument("run_dir", type=Path, help="a run folder (holds .hydra/config.yaml, the release file, results.json)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="evaluator.* / paths.data_root / trainer.device overrides for this evaluation")
 

@@ -7,22 +7,24 @@ composed config, so a wrong type (``accountant.epsilon=abc``) fails with OmegaCo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ValidationError
+from omegaconf.errors import ConfigKeyError, ValidationError
 
+from .errors import UserError, suggestion
 from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
 from .privacy.conventions import CONVENTIONS, METHODS, NO_CONVENTION, PaperConvention, convention_of
 from .utils import check_precision
 from .utils.threads import resolve_threads
 
 
-class ConfigError(ValueError):
-    """A setting is invalid; the message names it and says how to fix it."""
+class ConfigError(UserError, ValueError):
+    """A setting is invalid; the message names it and says how to fix it (a :class:`dpgen.errors.UserError`)."""
 
 
 @dataclass
@@ -66,6 +68,11 @@ def validate(cfg: DictConfig) -> None:
         except ValidationError as e:
             key = getattr(e, "full_key", None) or getattr(e, "key", "?")
             raise ConfigError(f"{name}.{key}: {e.msg if hasattr(e, 'msg') else e}") from None
+        except ConfigKeyError as e:  # e.g. +accountant.epsilonn=3: a key nothing reads
+            key = str(getattr(e, "key", "?"))
+            fields = [f.name for f in dataclasses.fields(schema)]
+            raise ConfigError(f"{name}.{key} is not a setting;{suggestion(key, fields) or ' ' + name + ' has: ' + ', '.join(fields)}"
+                              f" (drop the '+' key or fix its name)") from None
 
     acc = cfg.accountant
     eps = acc.get("epsilon")

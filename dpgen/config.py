@@ -109,9 +109,9 @@ def validate(cfg: DictConfig) -> None:
     resume = cfg.trainer.get("resume", False)
     if isinstance(resume, str) and resume not in ("true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")
-    lw = cfg.logger.get("wandb")
-    if lw is not None and lw.get("mode") not in ("online", "offline", "disabled"):
-        raise ConfigError(f"logger.wandb.mode must be online, offline or disabled, got {lw.get('mode')!r}")
+    from .logging.run_logger import check_wandb
+
+    check_wandb(cfg.logger.get("wandb"))  # WANDB_MODE (environment) wins; online needs a W&B login
 
 
 def _positive_int(value, key: str) -> int:

@@ -26,6 +26,8 @@ from .summary import group_results, metric_family
 
 EPSILON_KEY = "epsilon_rdp"  # the x axis of the W&B charts (the calibrating accountant's ε spent)
 WANDB_ID_FILE = "wandb_run_id"
+WANDB_MODES = ("online", "offline", "disabled")
+_WANDB_ALIASES = {"dryrun": "offline", "run": "online"}  # W&B's older spellings of WANDB_MODE
 RUNTIME_FILE = "runtime.json"
 
 
@@ -40,6 +42,44 @@ def to_uint8_image(grid: torch.Tensor) -> np.ndarray:
     pixels = (grid.detach().float().cpu().clamp(0, 1) * 255.0).round().to(torch.uint8)
     arr = pixels.permute(1, 2, 0).numpy()
     return arr[:, :, 0] if arr.shape[2] == 1 else arr
+
+
+def wandb_mode(configured: str) -> str:
+    """The W&B mode a run uses: ``WANDB_MODE`` from the environment wins over ``logger.wandb.mode`` (as
+    W&B itself documents), e.g. ``WANDB_MODE=offline python train.py ...`` on a machine without network."""
+    from ..config import ConfigError
+
+    env = os.environ.get("WANDB_MODE", "").strip().lower()
+    mode = _WANDB_ALIASES.get(env, env) if env else configured
+    if mode not in WANDB_MODES:
+        where = f"the environment variable WANDB_MODE={env!r}" if env else f"logger.wandb.mode={configured!r}"
+        raise ConfigError(f"{where} is not a W&B mode; use online, offline or disabled")
+    return mode
+
+
+def wandb_logged_in() -> bool | None:
+    """Whether W&B has credentials (API key in WANDB_API_KEY / netrc, or an identity token file) — read
+    the way ``wandb`` reads them, without prompting; None when this wandb version cannot say."""
+    try:
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib import wbauth
+
+        settings = wandb_setup.singleton().settings
+        return bool(settings.api_key or settings.identity_token_file or wbauth.read_netrc_auth(host=settings.base_url))
+    except Exception:  # noqa: BLE001 - another wandb version: wandb.init reports a missing login itself
+        return None
+
+
+def check_wandb(wandb_cfg) -> None:
+    """Before any data is loaded: the W&B mode is valid, and an online run has a W&B login."""
+    from ..config import ConfigError
+
+    if wandb_cfg is None:
+        return
+    if wandb_mode(wandb_cfg.get("mode", "offline")) == "online" and wandb_logged_in() is False:
+        raise ConfigError("W&B is online (logger.wandb.mode=online) but not logged in (no API key); fix: run "
+                          "`wandb login`, or log offline with WANDB_MODE=offline (upload later with `wandb sync`), "
+                          "or log to local files only with logger=local")
 
 
 class LocalSink:
@@ -139,8 +179,7 @@ class WandbSink:
     def __init__(self, run_dir: str | Path, config: dict, mode: str = "offline", project: str = "dpgen",
                  entity: str | None = None, group: str | None = None, name: str | None = None,
                  tags: list[str] | None = None, resume_id: str | None = None) -> None:
-        if mode not in ("online", "offline", "disabled"):
-            raise ValueError(f"logger.wandb.mode must be online, offline or disabled, got {mode!r}")
+        mode = wandb_mode(mode)
         import wandb
 
         auto_group, auto_name = _hydra_group_and_name(config.get("experiment_name"))

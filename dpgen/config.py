@@ -110,6 +110,9 @@ def validate(cfg: DictConfig) -> None:
     if isinstance(resume, str) and resume not in ("true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")
     from .logging.run_logger import check_wandb
+    from .privacy.delta import check_delta_of_config
+
+    check_delta_of_config(cfg)  # δ < 1/N when the dataset config bounds N (before any data is loaded)
 
     check_wandb(cfg.logger.get("wandb"))  # WANDB_MODE (environment) wins; online needs a W&B login
 

@@ -23,6 +23,7 @@ from .config import validate
 from .logging.summary import print_summary
 from .methods.base import TrainContext
 from .privacy.conventions import PaperConvention
+from .privacy.delta import check_delta_of_config
 from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
 
@@ -60,10 +61,7 @@ def run(cfg: DictConfig) -> dict:
     ledger = instantiate(cfg.accountant, _convert_="all")
     data = instantiate(cfg.dataset)
     n_priv = len(data.private)
-    if float(cfg.accountant.delta) > 1.0 / n_priv:
-        warnings.warn(f"accountant.delta={cfg.accountant.delta} is larger than 1/N = {1.0 / n_priv:.2e} for "
-                      f"N={n_priv} private records: such a delta allows leaking a whole record; use a smaller "
-                      "delta", stacklevel=2)
+    check_delta_of_config(cfg, n_priv)  # δ < 1/N, N exact: refused before training (dpgen/privacy/delta.py)
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
     try:
         resume = _resume_path(cfg.trainer.resume, run_dir)

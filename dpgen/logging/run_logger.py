@@ -4,8 +4,14 @@ Only aggregate metrics, synthetic samples and public data are ever passed to a l
 methods never hand it a private record (see the privacy boundary in docs/ARCHITECTURE.md).
 
 A run folder is one run, also across restarts (``trainer.resume``): ``metrics.csv`` is appended
-to, the W&B run id is kept in ``wandb_run_id`` and resumed, and ``runtime.json`` records the wall
-time of every segment so that ``results["runtime_s"]`` covers them all.
+to, the W&B run id is kept in ``wandb_run_id`` and resumed, and ``private_timings.json`` records the
+wall time of every segment so that the run time covers them all.
+
+Wall-clock timings of a private run (run time, training time, steps/s) depend on the private
+(Poisson) batch sizes, so they are an un-noised function of private data: they never go to
+``results.json``, ``metrics.csv`` or W&B.  ``private_timings.json`` in the run folder holds them, for
+the operator only (like ``checkpoints/``, it is not to be published); the console summary shows
+the run time on the operator's terminal.
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ import torch
 
 from ..utils import json_safe
 from .summary import group_results, metric_family
+from .timings import LEGACY_RUNTIME_FILE, PRIVATE_NOTE, PRIVATE_TIMINGS
 
-EPSILON_KEY = "epsilon_rdp"  # the x axis of the W&B charts (the calibrating accountant's ε spent)
+EPSILON_KEY = "epsilon"  # the x axis of the W&B charts: the calibrating accountant's ε spent (the run's ε)
 WANDB_ID_FILE = "wandb_run_id"
+
 WANDB_MODES = ("online", "offline", "disabled")
 _WANDB_ALIASES = {"dryrun": "offline", "run": "online"}  # W&B's older spellings of WANDB_MODE
-RUNTIME_FILE = "runtime.json"
 
 
 def to_uint8_image(grid: torch.Tensor) -> np.ndarray:
@@ -168,8 +175,8 @@ def _hydra_group_and_name(experiment: str | None) -> tuple[str | None, str | Non
 class WandbSink:
     """Weights & Biases run: config, metrics, the ε-spent curve, synthetic grids, grouped summary.
 
-    * every logged metric is charted against ``epsilon_rdp`` (``define_metric(step_metric=...)``),
-      and ``epsilon_rdp`` itself against the step (the ε-spent curve);
+    * every logged metric is charted against ``epsilon`` (the calibrating accountant's ε spent;
+      ``define_metric(step_metric=...)``), and ``epsilon`` itself against the step (the ε-spent curve);
     * at the end the utility metrics are logged once at the final ε (``eval/<metric>``), so a
       sweep's runs give one point each on a chart keyed by ε;
     * the jobs of a Hydra multirun share one group (``group: null``);
@@ -234,6 +241,19 @@ class WandbSink:
         self.run.finish()
 
 
+def split_private_timings(results: dict[str, Any]) -> tuple[dict, dict]:
+    """(a copy of ``results`` without wall-clock timings, the timings): ``runtime_s``,
+    ``runtime_segments_s`` and every ``train.*_time_s`` (the training time depends on the private
+    batch sizes).  The copy is what results.json and W&B receive."""
+    public = {k: v for k, v in results.items() if k not in ("runtime_s", "runtime_segments_s")}
+    timings = {k: results[k] for k in ("runtime_s", "runtime_segments_s") if k in results}
+    train = results.get("train")
+    if isinstance(train, dict):
+        public["train"] = {k: v for k, v in train.items() if not k.endswith("_time_s")}
+        timings.update({f"train.{k}": v for k, v in train.items() if k.endswith("_time_s")})
+    return public, timings
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -273,6 +293,7 @@ class RunLogger:
         self.resumed = source is not None
         self.local = LocalSink(run_dir, append=self.resumed)
         self._previous_segments = self._read_segments(source) if source is not None else []
+        self._timings: dict[str, float] = {}
         self.sinks: list[Any] = [self.local]
         if wandb:
             resume_id = None
@@ -283,22 +304,26 @@ class RunLogger:
             (self.run_dir / WANDB_ID_FILE).write_text(sink.run_id + "\n")
             self.sinks.append(sink)
 
-    # -- run time over restarts ------------------------------------------------------------
+    # -- run time over restarts (private) -------------------------------------------------
     @staticmethod
     def _read_segments(folder: Path) -> list[float]:
-        path = folder / RUNTIME_FILE
-        if not path.is_file():
-            return []
-        try:
-            return [float(s) for s in json.loads(path.read_text()).get("segments_s", [])]
-        except (OSError, ValueError, AttributeError):
-            return []
+        for name in (PRIVATE_TIMINGS, LEGACY_RUNTIME_FILE):
+            path = folder / name
+            if path.is_file():
+                try:
+                    return [float(s) for s in json.loads(path.read_text()).get("segments_s", [])]
+                except (OSError, ValueError, AttributeError):
+                    return []
+        return []
 
-    def _write_segments(self, current: float) -> list[float]:
+    def _write_segments(self, current: float, extra: dict | None = None) -> list[float]:
+        """Write ``private_timings.json``: every segment's wall time (+ ``extra`` timings); the segments."""
         segments = [*self._previous_segments, float(current)]
-        tmp = self.run_dir / (RUNTIME_FILE + ".tmp")
-        tmp.write_text(json.dumps({"segments_s": segments}))
-        os.replace(tmp, self.run_dir / RUNTIME_FILE)
+        self._timings.update(extra or {})
+        tmp = self.run_dir / (PRIVATE_TIMINGS + ".tmp")
+        tmp.write_text(json.dumps({"note": PRIVATE_NOTE, "segments_s": segments, "runtime_s": float(sum(segments)),
+                                   **self._timings}, indent=2))
+        os.replace(tmp, self.run_dir / PRIVATE_TIMINGS)
         return segments
 
     # -- the interface ---------------------------------------------------------------------
@@ -316,17 +341,20 @@ class RunLogger:
             s.log_images(name, images, step, nrow)
 
     def log_summary(self, results: dict[str, Any]) -> None:
-        """Write the results everywhere.  Completes ``results`` in place first: ``runtime_s`` becomes
-        the sum over all segments of this run folder (``runtime_segments_s`` lists them) and
-        ``summary`` holds the privacy | utility | provenance grouping."""
+        """Write the results everywhere, without the private timings (they go to ``private_timings.json``).
+
+        Completes ``results`` in place first (the caller's copy, e.g. for the console): ``runtime_s``
+        becomes the sum over all segments of this run folder (``runtime_segments_s`` lists them) and
+        ``summary`` holds the privacy | utility | provenance grouping of what is published."""
         current = float(results.get("runtime_s", time.time() - self._t0))
-        segments = self._write_segments(current)
+        public, timings = split_private_timings(results)
+        segments = self._write_segments(current, {k: v for k, v in timings.items() if k.startswith("train.")})
         if len(segments) > 1:
             results["runtime_segments_s"] = segments
             results["runtime_s"] = float(sum(segments))
-        results["summary"] = group_results(results)
+        public["summary"] = results["summary"] = group_results(public)
         for s in self.sinks:
-            s.log_summary(results)
+            s.log_summary(public)
 
     def finish(self) -> None:
         for s in self.sinks:

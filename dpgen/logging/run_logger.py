@@ -56,11 +56,13 @@ def wandb_mode(configured: str) -> str:
     W&B itself documents), e.g. ``WANDB_MODE=offline python train.py ...`` on a machine without network."""
     from ..config import ConfigError
 
+    if configured not in WANDB_MODES:  # checked even when the environment overrides it
+        raise ConfigError(f"logger.wandb.mode={configured!r} is not a W&B mode; use online, offline or disabled")
     env = os.environ.get("WANDB_MODE", "").strip().lower()
     mode = _WANDB_ALIASES.get(env, env) if env else configured
     if mode not in WANDB_MODES:
-        where = f"the environment variable WANDB_MODE={env!r}" if env else f"logger.wandb.mode={configured!r}"
-        raise ConfigError(f"{where} is not a W&B mode; use online, offline or disabled")
+        raise ConfigError(f"the environment variable WANDB_MODE={env!r} is not a W&B mode; use online, offline or "
+                          "disabled")
     return mode
 
 
@@ -77,6 +79,11 @@ def wandb_logged_in() -> bool | None:
         return None
 
 
+NOT_LOGGED_IN = ("W&B is online (logger.wandb.mode=online or WANDB_MODE=online) but not logged in (no API key); "
+                 "fix: run `wandb login`, or log offline with WANDB_MODE=offline (upload later with `wandb sync`), "
+                 "or log to local files only with logger=local")
+
+
 def check_wandb(wandb_cfg) -> None:
     """Before any data is loaded: the W&B mode is valid, and an online run has a W&B login."""
     from ..config import ConfigError
@@ -84,9 +91,7 @@ def check_wandb(wandb_cfg) -> None:
     if wandb_cfg is None:
         return
     if wandb_mode(wandb_cfg.get("mode", "offline")) == "online" and wandb_logged_in() is False:
-        raise ConfigError("W&B is online (logger.wandb.mode=online) but not logged in (no API key); fix: run "
-                          "`wandb login`, or log offline with WANDB_MODE=offline (upload later with `wandb sync`), "
-                          "or log to local files only with logger=local")
+        raise ConfigError(NOT_LOGGED_IN)
 
 
 class LocalSink:
@@ -192,10 +197,17 @@ class WandbSink:
         auto_group, auto_name = _hydra_group_and_name(config.get("experiment_name"))
         self._wandb = wandb
         self._defined: set[str] = set()
-        self.run = wandb.init(project=project, entity=entity, group=group or auto_group, name=name or auto_name,
-                              tags=tags, mode=mode, dir=str(run_dir), config=config, reinit="finish_previous",
-                              id=resume_id, resume="allow" if resume_id else None,
-                              settings=wandb.Settings(silent=True, console="off"))
+        try:
+            self.run = wandb.init(project=project, entity=entity, group=group or auto_group, name=name or auto_name,
+                                  tags=tags, mode=mode, dir=str(run_dir), config=config, reinit="finish_previous",
+                                  id=resume_id, resume="allow" if resume_id else None,
+                                  settings=wandb.Settings(silent=True, console="off"))
+        except wandb.errors.UsageError as err:  # a login check_wandb could not see coming
+            if "api key" not in str(err).lower():
+                raise
+            from ..config import ConfigError
+
+            raise ConfigError(NOT_LOGGED_IN) from None
         self.run.define_metric(EPSILON_KEY, summary="max")
 
     @property

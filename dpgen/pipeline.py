@@ -4,7 +4,7 @@
 2. method, evaluator, ledger = instantiate(cfg.model / cfg.evaluator / cfg.accountant): every setting
    is checked before any data is read (a typo in evaluator.* fails in seconds)
 3. data    = instantiate(cfg.dataset)     -> public / private / test splits
-4. method.fit(data, ledger, ctx)          -> methods.loop.train (resume, budget, checkpoints)
+4. methods.loop.train(method, data, ledger, ctx)  (resume, budget, checkpoints)
 5. metrics = evaluator(method, data, logger)
 6. results.json (+ W&B summary); return the results
 """
@@ -20,8 +20,11 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .config import validate
+from .export.release import release_info
 from .logging.summary import print_summary
+from .methods import loop
 from .methods.base import TrainContext
+from .privacy.card import n_is_public
 from .privacy.conventions import PaperConvention
 from .privacy.delta import check_delta_of_config
 from .utils import check_precision, pick_device, seed_everything
@@ -61,7 +64,7 @@ def run(cfg: DictConfig) -> dict:
     ledger = instantiate(cfg.accountant, _convert_="all")
     data = instantiate(cfg.dataset)
     n_priv = len(data.private)
-    check_delta_of_config(cfg, n_priv)  # δ < 1/N, N exact: refused before training (dpgen/privacy/delta.py)
+    check_delta_of_config(cfg, n_priv)  # δ < 1/N: refused before training, N kept out of the message
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
     try:
         resume = _resume_path(cfg.trainer.resume, run_dir)
@@ -76,8 +79,10 @@ def run(cfg: DictConfig) -> dict:
                            log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
                            resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
-                           precision=check_precision(cfg.trainer.get("precision", 32)))
-        train_metrics = method.fit(data, ledger, ctx)
+                           precision=check_precision(cfg.trainer.get("precision", 32)),
+                           release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
+                                                                  method, led, _code_version(), run_dir))
+        train_metrics = loop.train(method, data, ledger, ctx)
         metrics = evaluator(method, data, logger, seed=seed)
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"
@@ -88,7 +93,7 @@ def run(cfg: DictConfig) -> dict:
         results = {
             "experiment": name,
             "dataset": data.name,
-            "n_private": n_priv,
+            **({"n_private": n_priv} if n_is_public(privacy["neighbouring_relation"]) else {}),  # add/remove: N is private
             "metrics": metrics,
             "privacy": privacy,
             "train": train_metrics,

@@ -46,8 +46,9 @@ def test_delta_at_or_above_one_over_n_is_refused_before_and_after_loading():
     check_delta_of_config(_cfg(digits, 1e-3, private=False))  # a non-private run has no δ to honour
     own = {"_target_": "dpgen.data.own.image_folder"}
     check_delta_of_config(_cfg(own, 1e-3))  # unknown before loading: checked after
-    with pytest.raises(ConfigError, match=r"N = 1000 private records"):
+    with pytest.raises(ConfigError, match=r"not below 1/N for this private set") as refused:
         check_delta_of_config(_cfg(own, 1e-3), n=1000)  # δ = 1/N exactly is refused too
+    assert "1000" not in str(refused.value) and "1e-0" not in str(refused.value)  # the private N stays out
     check_delta_of_config(_cfg(own, 1e-3), n=1001)
 
 

@@ -2,7 +2,7 @@
 
 A method is a set of per-step maths (its paper's algorithm box) plus state; the loop owns
 everything else (resume, budget stop, non-finite check, logging cadence, checkpoints, progress
-bar, release artefact).  Interface (see docs/ARCHITECTURE.md and /work/notes/loop-api.md):
+bar, release artefact).  Interface (see docs/ARCHITECTURE.md):
 
 * ``setup(data, ledger, ctx)``: build models, the PrivateSampler (``self.sampler``) and the
   release mechanisms (``self.mechanisms``: name -> ``privacy.mechanisms.Mechanism``, calibrated
@@ -25,6 +25,7 @@ bar, release artefact).  Interface (see docs/ARCHITECTURE.md and /work/notes/loo
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,8 @@ class TrainContext:
     deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable
     resume_state: dict | None = None  # the method's state from the checkpoint (set by the loop before setup)
     precision: str = "32"  # "bf16": bfloat16 autocast around model forwards (utils.autocast), never the privacy maths
+    # ledger -> public entries added to the release (config, public facts, privacy card: dpgen.export.release)
+    release_extra: Callable[[PrivacyLedger], dict] | None = None
 
     @property
     def checkpoint_path(self) -> Path:
@@ -107,12 +110,6 @@ class Method:
     release_name: str = "release.pt"  # weights-only artefact in the run folder
     sampler: PrivateSampler | None = None
     mechanisms: dict[str, Mechanism]
-
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-        """Train with the one training loop (``methods.loop.train``); returns the training summary."""
-        from .loop import train
-
-        return train(self, data, ledger, ctx)
 
     # -- the interface the loop calls ----------------------------------------------------
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .shapes import image_shape_error
+
 
 def with_label(z: torch.Tensor, y: torch.Tensor | None, n_labels: int) -> torch.Tensor:
     """``[z || onehot(y)]`` for a conditional generator (``z`` unchanged when ``n_labels == 0``)."""
@@ -15,7 +17,7 @@ def with_label(z: torch.Tensor, y: torch.Tensor | None, n_labels: int) -> torch.
 
 
 class ConvCondGen(nn.Module):
-    """DP-MERF's conditional convolutional generator (DP-SWD Table 3, spec dpswd.md §3.1).
+    """DP-MERF's conditional convolutional generator (DP-SWD Table 3, DP-SWD paper, MNIST / F-MNIST generator).
 
     ``[z || onehot(y)]`` (d_code + n_labels) -> Linear(hidden) -> BN -> ReLU ->
     Linear(C0 * H/4 * W/4) -> BN -> reshape (C0, H/4, W/4) -> bilinear x2 -> Conv(C0->C1, ks) -> ReLU
@@ -29,7 +31,7 @@ class ConvCondGen(nn.Module):
         super().__init__()
         c_out, h, w = image_shape
         if h % 4 or w % 4:
-            raise ValueError(f"ConvCondGen needs H and W divisible by 4, got {image_shape}")
+            raise image_shape_error("model.generator (ConvCondGen)", "image sides divisible by 4", image_shape)
         self.d_code, self.n_labels, self.image_shape = d_code, n_labels, tuple(image_shape)
         self.c0, self.h0, self.w0 = channels[0], h // 4, w // 4
         self.fc1 = nn.Linear(d_code + n_labels, hidden)
@@ -50,7 +52,7 @@ class ConvCondGen(nn.Module):
         x = self.bn2(self.fc2(x)).view(-1, self.c0, self.h0, self.w0)
         # channels-last layout (same values): oneDNN's convolutions with these few channels run ~2x faster
         # in it on CPU, above all the backward of conv2 (8 -> 1 channel); the layout carries through
-        # interpolate and both convolutions (issue 15, dpgen/bench/steps.py)
+        # interpolate and both convolutions (dpgen/bench/steps.py)
         x = x.contiguous(memory_format=torch.channels_last)
         x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
         x = F.relu(self.conv1(x))
@@ -84,7 +86,7 @@ class MLPGen(nn.Module):
 
 
 class DCGANDecoder(nn.Module):
-    """DSW's ``LSUNDecoder`` (spec dpswd.md §3.2): latent 32 -> 3x64x64 in [0, 1].
+    """DSW's ``LSUNDecoder`` (DP-SWD paper, CelebA generator): latent 32 -> 3x64x64 in [0, 1].
 
     ConvT(32->512, 4, s1, p0) -> BN -> ReLU -> ConvT(512->256, 4, s2, p1) -> BN -> ReLU ->
     ConvT(256->128) -> BN -> ReLU -> ConvT(128->64) -> BN -> ReLU -> ConvT(64->3, 4, s2, p1) -> Tanh.
@@ -98,7 +100,7 @@ class DCGANDecoder(nn.Module):
         c, h, _ = image_shape
         n_up = {64: 4, 32: 3}.get(h)
         if n_up is None:
-            raise ValueError(f"DCGANDecoder supports 32x32 and 64x64 images, got {image_shape}")
+            raise image_shape_error("model.generator (DCGANDecoder)", "32x32 or 64x64 images", image_shape)
         self.d_code, self.n_labels, self.image_shape = d_code, 0, tuple(image_shape)
         ch = [width * 2 ** i for i in range(n_up - 1, -1, -1)]  # 64x64: 512, 256, 128, 64
         layers: list[nn.Module] = [nn.ConvTranspose2d(d_code, ch[0], 4, 1, 0, bias=False), nn.BatchNorm2d(ch[0]),

@@ -8,9 +8,10 @@ A run with ``accountant.delta >= 1/N`` is refused (``ConfigError``), never run w
    The private split is at most that large (a public fraction only removes records), so
    ``δ >= 1/bound`` implies ``δ >= 1/N``;
 2. right after loading, before training, with the exact N of the private split (own data, the
-   domain-adaptation pairs, a public fraction).  This check depends on N, which dpgen treats as
-   public anyway (it sets the sample rate and is written to results.json as ``n_private``); if N
-   itself were secret, a refusal would reveal one bit of it (whether N <= 1/δ).
+   domain-adaptation pairs, a public fraction).  Under add/remove neighbours (Poisson sampling) N
+   itself is private: the message never prints it (nor 1/N, nor a δ derived from it), but a
+   refusal still reveals one bit of N — whether N <= 1/δ — to whoever sees it (the operator, who
+   holds the data; the line goes to stderr only).
 """
 
 from __future__ import annotations
@@ -52,12 +53,17 @@ def example_delta(n: int) -> float:
 
 
 def check_delta(delta: float, n: int, bound: bool = False) -> None:
-    """Refuse ``delta >= 1/n``; ``bound``: ``n`` is an upper bound known before loading, not the exact count."""
-    if n >= 1 and float(delta) >= 1.0 / n:
-        count = f"at most {n} private records (the dataset's training split)" if bound else f"{n} private records"
-        raise ConfigError(f"accountant.delta={float(delta):g} is not below 1/N = {1.0 / n:.2e} for N = {count}: "
-                          f"such a δ allows publishing whole records; fix: accountant.delta={example_delta(n):g} "
-                          "(or smaller)")
+    """Refuse ``delta >= 1/n``.  ``bound=True``: ``n`` is a public upper bound known before loading (named
+    in the message, with a δ below it); else ``n`` is the private count and stays out of the message."""
+    if n < 1 or float(delta) < 1.0 / n:
+        return
+    if bound:
+        raise ConfigError(f"accountant.delta={float(delta):g} is not below 1/N = {1.0 / n:.2e} for N = at most {n} "
+                          "private records (the dataset's training split): such a δ allows publishing whole records; "
+                          f"fix: accountant.delta={example_delta(n):g} (or smaller)")
+    raise ConfigError(f"accountant.delta={float(delta):g} is not below 1/N for this private set (N, the number of "
+                      "private records, is not printed: it is private data): such a δ allows publishing whole "
+                      "records; fix: a smaller accountant.delta, well below 1/N for your own count of records")
 
 
 def check_delta_of_config(cfg, n: int | None = None) -> None:

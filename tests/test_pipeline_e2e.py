@@ -85,9 +85,10 @@ def test_bad_epsilon_fails_with_message_naming_the_setting(tmp_path):
     assert "accountant.epsilon" in r.stderr and "positive" in r.stderr
 
 
-def test_unknown_experiment_fails_listing_the_choices(tmp_path):
+def test_unknown_experiment_fails_with_close_names_and_where_to_list_them(tmp_path):
     r = train(["experiment=mnist_nosuch", f"hydra.run.dir={tmp_path}"])
-    assert r.returncode != 0 and "mnist_nosuch" in r.stderr and "digits_dpswd" in r.stderr
+    assert r.returncode == 2 and "mnist_nosuch" in r.stderr and "did you mean experiment=mnist_" in r.stderr
+    assert "`dpgen presets`" in r.stderr
 
 
 def test_missing_mnist_files_fail_with_expected_paths(tmp_path):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
-from .base import DataSplits, require_files
+from .base import DataSplits
 from .datasets import _finish
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm")
@@ -83,6 +83,14 @@ def check_test_choice(test_path, test_fraction) -> float:
                           "dataset.test_fraction=0.2 to hold out part of dataset.path as PUBLIC test data "
                           "(those images are then not protected)")
     return frac
+
+
+def must_exist(paths: list[Path], setting: str) -> None:
+    """A missing file or folder of the user's own data is a one-line error naming it (no data root involved)."""
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise ConfigError(f"{setting}: {', '.join(missing)} does not exist; check the path (relative paths start "
+                          "from the folder you run in)")
 
 
 def to_unit(x: np.ndarray, lo: float, hi: float) -> torch.Tensor:
@@ -173,8 +181,9 @@ def image_folder(path: str, image_size, channels: int, classes, pixel_range=(0, 
     """
     shape, rng, names = declared_shape(image_size, channels), declared_range(pixel_range), declared_classes(classes)
     frac = check_test_choice(test_path, test_fraction)
-    require_files("image_folder", path, [Path(path)] + ([Path(test_path)] if test_path else []),
-                  download_supported=False)
+    must_exist([Path(path)], "dataset.path")
+    if test_path is not None:
+        must_exist([Path(test_path)], "dataset.test_path")
     x, y = read_image_folder(Path(path), names, shape, rng, resize, "dataset.path")
     if test_path is not None:
         x_te, y_te = read_image_folder(Path(test_path), names, shape, rng, resize, "dataset.test_path")
@@ -188,12 +197,12 @@ def load_arrays(path: Path, setting: str) -> tuple[np.ndarray, np.ndarray, str]:
     """``(x, y, where)`` from a ``.npz`` (keys ``x``, ``y``) or a folder with ``x.npy`` and ``y.npy``."""
     if path.is_dir():
         fx, fy = path / "x.npy", path / "y.npy"
-        require_files("arrays", path, [fx, fy], download_supported=False)
+        must_exist([fx, fy], setting)
         try:
             return np.load(fx, allow_pickle=False), np.load(fy, allow_pickle=False), str(fx)
         except ValueError as e:
             raise ConfigError(f"{setting}: {path}: cannot load x.npy / y.npy ({e})") from None
-    require_files("arrays", path, [path], download_supported=False)
+    must_exist([path], setting)
     if path.suffix != ".npz":
         raise ConfigError(f"{setting}: {path} is not a .npz; give a .npz holding arrays x and y, or a folder "
                           "holding x.npy and y.npy")

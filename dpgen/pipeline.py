@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .config import validate
+from .eval.evaluator import evaluate_run
 from .export.release import release_info
 from .logging.summary import print_summary
 from .methods import loop
@@ -62,7 +63,9 @@ def run(cfg: DictConfig) -> dict:
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
+    evaluator.check()  # evaluability from the settings alone (an FID extractor is available), before the data loads
     data = instantiate(cfg.dataset)
+    evaluator.check(data)  # the public splits are large enough for every requested metric, before training
     n_priv = len(data.private)
     check_delta_of_config(cfg, n_priv)  # δ < 1/N: refused before training, N kept out of the message
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
@@ -83,7 +86,7 @@ def run(cfg: DictConfig) -> dict:
                            release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
                                                                   method, led, _code_version(), run_dir))
         train_metrics = loop.train(method, data, ledger, ctx)
-        metrics = evaluator(method, data, logger, seed=seed)
+        metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"
         report = method.convention_report() if convention else None

@@ -108,7 +108,7 @@ def test_delta_not_below_one_over_n_is_refused(tmp_path):
 @pytest.mark.usefixtures("data_root")
 def test_mnist_preset_runs_on_shared_data(tmp_path, data_root):
     r = train(["experiment=mnist_dpswd", "logger=local", "trainer.max_steps=5", "trainer.progress=false",
-               "evaluator.n_synthetic=1000", "evaluator.classifiers=[logreg]", "evaluator.logreg_max_iter=50",
+               "evaluator.n_synthetic=1000", "evaluator.fid.extractor=domain", "evaluator.classifiers=[logreg]", "evaluator.logreg_max_iter=50",
                f"paths.data_root={data_root}", f"hydra.run.dir={tmp_path}"])
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())

@@ -29,6 +29,7 @@ from .methods.base import TrainContext
 from .privacy.card import n_is_public
 from .privacy.conventions import PaperConvention
 from .runs import RunFolder, claim_run_folder
+from .privacy.delta import check_delta_of_config
 from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
 
@@ -59,9 +60,7 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
     data = instantiate(cfg.dataset)
     evaluator.check(data)  # the public splits are large enough for every requested metric, before training
     n_priv = len(data.private)
-    if float(cfg.accountant.delta) > 1.0 / n_priv:  # the count itself stays out of the message (private under add/remove)
-        warnings.warn(f"accountant.delta={cfg.accountant.delta} is larger than 1/N for this private set: such a "
-                      "delta allows leaking a whole record; use a smaller delta", stacklevel=2)
+    check_delta_of_config(cfg, n_priv)  # δ < 1/N: refused before training, N kept out of the message
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
     try:
         if cfg.trainer.get("deterministic", False):

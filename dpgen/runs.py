@@ -41,7 +41,7 @@ CHECKPOINT = Path("checkpoints") / "last.pt"
 # the settings a run folder's work depends on; trainer.*, evaluator.*, logger.* may change between segments
 SIGNATURE_KEYS = ("experiment_name", "seed", "dataset", "model", "accountant", "privacy")
 # what a finished or interrupted run leaves in its folder (removed by trainer.overwrite=true)
-RUN_ARTEFACTS = ("checkpoints", "metrics.csv", "results.json", "runtime.json", "wandb_run_id", "wandb", "*.pt",
+RUN_ARTEFACTS = ("checkpoints", "metrics.csv", "results.json", "private_timings.json", "runtime.json", "wandb_run_id", "wandb", "*.pt",
                  "*.png", "privacy_card.json", "privacy_card.md")
 LOCATION_KEYS = ("root", "data_root", "autoencoder_cache", "cache_dir")
 NEW_FOLDER = "choose a new folder with hydra.run.dir=<new folder>"

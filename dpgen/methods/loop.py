@@ -14,7 +14,8 @@
    non-finite check on ``values`` (public or released quantities only; never an un-noised loss):
    python floats at once, tensors on the device without a host sync (the first bad step is kept
    on the device and raised at the next log / checkpoint step);
-   log cadence (values + epsilon_rdp + opt-in reported accountants + steps/s); atomic checkpoint cadence; progress bar;
+   log cadence (values + epsilon, the calibrating accountant's + opt-in reported accountants; no timings:
+   they depend on the private batch sizes); atomic checkpoint cadence; progress bar;
 5. final checkpoint (a failed write is one error line, the previous checkpoint intact); the weights-only release artefact ``ctx.run_dir / method.release_name``
    (``method.release_state()`` + the signature); ``method.finish(ctx)``;
 6. returns the training summary (steps, budget stop, time, every mechanism's ``describe()``,
@@ -203,12 +204,11 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             if done % ctx.log_every == 0 or done == end:
                 watch.check()
                 shown = host_values(values)
-                eps = ledger.epsilon(accountant="rdp")
+                eps = ledger.epsilon()  # the calibrating accountant's: the one that set the noise and stops the run
                 # reported-only accountants exist only on the accountant.data_dependent_reports opt-in
-                reported = {f"epsilon_{k}": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
-                ctx.logger.log_metrics({**shown, "epsilon_rdp": eps, **reported,
-                                        "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
-                bar.update(task, info=f"{method.progress_info(shown)}  eps(RDP) {eps:.3f}")
+                reported = {f"epsilon_{k}_reported_only": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
+                ctx.logger.log_metrics({**shown, "epsilon": eps, **reported}, step=done)  # no timings: private
+                bar.update(task, info=f"{method.progress_info(shown)}  eps({ledger.calibrating_accountant.upper()}) {eps:.3f}")
             if done % ctx.checkpoint_every == 0:
                 watch.check()  # never checkpoint weights trained on a NaN
                 _checkpoint(method, ledger, signature, done, values, ctx)

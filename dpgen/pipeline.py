@@ -94,7 +94,7 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
             "git_commit": _code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/scoreboard.py)
-            "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
         }
         logger.log_summary(results)
     finally:

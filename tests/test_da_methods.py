@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from dpgen.data import PrivateSplit, TensorSplit
 from dpgen.data.domain import DomainSplits
 from dpgen.logging import RunLogger
+from dpgen.methods import loop
 from dpgen.methods.base import TrainContext
 from dpgen.methods.domain_adaptation import (
     AlignmentContext,
@@ -226,10 +227,10 @@ def test_warm_up_epochs_never_touch_the_private_target(tmp_path):
     data = _tiny_data()
     m = _method(DPSWDAlignment(num_projections=10, feature_radius=5.0), epochs=3, start_align=2)
     led = PrivacyLedger(10.0, 1e-4, "poisson")
-    out = m.fit(data, led, _ctx(tmp_path, max_steps=8))  # 4 steps/epoch: the first 8 are warm-up
+    out = loop.train(m, data, led, _ctx(tmp_path, max_steps=8))  # 4 steps/epoch: the first 8 are warm-up
     assert out["warmup_steps"] == 8 and led.steps == 0
     led2 = PrivacyLedger(10.0, 1e-4, "poisson")
-    out2 = _method(DPSWDAlignment(num_projections=10, feature_radius=5.0), epochs=3, start_align=2).fit(
+    out2 = loop.train(_method(DPSWDAlignment(num_projections=10, feature_radius=5.0), epochs=3, start_align=2),
         data, led2, _ctx(tmp_path / "b"))
     assert out2["private_steps_planned"] == 4 and led2.steps == 4 and led2.epsilon() <= 10.0
 
@@ -239,7 +240,7 @@ def test_warm_up_epochs_never_touch_the_private_target(tmp_path):
 def test_non_private_variants_report_infinite_epsilon(tmp_path, alignment):
     data = _tiny_data()
     led = PrivacyLedger(None, 1e-4, "poisson")
-    _method(alignment, private=False).fit(data, led, _ctx(tmp_path))
+    loop.train(_method(alignment, private=False), data, led, _ctx(tmp_path))
     assert led.steps == 8 and math.isinf(led.epsilon())
 
 
@@ -252,7 +253,7 @@ def test_dp_dann_fit_stops_before_the_budget_is_exceeded(tmp_path):
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=2.0)  # fixed sigma: 6 steps fit in eps = 2
     led = PrivacyLedger(2.0, 1e-4, "poisson")
-    out = _method(a, epochs=30, start_align=1).fit(data, led, _ctx(tmp_path))
+    out = loop.train(_method(a, epochs=30, start_align=1), data, led, _ctx(tmp_path))
     assert out["stopped_by_budget"] and 0 < led.steps < out["private_steps_planned"]
     assert led.epsilon() <= 2.0
 
@@ -260,7 +261,7 @@ def test_dp_dann_fit_stops_before_the_budget_is_exceeded(tmp_path):
 def test_prediction_shape_and_classes(tmp_path):
     data = _tiny_data()
     m = _method(SWDAlignment(num_projections=10), private=False)
-    m.fit(data, PrivacyLedger(None, 1e-4, "poisson"), _ctx(tmp_path))
+    loop.train(m, data, PrivacyLedger(None, 1e-4, "poisson"), _ctx(tmp_path))
     p = m.predict(data.test.x)
     assert p.shape == (30,) and p.min() >= 0 and p.max() < 3
 
@@ -295,7 +296,7 @@ def test_replace_one_dp_dann_accounts_with_twice_the_sensitivity(tmp_path, fixed
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=fixed)
     led = PrivacyLedger(50.0, 1e-4, "without_replacement")
-    out = _method(a, epochs=3, start_align=1).fit(data, led, _ctx(tmp_path))
+    out = loop.train(_method(a, epochs=3, start_align=1), data, led, _ctx(tmp_path))
     sigma, q = out["noise_std_on_sum"] / a.clip_norm, 10 / len(data.private)
     want = RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2, q, led.steps)], 1e-4)
     assert led.steps == 8 and led.epsilon() == pytest.approx(want, rel=1e-9)
@@ -310,7 +311,7 @@ def test_poisson_dp_dann_accounts_with_sigma_itself(tmp_path):
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=3.0)
     led = PrivacyLedger(50.0, 1e-4, "poisson")
-    out = _method(a, epochs=3, start_align=1).fit(data, led, _ctx(tmp_path))
+    out = loop.train(_method(a, epochs=3, start_align=1), data, led, _ctx(tmp_path))
     assert out["noise_std_on_sum"] == 3.0 * a.clip_norm and led.entries[0].noise_multiplier == 3.0
 
 

@@ -238,6 +238,7 @@ def audit_blackbox(overrides: list[str], runs: int, n_samples: int = 2000) -> li
     from dpgen.audit.blackbox import blackbox_generator_audit
     from dpgen.data.base import PrivateSplit
     from dpgen.logging import RunLogger
+    from dpgen.methods import loop
     from dpgen.methods.base import TrainContext
 
     cfg = compose(overrides)
@@ -264,7 +265,7 @@ def audit_blackbox(overrides: list[str], runs: int, n_samples: int = 2000) -> li
         try:
             ctx = TrainContext(device=torch.device("cpu"), logger=logger, run_dir=run_dir, seed=1000 + i,
                                log_every=10**9, checkpoint_every=10**9, progress=False)
-            method.fit(d, ledger, ctx)
+            loop.train(method, d, ledger, ctx)
             samples, _ = method.sample(n_samples, labels=torch.zeros(n_samples, dtype=torch.long))
             return samples, float(ledger.epsilon())
         finally:

@@ -108,12 +108,6 @@ class Method:
     sampler: PrivateSampler | None = None
     mechanisms: dict[str, Mechanism]
 
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-        """Train with the one training loop (``methods.loop.train``); returns the training summary."""
-        from .loop import train
-
-        return train(self, data, ledger, ctx)
-
     # -- the interface the loop calls ----------------------------------------------------
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not implement setup()")

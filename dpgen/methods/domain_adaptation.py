@@ -509,7 +509,7 @@ class DomainAdaptation(Method):
     def predict(self, x: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
         """Class labels ``(n,)`` for inputs ``x: (n, *input_shape)`` (eval mode, on cpu)."""
         if self.g is None or self.h is None:
-            raise RuntimeError("call fit() before predict()")
+            raise RuntimeError("train the method first (methods.loop.train) or restore() a release before predict()")
         self.g.eval()
         self.h.eval()
         out = [self.h(self.g(x[i:i + batch_size].to(self.device))).argmax(1).cpu() for i in range(0, len(x), batch_size)]

@@ -281,7 +281,7 @@ class DPSGDClassifier(Method):
     def predict(self, x: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
         """Class labels ``(n,)`` for PUBLIC/test images ``x: (n, C, H, W)`` in [0, 1] (on cpu)."""
         if self.net is None:
-            raise RuntimeError("call fit() before predict()")
+            raise RuntimeError("train the method first (methods.loop.train) or restore() a release before predict()")
         self.net.eval()
         out = [self.net(self._normalize(x[i:i + batch_size].to(self.device))).argmax(1).cpu()
                for i in range(0, x.shape[0], batch_size)]

@@ -248,7 +248,7 @@ class DPSinkhorn(GenerativeMethod):
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
         """``n`` images ``(n, C, H, W)`` in [0, 1] (generator output (x+1)/2), BN in eval mode."""
         if self.G is None:
-            raise RuntimeError("call fit() before sample()")
+            raise RuntimeError("train the method first (methods.loop.train) or restore() a release before sample()")
         self.G.eval()
         if labels is None:
             labels = torch.arange(n) % max(self.num_classes, 1)

@@ -289,7 +289,7 @@ class DPSWDGenerator(GenerativeMethod):
     @torch.no_grad()
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
         if self.G is None:
-            raise RuntimeError("call fit() before sample()")
+            raise RuntimeError("train the method first (methods.loop.train) or restore() a release before sample()")
         self.G.eval()
         if labels is None:
             labels = torch.arange(n) % self.num_classes

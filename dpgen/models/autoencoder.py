@@ -1,6 +1,6 @@
 """Autoencoders of DPSWflow (DPSWflow paper, autoencoder) and the DPSWgen latent generator.
 
-Networks only (training lives in ``dpgen.methods.dpswflow``).  Every encoder ends with an L2
+Networks only (training lives in ``dpgen.methods.latent``).  Every encoder ends with an L2
 normalisation: ``encode(x)`` returns latents of norm exactly 1 (the sensitivity assumption of the
 flows: two latents differ by at most 2).  Decoders take latents ``(n, d)`` and return images in
 [0, 1] of the *input* shape (the padding to the network's working size is undone).

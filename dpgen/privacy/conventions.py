@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..audit.conventions import batch_max_rows, raw_pixel_rows
 from .ledger import PrivacyLedger
 
 CONVENTIONS = ("honest", "paper")
@@ -144,8 +143,23 @@ def convention_of(target: str) -> str:
     return str(target).rsplit(".", 1)[-1]
 
 
+def raw_pixel_rows(images: torch.Tensor) -> torch.Tensor:
+    """The DP-SWD generator convention's rows: flattened raw pixels (no normalisation),
+    ``(n, C, H, W) -> (n, C H W)`` in float64.  Two rows differ by up to :func:`raw_pixel_diameter`."""
+    return images.flatten(1).double()
+
+
+def batch_max_rows(features: torch.Tensor) -> torch.Tensor:
+    """The released DA code's rows ``g(x_i) / (2 max_j ||g(x_j)||)`` of one private batch, ``(n, d)``.
+
+    One record with a large feature norm rescales every other row, so the rows of D and D' differ in
+    all n positions (``||X - X'||_F`` up to about ``sqrt(n) / 2`` instead of 1)."""
+    m = features.norm(dim=1).max()
+    return features / (2.0 * m)
+
+
 class RawPixelRows:
-    """The DP-SWD generator convention's rows: flattened raw pixels, NO bound (``audit.conventions.raw_pixel_rows``).
+    """The DP-SWD generator convention's rows as a row map: :func:`raw_pixel_rows`, NO bound.
 
     ``x: (n, C, H, W)`` -> ``(n, d)`` in x's dtype; ``out_dim = d``.  Two rows differ by up to
     :func:`raw_pixel_diameter`, not 1: only a ``privacy.convention=paper`` run uses it.
@@ -160,7 +174,7 @@ class RawPixelRows:
 
 def batch_max_scale(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The released DA code's rows ``g(x_i) / (2 m)`` and ``m = max_j ||g(x_j)||`` of the private batch
-    (``audit.conventions.batch_max_rows``; m un-noised, data-dependent).  ``(n, d) -> ((n, d), ())``."""
+    (:func:`batch_max_rows`; m un-noised, data-dependent).  ``(n, d) -> ((n, d), ())``."""
     m = features.norm(dim=1).max()
     return batch_max_rows(features), m
 

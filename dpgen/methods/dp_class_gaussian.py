@@ -128,7 +128,7 @@ class DPClassGaussian(GenerativeMethod):
     @torch.no_grad()
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
         if self.moments is None or self.rep is None:
-            raise RuntimeError("call fit() before sample()")
+            raise RuntimeError("train the method first (methods.loop.train) or restore() a release before sample()")
         if labels is None:
             labels = torch.arange(n) % self.num_classes
         z = self.moments.sample(labels.cpu(), generator=self.sample_generator)

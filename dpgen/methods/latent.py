@@ -123,7 +123,7 @@ class LatentSpace:
 
 def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int, batch_size: int, lr: float,
                       device: torch.device, seed: int, ctx: TrainContext) -> float:
-    """MSE autoencoder training on PUBLIC images only (DPSWflow paper, autoencoder: Adam, no weight decay).  Returns the
+    """MSE autoencoder training on PUBLIC images only (DPSWflow paper: Adam, no weight decay).  Returns the
     mean loss over the last 50 steps."""
     g = torch.Generator().manual_seed(seed + 17)
     opt = torch.optim.Adam(ae.parameters(), lr=lr)
@@ -315,7 +315,7 @@ class LatentMethod(GenerativeMethod):
         return fixed_size(rows.to(self.device), self.batch_size)  # padding rows are public zeros (distance <= 1)
 
     def _per_step_release(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
-        """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen, DPSWflow paper, accounting of DPSWflow-r / DPSWgen):
+        """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen; DPSWflow paper, Algorithm 1):
         unit-norm rows (row diameter 2), union-bound delta split, N + 1 partners under Poisson."""
         if self.label_mode == "partition" and ledger.sampling != "poisson":
             raise ValueError("model.label_mode=partition of a per-step release is accounted under add/remove "
@@ -341,10 +341,10 @@ class LatentMethod(GenerativeMethod):
         if self.convention is not None:  # the released code's noise std, against the sensitivity it assumes
             mech.paper_convention = True
             k, delta = self.k, ledger.delta
-            d = self.convention.sensitivity_dim or self.space.dim  # DPSWgen's code: C·W² = 1024, not d (DPSWflow paper, DPSWgen baseline)
+            d = self.convention.sensitivity_dim or self.space.dim  # DPSWgen's code: C·W² = 1024, not d (§6)
             if self.convention.sensitivity_dim:
                 mech.set_stated_dim(d)
-            mech.fix_noise_std(paper_one_shot_sigma(self.convention.epsilon, delta, d, k)  # c S / eps (DPSWflow paper, one-shot release of Alg. 2)
+            mech.fix_noise_std(paper_one_shot_sigma(self.convention.epsilon, delta, d, k)  # c S / eps (§4.3)
                                if isinstance(mech, OneShotProjectionRelease)
                                else paper_flow_noise_std(self.convention.sigma, d, k, delta))  # sigma 2 sqrt(w_CLT)
             return

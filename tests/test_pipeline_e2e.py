@@ -112,5 +112,5 @@ def test_mnist_preset_runs_on_shared_data(tmp_path, data_root):
                f"paths.data_root={data_root}", f"hydra.run.dir={tmp_path}"])
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
-    assert res["n_private"] == 60000 and 0 <= res["metrics"]["acc_logreg"] <= 1
+    assert "n_private" not in res and 0 <= res["metrics"]["acc_logreg"] <= 1  # add/remove: N is not published
     assert res["train"]["steps_planned"] == 60000

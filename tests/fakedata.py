@@ -192,8 +192,8 @@ def link_real(root: str | Path, real_root: str | Path) -> list[str]:
     return linked
 
 
-if __name__ == "__main__":  # python -m tests.fakedata OUT: every fake layout under OUT (try a preset on it by hand)
+if __name__ == "__main__":  # python -m tests.fakedata OUT [LAYOUT ...]: fake layouts under OUT, to try a preset by hand
     import sys
 
-    out = make(sys.argv[1] if len(sys.argv) > 1 else "fake-data")
-    print(f"fake datasets written under {out}")
+    out = make(sys.argv[1] if len(sys.argv) > 1 else "fake-data", tuple(sys.argv[2:]) or tuple(LAYOUTS))
+    print(f"fake datasets ({', '.join(sys.argv[2:]) or 'all'}) written under {out}")

@@ -4,7 +4,7 @@
 2. method, evaluator, ledger = instantiate(cfg.model / cfg.evaluator / cfg.accountant): every setting
    is checked before any data is read (a typo in evaluator.* fails in seconds)
 3. data    = instantiate(cfg.dataset)     -> public / private / test splits
-4. method.fit(data, ledger, ctx)          -> methods.loop.train (resume, budget, checkpoints)
+4. methods.loop.train(method, data, ledger, ctx)  (resume, budget, checkpoints)
 5. metrics = evaluator(method, data, logger)
 6. results.json (+ W&B summary); return the results
 """
@@ -21,6 +21,7 @@ from rich.console import Console
 
 from .config import validate
 from .logging.summary import print_summary
+from .methods import loop
 from .methods.base import TrainContext
 from .privacy.conventions import PaperConvention
 from .utils import check_precision, pick_device, seed_everything
@@ -79,7 +80,7 @@ def run(cfg: DictConfig) -> dict:
                            resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
                            precision=check_precision(cfg.trainer.get("precision", 32)))
-        train_metrics = method.fit(data, ledger, ctx)
+        train_metrics = loop.train(method, data, ledger, ctx)
         metrics = evaluator(method, data, logger, seed=seed)
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"

@@ -1,4 +1,4 @@
-"""Domain adaptation (issue 5): gradient reversal, the DP-SWD adapter's privacy boundary, DP-DANN's
+"""Domain adaptation: gradient reversal, the DP-SWD adapter's privacy boundary, DP-DANN's
 per-sample clipping and calibration, schedules and presets."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from dpgen.data import PrivateSplit, TensorSplit
 from dpgen.data.domain import DomainSplits
 from dpgen.logging import RunLogger
+from dpgen.methods import loop
 from dpgen.methods.base import TrainContext
 from dpgen.methods.domain_adaptation import (
     AlignmentContext,
@@ -196,7 +197,7 @@ def test_dp_dann_calibrated_epsilon_is_at_most_the_target():
 
 
 def test_released_dp_dann_sigma_overspends_epsilon_10():
-    """spec §2.4: sigma = 17 for M-U under the released accounting (WOR, E*N compositions) gives 14.2."""
+    """DP-SWD paper, domain-adaptation baselines: sigma = 17 for M-U under the released accounting (WOR, E*N compositions) gives 14.2."""
     eps = RDPAccountant("without_replacement").epsilon_of([Release(17.0, 128 / 7438, 100 * 7438)], 1e-5)
     assert eps == pytest.approx(14.2, abs=0.1)
 
@@ -226,10 +227,10 @@ def test_warm_up_epochs_never_touch_the_private_target(tmp_path):
     data = _tiny_data()
     m = _method(DPSWDAlignment(num_projections=10, feature_radius=5.0), epochs=3, start_align=2)
     led = PrivacyLedger(10.0, 1e-4, "poisson")
-    out = m.fit(data, led, _ctx(tmp_path, max_steps=8))  # 4 steps/epoch: the first 8 are warm-up
+    out = loop.train(m, data, led, _ctx(tmp_path, max_steps=8))  # 4 steps/epoch: the first 8 are warm-up
     assert out["warmup_steps"] == 8 and led.steps == 0
     led2 = PrivacyLedger(10.0, 1e-4, "poisson")
-    out2 = _method(DPSWDAlignment(num_projections=10, feature_radius=5.0), epochs=3, start_align=2).fit(
+    out2 = loop.train(_method(DPSWDAlignment(num_projections=10, feature_radius=5.0), epochs=3, start_align=2),
         data, led2, _ctx(tmp_path / "b"))
     assert out2["private_steps_planned"] == 4 and led2.steps == 4 and led2.epsilon() <= 10.0
 
@@ -239,7 +240,7 @@ def test_warm_up_epochs_never_touch_the_private_target(tmp_path):
 def test_non_private_variants_report_infinite_epsilon(tmp_path, alignment):
     data = _tiny_data()
     led = PrivacyLedger(None, 1e-4, "poisson")
-    _method(alignment, private=False).fit(data, led, _ctx(tmp_path))
+    loop.train(_method(alignment, private=False), data, led, _ctx(tmp_path))
     assert led.steps == 8 and math.isinf(led.epsilon())
 
 
@@ -252,7 +253,7 @@ def test_dp_dann_fit_stops_before_the_budget_is_exceeded(tmp_path):
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=2.0)  # fixed sigma: 6 steps fit in eps = 2
     led = PrivacyLedger(2.0, 1e-4, "poisson")
-    out = _method(a, epochs=30, start_align=1).fit(data, led, _ctx(tmp_path))
+    out = loop.train(_method(a, epochs=30, start_align=1), data, led, _ctx(tmp_path))
     assert out["stopped_by_budget"] and 0 < led.steps < out["private_steps_planned"]
     assert led.epsilon() <= 2.0
 
@@ -260,7 +261,7 @@ def test_dp_dann_fit_stops_before_the_budget_is_exceeded(tmp_path):
 def test_prediction_shape_and_classes(tmp_path):
     data = _tiny_data()
     m = _method(SWDAlignment(num_projections=10), private=False)
-    m.fit(data, PrivacyLedger(None, 1e-4, "poisson"), _ctx(tmp_path))
+    loop.train(m, data, PrivacyLedger(None, 1e-4, "poisson"), _ctx(tmp_path))
     p = m.predict(data.test.x)
     assert p.shape == (30,) and p.min() >= 0 and p.max() < 3
 
@@ -286,7 +287,7 @@ def test_digits_networks_match_the_spec_sizes():
         DigitsFeatureExtractor(in_shape=(1, 16, 16))
 
 
-# ------------------------------------------------------------------- issue 11: replace-one DP-DANN
+# ------------------------------------------------------------------- replace-one DP-DANN
 @pytest.mark.parametrize("fixed", [None, 3.0])
 def test_replace_one_dp_dann_accounts_with_twice_the_sensitivity(tmp_path, fixed):
     """Sampling without replacement = replace-one: the clipped sum moves by up to 2C, so noise of std
@@ -295,7 +296,7 @@ def test_replace_one_dp_dann_accounts_with_twice_the_sensitivity(tmp_path, fixed
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=fixed)
     led = PrivacyLedger(50.0, 1e-4, "without_replacement")
-    out = _method(a, epochs=3, start_align=1).fit(data, led, _ctx(tmp_path))
+    out = loop.train(_method(a, epochs=3, start_align=1), data, led, _ctx(tmp_path))
     sigma, q = out["noise_std_on_sum"] / a.clip_norm, 10 / len(data.private)
     want = RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2, q, led.steps)], 1e-4)
     assert led.steps == 8 and led.epsilon() == pytest.approx(want, rel=1e-9)
@@ -310,12 +311,12 @@ def test_poisson_dp_dann_accounts_with_sigma_itself(tmp_path):
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=3.0)
     led = PrivacyLedger(50.0, 1e-4, "poisson")
-    out = _method(a, epochs=3, start_align=1).fit(data, led, _ctx(tmp_path))
+    out = loop.train(_method(a, epochs=3, start_align=1), data, led, _ctx(tmp_path))
     assert out["noise_std_on_sum"] == 3.0 * a.clip_norm and led.entries[0].noise_multiplier == 3.0
 
 
 def test_short_epochs_clamp_start_align_with_a_warning_naming_both_settings():
-    """issue 16: a preset's start_align with a short model.epochs override runs (aligning in the last epoch)."""
+    """A preset's start_align with a short model.epochs override runs (aligning in the last epoch)."""
     with pytest.warns(UserWarning, match=r"model\.start_align=10 >= model\.epochs=2.*model\.start_align=1"):
         m = _method(SWDAlignment(num_projections=10), epochs=2, start_align=10, private=False)
     assert m.start_align == 1 and m.schedule(40)[1] == 4  # 4 warm-up steps of 8

@@ -1,4 +1,4 @@
-"""GPU readiness without a GPU (issue 15 item 5).
+"""GPU readiness without a GPU.
 
 * static: no module under ``dpgen/`` calls ``.cuda(`` or hard-codes a "cuda" device outside the
   device-resolution helper (``dpgen.utils.misc.pick_device``);
@@ -101,7 +101,7 @@ CASES = {
     "da_dann": ("digits_shift_dann", ["model.batch_size=32", "model.start_align=0"], 0, ""),
     "da_dp_dann": ("digits_shift_dp_dann", ["model.batch_size=32", "model.start_align=0"], 0, ""),
     "dpsgd_classifier": ("digits_dpsgd", ["model.batch_size=32"], 0, ""),
-    "dp_moments": ("digits_moments", [], None, "one step in all: the single release (nothing per step to count)"),
+    "dp_class_gaussian": ("digits_moments", [], None, "one step in all: the single release (nothing per step to count)"),
 }
 STEPS = 6
 

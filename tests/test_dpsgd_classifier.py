@@ -13,6 +13,7 @@ import scipy.io as sio
 import torch
 import torch.nn.functional as F
 
+from dpgen.methods import loop
 from dpgen.methods.dpsgd_classifier import DPSGDClassifier, _loss_one
 from dpgen.models import ConvClassifier, cifar_convnet, mnist_convnet
 from dpgen.privacy.dpsgd import clip_per_sample, per_sample_grads, per_sample_norms
@@ -167,7 +168,7 @@ def test_mnist_preset_runs_on_shared_data(tmp_path, data_root):
     assert res["n_private"] == 60000 and res["privacy"]["private_steps"] == 1
 
 
-# ------------------------------------------------------------------------ issue 11: privacy defects
+# ------------------------------------------------------------------------ privacy defects
 def _tiny_splits(n: int = 60, seed: int = 0):
     from dpgen.data import DataSplits, PrivateSplit, TensorSplit
 
@@ -187,7 +188,7 @@ def _tiny_fit(tmp_path: Path, ledger, **kw):
     m = DPSGDClassifier(network=net, batch_size=10, epochs=1, lr=0.1, microbatch=8, **kw)
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, progress=False,
                        deterministic=True)
-    return m, m.fit(_tiny_splits(), ledger, ctx)
+    return m, loop.train(m, _tiny_splits(), ledger, ctx)
 
 
 @pytest.mark.parametrize("fixed", [None, 3.0])

@@ -15,6 +15,7 @@ from torch import nn
 
 from dpgen.data.datasets import digits
 from dpgen.logging import RunLogger
+from dpgen.methods import loop
 from dpgen.methods.base import TrainContext
 from dpgen.methods.dpsinkhorn import DPSinkhorn
 from dpgen.models import BigGANCondGenerator, DCGANCondGenerator
@@ -94,7 +95,7 @@ def _fit(tmp_path, data, steps=1, eps=10.0, sampling="poisson", resume=None, max
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, seed=0,
                        log_every=1, checkpoint_every=2, progress=False, deterministic=True, resume_from=resume,
                        max_steps=max_steps)
-    out = method.fit(data, ledger, ctx)
+    out = loop.train(method, data, ledger, ctx)
     return method, ledger, out, probe["g"]
 
 
@@ -259,7 +260,7 @@ def test_presets_compose_with_the_spec_hyperparameters(exp):
     assert m.private == (exp != "mnist_sinkhorn")
 
 
-# -- representation (issue 12 item 5) --------------------------------------------------------
+# -- representation --------------------------------------------------------
 def test_dct_representation_runs_and_the_ledger_records_the_same_mechanism(tmp_path, data):
     rep = {"kind": "dct", "n_components": 16}
     method, ledger, out, g = _fit(tmp_path / "dct", data, steps=2, noise_multiplier=50.0, representation=rep)

@@ -10,7 +10,7 @@ import torch
 
 from dpgen.data.datasets import digits, toy_gaussians
 from dpgen.logging import RunLogger
-from dpgen.methods import DPSWDGenerator, NonFiniteLossError, TrainContext
+from dpgen.methods import DPSWDGenerator, NonFiniteLossError, TrainContext, loop
 from dpgen.models import ConvCondGen, DCGANDecoder, DCGANFeatureMap
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.rows import RowMap, fixed_size
@@ -67,7 +67,7 @@ def test_noise_added_to_private_projections_equals_calibrated_noise(tmp_path, mo
 
     monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
     m = _method(num_projections=200)
-    m.fit(digits(), PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=25))
+    loop.train(m, digits(), PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=25))
     assert len(private_noise) == 25
     assert all(s == m.projection.noise_std for _, s in private_noise)
     noise = torch.cat([n for n, _ in private_noise])
@@ -78,7 +78,7 @@ def test_every_private_step_is_recorded_and_epsilon_stays_below_target(tmp_path)
     data = digits()
     ledger = PrivacyLedger(4.0, 1e-4)
     m = _method()
-    out = m.fit(data, ledger, _ctx(tmp_path))
+    out = loop.train(m, data, ledger, _ctx(tmp_path))
     planned = m.steps_planned(len(data.private))
     assert out["train_steps"] == planned == ledger.steps
     assert ledger.epsilon() <= 4.0
@@ -92,7 +92,7 @@ def test_training_stops_before_target_epsilon_would_be_exceeded(tmp_path):
     ledger = PrivacyLedger(3.0, 1e-4)
     ledger.record(2.0, 0.05, 100)  # eps 1.3 already spent elsewhere before this run
     m = _method(epochs=5)
-    out = m.fit(data, ledger, _ctx(tmp_path))
+    out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert out["stopped_by_budget"] and out["train_steps"] < m.steps_planned(len(data.private))
     assert ledger.epsilon() <= 3.0
 
@@ -103,7 +103,7 @@ def test_killed_and_resumed_run_ends_with_same_ledger_and_weights(tmp_path, monk
     torch.manual_seed(0)
     full_ledger = PrivacyLedger(5.0, 1e-4)
     full = _method()
-    full.fit(data, full_ledger, _ctx(a_dir, max_steps=30))
+    loop.train(full, data, full_ledger, _ctx(a_dir, max_steps=30))
 
     torch.manual_seed(0)
     ledger1 = PrivacyLedger(5.0, 1e-4)
@@ -118,13 +118,13 @@ def test_killed_and_resumed_run_ends_with_same_ledger_and_weights(tmp_path, monk
 
     monkeypatch.setattr(torch.optim.Adam, "step", dying_step)
     with pytest.raises(KeyboardInterrupt):
-        _method().fit(data, ledger1, _ctx(b_dir, max_steps=30))
+        loop.train(_method(), data, ledger1, _ctx(b_dir, max_steps=30))
     monkeypatch.setattr(torch.optim.Adam, "step", real_step)
 
     torch.manual_seed(123)  # the RNG state must come from the checkpoint, not from here
     ledger2 = PrivacyLedger(5.0, 1e-4)
     resumed = _method()
-    resumed.fit(data, ledger2, _ctx(b_dir, max_steps=30, resume_from=b_dir / "checkpoints" / "last.pt"))
+    loop.train(resumed, data, ledger2, _ctx(b_dir, max_steps=30, resume_from=b_dir / "checkpoints" / "last.pt"))
     assert ledger2.entries == full_ledger.entries
     assert ledger2.epsilon() == pytest.approx(full_ledger.epsilon())
     for p, q in zip(full.G.parameters(), resumed.G.parameters(), strict=True):
@@ -134,7 +134,7 @@ def test_killed_and_resumed_run_ends_with_same_ledger_and_weights(tmp_path, monk
 def test_checkpoint_holds_no_private_record(tmp_path):
     data = digits()
     m = _method()
-    m.fit(data, PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=10))
+    loop.train(m, data, PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=10))
     ck = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     private_x, _ = data.private._gather(torch.arange(len(data.private)))
     flat = private_x.flatten(1)
@@ -161,19 +161,19 @@ def test_nan_loss_raises_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "sliced_wasserstein_blocks",
                         lambda *a, **k: torch.tensor(float("nan"), requires_grad=True))
     with pytest.raises(NonFiniteLossError, match="NaN"):
-        _method().fit(digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=3))
+        loop.train(_method(), digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=3))
 
 
 def test_non_private_run_records_infinite_epsilon(tmp_path):
     ledger = PrivacyLedger(None, 1e-4)
     m = _method(private=False)
-    m.fit(digits(), ledger, _ctx(tmp_path, max_steps=5))
+    loop.train(m, digits(), ledger, _ctx(tmp_path, max_steps=5))
     assert ledger.epsilon() == math.inf and m.projection.noise_std == 0.0
 
 
 def test_generator_samples_have_requested_labels_and_range(tmp_path):
     m = _method()
-    m.fit(digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=3))
+    loop.train(m, digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=3))
     y = torch.tensor([0, 1, 2, 9])
     x, yy = m.sample(4, y)
     assert x.shape == (4, 1, 8, 8) and torch.equal(yy, y) and x.min() >= 0 and x.max() <= 1
@@ -184,7 +184,7 @@ def test_toy_mlp_generator_trains_on_vector_data(tmp_path):
 
     data = toy_gaussians(n_train=400, n_test=100)
     m = _method(generator=partial(MLPGen, d_code=5, hidden=16), center=0.0, radius=8.0)
-    out = m.fit(data, PrivacyLedger(5.0, 1e-3), _ctx(tmp_path, max_steps=5))
+    out = loop.train(m, data, PrivacyLedger(5.0, 1e-3), _ctx(tmp_path, max_steps=5))
     assert math.isfinite(out["train_loss"])
 
 
@@ -198,10 +198,10 @@ def test_feature_space_variant_needs_public_data_and_trains_feature_map_on_it(tm
     kw = dict(generator=partial(DCGANDecoder, d_code=8, width=8), feature_map=partial(DCGANFeatureMap, width=8),
               label_mode="none", num_projections=20, batch_size=16, epochs=1)
     with pytest.raises(ValueError, match="public_fraction"):
-        DPSWDGenerator(**kw).fit(mk(None), PrivacyLedger(5.0, 1e-3), _ctx(tmp_path))
+        loop.train(DPSWDGenerator(**kw), mk(None), PrivacyLedger(5.0, 1e-3), _ctx(tmp_path))
     m = DPSWDGenerator(**kw)
     before = [p.clone() for p in DCGANFeatureMap(width=8, image_size=32).parameters()]
-    m.fit(mk(TensorSplit(x[60:70], y[60:70])), PrivacyLedger(5.0, 1e-3), _ctx(tmp_path, max_steps=3))
+    loop.train(m, mk(TensorSplit(x[60:70], y[60:70])), PrivacyLedger(5.0, 1e-3), _ctx(tmp_path, max_steps=3))
     assert m.fmap is not None and len(before) == len(list(m.fmap.parameters()))
     assert m.sample(4)[0].shape == (4, 3, 32, 32)
 
@@ -212,12 +212,12 @@ def test_poisson_release_bounds_sensitivity_for_every_possible_partner(tmp_path)
     data = digits()
     n = len(data.private)
     m = _method(bound="chernoff")
-    m.fit(data, PrivacyLedger(5.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=1))
+    loop.train(m, data, PrivacyLedger(5.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=1))
     steps = m.steps_planned(n)
     beta = 0.5 * 1e-4 / steps
     assert m.projection.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta / (n + 1), "chernoff"))
     m_wor = _method(bound="chernoff")
-    m_wor.fit(data, PrivacyLedger(5.0, 1e-4, "without_replacement"), _ctx(tmp_path / "wor", max_steps=1))
+    loop.train(m_wor, data, PrivacyLedger(5.0, 1e-4, "without_replacement"), _ctx(tmp_path / "wor", max_steps=1))
     assert m_wor.projection.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta, "chernoff"))
 
 
@@ -227,16 +227,16 @@ def test_private_runs_draw_secret_randomness_unless_deterministic(tmp_path):
     for i in range(2):
         torch.manual_seed(0)
         m = _method()
-        m.fit(data, PrivacyLedger(5.0, 1e-4), _ctx(tmp_path / str(i), max_steps=3, deterministic=False))
+        loop.train(m, data, PrivacyLedger(5.0, 1e-4), _ctx(tmp_path / str(i), max_steps=3, deterministic=False))
         runs.append(torch.cat([p.detach().flatten() for p in m.G.parameters()]))
     assert not torch.allclose(runs[0], runs[1])
 
 
 def test_resume_refuses_a_checkpoint_written_with_other_settings(tmp_path):
     data = digits()
-    _method().fit(data, PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=5))
+    loop.train(_method(), data, PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=5))
     with pytest.raises(ValueError, match="batch_size"):
-        _method(batch_size=16).fit(data, PrivacyLedger(5.0, 1e-4),
+        loop.train(_method(batch_size=16), data, PrivacyLedger(5.0, 1e-4),
                                    _ctx(tmp_path, max_steps=10, resume_from=tmp_path / "checkpoints" / "last.pt"))
 
 
@@ -247,10 +247,10 @@ def test_label_concat_needs_a_conditional_generator(tmp_path):
     data = DataSplits("fake", PrivateSplit(x, y), TensorSplit(x, y), None, 2, (3, 32, 32))
     m = DPSWDGenerator(generator=partial(DCGANDecoder, d_code=8, width=8), label_mode="concat", batch_size=8)
     with pytest.raises(ValueError, match="label_mode=none"):
-        m.fit(data, PrivacyLedger(5.0, 1e-3), _ctx(tmp_path))
+        loop.train(m, data, PrivacyLedger(5.0, 1e-3), _ctx(tmp_path))
 
 
 def test_release_artifact_holds_generator_weights_only(tmp_path):
-    _method().fit(digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=2))
+    loop.train(_method(), digits(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=2))
     art = torch.load(tmp_path / "generator.pt", weights_only=False)
     assert set(art) == {"generator", "signature"}

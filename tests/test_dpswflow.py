@@ -9,11 +9,11 @@ from functools import partial
 import pytest
 import torch
 
-import dpgen.methods.dpswflow as flowmod
+import dpgen.methods.latent as latentmod
 from dpgen.data.datasets import digits
 from dpgen.logging import RunLogger
-from dpgen.methods import DPSWFlow, DPSWFlowR, DPSWGen, TrainContext
-from dpgen.methods.dpswflow import LatentSpace
+from dpgen.methods import DPSWFlow, DPSWFlowR, DPSWGen, TrainContext, loop
+from dpgen.methods.latent import LatentSpace
 from dpgen.models.autoencoder import LatentMLPGen, LiutkusAutoencoder
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.dpswflow import (
@@ -82,19 +82,19 @@ def test_rows_without_autoencoder_are_clipped_into_the_unit_ball():
 def test_autoencoder_needs_a_public_split(tmp_path):
     m = DPSWFlowR(**COMMON, epochs=1)
     with pytest.raises(ValueError, match="public_fraction"):
-        m.fit(digits(), PrivacyLedger(10.0, 1e-4), _ctx(tmp_path))
+        loop.train(m, digits(), PrivacyLedger(10.0, 1e-4), _ctx(tmp_path))
 
 
 def test_autoencoder_is_trained_on_the_public_split_only(data, tmp_path, monkeypatch):
     seen = []
-    real = flowmod.train_autoencoder
+    real = latentmod.train_autoencoder
 
     def spy(ae, x_public, **kw):
         seen.append(x_public)
         return real(ae, x_public, **kw)
 
-    monkeypatch.setattr(flowmod, "train_autoencoder", spy)
-    DPSWFlowR(**COMMON, epochs=1).fit(data, PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=1))
+    monkeypatch.setattr(latentmod, "train_autoencoder", spy)
+    loop.train(DPSWFlowR(**COMMON, epochs=1), data, PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=1))
     assert len(seen) == 1 and seen[0] is data.public.x
 
 
@@ -103,7 +103,7 @@ def test_dpswflow_noises_the_private_projections_exactly_once(data, tmp_path, mo
     calls = _spy_releases(monkeypatch)
     ledger = PrivacyLedger(10.0, 1e-4)
     m = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=30, label_mode="concat")
-    out = m.fit(data, ledger, _ctx(tmp_path))
+    out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert out["train_steps"] == 30
     assert len(calls) == 1  # one release for 30 flow steps
     noise, sigma, shape = calls[0]
@@ -118,7 +118,7 @@ def test_dpswflow_one_shot_release_is_recorded_replace_one_not_poisson(data, tmp
     """Defect 7: the one-shot release (whole set, N public) was labelled with the sampler's poisson."""
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
     m = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=3)
-    out = m.fit(data, ledger, _ctx(tmp_path))
+    out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert [(e.relation, e.sample_rate) for e in ledger.entries] == [("replace_one", 1.0)]
     assert ledger.summary()["neighbouring_relation"] == "replace_one"
     assert out["mechanisms"]["one_shot"]["relation"] == "replace_one"
@@ -133,7 +133,7 @@ def test_dpswflow_r_noises_a_fresh_private_batch_every_step(data, tmp_path, monk
     calls = _spy_releases(monkeypatch)
     ledger = PrivacyLedger(10.0, 1e-4)
     m = DPSWFlowR(**COMMON, num_projections=40, batch_size=32, epochs=2, label_mode="concat")
-    out = m.fit(data, ledger, _ctx(tmp_path, max_steps=12))
+    out = loop.train(m, data, ledger, _ctx(tmp_path, max_steps=12))
     assert out["train_steps"] == 12 and len(calls) == 12 and ledger.steps == 12
     assert all(shape == (32, m.space.dim) and s == out["noise_std"] for _, s, shape in calls)
     noise = torch.cat([n for n, _, _ in calls])
@@ -146,7 +146,7 @@ def test_dpswgen_releases_one_private_batch_per_step(data, tmp_path, monkeypatch
     m = DPSWGen(generator=LatentMLPGen, **{k: v for k, v in COMMON.items() if k not in ("num_percentiles",
                                                                                            "n_particles")},
                 num_projections=40, batch_size=32, epochs=1)
-    out = m.fit(data, ledger, _ctx(tmp_path, max_steps=8))
+    out = loop.train(m, data, ledger, _ctx(tmp_path, max_steps=8))
     assert len(calls) == 8 == ledger.steps == out["train_steps"]
     x, y = m.sample(50, torch.arange(50) % 10)
     assert x.shape == (50, 1, 8, 8) and torch.equal(y, torch.arange(50) % 10)
@@ -165,7 +165,7 @@ def test_dpswgen_paper_convention_noise_follows_the_stated_sensitivity_dimension
                                                                                            "n_particles")},
                 num_projections=40, batch_size=32, epochs=1, bound="clt", label_mode="none", d_code=16,
                 convention=PaperConvention(0.67, 10.0, stated_dim))
-    m.fit(data, ledger, _ctx(tmp_path, max_steps=6))
+    loop.train(m, data, ledger, _ctx(tmp_path, max_steps=6))
     d = m.space.dim  # the latent rows' dimension (4 here)
     assert len(calls) == 6 and m.G.d_code == 16
     mech = m.projection
@@ -203,7 +203,7 @@ def test_a_stated_sensitivity_dimension_is_a_paper_convention_only():
 def test_dpswflow_r_accounting_matches_the_configured_schedule(data, tmp_path):
     ledger = PrivacyLedger(6.0, 1e-4)
     m = DPSWFlowR(**COMMON, num_projections=40, batch_size=64, epochs=2)
-    out = m.fit(data, ledger, _ctx(tmp_path))
+    out = loop.train(m, data, ledger, _ctx(tmp_path))
     n = len(data.private)
     planned = 2 * math.ceil(n / 64)
     assert out["steps_planned"] == planned == out["train_steps"] == ledger.steps
@@ -221,13 +221,13 @@ def test_dpswflow_r_stops_before_the_target_epsilon_is_exceeded(data, tmp_path):
     ledger = PrivacyLedger(3.0, 1e-4)
     ledger.record(2.0, 0.05, 100)  # spent elsewhere before this run
     m = DPSWFlowR(**COMMON, num_projections=40, batch_size=64, epochs=3)
-    out = m.fit(data, ledger, _ctx(tmp_path))
+    out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert out["stopped_by_budget"] and out["train_steps"] < out["steps_planned"]
     assert ledger.epsilon() <= 3.0
 
 
 def test_one_shot_calibration_and_the_papers_classic_sigma():
-    # spec §4.3: the released code's get_sigma (CLT, delta/2, classic formula)
+    # DPSWflow paper, one-shot release of Alg. 2: the released code's get_sigma (CLT, delta/2, classic formula)
     assert paper_one_shot_sigma(10, 1e-5, 8, 31) == pytest.approx(2.733, abs=2e-3)
     assert paper_one_shot_sigma(5, 1e-5, 8, 31) == pytest.approx(5.466, abs=2e-3)
     assert paper_one_shot_sigma(10, 1e-6, 48, 250) == pytest.approx(2.957, abs=2e-3)
@@ -257,13 +257,13 @@ def test_killed_and_resumed_flow_r_ends_with_the_same_particles_and_ledger(data,
     kw = dict(COMMON, num_projections=40, batch_size=32, epochs=2)
     full_ledger = PrivacyLedger(8.0, 1e-4)
     full = DPSWFlowR(**kw)
-    full.fit(data, full_ledger, _ctx(tmp_path / "a", max_steps=20))
+    loop.train(full, data, full_ledger, _ctx(tmp_path / "a", max_steps=20))
     part_ledger = PrivacyLedger(8.0, 1e-4)
-    DPSWFlowR(**kw).fit(data, part_ledger, _ctx(tmp_path / "b", max_steps=10))
+    loop.train(DPSWFlowR(**kw), data, part_ledger, _ctx(tmp_path / "b", max_steps=10))
     resumed_ledger = PrivacyLedger(8.0, 1e-4)
     resumed = DPSWFlowR(**kw)
     torch.manual_seed(123)  # the state must come from the checkpoint
-    resumed.fit(data, resumed_ledger, _ctx(tmp_path / "b", max_steps=20,
+    loop.train(resumed, data, resumed_ledger, _ctx(tmp_path / "b", max_steps=20,
                                            resume_from=tmp_path / "b" / "checkpoints" / "last.pt"))
     assert resumed_ledger.entries == full_ledger.entries
     assert torch.allclose(resumed.X, full.X, atol=1e-5)
@@ -271,7 +271,7 @@ def test_killed_and_resumed_flow_r_ends_with_the_same_particles_and_ledger(data,
 
 def test_flow_samples_have_the_requested_labels_shape_and_range(data, tmp_path):
     m = DPSWFlowR(**COMMON, num_projections=40, batch_size=32, epochs=1, sample_jitter=0.05)
-    m.fit(data, PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=5))
+    loop.train(m, data, PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=5))
     labels = torch.arange(200) % 10
     x, y = m.sample(200, labels)  # more than the 64 particles: resampled with jitter
     assert x.shape == (200, 1, 8, 8) and torch.equal(y, labels) and 0 <= x.min() and x.max() <= 1
@@ -285,7 +285,7 @@ def test_flow_samples_have_the_requested_labels_shape_and_range(data, tmp_path):
 def test_checkpoint_holds_no_private_record_nor_private_latent(data, tmp_path, cls):
     m = cls(**COMMON, num_projections=31, projections_per_step=25, steps=6) if cls is DPSWFlow else \
         cls(**COMMON, num_projections=40, batch_size=32, epochs=1)
-    m.fit(data, PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=6))
+    loop.train(m, data, PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=6))
     ck = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     x, y = data.private._gather(torch.arange(len(data.private)))  # test-only access to the records
     secrets_ = [x.flatten(1), m.space.rows(x, y)]
@@ -309,7 +309,7 @@ def test_checkpoint_holds_no_private_record_nor_private_latent(data, tmp_path, c
 def test_non_private_flow_records_infinite_epsilon(data, tmp_path):
     ledger = PrivacyLedger(None, 1e-4)
     m = DPSWFlow(**COMMON, private=False, num_projections=31, projections_per_step=25, steps=3)
-    out = m.fit(data, ledger, _ctx(tmp_path))
+    out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert ledger.epsilon() == math.inf and out["noise_std"] == 0.0 and ledger.steps == 1
 
 
@@ -325,7 +325,7 @@ def test_dpswflow_presets_build_their_method_and_autoencoder(preset):
 
     from tests._hydra import compose_cfg
 
-    cfg = compose_cfg([f"experiment={preset}"], out_dir=__import__("pathlib").Path("/tmp/unused"))
+    cfg = compose_cfg([f"experiment={preset}"], out_dir=__import__("pathlib").Path("unused-output"))
     m = instantiate(cfg.model, _convert_="all")
     assert isinstance(m, (DPSWFlowR, DPSWFlow, DPSWGen))
     if m.make_ae is not None:

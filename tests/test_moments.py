@@ -1,4 +1,4 @@
-"""Class-moment releases, representations and the DP class-Gaussian method (issue 12, items 2-4)."""
+"""Class-moment releases, representations and the DP class-Gaussian method."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import torch
 
 from dpgen.data.datasets import digits
 from dpgen.data.representations import build_representation, dct_basis, zigzag_order
+from dpgen.methods import loop
 from dpgen.methods.base import TrainContext
-from dpgen.methods.dp_moments import DPClassGaussian
+from dpgen.methods.dp_class_gaussian import DPClassGaussian
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.moments import (
     ClassBlockProjectionRelease,
@@ -213,7 +214,7 @@ def test_dp_class_gaussian_on_digits_is_useful_at_eps_10(tmp_path: Path):
 
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, deterministic=True,
                        progress=False)
-    info = m.fit(data, led, ctx)
+    info = loop.train(m, data, led, ctx)
     assert info["sensitivity"] == 1.0 and info["relation"] == "add_remove" and info["train_steps"] == 1
     assert led.epsilon() <= 10.0  # the calibrating accountant (the guarantee)
     x, y = m.sample(2000)

@@ -1,4 +1,4 @@
-"""Class-partitioned projection releases and orthonormal directions (issue 12, items 1-2)."""
+"""Class-partitioned projection releases and orthonormal directions."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from dpgen.methods import loop
 from dpgen.ot.sliced import (
     orthogonal_directions,
     sliced_wasserstein_blocks,
@@ -134,7 +135,7 @@ def test_dpswd_partition_releases_class_blocks_with_exact_orthogonal_calibration
     monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
     m, ctx = _dpswd(tmp_path, label_mode="partition", directions="orthogonal")
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
-    out = m.fit(digits(), ledger, ctx)
+    out = loop.train(m, digits(), ledger, ctx)
     assert out["released_rows"] == 30 and out["directions"] == "orthogonal"
     assert m.projection.sensitivity == pytest.approx(1.0) and m.projection.beta == 0.0  # k = D = 64: one block
     assert ledger.delta_reserved == 0.0 and ledger.epsilon() <= 10.0
@@ -147,7 +148,7 @@ def test_dpswd_partition_needs_the_add_remove_relation(tmp_path):
 
     m, ctx = _dpswd(tmp_path, label_mode="partition")
     with pytest.raises(ValueError, match="sampling=poisson"):
-        m.fit(digits(), PrivacyLedger(10.0, 1e-4, "without_replacement"), ctx)
+        loop.train(m, digits(), PrivacyLedger(10.0, 1e-4, "without_replacement"), ctx)
 
 
 def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, monkeypatch):
@@ -174,7 +175,7 @@ def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, mo
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
                        checkpoint_every=5, progress=False, deterministic=True, max_steps=3)
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
-    m.fit(digits(public_fraction=0.5), ledger, ctx)
+    loop.train(m, digits(public_fraction=0.5), ledger, ctx)
     assert len(released) == 3 and all(r.shape == (40, 4) for r in released)  # 10 blocks of ceil(40/10) = 4 rows
     assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
     x, y = m.sample(30)
@@ -188,10 +189,10 @@ def test_dpswflow_r_partition_needs_the_add_remove_relation(tmp_path):
 
     m = DPSWFlowR(**_latent_common(), batch_size=40, epochs=1, num_projections=8)
     with pytest.raises(ValueError, match="sampling=poisson"):
-        m.fit(digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path))
+        loop.train(m, digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path))
 
 
-# -- DPSWflow (one-shot) and DPSWgen, class-partitioned (issue 12 item 1) --------------------------------------
+# -- DPSWflow (one-shot) and DPSWgen, class-partitioned --------------------------------------
 def _latent_common():
     from functools import partial
 
@@ -315,7 +316,7 @@ def test_dpswflow_partition_one_release_of_class_blocks(tmp_path, monkeypatch, s
                  steps=4, directions="orthogonal")
     ledger = PrivacyLedger(10.0, 1e-4, sampling)  # one-shot: replace-one whatever the sampler
     data = digits(public_fraction=0.5)
-    m.fit(data, ledger, _ctx(tmp_path, max_steps=4))
+    loop.train(m, data, ledger, _ctx(tmp_path, max_steps=4))
     n = len(data.private)
     mb = math.ceil(n / 10)
     assert len(released) == 1 and released[0].shape == (10 * mb, 4)  # C blocks of ceil(N/C) rows, once
@@ -336,7 +337,7 @@ def test_dpswflow_concat_keeps_the_one_row_one_shot(tmp_path, monkeypatch):
     m = DPSWFlow(**_latent_common(), num_percentiles=64, n_particles=60, num_projections=14, projections_per_step=6,
                  steps=2, directions="orthogonal", label_mode="concat")
     data = digits(public_fraction=0.5)
-    m.fit(data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=2))
+    loop.train(m, data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=2))
     assert released[0].shape == (len(data.private), 14) and not m.one_shot.class_blocks
     assert m.one_shot.sensitivity == pytest.approx(2.0)  # ceil(14/14) = 1 block, one row
 
@@ -345,7 +346,7 @@ def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, mon
     from functools import partial
 
     from dpgen.data.datasets import digits
-    from dpgen.methods.dpswflow import DPSWGen
+    from dpgen.methods.dpswgen import DPSWGen
     from dpgen.models.autoencoder import LatentMLPGen
 
     released = _spy_release(monkeypatch, GaussianProjectionRelease)
@@ -354,7 +355,7 @@ def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, mon
                 directions="orthogonal")
     assert m.label_mode == "partition"
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
-    m.fit(digits(public_fraction=0.5), ledger, _ctx(tmp_path))
+    loop.train(m, digits(public_fraction=0.5), ledger, _ctx(tmp_path))
     assert len(released) == 3 and all(r.shape == (40, 4) for r in released)  # 10 blocks of 4 unit latents
     assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
     assert m.G.d_code == 4 + 10  # noise || onehot(label)
@@ -362,11 +363,11 @@ def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, mon
     assert x.shape[0] == 25 and torch.equal(y, torch.arange(25) % 10)
     m2 = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, num_projections=8)
     with pytest.raises(ValueError, match="sampling=poisson"):
-        m2.fit(digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path / "b"))
+        loop.train(m2, digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path / "b"))
 
 
 def test_dpswflow_in_a_fixed_dct_representation_needs_no_public_data(tmp_path, monkeypatch):
-    """Issue 12 item 8(b): rows = clip_r(DCT codes) / r (norm <= 1) with no public split at all."""
+    """Rows = clip_r(DCT codes) / r (norm <= 1) with no public split at all."""
     from dpgen.data.datasets import digits
     from dpgen.methods.dpswflow import DPSWFlow
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
@@ -376,7 +377,7 @@ def test_dpswflow_in_a_fixed_dct_representation_needs_no_public_data(tmp_path, m
                  n_particles=60, num_projections=16, projections_per_step=12, steps=3, directions="orthogonal")
     data = digits()
     assert data.public is None
-    m.fit(data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path))
+    loop.train(m, data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path))
     assert m.space.d == 16 and released[0].shape == (10 * math.ceil(len(data.private) / 10), 16)
     assert float(released[0].norm(dim=1).max()) <= 1.0 + 1e-5
     assert m.one_shot.sensitivity == pytest.approx(2.0 * math.sqrt(2.0))

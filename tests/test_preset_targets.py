@@ -10,7 +10,6 @@ signature of the callable it names.
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 
 import pytest
 from hydra.utils import get_object
@@ -42,8 +41,8 @@ def unaccepted_keys(node, path: str = "") -> list[str]:
 
 
 @pytest.mark.parametrize("preset", presets())
-def test_every_target_of_the_preset_accepts_its_keys(preset):
-    cfg = compose_cfg([f"experiment={preset}"], out_dir=Path("/tmp/unused"))
+def test_every_target_of_the_preset_accepts_its_keys(preset, tmp_path):
+    cfg = compose_cfg([f"experiment={preset}"], out_dir=tmp_path)
     assert not unaccepted_keys(cfg), f"{preset}: keys that no parameter takes: {unaccepted_keys(cfg)}"
 
 

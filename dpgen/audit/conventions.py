@@ -1,15 +1,16 @@
-"""Published conventions that break the sensitivity their accounting assumes, as audit inputs.
+"""Worst-case neighbouring pairs for the published conventions that break the sensitivity their
+accounting assumes, as audit inputs.
 
-Each function returns the released rows of a worst-case neighbouring pair ``(rows_D, rows_D')`` under
-the convention, to be fed to :func:`dpgen.audit.core.audit_projection_release` together with the
-paper's noise and the paper's sensitivity bound (which assumes ``||x - x'|| <= 1``).  They exist to
-*measure* the violation (spec dpswd.md §1.5, §3.1); no training path uses them.
+Each function returns the released rows of a worst-case pair ``(rows_D, rows_D')`` under the
+convention's row map (:mod:`dpgen.privacy.conventions`), to be fed to
+:func:`dpgen.audit.core.audit_projection_release` together with the paper's noise and the paper's
+sensitivity bound (which assumes ``||x - x'|| <= 1``).  They exist to *measure* the violation; no
+training path uses them.
 
-* :func:`batch_max_rows`: the DP-SWD domain-adaptation code divides every feature row of the private
-  target batch by ``2 m``, ``m = max_i ||g(x_i)||`` of that same batch (un-noised, data-dependent).
-  One record with a large feature norm rescales every other row, so the rows of D and D' differ in
-  all n positions: ``||X - X'||_F`` up to about ``sqrt(n) / 2`` instead of 1.
-* :func:`raw_pixel_rows`: the DP-SWD generator on raw [0, 1] pixels without a normalisation; two
+* :func:`batch_max_worst_case`: the DP-SWD domain-adaptation code divides every feature row of the
+  private target batch by ``2 m``, ``m = max_i ||g(x_i)||`` of that same batch (un-noised,
+  data-dependent): ``||X - X'||_F`` up to about ``sqrt(n) / 2`` instead of 1.
+* :func:`raw_pixel_worst_case`: the DP-SWD generator on raw [0, 1] pixels without a normalisation; two
   images differ by up to ``sqrt(d)`` (28 for MNIST).
 """
 
@@ -17,11 +18,7 @@ from __future__ import annotations
 
 import torch
 
-
-def batch_max_rows(features: torch.Tensor) -> torch.Tensor:
-    """The released DA code's rows ``g(x_i) / (2 max_j ||g(x_j)||)`` of one private batch, ``(n, d)``."""
-    m = features.norm(dim=1).max()
-    return features / (2.0 * m)
+from ..privacy.conventions import batch_max_rows, raw_pixel_rows
 
 
 def batch_max_worst_case(n: int, d: int, low: float = 1e-3, high: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,11 +33,6 @@ def batch_max_worst_case(n: int, d: int, low: float = 1e-3, high: float = 1.0) -
     f1 = f0.clone()
     f1[0] = float(high)
     return batch_max_rows(f0), batch_max_rows(f1)
-
-
-def raw_pixel_rows(images: torch.Tensor) -> torch.Tensor:
-    """Rows = flattened raw pixels (no normalisation), ``(n, C, H, W) -> (n, C H W)``."""
-    return images.flatten(1).double()
 
 
 def raw_pixel_worst_case(n: int, d: int, value_range: tuple[float, float] = (0.0, 1.0)) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Domain-adaptation benchmarks (issue 5): adapter training steps per second for each variant on the
+"""Domain-adaptation benchmarks: adapter training steps per second for each variant on the
 embedded ``digits_shift`` preset (28x28 digits CNN, batch 32, every step aligning), and the
 per-sample-gradient overhead of DP-DANN relative to DANN.
 
@@ -16,6 +16,7 @@ import torch
 
 from dpgen.data.domain import domain_pair, sklearn_digits_domain  # noqa: E402
 from dpgen.logging import RunLogger  # noqa: E402
+from dpgen.methods import loop  # noqa: E402
 from dpgen.methods.base import TrainContext  # noqa: E402
 from dpgen.methods.domain_adaptation import (  # noqa: E402
     DANNAlignment,
@@ -45,7 +46,7 @@ def _fit_time(data, alignment, private: bool, device: torch.device, steps: int) 
         ledger = PrivacyLedger(10.0 if private else None, 1e-4, "poisson")
         ctx = TrainContext(device=device, logger=RunLogger(tmp), run_dir=Path(tmp), progress=False,
                            deterministic=True, max_steps=steps, checkpoint_every=10**9, log_every=10**9)
-        return m.fit(data, ledger, ctx)["train_time_s"]
+        return loop.train(m, data, ledger, ctx)["train_time_s"]
 
 
 def _steps_per_s(data, name: str, alignment, private: bool, device: torch.device, steps: int,

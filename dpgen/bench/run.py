@@ -4,7 +4,7 @@
 2. Wall time of the sigma calibration (MNIST row of Table 4, dpgen run preset).
 3. DP-SWD generator training steps per second on ``mnist_dpswd`` (real MNIST when the data root has it).
 4. Every ``dpgen/bench/<name>.py``: rows of the main table, or a marked section of its own
-   (``steps``: per-step cost before / after, issue 15).  ``--only a,b`` runs those modules alone and
+   (``steps``: per-step cost before / after).  ``--only a,b`` runs those modules alone and
    merges their sections into the existing file.
 """
 
@@ -79,7 +79,7 @@ def bench_training(device: torch.device, steps: int = 200) -> list[tuple[str, st
 
     from dpgen.data import DataSplits, PrivateSplit, TensorSplit
     from dpgen.logging import RunLogger
-    from dpgen.methods import DPSWDGenerator, TrainContext
+    from dpgen.methods import DPSWDGenerator, TrainContext, loop
     from dpgen.models import ConvCondGen
     from dpgen.privacy import PrivacyLedger
 
@@ -97,7 +97,7 @@ def bench_training(device: torch.device, steps: int = 200) -> list[tuple[str, st
         ctx = TrainContext(device=device, logger=RunLogger(tmp), run_dir=Path(tmp), log_every=10**9,
                            checkpoint_every=10**9, max_steps=steps, progress=False)
         t = time.perf_counter()
-        out = m.fit(data, PrivacyLedger(10.0, 1e-5), ctx)
+        out = loop.train(m, data, PrivacyLedger(10.0, 1e-5), ctx)
         dt = time.perf_counter() - t
     sps = out["train_steps"] / out["train_time_s"]
     return [(f"mnist_dpswd training ({src}, B=100, k=1000, {device.type})",

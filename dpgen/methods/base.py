@@ -2,7 +2,7 @@
 
 A method is a set of per-step maths (its paper's algorithm box) plus state; the loop owns
 everything else (resume, budget stop, non-finite check, logging cadence, checkpoints, progress
-bar, release artefact).  Interface (see docs/ARCHITECTURE.md and /work/notes/loop-api.md):
+bar, release artefact).  Interface (see docs/ARCHITECTURE.md):
 
 * ``setup(data, ledger, ctx)``: build models, the PrivateSampler (``self.sampler``) and the
   release mechanisms (``self.mechanisms``: name -> ``privacy.mechanisms.Mechanism``, calibrated
@@ -107,12 +107,6 @@ class Method:
     release_name: str = "release.pt"  # weights-only artefact in the run folder
     sampler: PrivateSampler | None = None
     mechanisms: dict[str, Mechanism]
-
-    def fit(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-        """Train with the one training loop (``methods.loop.train``); returns the training summary."""
-        from .loop import train
-
-        return train(self, data, ledger, ctx)
 
     # -- the interface the loop calls ----------------------------------------------------
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:

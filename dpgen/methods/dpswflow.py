@@ -1,20 +1,7 @@
-"""DPSWflow-r, DPSWflow and the DPSWgen baseline (Sebag et al., TMLR; spec dpswflow.md).
+"""DPSWflow-r and DPSWflow (Sebag et al., TMLR): particles transported by a sliced-Wasserstein flow
+toward noisy projections of the private latent rows (latent space: :mod:`dpgen.methods.latent`).
 
-All three work in the latent space of an autoencoder trained on the PUBLIC split only
-(``dataset.public_fraction``, 0.5 in the presets); the AE is then frozen and applied in eval mode.
-
-Privacy boundary: private images are touched only in ``_LatentMethod._encode_private`` (every record
-mapped once to its latent row, nothing released), ``_LatentMethod._private_rows`` (a batch from the
-PrivateSampler) and ``DPSWFlow._one_shot_release`` (the whole private set, read once through a
-PrivateSampler with q = 1).  There each record is mapped by public functions to a row of norm <= 1
-(``LatentSpace.rows``: frozen encoder -> unit normalisation (enforced: ``clip_rows``, not assumed)
--> optional scaled one-hot label), so two rows differ by at most 2 (the factor 2 of spec §4.1);
-the rows are projected on unit directions and released once with Gaussian noise through a
-``privacy.mechanisms.GaussianProjectionRelease`` (per step) or ``OneShotProjectionRelease`` (once),
-which add the noise from their own generator and record the release in the ledger.  Everything after — quantiles, drift, particle
-updates, generator gradients, decoding — is post-processing.
-
-Per-step private releases (what the ledger records):
+Private releases (what the ledger records):
 
 * DPSWflow-r (Algorithm 1): at every step a fresh Poisson batch (released at the fixed size B,
   public zero rows pad a short batch, a long one is cut to a random subset) is projected on
@@ -22,59 +9,34 @@ Per-step private releases (what the ledger records):
   Gaussian release per step, q = B/N, T = epochs * ceil(N/B) (or ``steps``) releases.
 * DPSWflow (Algorithm 2): ``num_projections`` directions are drawn ONCE, the projections of the
   whole private set are noised ONCE (one Gaussian mechanism, sample rate 1, N public: replace-one
-  neighbours, recorded once at step 0 — a resume never repeats it) and
-  its quantile function is computed once; each step subsamples ``projections_per_step`` of these
-  directions (fresh, without replacement — the released code reuses one multinomial draw) and
-  re-noises only the particles.  Nothing private is touched after the release ("free" steps).
-  The released code re-noises the private projections at every step; that is not covered by
-  the one-shot analysis and is not done here.
-* DPSWgen (§6): DP-SWD between a private latent batch and generated latents at every step, as
-  ``DPSWDGenerator`` does in pixel space; accounting as DPSWflow-r.
+  neighbours, recorded once at step 0; a resume never repeats it) and its quantile function is
+  computed once; each step subsamples ``projections_per_step`` of these directions (fresh, without
+  replacement; the released code reuses one multinomial draw) and re-noises only the particles.
+  Nothing private is touched after the release ("free" steps).  The released code re-noises the
+  private projections at every step; that is not covered by the one-shot analysis and is not done here.
 
-Noise: with ``private=true`` the std is calibrated for ``accountant.epsilon`` (union-bound delta
-split; ``privacy.dpswflow``).  ``private=false`` gives epsilon = infinity; ``noise_std`` then only
-smooths (the toy of Fig. 1, sigma in {0, 0.5, 1}).
+Labels: with ``label_mode=partition`` each class's particles (particle i has class i mod C) are
+transported toward their own block of the release only, so the label enters at first order.
+Per-step releases (DPSWflow-r): blocks of ``ceil(B / C)`` rows, add/remove under Poisson (refused
+under ``without_replacement``), one row of one block changes: the calibration of an unpartitioned
+batch.  DPSWflow's one-shot release: blocks of ``ceil(block_slack N / C)`` rows, replace-one (N
+public), two rows of two blocks change: sensitivity times sqrt(2)
+(``OneShotProjectionRelease(class_blocks=True)``).
 
-Labels (``label_mode``): ``partition`` (default of all three, issue 12) releases the private rows split
-by label into C blocks of a PUBLIC size (``rows.class_blocks``: cut to a random subset / padded with the
-zero row) stacked as ONE release; each class's particles (or the conditional generator's rows of that
-label) are transported toward their own block only, so the label enters at first order.  Per-step
-releases (DPSWflow-r, DPSWgen): blocks of ``ceil(B / C)`` rows, add/remove under Poisson (refused under
-``without_replacement``), one row of one block changes: the calibration of an unpartitioned batch.
-DPSWflow's one-shot release: blocks of ``ceil(block_slack N / C)`` rows, replace-one (N public), two
-rows of two blocks change: sensitivity times sqrt(2) (``OneShotProjectionRelease(class_blocks=True)``).
-``concat`` appends ``label_weight * onehot(y)`` to the unit
-latent and rescales the row to norm 1, so one flow transports labelled rows (as DP-SWD's
-``label_mode=concat``); a synthetic sample's label is the argmax of its label part.  ``none``
-flows the latents only (the paper's d = 8; unlabelled data such as CelebA); labels are then
-meaningless for downstream accuracy.
-
-Generation (``sample``): the flows return decoded final particles.  For ``n`` larger than the
-particle count, particles are drawn with replacement (among those whose label part has the
-requested argmax) and perturbed by ``sample_jitter`` Gaussian noise in latent space; the
-image part of every latent is put back on the unit sphere (the decoder's training domain) before
-decoding.  DPSWgen draws fresh generator samples and keeps those of the requested label.
-
-Randomness: sampling, directions and noise are seeded from OS entropy unless
-``trainer.deterministic=true``; checkpoints hold RNG states and are as sensitive as the data.
-``release.pt`` (weights-only artefact: final particles or the latent generator, and the public AE)
-is what may be published; ``restore`` rebuilds a sampler from it.  The training loop is ``methods.loop``.
-The autoencoder is trained from ``seed`` on public data (cacheable in ``autoencoder_cache``).
+Generation (``sample``): the decoded final particles.  For ``n`` larger than the particle count,
+particles are drawn with replacement (among those of the requested class) and perturbed by
+``sample_jitter`` Gaussian noise in latent space; the image part of every latent is put back on the
+unit sphere (the decoder's training domain) before decoding.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import time
-from collections.abc import Callable
-from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from ..data import DataSplits, PrivateSplit
-from ..data.representations import build_representation
+from ..data import DataSplits
+from ..logging.plots import particles_scatter
 from ..ot.flows import (
     empirical_quantiles,
     euler_maruyama_step,
@@ -82,368 +44,15 @@ from ..ot.flows import (
     sliced_flow_drift,
     smoothed_projections,
 )
-from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
-from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
-from ..privacy.dpswflow import (
-    ROW_DIAMETER,
-    analytic_gaussian_epsilon,
-    paper_flow_noise_std,
-    paper_one_shot_sigma,
-)
-from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
-from ..privacy.rows import class_blocks, clip_rows, fixed_size, unit_normalise
-from ..privacy.sensitivity import l2_sensitivity
-from ..utils import autocast, load_checkpoint
-from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
-from .loop import progress_bar, save_public_artifact
+from ..privacy.dpswflow import analytic_gaussian_epsilon
+from ..privacy.mechanisms import OneShotProjectionRelease
+from ..privacy.rows import class_blocks
+from .base import TrainContext, mechanism_seed
+from .latent import LatentMethod
 
 
-# ---------------------------------------------------------------------------------------------
-class LatentSpace:
-    """Public map records <-> latent rows in the unit ball of R^D (D = d, or d + K with labels).
-
-    ``rows(x, y) = clip_1( [ a * e(x) || b * onehot(y) ] )``, ``e(x)`` = frozen encoder output
-    normalised to norm 1 (or, with a linear ``Representation`` ``rep`` (issue 12: PCA of the PUBLIC
-    split or a fixed DCT basis), ``rep.encode(x) / rep.radius``: codes clipped to the public radius r,
-    so norm <= 1; or ``flatten(x) / latent_scale`` without either, e.g. the 2-D toy),
-    ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).  ``clip=False`` (allowed only
-    for non-private runs without autoencoder: the toy flows in data units) skips the final clip.
-    """
-
-    def __init__(self, ae: torch.nn.Module | None, image_shape: tuple[int, ...], n_classes: int, label_mode: str,
-                 label_weight: float, latent_scale: float, clip: bool = True, rep=None) -> None:
-        if label_mode not in ("concat", "none"):
-            raise ValueError(f"model.label_mode must be 'concat' or 'none', got {label_mode!r}")
-        if latent_scale <= 0:
-            raise ValueError(f"model.latent_scale must be > 0, got {latent_scale}")
-        self.ae, self.image_shape, self.n_classes = ae, tuple(image_shape), int(n_classes)
-        self.label_mode, self.w, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
-        self.rep = rep
-        self.d = ae.latent_dim if ae is not None else rep.dim if rep is not None else int(torch.tensor(image_shape).prod())
-        self.dim = self.d + (self.n_classes if label_mode == "concat" else 0)
-        self.a = 1.0 / math.sqrt(1.0 + self.w**2) if label_mode == "concat" else 1.0
-        self.clip = bool(clip)  # False only for non-private runs without AE (the toy in data units)
-
-    @torch.no_grad()
-    def latents(self, x: torch.Tensor) -> torch.Tensor:
-        """``x: (n, C, H, W)`` -> ``(n, d)`` of norm <= 1 (exactly 1 with an autoencoder)."""
-        if self.rep is not None:  # clip_r((x - c) V) / r: norm <= 1, a fixed public per-record map
-            return clip_rows(self.rep.encode(x).to(torch.float32) / self.rep.radius, 1.0)
-        if self.ae is None:
-            z = x.flatten(1) / self.latent_scale
-            return clip_rows(z, 1.0) if self.clip else z
-        self.ae.eval()  # BatchNorm running statistics: a fixed per-record map
-        return unit_normalise(self.ae.encode(x))
-
-    @torch.no_grad()
-    def rows(self, x: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
-        """``(n, D)`` rows of norm <= 1 (the sensitivity assumption, enforced by the final clip)."""
-        z = self.latents(x)
-        if self.label_mode == "concat":
-            z = torch.cat([self.a * z, (self.w * self.a) * F.one_hot(y, self.n_classes).to(z.dtype)], dim=1)
-        return clip_rows(z, 1.0) if self.clip else z
-
-    def labels(self, rows: torch.Tensor) -> torch.Tensor | None:
-        """Argmax of the label part (``None`` with ``label_mode=none``)."""
-        if self.label_mode != "concat":
-            return None
-        return rows[:, self.d:].argmax(dim=1)
-
-    @torch.no_grad()
-    def decode(self, rows: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
-        """Latent rows ``(n, D)`` -> images ``(n, *image_shape)`` (cpu)."""
-        z = rows[:, :self.d]
-        if self.rep is not None:
-            return self.rep.decode((z * self.rep.radius).cpu())
-        if self.ae is None:
-            return (z * self.latent_scale).reshape(-1, *self.image_shape).cpu()
-        self.ae.eval()
-        z = unit_normalise(z)  # back onto the decoder's training domain (the image part only)
-        return torch.cat([self.ae.decode(z[i:i + batch_size]).cpu() for i in range(0, z.shape[0], batch_size)])
-
-
-def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int, batch_size: int, lr: float,
-                      device: torch.device, seed: int, ctx: TrainContext) -> float:
-    """MSE autoencoder training on PUBLIC images only (spec §5: Adam, no weight decay).  Returns the
-    mean loss over the last 50 steps."""
-    g = torch.Generator().manual_seed(seed + 17)
-    opt = torch.optim.Adam(ae.parameters(), lr=lr)
-    ae.train()
-    losses: list[float] = []
-    with progress_bar("autoencoder (public)", ctx) as bar:
-        task = bar.add_task("ae", total=steps, info="")
-        for step in range(steps):
-            idx = torch.randint(x_public.shape[0], (min(batch_size, x_public.shape[0]),), generator=g)
-            x = x_public[idx].to(device)
-            loss = F.mse_loss(ae(x), x)
-            if not torch.isfinite(loss):  # public data: a plain check
-                raise NonFiniteLossError(step, "autoencoder loss")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(float(loss.detach()))
-            if (step + 1) % 50 == 0 or step + 1 == steps:
-                bar.update(task, completed=step + 1, info=f"mse {sum(losses[-50:]) / len(losses[-50:]):.4f}")
-    ae.eval()
-    return sum(losses[-50:]) / max(len(losses[-50:]), 1)
-
-
-# ---------------------------------------------------------------------------------------------
-class _LatentMethod(GenerativeMethod):
-    """Autoencoder set-up, latent rows, private batches, the per-step release and sampling shared by all three."""
-
-    kind = "latent"
-
-    def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
-                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = None,
-                 num_projections: int = 70, batch_size: int = 250, epochs: int = 35, steps: int | None = None,
-                 bound: str = "chernoff", private: bool = True, noise_std: float = 0.0,
-                 sensitivity_fraction: float = 0.5, label_mode: str = "partition", label_weight: float = 1.0,
-                 latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random",
-                 representation: dict | None = None, convention: PaperConvention | dict | None = None) -> None:
-        # privacy.convention=paper: the released code's noise (CLT sensitivity at delta/2), labelled, epsilon_true
-        self.convention = as_convention(convention)
-        if self.convention is not None and not private:
-            raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
-        if directions not in ("random", "orthogonal"):
-            raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
-        self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta (issue 12)
-        self.make_ae = autoencoder
-        if representation is not None and autoencoder is not None:
-            raise ValueError("model.representation (a public linear map: pca / dct) replaces the autoencoder: set "
-                             "model.autoencoder=null")
-        self.rep_cfg = None if representation is None else dict(representation)
-        self.ae_steps, self.ae_batch_size, self.ae_lr = int(ae_steps), int(ae_batch_size), float(ae_lr)
-        self.ae_cache = autoencoder_cache
-        self.k, self.batch_size, self.epochs = int(num_projections), int(batch_size), int(epochs)
-        self.steps = None if steps is None else int(steps)
-        if bound not in ("bernstein", "bernstein_code", "clt", "chernoff"):
-            raise ValueError(f"model.bound={bound!r} is unknown; choose bernstein, bernstein_code, clt or chernoff")
-        self.bound, self.private, self.noise_std_arg = bound, bool(private), float(noise_std)
-        if self.private and self.noise_std_arg != 0.0:
-            raise ValueError("model.noise_std is the smoothing of a NON-private run (model.private=false); a private "
-                             "run calibrates the noise from accountant.epsilon: drop model.noise_std")
-        if self.noise_std_arg < 0:
-            raise ValueError(f"model.noise_std must be >= 0, got {noise_std}")
-        self.sensitivity_fraction = float(sensitivity_fraction)
-        if label_mode not in ("partition", "concat", "none"):
-            raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
-        self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
-        self.sample_jitter = float(sample_jitter)
-        self.space: LatentSpace | None = None
-        self.device, self.precision = torch.device("cpu"), "32"
-        self.ae_info: dict = {}
-
-    # -- schedule ------------------------------------------------------------------------
-    def steps_planned(self, n_private: int) -> int:
-        """``steps`` if given, else ``epochs * ceil(N / B)`` private batches."""
-        return self.steps if self.steps is not None else self.epochs * math.ceil(n_private / self.batch_size)
-
-    @property
-    def total_steps(self) -> int:
-        return self._steps
-
-    # -- autoencoder ---------------------------------------------------------------------
-    def _ae_key(self, data: DataSplits, ae: torch.nn.Module, seed: int) -> str:
-        pub = data.public
-        fp = (data.name, len(pub), round(float(pub.x.double().sum()), 4), repr(ae), self.ae_steps, self.ae_batch_size,
-              self.ae_lr, seed)
-        return hashlib.sha1(repr(fp).encode()).hexdigest()[:16]
-
-    def _setup_latent(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
-        """The frozen public AE (trained, cached, or from the resume checkpoint) and the latent space."""
-        self.device, self.precision = ctx.device, ctx.precision
-        self._signature = {"n_private": len(data.private), "dataset": data.name,
-                           "n_public": 0 if data.public is None else len(data.public), "batch_size": self.batch_size,
-                           "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.bound,
-                           "label_mode": self.label_mode, "sampling": ledger.sampling, "private": self.private}
-        ae_state = (ctx.resume_state or {}).get("autoencoder")
-        ae = None
-        if self.make_ae is not None:
-            if data.public is None:
-                raise ValueError("the autoencoder is trained on public images only: set dataset.public_fraction > 0 "
-                                 "(the DPSWflow presets use dataset.public_fraction=0.5)")
-            torch.manual_seed(ctx.seed)  # public data, public seed: a reproducible AE (init and training)
-            ae = self.make_ae(image_shape=data.image_shape).to(ctx.device)
-            if ae_state is not None:  # resume: the same frozen AE
-                ae.load_state_dict(ae_state)
-                self.ae_info = {"ae_source": "checkpoint"}
-            else:
-                key = self._ae_key(data, ae, ctx.seed)
-                cache = Path(self.ae_cache) / f"ae_{data.name}_{key}.pt" if self.ae_cache else None
-                if cache is not None and cache.exists():
-                    ck = load_checkpoint(cache)
-                    ae.load_state_dict(ck["state_dict"])
-                    self.ae_info = {"ae_source": f"cache {cache}", "ae_mse": ck["mse"], "ae_steps": ck["steps"]}
-                else:
-                    t0 = time.time()
-                    mse = train_autoencoder(ae, data.public.x, steps=self.ae_steps, batch_size=self.ae_batch_size,
-                                            lr=self.ae_lr, device=ctx.device, seed=ctx.seed, ctx=ctx)
-                    self.ae_info = {"ae_source": "trained", "ae_mse": mse, "ae_steps": self.ae_steps,
-                                    "ae_train_time_s": time.time() - t0}
-                    if cache is not None:
-                        save_public_artifact({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_steps},
-                                             cache)
-            ae.eval()
-            for p in ae.parameters():
-                p.requires_grad_(False)
-            with torch.no_grad():  # public reconstructions, for a person to look at
-                xp = data.public.x[:16].to(ctx.device)
-                ctx.logger.log_images("autoencoder_public_reconstructions", torch.cat([xp, ae(xp)]).cpu(), nrow=16)
-                self.ae_info["ae_test_mse"] = float(F.mse_loss(ae(data.test.x[:1000].to(ctx.device)),
-                                                               data.test.x[:1000].to(ctx.device)))
-        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
-                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
-
-    def _representation(self, data: DataSplits):
-        """The public linear representation (``model.representation``), built from the PUBLIC split only."""
-        if self.rep_cfg is None:
-            return None
-        cfg = dict(self.rep_cfg)
-        rep = build_representation(cfg.pop("kind", "dct"), data.image_shape, data.value_range,
-                                   public_x=None if data.public is None else data.public.x, **cfg)
-        self.ae_info = {**self.ae_info, "representation": rep.kind, "code_dim": rep.dim, "code_radius": rep.radius}
-        return rep
-
-    def _row_label_mode(self) -> str:
-        """Rows carry no label with ``partition`` (the label decides the block instead)."""
-        return "none" if self.label_mode == "partition" else self.label_mode
-
-    def _secret_seed(self, ctx: TrainContext) -> None:
-        if ctx.deterministic:
-            torch.manual_seed(ctx.seed + 3)
-        self._seed = secret_seed(ctx)  # secret sampler seed; reseeds torch (directions, noise) unless deterministic
-
-    def restore(self, data: DataSplits, artefact: str | Path, device: torch.device | str = "cpu") -> None:
-        """Rebuild a trained model for ``sample`` from a run's ``release.pt`` (or ``checkpoints/last.pt``);
-        no private data is read."""
-        self.device = torch.device(device)
-        ck = load_checkpoint(artefact)
-        state = ck.get("method", ck)
-        ae = None
-        if self.make_ae is not None:
-            ae = self.make_ae(image_shape=data.image_shape).to(self.device)
-            ae.load_state_dict(state["autoencoder"])
-            ae.eval()
-        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
-                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
-        self._restore_state(state)
-
-    def _restore_state(self, state: dict) -> None:
-        raise NotImplementedError
-
-    def _ae_state(self) -> dict:
-        return {"autoencoder": None if self.space.ae is None else self.space.ae.state_dict()}
-
-    # -- private data --------------------------------------------------------------------
-    def _encode_private(self, data: DataSplits, seed: int, chunk: int = 1000) -> PrivateSplit:
-        """Every private record -> its latent row, once (the paper's ``train_set_encoding.pt``, kept in memory).
-
-        The encoder is a fixed per-record public map, so encoding the whole set and then sampling rows is the
-        same mechanism as sampling records and then encoding them.  The records are read through a
-        PrivateSampler with q = 1 (this reads, it releases nothing); the result is again a PrivateSplit,
-        readable only through a PrivateSampler.
-        """
-        n = len(data.private)
-        x, y = PrivateSampler(data.private, n, "without_replacement", seed=seed).sample()
-        rows = torch.cat([self.space.rows(x[i:i + chunk].to(self.device), y[i:i + chunk].to(self.device)).cpu()
-                          for i in range(0, n, chunk)])
-        return PrivateSplit(rows, y)
-
-    def _private_rows(self) -> torch.Tensor:
-        """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release)."""
-        rows, _ = self.sampler.sample()
-        return fixed_size(rows.to(self.device), self.batch_size)  # padding rows are public zeros (distance <= 1)
-
-    def _per_step_release(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
-        """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen, spec §4.2):
-        unit-norm rows (row diameter 2), union-bound delta split, N + 1 partners under Poisson."""
-        if self.label_mode == "partition" and ledger.sampling != "poisson":
-            raise ValueError("model.label_mode=partition of a per-step release is accounted under add/remove "
-                             "neighbours: use accountant.sampling=poisson (or model.label_mode=concat)")
-        if self.label_mode == "partition" and self.batch_size < self.space.n_classes:
-            raise ValueError(f"model.label_mode=partition needs model.batch_size >= {self.space.n_classes} (classes)")
-        n_priv = len(data.private)
-        self.sampler = PrivateSampler(self._encode_private(data, self._seed + 1), self.batch_size, ledger.sampling,
-                                      seed=self._seed)
-        self._steps = self.steps_planned(n_priv)
-        self.projection = GaussianProjectionRelease(
-            ledger, dim=self.space.dim, num_projections=self.k, steps=self._steps,
-            sample_rate=self.sampler.sample_rate, n_private=n_priv, bound=self.bound,
-            sensitivity_fraction=self.sensitivity_fraction, row_diameter=ROW_DIAMETER, private=self.private,
-            seed=mechanism_seed(ctx), directions=self.directions)
-        self._set_noise(self.projection, ledger, self._steps)
-        self.mechanisms = {"projection": self.projection}
-
-    def _set_noise(self, mech: GaussianProjectionRelease, ledger: PrivacyLedger, steps: int) -> None:
-        if not self.private:
-            mech.set_noise_std(self.noise_std_arg)  # smoothing of a non-private run (eps = inf)
-            return
-        if self.convention is not None:  # the released code's noise std, against the sensitivity it assumes
-            mech.paper_convention = True
-            k, delta = self.k, ledger.delta
-            d = self.convention.sensitivity_dim or self.space.dim  # DPSWgen's code: C·W² = 1024, not d (§6)
-            if self.convention.sensitivity_dim:
-                mech.set_stated_dim(d)
-            mech.fix_noise_std(paper_one_shot_sigma(self.convention.epsilon, delta, d, k)  # c S / eps (§4.3)
-                               if isinstance(mech, OneShotProjectionRelease)
-                               else paper_flow_noise_std(self.convention.sigma, d, k, delta))  # sigma 2 sqrt(w_CLT)
-            return
-        if ledger.target_epsilon is None:
-            raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
-        mech.calibrate(steps)
-
-    def signature(self) -> dict:
-        return self._signature
-
-    def _released_mechanism(self) -> GaussianProjectionRelease:
-        return self.one_shot if isinstance(self, DPSWFlow) else self.projection
-
-    def convention_report(self) -> dict | None:
-        """``privacy.convention=paper``: the same noise under the RIGOROUS (Chernoff) bound for the same unit
-        latents (diameter 2, same beta and partners): the CLT bound the paper's sigma assumes is asymptotic."""
-        if self.convention is None:
-            return None
-        mech = self._released_mechanism()
-        s_true = l2_sensitivity(mech.k, mech.dim, mech.beta / mech.partners(mech.relation), "chernoff", ROW_DIAMETER)
-        true = true_epsilon(mech.noise_std, s_true, sample_rate=mech.sample_rate, steps=mech.releases,
-                            delta=mech.ledger.delta, sampling=mech.ledger.sampling, delta_per_step=mech.beta,
-                            relation=mech.relation, calibrate_with=mech.ledger.calibrate_with)
-        return {"convention": "paper", "paper_epsilon": self.convention.epsilon, "paper_sigma": self.convention.sigma,
-                **({"paper_sensitivity_dim": self.convention.sensitivity_dim} if self.convention.sensitivity_dim else {}),
-                "sensitivity_stated": mech.sensitivity, **true,
-                "epsilon_true_note": f"the released code's noise (std {mech.noise_std:.4g}) under the rigorous Chernoff "
-                                     f"sensitivity of unit latents in d = {mech.dim} (stated: {self.bound} bound"
-                                     + (f" at dim {self.convention.sensitivity_dim}, as the released code evaluates it"
-                                        if self.convention.sensitivity_dim else "") + ")"}
-
-    def _log_particles_png(self, ctx: TrainContext, x: torch.Tensor) -> None:
-        """2-D latent without autoencoder (the toy): scatter of particles over the (public) test set."""
-        if self.space is None or self.space.ae is not None or self.space.d != 2:
-            return
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(4, 4))
-        t = self._test_x.flatten(1)
-        ax.scatter(t[:, 0], t[:, 1], s=2, c="0.7", label="test sample of the target")
-        p = self.space.decode(x).flatten(1)
-        ax.scatter(p[:, 0], p[:, 1], s=2, c="C3", label="particles")
-        ax.legend(loc="upper right", fontsize=7)
-        fig.tight_layout()
-        fig.savefig(ctx.run_dir / "particles.png", dpi=120)
-        plt.close(fig)
-
-    def _summary(self, mech) -> dict:
-        return {"noise_std": mech.noise_std, "noise_multiplier": mech.noise_multiplier, "sensitivity": mech.sensitivity,
-                "sensitivity_bound": mech.bound if self.private else None, "guarantee": mech.guarantee,
-                "latent_dim": self.space.d, "row_dim": self.space.dim, "num_projections": self.k, **self.ae_info}
-
-
-# ---------------------------------------------------------------------------------------------
-class _ParticleFlow(_LatentMethod):
+class _ParticleFlow(LatentMethod):
     """Particles, their update and the sampling of decoded particles (shared by both flows)."""
 
     def __init__(self, n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
@@ -464,7 +73,7 @@ class _ParticleFlow(_LatentMethod):
                                 if self.label_mode == "partition" else None)
 
     def _init_particles(self, data: DataSplits) -> None:
-        """``X_0 ~ mu_0 = N(0, I_D)`` (spec §2; not put on the sphere); quantile levels; the public test set
+        """``X_0 ~ mu_0 = N(0, I_D)`` (DPSWflow paper, the particle flow; not put on the sphere); quantile levels; the public test set
         for the toy's plot."""
         self.levels = quantile_levels(self.m, device=self.device)
         self.X = torch.randn(self.n_particles, self.space.dim, device=self.device)
@@ -509,7 +118,10 @@ class _ParticleFlow(_LatentMethod):
         return f"|v| {values['drift_norm']:.4f}"
 
     def finish(self, ctx: TrainContext) -> None:
-        self._log_particles_png(ctx, self.X)
+        """2-D latent without autoencoder (the toy): ``particles.png``, particles over the public test set."""
+        if self.space.ae is None and self.space.d == 2:
+            particles_scatter(ctx.run_dir / "particles.png", self._test_x.flatten(1),
+                              self.space.decode(self.X).flatten(1))
 
     def train_summary(self) -> dict:
         out = {**self._summary(self._main_mechanism()), "n_particles": self.n_particles,
@@ -522,7 +134,7 @@ class _ParticleFlow(_LatentMethod):
     @torch.no_grad()
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
         if self.X is None:
-            raise RuntimeError("call fit() before sample()")
+            raise RuntimeError("train the method first (methods.loop.train) or restore() a release before sample()")
         k = self.space.n_classes
         if labels is None:
             labels = torch.arange(n) % k
@@ -564,9 +176,6 @@ class DPSWFlowR(_ParticleFlow):
         self._init_particles(data)
         self._last_drift = float("nan")
 
-    def _main_mechanism(self):
-        return self.projection
-
     def step(self, t: int) -> dict:
         """Algorithm 1, one step."""
         if self.label_mode == "partition":
@@ -581,7 +190,7 @@ class DPSWFlowR(_ParticleFlow):
 
     @torch.no_grad()
     def _partition_step(self, t: int) -> dict:
-        """Class-partitioned Algorithm 1 (issue 12): the Poisson batch split by label into C blocks of
+        """Class-partitioned Algorithm 1: the Poisson batch split by label into C blocks of
         m = ceil(B / C) latent rows (``rows.class_blocks``), released as ONE stacked (C m, D) projection;
         the particles of class c flow toward block c's noisy quantiles.  Add/remove changes one row of one
         block by <= 2 (unit latents): the calibration of an unpartitioned batch of C m rows applies."""
@@ -606,7 +215,7 @@ class DPSWFlowR(_ParticleFlow):
 class DPSWFlow(_ParticleFlow):
     """DPSWflow (Algorithm 2): directions and the noisy private quantiles ONCE; free particle steps.
 
-    ``label_mode=partition`` (default, issue 12): the ONE release is the whole private set split by label
+    ``label_mode=partition`` (default): the ONE release is the whole private set split by label
     into C blocks of the PUBLIC size ``m = ceil(block_slack * N / C)`` (N public, as for every one-shot
     release), ``rows.class_blocks`` (cut to a uniform random subset / padded with the zero row), stacked
     ``(C m, D)``, projected on the N_theta directions and noised once: ``A = [B_1; ...; B_C] U + Z``.
@@ -730,128 +339,3 @@ class DPSWFlow(_ParticleFlow):
                 o.noise_multiplier, o.ledger.delta - o.beta), "one_shot_calibration": self.calibration})
         return out
 
-
-# ---------------------------------------------------------------------------------------------
-class DPSWGen(_LatentMethod):
-    """DPSWgen baseline (§6): latent MLP generator trained with DP-SWD against private latent batches.
-
-    ``label_mode=partition`` (default, issue 12; as ``DPSWDGenerator``): the generator is conditional
-    (input ``[z || onehot(c)]``, ``z: (n, d_code)``); each Poisson batch is split by label into C blocks
-    of ``m = ceil(B / C)`` unit latents (``rows.class_blocks``), stacked ``(C m, D)`` and released as ONE
-    ``GaussianProjectionRelease``; the loss is ``(mean_c SW_2^2(G(z, c) U + Z_s, block_c U + Z_t))^{1/2}``
-    (``ot.sliced_wasserstein_blocks``).  Relation add/remove (Poisson, enforced: refused under
-    ``without_replacement``): adding or removing (x, y) changes one row of block y by <= 2 (a padding zero
-    becomes x, or x replaces a random kept row: N + 1 partners), so the calibration is that of an
-    unpartitioned batch (row diameter 2, ``directions`` as chosen).
-    """
-
-    name = "DPSWgen"
-
-    def __init__(self, generator: Callable[..., torch.nn.Module], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), d_code: int | None = None, **kw) -> None:
-        kw.setdefault("sample_jitter", 0.0)
-        super().__init__(**kw)
-        self.make_generator, self.lr, self.betas, self.d_code = generator, float(lr), tuple(betas), d_code
-        self.G: torch.nn.Module | None = None
-
-    def _make_g(self) -> torch.nn.Module:
-        """The latent generator; partition: the label one-hot is appended to its Gaussian input."""
-        d = self.space.dim
-        self.noise_dim = self.d_code or d
-        extra = self.space.n_classes if self.label_mode == "partition" else 0
-        return self.make_generator(d_code=self.noise_dim + extra, out_dim=d).to(self.device)
-
-    def _generate(self, labels: torch.Tensor) -> torch.Tensor:
-        """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``."""
-        z = torch.randn(labels.shape[0], self.noise_dim, device=self.device)
-        if self.label_mode == "partition":
-            z = torch.cat([z, F.one_hot(labels.to(self.device), self.space.n_classes).to(z.dtype)], dim=1)
-        return self.G(z)
-
-    def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
-        self._setup_latent(data, ledger, ctx)
-        self.G = self._make_g()
-        self.block_rows = math.ceil(self.batch_size / data.num_classes)
-        self._secret_seed(ctx)
-        self._per_step_release(data, ledger, ctx)
-        self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
-        self.G.train()
-
-    def step(self, t: int) -> dict:
-        """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
-        c_n = self.space.n_classes
-        if self.label_mode == "partition":
-            rows, y = self.sampler.sample()
-            rows = class_blocks(rows.to(self.device), y, c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1
-            y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
-            with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-                fake = self._generate(y_g)
-        else:
-            rows = self._private_rows()                                        # Y_t: (B, D), norm <= 1
-            with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-                fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
-        fake = fake.float()  # projections and noise stay float32
-        u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
-        p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
-        p_s = gaussian_projection_release(fake, u, self.projection.noise_std)  # G(z) U_t + Z'_t (public)
-        n_blocks = c_n if self.label_mode == "partition" else 1
-        loss = sliced_wasserstein_blocks(p_s, p_t, n_blocks, 2.0)             # SW_2 (within class blocks)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
-        return {"loss": loss.detach()}  # a function of the release and public samples (synced at log cadence)
-
-    def state_dict(self) -> dict:
-        return {"generator": self.G.state_dict(), "optimizer": self.opt.state_dict(), **self._ae_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.G.load_state_dict(state["generator"])
-        self.opt.load_state_dict(state["optimizer"])
-
-    def release_state(self) -> dict:
-        return {"generator": self.G.state_dict(), **self._ae_state()}
-
-    def finish(self, ctx: TrainContext) -> None:
-        self.G.eval()
-
-    def train_summary(self) -> dict:
-        return {**self._summary(self.projection), "sample_rate": self.projection.sample_rate}
-
-    def _restore_state(self, state: dict) -> None:
-        self.G = self._make_g()
-        self.G.load_state_dict(state["generator"])
-        self.G.eval()
-
-    @torch.no_grad()
-    def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
-        if self.G is None:
-            raise RuntimeError("call fit() before sample()")
-        self.G.eval()
-        k = self.space.n_classes
-        if labels is None:
-            labels = torch.arange(n) % k
-        if self.label_mode == "partition":  # the conditional generator, label by label
-            z = torch.cat([self._generate(labels[i:i + batch_size]) for i in range(0, n, batch_size)])
-            return self.space.decode(z, batch_size), labels.cpu()
-        if self.space.label_mode != "concat":
-            z = torch.cat([self.G(torch.randn(min(batch_size, n - i), self.G.d_code, device=self.device))
-                           for i in range(0, n, batch_size)])
-            return self.space.decode(z, batch_size), labels.cpu()
-        # keep generated rows whose label part has the requested argmax (rejection, then any row)
-        out = torch.empty(n, self.space.dim, device=self.device)
-        todo = {c: (labels == c).nonzero().flatten().tolist() for c in labels.unique().tolist()}
-        for _ in range(200):
-            if not any(todo.values()):
-                break
-            z = self.G(torch.randn(batch_size, self.G.d_code, device=self.device))
-            lab = self.space.labels(z).cpu()
-            for c, slots in todo.items():
-                hit = (lab == c).nonzero().flatten().tolist()
-                take = min(len(hit), len(slots))
-                if take:
-                    out[slots[:take]] = z[hit[:take]]
-                    todo[c] = slots[take:]
-        rest = [i for slots in todo.values() for i in slots]
-        if rest:
-            out[rest] = self.G(torch.randn(len(rest), self.G.d_code, device=self.device))
-        return self.space.decode(out, batch_size), labels.cpu()

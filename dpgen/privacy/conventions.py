@@ -11,7 +11,7 @@ paper's own setting where it breaks the sensitivity its accounting assumes; the 
   actually has (:func:`true_epsilon`, the project's RDP / PLD accountants), or infinity when no
   data-independent sensitivity exists.
 
-Conventions implemented (``METHODS``; spec dpswd.md §1.5, §3.1; dpswflow.md §4):
+Conventions implemented (``METHODS``; DP-SWD paper, unit-norm assumption; DPSWflow paper, privacy analysis):
 
 =====================  ====================================  =====================================
 method                 the paper's setting                    true sensitivity
@@ -26,7 +26,7 @@ DP-SWD DA (dpswd)      rows g(x) / (2 max_j ||g(x_j)||) of    none: the scale m 
                                                                rows may move (:func:`batch_scaling_diameter`)
 DPSWflow-r / DPSWgen   noise multiplier sigma of the code,    the rigorous (Chernoff) bound for the same
 / DPSWflow             CLT sensitivity at delta / 2 (std       unit-norm rows (the CLT bound is
-                       sigma 2 sqrt(w_CLT)); one-shot: the     asymptotic, spec dpswd.md §1.3) in the
+                       sigma 2 sqrt(w_CLT)); one-shot: the     asymptotic, DP-SWD paper, Lemma 2 and the CLT bound) in the
                        classic formula c S / ε. DPSWgen: the   latent's own dimension d = 8
                        released latent trainer evaluates
                        w_CLT at dim = C·W² = 1024, not d = 8
@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..audit.conventions import batch_max_rows, raw_pixel_rows
 from .ledger import PrivacyLedger
 
 CONVENTIONS = ("honest", "paper")
@@ -78,7 +77,7 @@ class PaperConvention:
     ``epsilon``: the ε the paper states for this setting (printed beside the measured ones).
     ``sensitivity_dim``: the dimension the paper's code plugs into its projection bound when it is not
     the rows' own (DPSWgen: the released latent trainer evaluates w_CLT at C·W² = 1024 for 8-d latents,
-    spec dpswflow.md §6); ``None``: the rows' dimension.
+    DPSWflow paper, DPSWgen baseline); ``None``: the rows' dimension.
     """
 
     sigma: float | None
@@ -144,8 +143,23 @@ def convention_of(target: str) -> str:
     return str(target).rsplit(".", 1)[-1]
 
 
+def raw_pixel_rows(images: torch.Tensor) -> torch.Tensor:
+    """The DP-SWD generator convention's rows: flattened raw pixels (no normalisation),
+    ``(n, C, H, W) -> (n, C H W)`` in float64.  Two rows differ by up to :func:`raw_pixel_diameter`."""
+    return images.flatten(1).double()
+
+
+def batch_max_rows(features: torch.Tensor) -> torch.Tensor:
+    """The released DA code's rows ``g(x_i) / (2 max_j ||g(x_j)||)`` of one private batch, ``(n, d)``.
+
+    One record with a large feature norm rescales every other row, so the rows of D and D' differ in
+    all n positions (``||X - X'||_F`` up to about ``sqrt(n) / 2`` instead of 1)."""
+    m = features.norm(dim=1).max()
+    return features / (2.0 * m)
+
+
 class RawPixelRows:
-    """The DP-SWD generator convention's rows: flattened raw pixels, NO bound (``audit.conventions.raw_pixel_rows``).
+    """The DP-SWD generator convention's rows as a row map: :func:`raw_pixel_rows`, NO bound.
 
     ``x: (n, C, H, W)`` -> ``(n, d)`` in x's dtype; ``out_dim = d``.  Two rows differ by up to
     :func:`raw_pixel_diameter`, not 1: only a ``privacy.convention=paper`` run uses it.
@@ -160,7 +174,7 @@ class RawPixelRows:
 
 def batch_max_scale(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The released DA code's rows ``g(x_i) / (2 m)`` and ``m = max_j ||g(x_j)||`` of the private batch
-    (``audit.conventions.batch_max_rows``; m un-noised, data-dependent).  ``(n, d) -> ((n, d), ())``."""
+    (:func:`batch_max_rows`; m un-noised, data-dependent).  ``(n, d) -> ((n, d), ())``."""
     m = features.norm(dim=1).max()
     return batch_max_rows(features), m
 

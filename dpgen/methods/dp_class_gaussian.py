@@ -1,6 +1,6 @@
 """DP class-Gaussian generator: ONE Gaussian release of class moments in a public representation.
 
-Design (issue 12, items 3-4; privacy argument in :mod:`dpgen.privacy.moments`):
+Design (privacy argument in :mod:`dpgen.privacy.moments`):
 
   1. representation (public): ``z = clip_r((x - c) V)`` with V a fixed 2-D DCT basis (no data) or
      the PCA of the PUBLIC split (``dpgen.data.representations``); r a public radius;
@@ -128,7 +128,7 @@ class DPClassGaussian(GenerativeMethod):
     @torch.no_grad()
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
         if self.moments is None or self.rep is None:
-            raise RuntimeError("call fit() before sample()")
+            raise RuntimeError("train the method first (methods.loop.train) or restore() a release before sample()")
         if labels is None:
             labels = torch.arange(n) % self.num_classes
         z = self.moments.sample(labels.cpu(), generator=self.sample_generator)

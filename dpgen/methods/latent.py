@@ -1,0 +1,384 @@
+"""The latent space shared by DPSWflow-r, DPSWflow and DPSWgen (Sebag et al., TMLR): a public
+autoencoder (trained, cached or restored), the map records -> latent rows, and the per-step release.
+
+All three work in the latent space of an autoencoder trained on the PUBLIC split only
+(``dataset.public_fraction``, 0.5 in the presets); the AE is then frozen and applied in eval mode.
+It is trained from ``seed`` on public data and may be cached in ``autoencoder_cache`` (a file keyed
+by the public data, the architecture and the AE settings).  A public linear representation
+(``model.representation``: PCA of the public split or a fixed DCT basis) may replace it.
+
+Privacy boundary: private images are touched only in ``LatentMethod._encode_private`` (every record
+mapped once to its latent row, nothing released), ``LatentMethod._private_rows`` (a batch from the
+PrivateSampler) and ``DPSWFlow._one_shot_release`` (the whole private set, read once through a
+PrivateSampler with q = 1).  There each record is mapped by public functions to a row of norm <= 1
+(``LatentSpace.rows``: frozen encoder -> unit normalisation (enforced: ``clip_rows``, not assumed)
+-> optional scaled one-hot label), so two rows differ by at most 2 (``ROW_DIAMETER``); the rows are
+projected on unit directions and released with Gaussian noise through a
+``privacy.mechanisms.GaussianProjectionRelease`` (per step) or ``OneShotProjectionRelease`` (once),
+which add the noise from their own generator and record the release in the ledger.  Everything
+after (quantiles, drift, particle updates, generator gradients, decoding) is post-processing.
+
+Noise: with ``private=true`` the std is calibrated for ``accountant.epsilon`` (union-bound delta
+split; ``privacy.dpswflow``).  ``private=false`` gives epsilon = infinity; ``noise_std`` then only
+smooths (the toy of Fig. 1, sigma in {0, 0.5, 1}).
+
+Labels (``label_mode``): ``partition`` (the default) releases the private rows split by label into C
+blocks of a PUBLIC size (``rows.class_blocks``: cut to a random subset / padded with the zero row)
+stacked as ONE release; ``concat`` appends ``label_weight * onehot(y)`` to the unit latent and
+rescales the row to norm 1 (a synthetic sample's label is the argmax of its label part); ``none``
+carries the latents only (the paper's d = 8; unlabelled data such as CelebA).
+
+Randomness: sampling, directions and noise are seeded from OS entropy unless
+``trainer.deterministic=true``; checkpoints hold RNG states and are as sensitive as the data.
+``release.pt`` (weights-only artefact: final particles or the latent generator, and the public AE)
+is what may be published; ``restore`` rebuilds a sampler from it.  The training loop is ``methods.loop``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..data import DataSplits, PrivateSplit
+from ..data.representations import build_representation
+from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
+from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
+from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
+from ..privacy.rows import clip_rows, fixed_size, unit_normalise
+from ..privacy.sensitivity import l2_sensitivity
+from ..utils import load_checkpoint
+from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
+from .loop import progress_bar, save_public_artifact
+
+
+class LatentSpace:
+    """Public map records <-> latent rows in the unit ball of R^D (D = d, or d + K with labels).
+
+    ``rows(x, y) = clip_1( [ a * e(x) || b * onehot(y) ] )``, ``e(x)`` = frozen encoder output
+    normalised to norm 1 (or, with a linear ``Representation`` ``rep`` (PCA of the PUBLIC
+    split or a fixed DCT basis), ``rep.encode(x) / rep.radius``: codes clipped to the public radius r,
+    so norm <= 1; or ``flatten(x) / latent_scale`` without either, e.g. the 2-D toy),
+    ``a = 1 / sqrt(1 + w^2)``, ``b = w a`` (``w = label_weight``).  ``clip=False`` (allowed only
+    for non-private runs without autoencoder: the toy flows in data units) skips the final clip.
+    """
+
+    def __init__(self, ae: torch.nn.Module | None, image_shape: tuple[int, ...], n_classes: int, label_mode: str,
+                 label_weight: float, latent_scale: float, clip: bool = True, rep=None) -> None:
+        if label_mode not in ("concat", "none"):
+            raise ValueError(f"model.label_mode must be 'concat' or 'none', got {label_mode!r}")
+        if latent_scale <= 0:
+            raise ValueError(f"model.latent_scale must be > 0, got {latent_scale}")
+        self.ae, self.image_shape, self.n_classes = ae, tuple(image_shape), int(n_classes)
+        self.label_mode, self.w, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
+        self.rep = rep
+        self.d = ae.latent_dim if ae is not None else rep.dim if rep is not None else int(torch.tensor(image_shape).prod())
+        self.dim = self.d + (self.n_classes if label_mode == "concat" else 0)
+        self.a = 1.0 / math.sqrt(1.0 + self.w**2) if label_mode == "concat" else 1.0
+        self.clip = bool(clip)  # False only for non-private runs without AE (the toy in data units)
+
+    @torch.no_grad()
+    def latents(self, x: torch.Tensor) -> torch.Tensor:
+        """``x: (n, C, H, W)`` -> ``(n, d)`` of norm <= 1 (exactly 1 with an autoencoder)."""
+        if self.rep is not None:  # clip_r((x - c) V) / r: norm <= 1, a fixed public per-record map
+            return clip_rows(self.rep.encode(x).to(torch.float32) / self.rep.radius, 1.0)
+        if self.ae is None:
+            z = x.flatten(1) / self.latent_scale
+            return clip_rows(z, 1.0) if self.clip else z
+        self.ae.eval()  # BatchNorm running statistics: a fixed per-record map
+        return unit_normalise(self.ae.encode(x))
+
+    @torch.no_grad()
+    def rows(self, x: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
+        """``(n, D)`` rows of norm <= 1 (the sensitivity assumption, enforced by the final clip)."""
+        z = self.latents(x)
+        if self.label_mode == "concat":
+            z = torch.cat([self.a * z, (self.w * self.a) * F.one_hot(y, self.n_classes).to(z.dtype)], dim=1)
+        return clip_rows(z, 1.0) if self.clip else z
+
+    def labels(self, rows: torch.Tensor) -> torch.Tensor | None:
+        """Argmax of the label part (``None`` with ``label_mode=none``)."""
+        if self.label_mode != "concat":
+            return None
+        return rows[:, self.d:].argmax(dim=1)
+
+    @torch.no_grad()
+    def decode(self, rows: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
+        """Latent rows ``(n, D)`` -> images ``(n, *image_shape)`` (cpu)."""
+        z = rows[:, :self.d]
+        if self.rep is not None:
+            return self.rep.decode((z * self.rep.radius).cpu())
+        if self.ae is None:
+            return (z * self.latent_scale).reshape(-1, *self.image_shape).cpu()
+        self.ae.eval()
+        z = unit_normalise(z)  # back onto the decoder's training domain (the image part only)
+        return torch.cat([self.ae.decode(z[i:i + batch_size]).cpu() for i in range(0, z.shape[0], batch_size)])
+
+
+def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int, batch_size: int, lr: float,
+                      device: torch.device, seed: int, ctx: TrainContext) -> float:
+    """MSE autoencoder training on PUBLIC images only (DPSWflow paper: Adam, no weight decay).  Returns the
+    mean loss over the last 50 steps."""
+    g = torch.Generator().manual_seed(seed + 17)
+    opt = torch.optim.Adam(ae.parameters(), lr=lr)
+    ae.train()
+    losses: list[float] = []
+    with progress_bar("autoencoder (public)", ctx) as bar:
+        task = bar.add_task("ae", total=steps, info="")
+        for step in range(steps):
+            idx = torch.randint(x_public.shape[0], (min(batch_size, x_public.shape[0]),), generator=g)
+            x = x_public[idx].to(device)
+            loss = F.mse_loss(ae(x), x)
+            if not torch.isfinite(loss):  # public data: a plain check
+                raise NonFiniteLossError(step, "autoencoder loss")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            if (step + 1) % 50 == 0 or step + 1 == steps:
+                bar.update(task, completed=step + 1, info=f"mse {sum(losses[-50:]) / len(losses[-50:]):.4f}")
+    ae.eval()
+    return sum(losses[-50:]) / max(len(losses[-50:]), 1)
+
+
+# ---------------------------------------------------------------------------------------------
+class LatentMethod(GenerativeMethod):
+    """Autoencoder set-up, latent rows, private batches, the per-step release and sampling shared by all three."""
+
+    kind = "latent"
+
+    def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
+                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = None,
+                 num_projections: int = 70, batch_size: int = 250, epochs: int = 35, steps: int | None = None,
+                 bound: str = "chernoff", private: bool = True, noise_std: float = 0.0,
+                 sensitivity_fraction: float = 0.5, label_mode: str = "partition", label_weight: float = 1.0,
+                 latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random",
+                 representation: dict | None = None, convention: PaperConvention | dict | None = None) -> None:
+        # privacy.convention=paper: the released code's noise (CLT sensitivity at delta/2), labelled, epsilon_true
+        self.convention = as_convention(convention)
+        if self.convention is not None and not private:
+            raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
+        if directions not in ("random", "orthogonal"):
+            raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
+        self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta
+        self.make_ae = autoencoder
+        if representation is not None and autoencoder is not None:
+            raise ValueError("model.representation (a public linear map: pca / dct) replaces the autoencoder: set "
+                             "model.autoencoder=null")
+        self.rep_cfg = None if representation is None else dict(representation)
+        self.ae_steps, self.ae_batch_size, self.ae_lr = int(ae_steps), int(ae_batch_size), float(ae_lr)
+        self.ae_cache = autoencoder_cache
+        self.k, self.batch_size, self.epochs = int(num_projections), int(batch_size), int(epochs)
+        self.steps = None if steps is None else int(steps)
+        if bound not in ("bernstein", "bernstein_code", "clt", "chernoff"):
+            raise ValueError(f"model.bound={bound!r} is unknown; choose bernstein, bernstein_code, clt or chernoff")
+        self.bound, self.private, self.noise_std_arg = bound, bool(private), float(noise_std)
+        if self.private and self.noise_std_arg != 0.0:
+            raise ValueError("model.noise_std is the smoothing of a NON-private run (model.private=false); a private "
+                             "run calibrates the noise from accountant.epsilon: drop model.noise_std")
+        if self.noise_std_arg < 0:
+            raise ValueError(f"model.noise_std must be >= 0, got {noise_std}")
+        self.sensitivity_fraction = float(sensitivity_fraction)
+        if label_mode not in ("partition", "concat", "none"):
+            raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
+        self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
+        self.sample_jitter = float(sample_jitter)
+        self.space: LatentSpace | None = None
+        self.device, self.precision = torch.device("cpu"), "32"
+        self.ae_info: dict = {}
+
+    # -- schedule ------------------------------------------------------------------------
+    def steps_planned(self, n_private: int) -> int:
+        """``steps`` if given, else ``epochs * ceil(N / B)`` private batches."""
+        return self.steps if self.steps is not None else self.epochs * math.ceil(n_private / self.batch_size)
+
+    @property
+    def total_steps(self) -> int:
+        return self._steps
+
+    # -- autoencoder ---------------------------------------------------------------------
+    def _ae_key(self, data: DataSplits, ae: torch.nn.Module, seed: int) -> str:
+        pub = data.public
+        fp = (data.name, len(pub), round(float(pub.x.double().sum()), 4), repr(ae), self.ae_steps, self.ae_batch_size,
+              self.ae_lr, seed)
+        return hashlib.sha1(repr(fp).encode()).hexdigest()[:16]
+
+    def _setup_latent(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+        """The frozen public AE (trained, cached, or from the resume checkpoint) and the latent space."""
+        self.device, self.precision = ctx.device, ctx.precision
+        self._signature = {"n_private": len(data.private), "dataset": data.name,
+                           "n_public": 0 if data.public is None else len(data.public), "batch_size": self.batch_size,
+                           "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.bound,
+                           "label_mode": self.label_mode, "sampling": ledger.sampling, "private": self.private}
+        ae_state = (ctx.resume_state or {}).get("autoencoder")
+        ae = None
+        if self.make_ae is not None:
+            if data.public is None:
+                raise ValueError("the autoencoder is trained on public images only: set dataset.public_fraction > 0 "
+                                 "(the DPSWflow presets use dataset.public_fraction=0.5)")
+            torch.manual_seed(ctx.seed)  # public data, public seed: a reproducible AE (init and training)
+            ae = self.make_ae(image_shape=data.image_shape).to(ctx.device)
+            if ae_state is not None:  # resume: the same frozen AE
+                ae.load_state_dict(ae_state)
+                self.ae_info = {"ae_source": "checkpoint"}
+            else:
+                key = self._ae_key(data, ae, ctx.seed)
+                cache = Path(self.ae_cache) / f"ae_{data.name}_{key}.pt" if self.ae_cache else None
+                if cache is not None and cache.exists():
+                    ck = load_checkpoint(cache)
+                    ae.load_state_dict(ck["state_dict"])
+                    self.ae_info = {"ae_source": f"cache {cache}", "ae_mse": ck["mse"], "ae_steps": ck["steps"]}
+                else:
+                    t0 = time.time()
+                    mse = train_autoencoder(ae, data.public.x, steps=self.ae_steps, batch_size=self.ae_batch_size,
+                                            lr=self.ae_lr, device=ctx.device, seed=ctx.seed, ctx=ctx)
+                    self.ae_info = {"ae_source": "trained", "ae_mse": mse, "ae_steps": self.ae_steps,
+                                    "ae_train_time_s": time.time() - t0}
+                    if cache is not None:
+                        save_public_artifact({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_steps},
+                                             cache)
+            ae.eval()
+            for p in ae.parameters():
+                p.requires_grad_(False)
+            with torch.no_grad():  # public reconstructions, for a person to look at
+                xp = data.public.x[:16].to(ctx.device)
+                ctx.logger.log_images("autoencoder_public_reconstructions", torch.cat([xp, ae(xp)]).cpu(), nrow=16)
+                self.ae_info["ae_test_mse"] = float(F.mse_loss(ae(data.test.x[:1000].to(ctx.device)),
+                                                               data.test.x[:1000].to(ctx.device)))
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
+                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
+
+    def _representation(self, data: DataSplits):
+        """The public linear representation (``model.representation``), built from the PUBLIC split only."""
+        if self.rep_cfg is None:
+            return None
+        cfg = dict(self.rep_cfg)
+        rep = build_representation(cfg.pop("kind", "dct"), data.image_shape, data.value_range,
+                                   public_x=None if data.public is None else data.public.x, **cfg)
+        self.ae_info = {**self.ae_info, "representation": rep.kind, "code_dim": rep.dim, "code_radius": rep.radius}
+        return rep
+
+    def _row_label_mode(self) -> str:
+        """Rows carry no label with ``partition`` (the label decides the block instead)."""
+        return "none" if self.label_mode == "partition" else self.label_mode
+
+    def _secret_seed(self, ctx: TrainContext) -> None:
+        if ctx.deterministic:
+            torch.manual_seed(ctx.seed + 3)
+        self._seed = secret_seed(ctx)  # secret sampler seed; reseeds torch (directions, noise) unless deterministic
+
+    def restore(self, data: DataSplits, artefact: str | Path, device: torch.device | str = "cpu") -> None:
+        """Rebuild a trained model for ``sample`` from a run's ``release.pt`` (or ``checkpoints/last.pt``);
+        no private data is read."""
+        self.device = torch.device(device)
+        ck = load_checkpoint(artefact)
+        state = ck.get("method", ck)
+        ae = None
+        if self.make_ae is not None:
+            ae = self.make_ae(image_shape=data.image_shape).to(self.device)
+            ae.load_state_dict(state["autoencoder"])
+            ae.eval()
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
+                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
+        self._restore_state(state)
+
+    def _restore_state(self, state: dict) -> None:
+        raise NotImplementedError
+
+    def _ae_state(self) -> dict:
+        return {"autoencoder": None if self.space.ae is None else self.space.ae.state_dict()}
+
+    # -- private data --------------------------------------------------------------------
+    def _encode_private(self, data: DataSplits, seed: int, chunk: int = 1000) -> PrivateSplit:
+        """Every private record -> its latent row, once (the paper's ``train_set_encoding.pt``, kept in memory).
+
+        The encoder is a fixed per-record public map, so encoding the whole set and then sampling rows is the
+        same mechanism as sampling records and then encoding them.  The records are read through a
+        PrivateSampler with q = 1 (this reads, it releases nothing); the result is again a PrivateSplit,
+        readable only through a PrivateSampler.
+        """
+        n = len(data.private)
+        x, y = PrivateSampler(data.private, n, "without_replacement", seed=seed).sample()
+        rows = torch.cat([self.space.rows(x[i:i + chunk].to(self.device), y[i:i + chunk].to(self.device)).cpu()
+                          for i in range(0, n, chunk)])
+        return PrivateSplit(rows, y)
+
+    def _private_rows(self) -> torch.Tensor:
+        """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release)."""
+        rows, _ = self.sampler.sample()
+        return fixed_size(rows.to(self.device), self.batch_size)  # padding rows are public zeros (distance <= 1)
+
+    def _per_step_release(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+        """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen; DPSWflow paper, Algorithm 1):
+        unit-norm rows (row diameter 2), union-bound delta split, N + 1 partners under Poisson."""
+        if self.label_mode == "partition" and ledger.sampling != "poisson":
+            raise ValueError("model.label_mode=partition of a per-step release is accounted under add/remove "
+                             "neighbours: use accountant.sampling=poisson (or model.label_mode=concat)")
+        if self.label_mode == "partition" and self.batch_size < self.space.n_classes:
+            raise ValueError(f"model.label_mode=partition needs model.batch_size >= {self.space.n_classes} (classes)")
+        n_priv = len(data.private)
+        self.sampler = PrivateSampler(self._encode_private(data, self._seed + 1), self.batch_size, ledger.sampling,
+                                      seed=self._seed)
+        self._steps = self.steps_planned(n_priv)
+        self.projection = GaussianProjectionRelease(
+            ledger, dim=self.space.dim, num_projections=self.k, steps=self._steps,
+            sample_rate=self.sampler.sample_rate, n_private=n_priv, bound=self.bound,
+            sensitivity_fraction=self.sensitivity_fraction, row_diameter=ROW_DIAMETER, private=self.private,
+            seed=mechanism_seed(ctx), directions=self.directions)
+        self._set_noise(self.projection, ledger, self._steps)
+        self.mechanisms = {"projection": self.projection}
+
+    def _set_noise(self, mech: GaussianProjectionRelease, ledger: PrivacyLedger, steps: int) -> None:
+        if not self.private:
+            mech.set_noise_std(self.noise_std_arg)  # smoothing of a non-private run (eps = inf)
+            return
+        if self.convention is not None:  # the released code's noise std, against the sensitivity it assumes
+            mech.paper_convention = True
+            k, delta = self.k, ledger.delta
+            d = self.convention.sensitivity_dim or self.space.dim  # DPSWgen's code: C·W² = 1024, not d (§6)
+            if self.convention.sensitivity_dim:
+                mech.set_stated_dim(d)
+            mech.fix_noise_std(paper_one_shot_sigma(self.convention.epsilon, delta, d, k)  # c S / eps (§4.3)
+                               if isinstance(mech, OneShotProjectionRelease)
+                               else paper_flow_noise_std(self.convention.sigma, d, k, delta))  # sigma 2 sqrt(w_CLT)
+            return
+        if ledger.target_epsilon is None:
+            raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
+        mech.calibrate(steps)
+
+    def signature(self) -> dict:
+        return self._signature
+
+    def _main_mechanism(self) -> GaussianProjectionRelease:
+        """The release the privacy report describes: the per-step projection (DPSWflow: its one-shot release)."""
+        return self.projection
+
+    def convention_report(self) -> dict | None:
+        """``privacy.convention=paper``: the same noise under the RIGOROUS (Chernoff) bound for the same unit
+        latents (diameter 2, same beta and partners): the CLT bound the paper's sigma assumes is asymptotic."""
+        if self.convention is None:
+            return None
+        mech = self._main_mechanism()
+        s_true = l2_sensitivity(mech.k, mech.dim, mech.beta / mech.partners(mech.relation), "chernoff", ROW_DIAMETER)
+        true = true_epsilon(mech.noise_std, s_true, sample_rate=mech.sample_rate, steps=mech.releases,
+                            delta=mech.ledger.delta, sampling=mech.ledger.sampling, delta_per_step=mech.beta,
+                            relation=mech.relation, calibrate_with=mech.ledger.calibrate_with)
+        return {"convention": "paper", "paper_epsilon": self.convention.epsilon, "paper_sigma": self.convention.sigma,
+                **({"paper_sensitivity_dim": self.convention.sensitivity_dim} if self.convention.sensitivity_dim else {}),
+                "sensitivity_stated": mech.sensitivity, **true,
+                "epsilon_true_note": f"the released code's noise (std {mech.noise_std:.4g}) under the rigorous Chernoff "
+                                     f"sensitivity of unit latents in d = {mech.dim} (stated: {self.bound} bound"
+                                     + (f" at dim {self.convention.sensitivity_dim}, as the released code evaluates it"
+                                        if self.convention.sensitivity_dim else "") + ")"}
+
+    def _summary(self, mech) -> dict:
+        return {"noise_std": mech.noise_std, "noise_multiplier": mech.noise_multiplier, "sensitivity": mech.sensitivity,
+                "sensitivity_bound": mech.bound if self.private else None, "guarantee": mech.guarantee,
+                "latent_dim": self.space.d, "row_dim": self.space.dim, "num_projections": self.k, **self.ae_info}
+

@@ -41,7 +41,7 @@ FEATURE_DIM = 2048  # ResNet-50 pooled features
 BENCHMARKS = {"office31": (("amazon", "dslr", "webcam"), 31), "visda": (("train", "validation"), 12)}
 
 # default sizes: every preset splits (public fractions up to 0.5, test splits >= 20 for the domain FID)
-SIZES = {"celeba": (60, 24), "cifar10": (48, 24), "svhn": (48, 24), "office31": 62, "visda": 48, "usps": (40, 24)}
+SIZES = {"celeba": (60, 24), "cifar10": (50, 24), "svhn": (48, 24), "office31": 62, "visda": 48, "usps": (40, 24)}
 
 
 def pattern(label: int, num_classes: int, h: int, w: int, channels: int, rng: np.random.Generator) -> np.ndarray:
@@ -98,11 +98,11 @@ def _cifar_batch(path: Path, n: int, offset: int, rng: np.random.Generator) -> N
 
 def cifar10(root: str | Path, n_train: int = SIZES["cifar10"][0], n_test: int = SIZES["cifar10"][1],
             seed: int = 0) -> Path:
-    """``<root>/cifar-10-batches-py``: five training batches of ``n_train / 5`` images and ``test_batch``."""
+    """``<root>/cifar-10-batches-py``: five training batches of ``n_train // 5`` images and ``test_batch``."""
     rng = np.random.default_rng(seed)
     base = Path(root) / "cifar-10-batches-py"
     base.mkdir(parents=True, exist_ok=True)
-    per = -(-n_train // 5)
+    per = n_train // 5
     for i in range(5):
         _cifar_batch(base / f"data_batch_{i + 1}", per, i * per, rng)
     _cifar_batch(base / "test_batch", n_test, 0, rng)

@@ -100,7 +100,7 @@ def test_preset_runs_end_to_end(preset, preset_data_root, tmp_path):
     cfg = shrunk(compose_cfg([f"experiment={preset}", "logger=local"], out_dir=out, data_root=data_root))
     results = run(cfg)
     saved = json.loads((out / "results.json").read_text())
-    assert saved["experiment"] == preset and saved["n_private"] == results["n_private"] > 0
+    assert saved["experiment"] == results["experiment"] == preset
     measured = {k: v for k, v in saved["metrics"].items() if k != "eval_time_s" and isinstance(v, (int, float))}
     assert measured, f"{preset}: the evaluation measured nothing: {saved['metrics']}"
     eps = float(saved["privacy"]["epsilon"])

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import ConfigError
 from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import Mechanism
@@ -86,11 +87,13 @@ def load_resume_checkpoint(path: Path, signature: dict) -> dict:
 
 
 def check_signature(old: dict, signature: dict) -> None:
+    """Refuse (one error line) a checkpoint whose method signature differs from this run's."""
     diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
     if diff:
-        raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
-                         + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
-                         + "; resume with the same experiment, dataset split and model settings")
+        raise ConfigError("cannot resume: the checkpoint was written by a run with other settings ("
+                          + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
+                          + "): resume with the same experiment, dataset split and model settings, start the run "
+                          "folder over with trainer.overwrite=true, or choose a new folder with hydra.run.dir=<new folder>")
 
 
 class NonFiniteLossError(FloatingPointError):

@@ -88,8 +88,7 @@ class DCGANAutoencoder(nn.Module):
     (4, 2, 1, + BN + LReLU) ; ConvT(64->3, 4, 2, 1) -> Sigmoid.
     """
 
-    def __init__(self, image_shape: tuple[int, int, int] = (3, 64, 64), latent_dim: int = 48, width: int = 64,
-                 pad_to: int | None = None) -> None:
+    def __init__(self, image_shape: tuple[int, int, int] = (3, 64, 64), latent_dim: int = 48, width: int = 64) -> None:
         super().__init__()
         c, h, w = image_shape
         if (h, w) != (64, 64):

@@ -64,13 +64,7 @@ class MLPGen(nn.Module):
     """Small conditional MLP generator for vector data (the toy Gaussians).  Output unbounded."""
 
     def __init__(self, d_code: int = 5, n_labels: int = 2, hidden: int = 64,
-                 image_shape: tuple[int, int, int] = (1, 1, 5), channels: None = None,
-                 kernel_size: None = None) -> None:
-        # channels / kernel_size: the convolutional generator's settings, which a preset built on
-        # configs/model/dpswd_generator.yaml inherits by config merging; they must be nulled there.
-        if channels is not None or kernel_size is not None:
-            raise ValueError("MLPGen has no convolutions: set model.generator.channels=null and "
-                             "model.generator.kernel_size=null (see configs/experiment/toy_dpswd.yaml)")
+                 image_shape: tuple[int, int, int] = (1, 1, 5)) -> None:
         super().__init__()
         self.d_code, self.n_labels, self.image_shape = d_code, n_labels, tuple(image_shape)
         out = int(torch.tensor(image_shape).prod())

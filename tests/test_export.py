@@ -233,3 +233,18 @@ def test_model_releases_export_their_weights_with_the_card(name, tmp_path, capsy
     assert _sample(tmp_path / "run", "--out", tmp_path / "out" / "model.pt") == 0
     card = json.loads((tmp_path / "out" / "privacy_card.json").read_text())
     assert card["export"]["format"].startswith("the released weights") and (tmp_path / "out" / "model.pt").exists()
+
+
+def test_own_image_folder_exports_in_its_declared_format_and_class_names(tmp_path):
+    """dataset=image_folder: the export keeps the declared pixel range (uint8 0..255) and the class names."""
+    from tests.test_own_data import write_folder
+
+    write_folder(tmp_path / "data", n_per_class=12, classes=("cat", "dog", "owl"))
+    run(compose_cfg(["experiment=digits_moments", *FAST, "dataset=image_folder", f"dataset.path={tmp_path / 'data'}",
+                     "dataset.image_size=8", "dataset.channels=1", "dataset.classes=[cat,dog,owl]",
+                     "dataset.test_fraction=0.25"], out_dir=tmp_path / "run"))
+    assert _sample(tmp_path / "run", "--n", 30, "--seed", 0, "--out", tmp_path / "s.npz") == 0
+    x = np.load(tmp_path / "s.npz")["x"]
+    assert x.dtype == np.uint8 and x.shape == (30, 8, 8) and x.max() > 16
+    assert _sample(tmp_path / "run", "--n", 30, "--out", tmp_path / "pngs") == 0
+    assert sorted(p.name for p in (tmp_path / "pngs").iterdir() if p.is_dir()) == ["cat", "dog", "owl"]

@@ -15,26 +15,34 @@ from .labels import class_weights, describe
 
 
 def to_storage(x: torch.Tensor, value_range, storage: dict) -> np.ndarray:
-    """``(n, C, H, W)`` float in the value range -> numpy images ``(n, H, W)`` (one channel) or ``(n, H, W, C)``
-    in the dataset's stored format: integers ``0..max`` (e.g. uint8 0..255) or float32 values."""
+    """``(n, C, H, W)`` floats in the value range -> numpy images ``(n, H, W)`` (one channel) or ``(n, H, W, C)``
+    in the dataset's stored format ``storage = {"dtype", "range"}``: e.g. uint8 0..255, uint8 0..16, float32."""
     lo, hi = (float(v) for v in value_range)
-    x = x.detach().cpu().float().clamp(lo, hi)
-    if storage.get("dtype", "float32") != "float32":
-        x = torch.round((x - lo) / (hi - lo) * float(storage["max"]))
-    arr = x.numpy().astype(storage.get("dtype", "float32"))
+    s_lo, s_hi = (float(v) for v in storage["range"])
+    x = s_lo + (x.detach().cpu().double().clamp(lo, hi) - lo) / (hi - lo) * (s_hi - s_lo)
+    if storage["dtype"] != "float32":
+        x = torch.round(x)
+    arr = x.numpy().astype(storage["dtype"])
     return arr[:, 0] if arr.shape[1] == 1 else np.transpose(arr, (0, 2, 3, 1))
 
 
-def save_png_folder(folder: Path, x: torch.Tensor, y: torch.Tensor, value_range, num_classes: int) -> None:
-    """One sub-folder per class (zero-padded names, so ImageFolder's sorted classes keep the indices)."""
+def folder_names(num_classes: int, class_names: list[str] | None) -> list[str]:
+    """Class folder names: the declared names, else zero-padded indices (ImageFolder sorts names: keep the order)."""
+    if class_names:
+        return list(class_names)
+    width = len(str(num_classes - 1))
+    return [f"{c:0{width}d}" for c in range(num_classes)]
+
+
+def save_png_folder(folder: Path, x: torch.Tensor, y: torch.Tensor, value_range, names: list[str]) -> None:
+    """One sub-folder per class, 8-bit PNGs."""
     from PIL import Image
 
     lo, hi = (float(v) for v in value_range)
     img = ((x.detach().cpu().float().clamp(lo, hi) - lo) / (hi - lo) * 255).round().to(torch.uint8).numpy()
-    width = len(str(num_classes - 1))
     count: dict[int, int] = {}
     for a, label in zip(img, y.tolist(), strict=True):
-        sub = folder / f"{label:0{width}d}"
+        sub = folder / names[label]
         if label not in count:
             sub.mkdir(parents=True, exist_ok=True)
             count[label] = 0
@@ -57,9 +65,10 @@ def export(release, out: Path, n: int, labels=None, seed: int | None = None) -> 
     if out.suffix == ".npz":
         out.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(out, x=to_storage(x, facts["value_range"], facts["storage"]), y=y.numpy().astype(np.int64))
-        card_dir, fmt = out.parent, f"npz: x {facts['storage']['dtype']} (n, H, W[, C]), y int64"
+        lo, hi = facts["storage"]["range"]
+        card_dir, fmt = out.parent, f"npz: x {facts['storage']['dtype']} {lo:g}..{hi:g} (n, H, W[, C]), y int64"
     else:
-        save_png_folder(out, x, y, facts["value_range"], release.num_classes)
+        save_png_folder(out, x, y, facts["value_range"], folder_names(release.num_classes, facts.get("class_names")))
         card_dir, fmt = out, "PNG folder per class (torchvision ImageFolder)"
     plan = describe(labels) + (f" ({class_weights(release)[1]})" if labels == "proportional" else "")
     card = {**release.card, "export": {"file": out.name, "n": int(n), "labels": plan, "format": fmt,

@@ -33,21 +33,32 @@ PIXEL_STORAGE = {"digits": ("uint8", 16)}
 
 
 # --------------------------------------------------------------------------------- writing
-def pixel_storage(name: str, value_range: tuple[float, float]) -> dict:
-    """The on-disk pixel format of a dataset: integers ``0..max`` (uint8) for image datasets, else float32."""
-    if name in PIXEL_STORAGE:
+def pixel_storage(name: str, value_range, declared_range=None) -> dict:
+    """How a dataset's pixels are stored on disk, for exports in its own format: ``{"dtype", "range"}``.
+
+    A declared ``dataset.pixel_range`` (own data) wins; integer ranges within 0..255 are uint8, others float32.
+    """
+    if declared_range is not None:
+        lo, hi = (float(v) for v in declared_range)
+    elif name in PIXEL_STORAGE:
         dtype, top = PIXEL_STORAGE[name]
-        return {"dtype": dtype, "max": top}
-    if tuple(float(v) for v in value_range) == (0.0, 1.0):
-        return {"dtype": "uint8", "max": 255}
-    return {"dtype": "float32", "max": None}
+        return {"dtype": dtype, "range": [0.0, float(top)]}
+    elif tuple(float(v) for v in value_range) == (0.0, 1.0):
+        lo, hi = 0.0, 255.0
+    else:
+        return {"dtype": "float32", "range": [float(v) for v in value_range]}
+    integer = lo.is_integer() and hi.is_integer() and 0 <= lo < hi <= 255 and hi > 1
+    return {"dtype": "uint8" if integer else "float32", "range": [lo, hi]}
 
 
-def public_facts(data, method) -> dict:
+def public_facts(data, method, dataset_cfg: dict | None = None) -> dict:
     """The public facts of the dataset a release needs for sampling (no private record, no private count)."""
+    dataset_cfg = dataset_cfg or {}
+    classes = dataset_cfg.get("classes")
     facts = {"name": data.name, "image_shape": list(data.image_shape), "num_classes": int(data.num_classes),
              "value_range": [float(v) for v in data.value_range],
-             "storage": getattr(data, "storage", None) or pixel_storage(data.name, data.value_range),
+             "storage": pixel_storage(data.name, data.value_range, dataset_cfg.get("pixel_range")),
+             "class_names": [str(c) for c in classes] if isinstance(classes, list) else None,
              "public_class_counts": None if data.public is None else
              torch.bincount(data.public.y.long(), minlength=data.num_classes).tolist()}
     rep = getattr(getattr(method, "space", None), "rep", None)  # a latent method's public linear map
@@ -90,7 +101,7 @@ def release_info(cfg: dict, data, method, ledger, code_version: str | None, run_
                       code_version=code_version, release_file=method.release_name,
                       convention=method.convention_report())
     write_card(card, run_dir)
-    return {"dpgen": {"config": public_config(cfg), "data": public_facts(data, method)}, "privacy_card": card}
+    return {"dpgen": {"config": public_config(cfg), "data": public_facts(data, method, cfg.get("dataset"))}, "privacy_card": card}
 
 
 # --------------------------------------------------------------------------------- reading

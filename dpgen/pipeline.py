@@ -20,9 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .config import validate
+from .eval.evaluator import evaluate_run
+from .export.release import release_info
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
+from .privacy.card import n_is_public
 from .privacy.conventions import PaperConvention
 from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
@@ -59,12 +62,13 @@ def run(cfg: DictConfig) -> dict:
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
+    evaluator.check()  # evaluability from the settings alone (an FID extractor is available), before the data loads
     data = instantiate(cfg.dataset)
+    evaluator.check(data)  # the public splits are large enough for every requested metric, before training
     n_priv = len(data.private)
-    if float(cfg.accountant.delta) > 1.0 / n_priv:
-        warnings.warn(f"accountant.delta={cfg.accountant.delta} is larger than 1/N = {1.0 / n_priv:.2e} for "
-                      f"N={n_priv} private records: such a delta allows leaking a whole record; use a smaller "
-                      "delta", stacklevel=2)
+    if float(cfg.accountant.delta) > 1.0 / n_priv:  # the count itself stays out of the message (private under add/remove)
+        warnings.warn(f"accountant.delta={cfg.accountant.delta} is larger than 1/N for this private set: such a "
+                      "delta allows leaking a whole record; use a smaller delta", stacklevel=2)
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
     try:
         resume = _resume_path(cfg.trainer.resume, run_dir)
@@ -79,9 +83,11 @@ def run(cfg: DictConfig) -> dict:
                            log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
                            resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
-                           precision=check_precision(cfg.trainer.get("precision", 32)))
+                           precision=check_precision(cfg.trainer.get("precision", 32)),
+                           release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
+                                                                  method, led, _code_version(), run_dir))
         train_metrics = loop.train(method, data, ledger, ctx)
-        metrics = evaluator(method, data, logger, seed=seed)
+        metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"
         report = method.convention_report() if convention else None
@@ -91,7 +97,7 @@ def run(cfg: DictConfig) -> dict:
         results = {
             "experiment": name,
             "dataset": data.name,
-            "n_private": n_priv,
+            **({"n_private": n_priv} if n_is_public(privacy["neighbouring_relation"]) else {}),  # add/remove: N is private
             "metrics": metrics,
             "privacy": privacy,
             "train": train_metrics,

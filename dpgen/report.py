@@ -89,6 +89,9 @@ def collect(folder: str | Path) -> list[dict]:
         rel = job_dir.relative_to(folder).as_posix()
         privacy = results.get("privacy") or {}
         metrics = dict(results.get("metrics") or {})
+        if "eval_error" in metrics:  # training finished, evaluation did not: the job is kept, its metrics partial
+            print(f"warning: {job_dir}: evaluation failed ({metrics['eval_error']}); re-evaluate with: "
+                  f"dpgen evaluate {job_dir}", file=sys.stderr)
         overrides = _read_overrides(job_dir, results)
         epsilons = {"rdp": to_float(privacy.get("epsilon_rdp")), "pld": to_float(privacy.get("epsilon_pld"))}
         for name in privacy.get("reported_accountants") or {}:

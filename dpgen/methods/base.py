@@ -25,6 +25,7 @@ bar, release artefact).  Interface (see docs/ARCHITECTURE.md):
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,8 @@ class TrainContext:
     deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable
     resume_state: dict | None = None  # the method's state from the checkpoint (set by the loop before setup)
     precision: str = "32"  # "bf16": bfloat16 autocast around model forwards (utils.autocast), never the privacy maths
+    # ledger -> public entries added to the release (config, public facts, privacy card: dpgen.export.release)
+    release_extra: Callable[[PrivacyLedger], dict] | None = None
 
     @property
     def checkpoint_path(self) -> Path:

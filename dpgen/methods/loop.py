@@ -36,8 +36,10 @@ import time
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ..config import ConfigError
 from ..data import DataSplits
 from ..privacy import PrivacyLedger
+from ..privacy.card import public_signature
 from ..privacy.mechanisms import Mechanism
 from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
 from .base import Method, NonFiniteLossError, TrainContext, check_signature
@@ -142,6 +144,10 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     ck = None
     if ctx.resume_from is not None:
         ck = load_checkpoint(ctx.resume_from)
+        if "ledger" not in ck:
+            raise ConfigError(f"trainer.resume={ctx.resume_from} is a weights-only release, not a checkpoint: it has no "
+                              "ledger, so training cannot continue from it; resume from the run folder "
+                              "(trainer.resume=true with hydra.run.dir=<run folder>) or <run>/checkpoints/last.pt")
         ctx.resume_state = ck.get("method")
     method.mechanisms = {}
     method.setup(data, ledger, ctx)
@@ -204,7 +210,9 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     watch.check()
     values = host_values(values)
     _checkpoint(method, ledger, signature, done, ctx)
-    atomic_save({**method.release_state(), "signature": signature}, ctx.run_dir / method.release_name)
+    extra = ctx.release_extra(ledger) if ctx.release_extra is not None else {}
+    atomic_save({**method.release_state(), "signature": public_signature(signature, ledger.relation), **extra},
+                ctx.run_dir / method.release_name)
     method.finish(ctx)
     return {"train_steps": done, "steps_planned": planned, "stopped_by_budget": stopped,
             "train_time_s": time.time() - t0,

@@ -250,7 +250,7 @@ _BROKEN = {"celeba_dpswd": "DCGANDecoder gets model.generator.hidden", "celeba32
                                     if p in _BROKEN else p for p in generator_presets()])
 def test_every_generator_preset_trains_one_step_on_a_png_folder(tmp_path, preset):
     side, channels, k = _size_for(preset)
-    write_folder(tmp_path / "d", n_per_class=8, size=side, mode="L" if channels == 1 else "RGB",
+    write_folder(tmp_path / "d", n_per_class=60, size=side, mode="L" if channels == 1 else "RGB",
                  classes=tuple(str(c) for c in range(k)))
     own = [f"experiment={preset}", "dataset=image_folder", f"dataset.path={tmp_path / 'd'}",
            "dataset.test_fraction=0.25", f"dataset.image_size={side}", f"dataset.channels={channels}",

@@ -283,7 +283,7 @@ def domain_extractor(data: DataSplits, cache_dir: str | Path | None = None, sett
     path = path / "fid_domain" / f"{data.name}-{key}.pt"
     c, h, _ = data.image_shape
     cnn = SmallCNN(c, h, data.num_classes, settings.num_features)
-    info = {"fid_extractor_cache": str(path)}
+    info = {"fid_extractor_cache": path.name}  # the file name (its key), never a machine path
     if path.exists():
         ck = torch.load(path, map_location="cpu", weights_only=True)
         cnn.load_state_dict(ck["state_dict"])

@@ -1,19 +1,23 @@
-"""Per-class variety of the default demo (DP class-Gaussian on the 8x8 digits, ε = 10): two covariance
+"""Per-class variety of the default demo (DP class-Gaussian on the 8x8 digits, ε = 10): three covariance
 post-processings of the SAME noisy release, over three seeds.
 
     python research/default_variety.py [--seeds 0 1 2] [--eps 10] [--out research/default_variety.md]
 
-``model.shrinkage=class`` (the class's own spikes only: the former default) against ``pooled`` (class spikes
-completed by the pooled within-class spikes: the default).  Both read only the released noisy moments and the
-public noise level, so the comparison costs no privacy; ``trainer.deterministic=true`` gives both variants the
-same noise draw for a seed (debugging only: the noise is then guessable from the seed).
+``model.shrinkage=class`` (the class's own spikes only) against ``pooled`` (class spikes completed by the pooled
+within-class spikes) and ``pooled_prior`` (``pooled`` completed by the DCT's public 1/f^2 prior spectrum scaled to
+the released residual variance: the default).  All read only the released noisy moments and the public noise
+level, so the comparison costs no privacy; ``trainer.deterministic=true`` gives the variants the same noise draw
+for a seed (debugging only: the noise is then guessable from the seed).
 
-Per class and variant: retained directions (eigenvalues of the released covariance above 10x the floor), mean
+Per class and variant: retained directions (eigenvalues of the released covariance above 10x the floor; for
+``pooled_prior`` every direction varies, so its kept spikes are ``pooled``'s count on the same noise), the
+effective number of directions ``tr(Sigma)^2 / tr(Sigma^2)`` (participation ratio), mean
 per-pixel std across 1000 synthetic images against the real TEST images of the class, and the per-class recall
 on the real test split of the evaluator's LogReg / MLP / CNN (same settings as configs/evaluator/generative.yaml,
 fitted on the evaluator's 10,000 balanced synthetic images).  Data used: the digits TEST split (public in this
 dataset's split) for every score; the private training split only through the DP release.  ``pooled`` was fixed
-before this table was made; the table chose nothing.
+before this table was made, ``pooled_prior`` (prior shape, budget estimator) before its columns were measured;
+the table chose nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from dpgen.methods.base import TrainContext
 from dpgen.methods.loop import train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-VARIANTS = ("class", "pooled")
+VARIANTS = ("class", "pooled", "pooled_prior")
 
 
 def fit_default(shrinkage: str, seed: int, eps: float, run_dir: Path):
@@ -55,6 +59,12 @@ def retained_directions(method) -> np.ndarray:
     floor = 1e-6 * method.rep.radius ** 2 / method.rep.dim
     ev = torch.linalg.eigvalsh(method.moments.covariances)
     return (ev > 10 * floor).sum(-1).numpy()
+
+
+def effective_directions(method) -> np.ndarray:
+    """Participation ratio ``tr(Sigma_c)^2 / tr(Sigma_c^2)`` of each released class covariance: ``(C,)``."""
+    ev = torch.linalg.eigvalsh(method.moments.covariances)
+    return (ev.sum(-1) ** 2 / (ev ** 2).sum(-1)).numpy()
 
 
 def per_class_recall(pred: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
@@ -91,30 +101,31 @@ def measure(shrinkage: str, seed: int, eps: float, run_dir: Path) -> dict:
     n = int(cfg.evaluator.n_synthetic)  # the evaluator's balanced, shuffled synthetic set
     y = (torch.arange(n) % k)[torch.randperm(n, generator=torch.Generator().manual_seed(seed))]
     x_syn, y_syn = method.sample(n, y)
-    return {"dirs": retained_directions(method), "std_syn": std_syn, "std_real": std_real,
+    return {"dirs": retained_directions(method), "eff": effective_directions(method), "std_syn": std_syn, "std_real": std_real,
             **downstream(x_syn, y_syn, data.test.x, data.test.y, k, seed, cfg), "test_y": data.test.y.numpy()}
 
 
 def table(res: dict, seeds: list[int], eps: float) -> str:
-    """Markdown: per class, mean over seeds (min..max for directions), before -> after."""
+    """Markdown: per class, mean over seeds (min..max for directions), class -> pooled -> pooled_prior."""
     k = len(res[VARIANTS[0]][seeds[0]]["dirs"])
     stack = lambda v, key: np.stack([res[v][s][key] for s in seeds])  # noqa: E731  (seeds, C)
     lines = [f"Default demo (DP class-Gaussian, 8x8 digits, ε = {eps:g}, δ = 1e-4), seeds {', '.join(map(str, seeds))}: "
-             "`class` (before: class spikes only) → `pooled` (after: class spikes + pooled within-class spikes). "
-             "Mean over seeds; directions as min–max.", "",
-             "| class | retained directions (of 64) | per-pixel std, synthetic | per-pixel std, real test | "
-             "LogReg recall | MLP recall | CNN recall |", "|---|---|---|---|---|---|---|"]
+             "`class` (class spikes only) → `pooled` (class spikes + pooled within-class spikes) → `pooled_prior` "
+             "(the default: `pooled` completed by the public 1/f² DCT prior scaled to the released residual variance), "
+             "the same noisy release for each. Mean over seeds; directions as min–max.", "",
+             "| class | retained spike directions (of 64) | varied directions, `pooled_prior` | effective directions | "
+             "per-pixel std, synthetic | per-pixel std, real test | LogReg recall | MLP recall | CNN recall |",
+             "|---|---|---|---|---|---|---|---|---|"]
 
     def d(v, c):
         a = stack(v, "dirs")[:, c]
         return f"{a.min()}" if a.min() == a.max() else f"{a.min()}–{a.max()}"
 
+    arrow = lambda key, c, fmt: " → ".join(format(stack(v, key)[:, c].mean(), fmt) for v in VARIANTS)  # noqa: E731
     for c in range(k):
-        cells = [f"{d('class', c)} → {d('pooled', c)}",
-                 f"{stack('class', 'std_syn')[:, c].mean():.3f} → {stack('pooled', 'std_syn')[:, c].mean():.3f}",
-                 f"{stack('pooled', 'std_real')[0, c]:.3f}"]
-        cells += [f"{stack('class', m)[:, c].mean():.2f} → {stack('pooled', m)[:, c].mean():.2f}"
-                  for m in ("logreg", "mlp", "cnn")]
+        cells = [f"{d('class', c)} → {d('pooled', c)}", d("pooled_prior", c), arrow("eff", c, ".1f"),
+                 arrow("std_syn", c, ".3f"), f"{stack('pooled', 'std_real')[0, c]:.3f}"]
+        cells += [arrow(m, c, ".2f") for m in ("logreg", "mlp", "cnn")]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     yt = res[VARIANTS[0]][seeds[0]]["test_y"]
     counts = np.bincount(yt, minlength=k) / len(yt)  # overall accuracy = count-weighted recall
@@ -123,13 +134,15 @@ def table(res: dict, seeds: list[int], eps: float) -> str:
         per_seed = stack(v, m) @ counts
         return f"{per_seed.mean():.3f} ({', '.join(f'{a:.3f}' for a in per_seed)})"
 
-    lines += ["", "| accuracy on the real test split (mean (per seed)) | before (`class`) | after (`pooled`) |",
-              "|---|---|---|"]
-    lines += [f"| {m} | {acc('class', m)} | {acc('pooled', m)} |" for m in ("logreg", "mlp", "cnn")]
-    lines += ["", "Retained directions = eigenvalues of the released class covariance above 10x the floor "
-              "1e-6 r²/K; per-pixel std = mean over the 64 pixels of the std across 1000 synthetic (or all real test) "
-              "images of the class; recall = the evaluator's classifier (fitted on 10,000 balanced synthetic images) "
-              "on the real test images of the class."]
+    lines += ["", "| accuracy on the real test split (mean (per seed)) | `class` | `pooled` | `pooled_prior` (default) |",
+              "|---|---|---|---|"]
+    lines += [f"| {m} | " + " | ".join(acc(v, m) for v in VARIANTS) + " |" for m in ("logreg", "mlp", "cnn")]
+    lines += ["", "Retained spike directions = eigenvalues of the released class covariance above 10x the floor "
+              "1e-6 r²/K under `class` and `pooled` (the spikes `pooled_prior` keeps are `pooled`'s); varied "
+              "directions = the same count under `pooled_prior`; effective directions = tr(Σ)²/tr(Σ²); per-pixel "
+              "std = mean over the 64 pixels of the std across 1000 synthetic (or all real test) images of the class; "
+              "recall = the evaluator's classifier (fitted on 10,000 balanced synthetic images) on the real test "
+              "images of the class."]
     return "\n".join(lines) + "\n"
 
 

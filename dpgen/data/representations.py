@@ -15,6 +15,13 @@ Radius: ``radius: null`` gives the worst case ``max(|lo - c|, |hi - c|) sqrt(D)`
 the value range ``[lo, hi]`` (never clips; V has orthonormal columns, so ``||enc(x)|| <= ||x - c||``);
 ``radius_quantile: q`` takes the q-quantile of the PUBLIC codes' norms (needs a public split).
 
+Prior spectrum (public, used to complete a covariance in directions the noisy release cannot resolve,
+:mod:`dpgen.privacy.moments`): a fixed variance shape ``p: (K,)`` over the code coordinates.
+
+* ``dct``: natural images have power ``~ 1/f^2``, so coefficient ``(u, v)`` gets ``p = 1 / (1 + u^2 + v^2)``;
+* ``pca``: the PUBLIC split's principal variances (``s_k^2 / (n_pub - 1)``);
+* ``identity``: isotropic (``p = 1``).
+
 Shapes: images ``(n, C, H, W)``; codes ``(n, K)``.
 """
 
@@ -65,6 +72,13 @@ def dct_basis(image_shape: tuple[int, int, int], n_coeffs: int) -> np.ndarray:
     return np.stack(cols, axis=1)
 
 
+def dct_prior_spectrum(image_shape: tuple[int, int, int], n_coeffs: int) -> np.ndarray:
+    """``p: (K,)``, ``p = 1 / (1 + u^2 + v^2)`` for the columns of :func:`dct_basis` (same order: 1/f^2 power)."""
+    c, h, w = image_shape
+    freqs = [(u, v) for u, v in zigzag_order(h, w) for _ in range(c)][:n_coeffs]
+    return np.array([1.0 / (1.0 + u * u + v * v) for u, v in freqs])
+
+
 @dataclass
 class Representation:
     """``enc(x) = clip_r((x_flat - center) V)``, ``decode(z) = clamp(z V^T + center, lo, hi)``."""
@@ -75,6 +89,7 @@ class Representation:
     radius: float
     image_shape: tuple[int, int, int]
     value_range: tuple[float, float]
+    prior: torch.Tensor | None = None  # (K,) public prior variance shape of the codes (None: isotropic)
 
     def __post_init__(self) -> None:
         if not (self.radius > 0 and math.isfinite(self.radius)):
@@ -83,6 +98,10 @@ class Representation:
     @property
     def dim(self) -> int:
         return int(self.basis.shape[1])
+
+    def prior_spectrum(self) -> torch.Tensor:
+        """``(K,)`` public prior variance shape of the codes (module docstring); isotropic when none is known."""
+        return torch.ones(self.dim, dtype=torch.float64) if self.prior is None else self.prior
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``(n, C, H, W) -> (n, K)``, each row clipped to L2 norm <= ``radius``."""
@@ -126,8 +145,9 @@ def build_representation(kind: str, image_shape: tuple[int, int, int], value_ran
             raise ValueError(f"model.representation.n_components must be in [1, {min(d, len(public_x))}], got {k}")
         p = public_x.flatten(1).double()
         mu = p.mean(0)
-        _, _, vt = torch.linalg.svd(p - mu, full_matrices=False)
+        _, sv, vt = torch.linalg.svd(p - mu, full_matrices=False)
         basis, ctr = vt[:k].T.contiguous(), mu
+        prior = sv[:k] ** 2 / max(len(p) - 1, 1)
     else:
         k = d if n_components is None else int(n_components)
         c0 = (lo + hi) / 2.0 if center is None else float(center)
@@ -135,6 +155,8 @@ def build_representation(kind: str, image_shape: tuple[int, int, int], value_ran
         if kind == "identity" and k != d:
             raise ValueError(f"model.representation.kind=identity keeps all {d} pixels; set n_components=null")
         ctr = torch.full((d,), c0, dtype=torch.float64)
+        prior = torch.ones(d, dtype=torch.float64) if kind == "identity" else \
+            torch.from_numpy(dct_prior_spectrum(image_shape, k))
     if radius_quantile is not None:
         if public_x is None:
             raise ValueError("model.representation.radius_quantile is a quantile of PUBLIC code norms: set "
@@ -151,4 +173,4 @@ def build_representation(kind: str, image_shape: tuple[int, int, int], value_ran
             r = max(abs(lo - float(ctr[0])), abs(hi - float(ctr[0]))) * math.sqrt(d)
     else:
         r = float(radius)
-    return Representation(kind, basis, ctr, r, tuple(image_shape), (float(lo), float(hi)))
+    return Representation(kind, basis, ctr, r, tuple(image_shape), (float(lo), float(hi)), prior)

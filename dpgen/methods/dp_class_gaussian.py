@@ -11,7 +11,8 @@ Design (privacy argument in :mod:`dpgen.privacy.moments`):
        fresh orthonormal directions (k = K) plus noisy counts, post-processed into the same moments
        with the known noise variance removed (:class:`ClassBlockProjectionRelease`);
   3. post-processing: class means and covariances (``shrinkage``: the class's spikes above the known
-     noise bulk completed by the pooled within-class spikes, :mod:`dpgen.privacy.moments`); samples
+     noise bulk completed by the pooled within-class spikes, then by the representation's public prior
+     spectrum scaled to the released residual variance, :mod:`dpgen.privacy.moments`); samples
      ``z ~ N(mu_y, Sigma_y)`` decoded with ``x = z V^T + c`` clamped to the value range.
 
 Sampler = accountant: the whole private set is read once (q = 1, one step) and the ledger records
@@ -52,7 +53,7 @@ class DPClassGaussian(GenerativeMethod):
 
     def __init__(self, representation: dict | None = None, release: str = "moments",
                  moment_shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), block_slack: float = 1.2,
-                 private: bool = True, chunk: int = 5000, shrinkage: str = "pooled") -> None:
+                 private: bool = True, chunk: int = 5000, shrinkage: str = "pooled_prior") -> None:
         if release not in RELEASES:
             raise ValueError(f"model.release={release!r} is unknown; choose one of {', '.join(RELEASES)}")
         self.rep_cfg = dict(representation or {"kind": "dct"})
@@ -82,7 +83,8 @@ class DPClassGaussian(GenerativeMethod):
         self._seed = secret_seed(ctx)  # secret sampler seed (reads every record once) and sampling seed
         if self.release_kind == "moments":
             mech = ClassMomentRelease(ledger, n_classes=data.num_classes, radius=self.rep.radius, shares=self.shares,
-                                      private=self.private, seed=mechanism_seed(ctx), shrinkage=self.shrinkage)
+                                      private=self.private, seed=mechanism_seed(ctx), shrinkage=self.shrinkage,
+                                      prior=self.rep.prior_spectrum())
         else:
             mech = ClassBlockProjectionRelease(ledger, n_classes=data.num_classes, radius=self.rep.radius,
                                                block_size=math.ceil(self.block_slack * n / data.num_classes),

@@ -23,15 +23,39 @@ Post-processing (no privacy cost): ``n_c^ = max(released / w0, 1)``, ``mu_c = s_
 ``Sigma_c^ = sym(M_c^) / n_c^ - mu_c mu_c^T``, then one of the covariance estimators ``SHRINKAGES``,
 each using only the released vector and the KNOWN (public) noise level:
 
-* ``pooled`` (default): the class's own spikes (eigen-directions of ``Sigma_c^`` that stand out of the
+* ``pooled_prior`` (default): ``pooled`` completed in the directions it does not keep by a PUBLIC prior
+  shape scaled by a released statistic (:func:`prior_completed_covariances`), so no class is ever one
+  repeated image.  With ``sigma`` the noise std, ``m = w1 n_c^`` and ``q = w2 n_c^``:
+
+  - trace (bias-corrected): ``mu_c^ = mu_c + e / m`` with ``e ~ N(0, sigma^2 I_K)``, so
+    ``E ||mu_c^||^2 = ||mu_c||^2 + K sigma^2 / m^2``; the symmetric noise of ``M_c^`` has zero-mean trace.
+    ``T_c = tr(Sigma_c^) + K sigma^2 / m^2`` estimates ``tr(Sigma_c)`` with noise variance
+    ``tau_c^2 = K sigma^2 / q^2 + 2 K sigma^4 / m^4 + 4 ||mu_c^||^2 sigma^2 / m^2``
+    (diagonal of the second-moment noise, then the mean's noise);
+  - residual: ``R_c = T_c - tr(S_c)`` with ``S_c`` the ``pooled`` covariance (class + pooled spikes): the
+    variance not yet carried by a kept direction, ``R_c ~ N(rho_c, tau_c^2)`` with ``rho_c >= 0``;
+  - budget (empirical Bayes over the C classes, then the positivity of ``rho_c``): prior
+    ``rho_c ~ N(m_R, s_b^2)`` with ``m_R = mean_c R_c``, ``s_b^2 = max(0, var_c R_c - mean_c tau_c^2)``;
+    posterior ``N(m_c, v_c)`` with ``w_c = s_b^2 / (s_b^2 + tau_c^2)``, ``m_c = m_R + w_c (R_c - m_R)``,
+    ``v_c = w_c tau_c^2 + (1 - w_c)^2 (mean_c tau_c^2 + s_b^2) / C``; the budget is that posterior's mean
+    restricted to ``rho >= 0``: ``b_c = m_c + sqrt(v_c) phi(a) / Phi(a)``, ``a = m_c / sqrt(v_c)`` (> 0
+    always; ``~ max(0, R_c)`` when ``R_c`` is well above its noise);
+  - shape: ``Q_c`` the projector onto the complement of the kept (class and pooled spike) directions,
+    ``P = diag(p)`` the representation's public prior spectrum (``dpgen.data.representations``: 1/f^2
+    for the DCT, public PCA variances, else isotropic);
+    ``Sigma_c = S_c + b_c Q_c P Q_c / tr(Q_c P Q_c)`` (so ``tr(Sigma_c) = tr(S_c) + b_c``);
+* ``pooled``: the class's own spikes (eigen-directions of ``Sigma_c^`` that stand out of the
   noise bulk, :func:`spiked_shrinkage`), completed in the orthogonal complement by the spikes of the
   pooled within-class covariance ``sum_c n_c^ Sigma_c^ / sum_c n_c^`` (:func:`pooled_spiked_covariances`).
   The pooled matrix averages the C classes' independent noise, so its bulk edge is about ``sqrt(C)``
   times lower and directions shared by the classes (stroke width, slant, ...) survive even when a
-  class's own matrix keeps none;
+  class's own matrix keeps none; a class with no spike at all is one repeated image;
 * ``class``: the class's own spikes only (a class whose spikes all sit in the bulk gets covariance 0:
   every sample of it is the class mean);
 * ``none``: ``Sigma_c^`` projected onto the PSD cone (negative eigenvalues floored; keeps the noise).
+
+Every choice above (the estimators, the prior shape) is fixed a priori; each reads only the released
+vector, the public noise level and public facts about the representation.
 
 The synthetic data are draws from ``N(mu_c, Sigma_c)`` decoded back to images.
 
@@ -50,7 +74,7 @@ import torch
 from .mechanisms import Mechanism
 
 RELATIONS = ("add_remove", "replace_one")
-SHRINKAGES = ("pooled", "class", "none")
+SHRINKAGES = ("pooled_prior", "pooled", "class", "none")
 
 
 def moment_weights(radius: float, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)) -> tuple[float, float, float]:
@@ -126,15 +150,21 @@ def spiked_shrinkage(ev: torch.Tensor, s: torch.Tensor, k: int) -> torch.Tensor:
     return torch.where(ev > edge, theta, torch.zeros_like(ev))
 
 
-def pooled_spiked_covariances(cov: torch.Tensor, n: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """Class spikes completed by the pooled within-class spikes (the ``pooled`` estimator; module docstring).
+def spike_directions(vec: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """``(C, K, K)`` eigenvectors ``vec`` with the columns whose spike estimate ``theta`` is 0 zeroed."""
+    return vec * (theta > 0).to(vec.dtype)[:, None, :]
+
+
+def pooled_spikes(cov: torch.Tensor, n: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``pooled`` covariances ``(C, K, K)`` and the projectors ``(C, K, K)`` onto their kept directions.
 
     ``cov: (C, K, K)`` symmetric noisy class covariances, ``n: (C,)`` noisy counts, ``s: (C,)`` the
     off-diagonal noise std of each ``cov[c]`` (public).  With ``cov[c] = Sigma_c + W_c`` the pooled
     ``sum_c n_c cov[c] / sum_c n_c`` carries ``sum_c n_c W_c / sum_c n_c`` whose off-diagonal std is
     ``sqrt(sum_c (n_c s_c)^2) / sum_c n_c`` (independent W_c).  For class c with spike directions
     ``U_c`` (estimates ``theta_c``) and ``P = I - U_c U_c^T``:
-    ``Sigma_c = U_c diag(theta_c) U_c^T + P Sigma_pool P``.  Returns ``(C, K, K)`` PSD, unfloored.
+    ``Sigma_c = U_c diag(theta_c) U_c^T + P Sigma_pool P``.  The kept directions span ``U_c`` and the
+    pooled spike directions ``U_pool`` (the range of ``Sigma_c`` lies in that span).
     """
     k = cov.shape[-1]
     pooled = (n[:, None, None] * cov).sum(0, keepdim=True) / n.sum()
@@ -144,18 +174,85 @@ def pooled_spiked_covariances(cov: torch.Tensor, n: torch.Tensor, s: torch.Tenso
     sigma_pool = (vec_p * th_p[:, None, :]) @ vec_p.transpose(1, 2)  # (1, K, K)
     ev, vec = torch.linalg.eigh(cov)
     th = spiked_shrinkage(ev, s, k)
-    kept = vec * (th > 0).to(vec.dtype)[:, None, :]  # the class's spike directions, others zeroed
-    proj = torch.eye(k, dtype=cov.dtype) - kept @ kept.transpose(1, 2)
-    return (vec * th[:, None, :]) @ vec.transpose(1, 2) + proj @ sigma_pool @ proj
+    kept_c, kept_p = spike_directions(vec, th), spike_directions(vec_p, th_p)
+    proj = torch.eye(k, dtype=cov.dtype) - kept_c @ kept_c.transpose(1, 2)
+    sigma = (vec * th[:, None, :]) @ vec.transpose(1, 2) + proj @ sigma_pool @ proj
+    g_ev, g_vec = torch.linalg.eigh(kept_c @ kept_c.transpose(1, 2) + kept_p @ kept_p.transpose(1, 2))
+    span = g_vec * (g_ev > 1e-9).to(cov.dtype)[:, None, :]  # orthonormal basis of span(U_c, U_pool)
+    return sigma, span @ span.transpose(1, 2)
+
+
+def pooled_spiked_covariances(cov: torch.Tensor, n: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Class spikes completed by the pooled within-class spikes (the ``pooled`` estimator, :func:`pooled_spikes`).
+
+    Returns ``(C, K, K)`` PSD, unfloored.
+    """
+    return pooled_spikes(cov, n, s)[0]
+
+
+def corrected_traces(cov: torch.Tensor, mu: torch.Tensor, n: torch.Tensor, noise_std: float,
+                     weights: tuple[float, float, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(T_c, tau_c)``: bias-corrected trace of each noisy ``Sigma_c^`` and its noise std (module docstring).
+
+    ``cov: (C, K, K)``, ``mu: (C, K)``, ``n: (C,)`` released estimates; ``noise_std`` and ``weights`` public.
+    """
+    _, w1, w2 = weights
+    k = cov.shape[-1]
+    m2, q2, sig2 = (w1 * n) ** 2, (w2 * n) ** 2, noise_std ** 2
+    traces = torch.diagonal(cov, dim1=-2, dim2=-1).sum(-1) + k * sig2 / m2
+    var = k * sig2 / q2 + 2.0 * k * sig2 ** 2 / m2 ** 2 + 4.0 * (mu ** 2).sum(-1) * sig2 / m2
+    return traces, torch.sqrt(var)
+
+
+def positive_part_mean(mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """``E[X | X >= 0]`` for ``X ~ N(mean, var)``: ``mean + sd phi(a) / Phi(a)``, ``a = mean / sd`` (> 0)."""
+    sd = torch.sqrt(var)
+    a = mean / sd
+    mills = torch.exp(-0.5 * a ** 2 - 0.5 * math.log(2.0 * math.pi) - torch.special.log_ndtr(a))
+    return mean + sd * mills
+
+
+def residual_budgets(resid: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Empirical-Bayes budgets ``b_c > 0`` from noisy residuals ``R_c ~ N(rho_c, tau_c^2)``, ``rho_c >= 0``.
+
+    Normal prior across the C classes fitted by moments (mean ``m_R``, between-class variance ``s_b^2``),
+    then the posterior mean restricted to ``rho >= 0`` (module docstring).  ``resid, tau: (C,)``, tau > 0.
+    """
+    c = resid.shape[0]
+    tau2 = tau ** 2
+    m_r = resid.mean()
+    s_b2 = (resid.var(correction=1 if c > 1 else 0) - tau2.mean()).clamp_min(0.0)
+    w = s_b2 / (s_b2 + tau2)
+    post_mean = m_r + w * (resid - m_r)
+    post_var = w * tau2 + (1.0 - w) ** 2 * (tau2.mean() + s_b2) / c
+    return positive_part_mean(post_mean, post_var)
+
+
+def prior_completed_covariances(cov: torch.Tensor, n: torch.Tensor, s: torch.Tensor, traces: torch.Tensor,
+                                tau: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """The ``pooled_prior`` estimator: ``S_c + b_c Q_c P Q_c / tr(Q_c P Q_c)`` (module docstring).
+
+    ``cov, n, s`` as in :func:`pooled_spikes`; ``traces, tau: (C,)`` from :func:`corrected_traces`;
+    ``prior: (K,)`` the public prior variance shape ``P = diag(prior)``.  Returns ``(C, K, K)`` PSD.
+    """
+    sigma, kept = pooled_spikes(cov, n, s)
+    budget = residual_budgets(traces - torch.diagonal(sigma, dim1=-2, dim2=-1).sum(-1), tau)
+    q = torch.eye(cov.shape[-1], dtype=cov.dtype) - kept
+    shape = q @ torch.diag(prior.to(cov.dtype)) @ q
+    size = torch.diagonal(shape, dim1=-2, dim2=-1).sum(-1)
+    scale = torch.where(size > 0, budget / size.clamp_min(1e-300), torch.zeros_like(size))
+    return sigma + scale[:, None, None] * shape
 
 
 def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, float],
-                        eig_floor: float, noise_std: float = 0.0, shrinkage: str = "pooled") -> ClassMoments:
+                        eig_floor: float, noise_std: float = 0.0, shrinkage: str = "pooled_prior",
+                        prior: torch.Tensor | None = None) -> ClassMoments:
     """Invert the weighting and project to valid moments (pure post-processing).
 
     ``noise_std`` (the std added to every coordinate of ``v``, public) > 0 turns on the ``shrinkage``
     estimator (``SHRINKAGES``, module docstring): ``sym(M_c^)/n_c^`` carries symmetric noise with
-    off-diagonal entry std ``noise_std / (w2 n_c^ sqrt 2)``.  Eigenvalues end floored at ``eig_floor``.
+    off-diagonal entry std ``noise_std / (w2 n_c^ sqrt 2)``.  ``prior: (K,)`` the public prior variance
+    shape of ``pooled_prior`` (None: isotropic).  Eigenvalues end floored at ``eig_floor``.
     """
     if shrinkage not in SHRINKAGES:
         raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
@@ -170,7 +267,11 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
     cov = 0.5 * (cov + cov.transpose(1, 2))
     if noise_std > 0 and shrinkage != "none":
         s_noise = noise_std / (w2 * n * math.sqrt(2.0))
-        if shrinkage == "pooled":
+        if shrinkage == "pooled_prior":
+            traces, tau = corrected_traces(cov, mu, n, noise_std, weights)
+            prior = torch.ones(k, dtype=cov.dtype) if prior is None else prior
+            cov = prior_completed_covariances(cov, n, s_noise, traces, tau, prior)
+        elif shrinkage == "pooled":
             cov = pooled_spiked_covariances(cov, n, s_noise)
         else:
             ev, evec = torch.linalg.eigh(cov)
@@ -194,14 +295,15 @@ class ClassMomentRelease(Mechanism):
 
     def __init__(self, ledger, *, n_classes: int, radius: float,
                  shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), private: bool = True,
-                 seed: int | None = None, shrinkage: str = "pooled", accountant: str | None = None) -> None:
+                 seed: int | None = None, shrinkage: str = "pooled_prior", accountant: str | None = None,
+                 prior: torch.Tensor | None = None) -> None:
         super().__init__(ledger, sample_rate=1.0, private=private, seed=seed, accountant=accountant)
         self.n_classes, self.radius = int(n_classes), float(radius)
         self.shares = tuple(float(x) for x in shares)
         self.weights = moment_weights(self.radius, self.shares)
         if shrinkage not in SHRINKAGES:
             raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
-        self.shrinkage = shrinkage
+        self.shrinkage, self.prior = shrinkage, prior  # prior: (K,) public variance shape (None: isotropic)
 
     def sensitivity_under(self, relation: str) -> float:
         return moment_sensitivity(self.shares, relation)
@@ -219,7 +321,7 @@ class ClassMomentRelease(Mechanism):
         self._record()
         k = z.shape[1]
         floor = 1e-6 * self.radius**2 / k if eig_floor is None else eig_floor
-        return moments_from_vector(v, k, self.weights, floor, self.noise_std, self.shrinkage)
+        return moments_from_vector(v, k, self.weights, floor, self.noise_std, self.shrinkage, self.prior)
 
     def _config(self) -> dict:
         return {**super()._config(), "radius": self.radius, "shares": list(self.shares)}

@@ -11,7 +11,7 @@ for a seed (debugging only: the noise is then guessable from the seed).
 
 Per class and variant: retained directions (eigenvalues of the released covariance above 10x the floor; for
 ``pooled_prior`` every direction varies, so its kept spikes are ``pooled``'s count on the same noise), the
-effective number of directions ``tr(Sigma)^2 / tr(Sigma^2)`` (participation ratio), mean
+effective number of directions ``tr(Sigma)^2 / tr(Sigma^2)`` (participation ratio over those eigenvalues), mean
 per-pixel std across 1000 synthetic images against the real TEST images of the class, and the per-class recall
 on the real test split of the evaluator's LogReg / MLP / CNN (same settings as configs/evaluator/generative.yaml,
 fitted on the evaluator's 10,000 balanced synthetic images).  Data used: the digits TEST split (public in this
@@ -62,9 +62,12 @@ def retained_directions(method) -> np.ndarray:
 
 
 def effective_directions(method) -> np.ndarray:
-    """Participation ratio ``tr(Sigma_c)^2 / tr(Sigma_c^2)`` of each released class covariance: ``(C,)``."""
+    """Participation ratio ``tr(S)^2 / tr(S^2)`` of each released class covariance ``(C,)``, counting only the
+    eigenvalues above 10x the floor (a covariance that is only the floor has 0)."""
+    floor = 1e-6 * method.rep.radius ** 2 / method.rep.dim
     ev = torch.linalg.eigvalsh(method.moments.covariances)
-    return (ev.sum(-1) ** 2 / (ev ** 2).sum(-1)).numpy()
+    ev = torch.where(ev > 10 * floor, ev, torch.zeros_like(ev))
+    return (ev.sum(-1) ** 2 / (ev ** 2).sum(-1).clamp_min(1e-300)).numpy()
 
 
 def per_class_recall(pred: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
@@ -139,7 +142,7 @@ def table(res: dict, seeds: list[int], eps: float) -> str:
     lines += [f"| {m} | " + " | ".join(acc(v, m) for v in VARIANTS) + " |" for m in ("logreg", "mlp", "cnn")]
     lines += ["", "Retained spike directions = eigenvalues of the released class covariance above 10x the floor "
               "1e-6 r²/K under `class` and `pooled` (the spikes `pooled_prior` keeps are `pooled`'s); varied "
-              "directions = the same count under `pooled_prior`; effective directions = tr(Σ)²/tr(Σ²); per-pixel "
+              "directions = the same count under `pooled_prior`; effective directions = tr(Σ)²/tr(Σ²) over the eigenvalues above 10x the floor; per-pixel "
               "std = mean over the 64 pixels of the std across 1000 synthetic (or all real test) images of the class; "
               "recall = the evaluator's classifier (fitted on 10,000 balanced synthetic images) on the real test "
               "images of the class."]

@@ -10,10 +10,10 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
+from dpgen.data.representations import dct_prior_spectrum
 from dpgen.logging import RunLogger
 from dpgen.methods.base import TrainContext
 from dpgen.methods.loop import train
-from dpgen.data.representations import dct_prior_spectrum
 from dpgen.privacy.moments import (
     class_moment_vector,
     corrected_traces,

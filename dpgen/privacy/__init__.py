@@ -27,6 +27,7 @@ from .mechanisms import (
     UnnoisedAccess,
 )
 from .moments import ClassBlockProjectionRelease, ClassMomentRelease
+from .projection import ProjectionDP
 from .sampler import PrivateSampler
 from .sensitivity import (
     l2_sensitivity,
@@ -41,7 +42,7 @@ from .wdp import WassersteinAccountant
 __all__ = [
     # mechanisms: every private release goes through one of these
     "Mechanism", "GaussianProjectionRelease", "OneShotProjectionRelease", "ImageGradientSanitiser", "NoisyGradientSum",
-    "ClassMomentRelease", "ClassBlockProjectionRelease", "UnnoisedAccess",
+    "ClassMomentRelease", "ClassBlockProjectionRelease", "UnnoisedAccess", "ProjectionDP",
     # the ledger, its accountants and the sampler
     "PrivacyLedger", "PrivateSampler", "Release", "SAMPLING_SCHEMES", "RDPAccountant", "PLDAccountant",
     "WassersteinAccountant", "BayesianAccountant", "MomentsAccountant", "calibrate", "calibrating_accountant",

@@ -450,7 +450,13 @@ class DomainAdaptation(Method):
         return [] if t < self.warm else [self.alignment.mechanism]
 
     def step(self, t: int) -> dict:
-        """Algorithm 2, one step (module docstring)."""
+        """Domain adaptation, one step (DP-SWD Algorithm 2 for the dpswd alignment)::
+
+            (x_s, y_s) public source batch;  L_c = CE(h(g(x_s)), y_s)                   (1-2, line 7)
+            after warm-up: x_t ~ Poisson(q) private target batch,
+                L = L_c + alignment(g, x_s, x_t)   (the release happens inside)         (3, lines 8-12)
+            (g, h) <- Adam(grad L)                                                      (4, line 13)
+        """
         self.g.train()
         self.h.train()
         idx = torch.randint(len(self.source), (self.batch_size,), generator=self.pub_gen)   # 1. public batch

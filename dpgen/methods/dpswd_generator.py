@@ -178,7 +178,14 @@ class DPSWDGenerator(GenerativeMethod):
         return self._steps
 
     def step(self, t: int) -> dict:
-        """Algorithm 1, one step (module docstring)."""
+        """DP-SWD, Algorithm 1, one step::
+
+            X_t ~ Poisson(q) private batch, rows r(X_t) of norm <= 1/2    (1-2)
+            U_t: (D, k) fresh unit (or orthonormal) directions            (3)
+            P_t = r(X_t) U_t + Z_t,   Z_t ~ N(0, s^2)   (THE release)     (4)
+            P_s = r(G(z)) U_t + Z_s   (public smoothing, same s)          (5)
+            theta <- Adam(theta, grad SW_2(P_s, P_t))                     (6)
+        """
         if self.fmap is not None:
             self._feature_step()                                               # §3.2, public images only
         rows_t = self._private_rows()                                          # 1-2. r(X_t): (B, D) or (C m, D)

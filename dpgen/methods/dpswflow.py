@@ -178,7 +178,14 @@ class DPSWFlowR(_ParticleFlow):
         self._last_drift = float("nan")
 
     def step(self, t: int) -> dict:
-        """Algorithm 1, one step."""
+        """DPSWflow-r, Algorithm 1, one step::
+
+            Y_t ~ Poisson(q) private latent rows (norm <= 1), U_t fresh directions
+            A_t = Y_t U_t + Z_t                       (THE release)
+            F_t^{-1} = quantiles of A_t per direction (Eq. 21)
+            v = drift of X U_t + Z' toward F_t^{-1}   (Eq. 20)
+            X <- X - h v + sqrt(2 lambda h) xi        (Euler-Maruyama)
+        """
         if self.label_mode == "partition":
             return self._partition_step(t)
         with torch.no_grad():

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install train test test-all bench lint reproduce reproduce-calibration clean
+.PHONY: install train test test-all bench lint docs reproduce reproduce-calibration clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,14 +37,18 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check dpgen research tests train.py
 
-## the reproduction scoreboard of docs/reproduction.md, rendered from docs/reproduction/runs/ (re-runs nothing);
+## the documentation site (mkdocs-material) into site/; strict: a broken link or anchor fails the build
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+## the reproduction scoreboard of docs/reproduction/, rendered from docs/reproduction/runs/ (re-runs nothing);
 ## add a finished run folder with `dpgen reproduce collect <run folder>...`
 reproduce: $(STAMP)
 	$(BIN)/dpgen reproduce render
 
-## DP-SWD Table 4 noise calibration table of docs/reproduction.md (computes σ, ~150 s)
+## DP-SWD Table 4 noise calibration table of docs/reproduction/dp-swd.md (computes σ, ~150 s)
 reproduce-calibration: $(STAMP)
-	$(BIN)/dpgen reproduce calibration --out docs/reproduction.md
+	$(BIN)/dpgen reproduce calibration --out docs/reproduction/dp-swd.md
 
 clean:
-	rm -rf outputs multirun wandb .pytest_cache
+	rm -rf outputs multirun wandb .pytest_cache site

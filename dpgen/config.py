@@ -149,7 +149,7 @@ def validate_convention(cfg: DictConfig) -> str:
     dim = pc.get("paper_sensitivity_dim")
     if dim is not None and name != "DPSWGen":
         raise ConfigError(f"privacy.paper_sensitivity_dim={dim}: only the released DPSWgen latent trainer states its "
-                          f"sensitivity at another dimension than its rows' (spec dpswflow.md §6); drop it for {name}")
+                          f"sensitivity at another dimension than its rows' (DPSWflow paper, DPSWgen baseline); drop it for {name}")
     try:
         PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon") or 0.0),
                         None if dim is None else _positive_int(dim, "privacy.paper_sensitivity_dim"))

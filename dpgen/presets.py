@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # fixed paths so that the dump does not depend on the environment
-FIXED = ["paths.output_dir=/tmp/dpgen-presets", "paths.data_root=/tmp/dpgen-presets-data"]
+FIXED = ["paths.output_dir=unused-output", "paths.data_root=unused-data"]  # composed only, never created
 
 
 # keys a preset states even when they equal the default: its own name (the preset's identity)

@@ -1,4 +1,4 @@
-"""Per-projection signal spread of MNIST rows under dpgen's and the released codes' row maps (issue 13).
+"""Per-projection signal spread of MNIST rows under dpgen's and the released codes' row maps.
 
 The DP-SWD / DPSWflow releases add Gaussian noise to every projection ``<r_i, theta>`` of a row
 ``r_i`` on a unit direction ``theta``.  What the noise competes with is the spread of those
@@ -24,7 +24,7 @@ averaged here over ``--directions`` uniform random unit directions (seeded, publ
 
 Usage (about 20 s on one core)::
 
-    DPGEN_DATA_ROOT=/work/shared/data python research/projection_spread.py
+    DPGEN_DATA_ROOT=data python research/projection_spread.py
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The "real data" row of a downstream protocol: its LogReg / MLP trained on the REAL training images.
 
 DP-Sinkhorn's Table 1 opens with a "real data" row (MNIST LogReg 92.2 / MLP 97.5, F-MNIST 84.5 / 88.2,
-spec dpsinkhorn.md §4): the same classifiers trained on the real training set instead of synthetic
+DP-Sinkhorn paper, Table 1 protocol): the same classifiers trained on the real training set instead of synthetic
 samples.  Running both of dpgen's protocols (``evaluator.protocol``: ``sklearn``, ``torch``) on real data
 checks that the ``torch`` protocol is the paper's (it should land on the paper's real-data numbers) and
 shows what each protocol gives a perfect generator, so a synthetic-data score can be read against it::

@@ -1,4 +1,4 @@
-"""Why WA is reported and never calibrates: its epsilon FALLS when the noise falls (spec wdp.md §5.5).
+"""Why WA is reported and never calibrates: its epsilon FALLS when the noise falls (WDP paper, the Wasserstein accountant).
 
 Fixed DP-SGD schedule (MNIST-like: q = 256/60000, one epoch = 235 steps, C = 1, delta = 1e-5) and
 fixed pair distances (8 add/remove distances per step at d = 0.5 C, the order of the clipped

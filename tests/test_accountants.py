@@ -1,4 +1,4 @@
-"""Accountants and calibration (spec dpswd.md §1.6)."""
+"""Accountants and calibration (DP-SWD paper, σ calibration)."""
 
 from __future__ import annotations
 

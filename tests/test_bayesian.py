@@ -1,4 +1,4 @@
-"""Bayesian accountant (BA) and moments accountant (MA) of spec wdp.md §6, against computations
+"""Bayesian accountant (BA) and moments accountant (MA) of WDP paper, MA / BA baselines, against computations
 re-derived here in the linear domain (math.comb, exp, plain means/stds), not by the implementation."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dpgen.privacy.wdp import WassersteinAccountant, pairwise_distances
 
 
 def c_direct(lam: int, d: float, s: float, q: float) -> float:
-    """Spec §6.1 by an explicit sum (no log-sum-exp): log sum_k Bin(k; lam+1, q) exp(k(k-1) d^2 / (2 s^2))."""
+    """WDP paper, Theorem 3 of Triastcyn & Faltings by an explicit sum (no log-sum-exp): log sum_k Bin(k; lam+1, q) exp(k(k-1) d^2 / (2 s^2))."""
     n = lam + 1
     mp.mp.dps = 50  # exact enough for exponents far beyond float range
     q, d, s = mp.mpf(q), mp.mpf(d), mp.mpf(s)
@@ -31,7 +31,7 @@ def c_direct(lam: int, d: float, s: float, q: float) -> float:
 def test_log_mgf_matches_the_explicit_binomial_sum():
     for lam, d, s, q in ((4, 0.5, 1.0, 0.1), (8, 1.0, 2.0, 0.02), (2, 0.0, 1.0, 0.5), (16, 0.3, 1.0, 0.01)):
         assert log_mgf_subsampled_gaussian(lam, [d], s, q)[0] == pytest.approx(c_direct(lam, d, s, q), rel=1e-12)
-    # symmetric in the sign of d (the "left"/"right" costs coincide, spec §6.1)
+    # symmetric in the sign of d (the "left"/"right" costs coincide, WDP paper, Theorem 3 of Triastcyn & Faltings)
     assert log_mgf_subsampled_gaussian(4, [-0.7], 1.0, 0.1)[0] == log_mgf_subsampled_gaussian(4, [0.7], 1.0, 0.1)[0]
 
 
@@ -59,7 +59,7 @@ def test_ba_reproduces_an_independent_computation_in_the_linear_domain():
     total = 0.0
     for d in steps:
         e = np.array([math.exp(T * c_direct(lam, float(x), s, q)) for x in d])  # e^{T c_j}
-        mean, std = e.mean(), e.std()  # population std, as in spec §6.3
+        mean, std = e.mean(), e.std()  # population std, as in WDP paper, the BA baseline
         total += math.log(mean + tq * std / math.sqrt(6 - 1)) / T
     expected = (total - math.log(delta - (1 - conf**T))) / lam
     assert ba.epsilon(delta) == pytest.approx(expected, rel=1e-10)
@@ -81,7 +81,7 @@ def test_ba_needs_three_pairs_and_warns_past_total_steps():
 
 
 def test_synthetic_composition_ordering_wa_below_ba_below_ma_with_clipping():
-    """E2 design (spec wdp-experiments.md), 5 steps: Weibull(0.5) 50x1000 rows clipped to the median norm."""
+    """E2 design (WDP paper), 5 steps: Weibull(0.5) 50x1000 rows clipped to the median norm."""
     rng = np.random.default_rng(0)
     wa, ba, ma = WassersteinAccountant(16, 1), BayesianAccountant(16, total_steps=5), MomentsAccountant(16)
     for _ in range(5):
@@ -112,7 +112,7 @@ def test_state_dict_roundtrip():
 
 
 def test_e2_clipped_099_curve_matches_the_spec_reference_values():
-    """spec wdp-experiments.md E2, numpy default_rng(0), rows clipped at the 0.99 quantile: the reference
+    """WDP paper, Fig. 2, numpy default_rng(0), rows clipped at the 0.99 quantile: the reference
     script (cross-checked against the authors' classes) gives, at steps 1/10/50/100,
     MA 843/8427/42134/84267, BA 376/3620/17758/35684, WA 235/2277/11100/22038."""
     rng = np.random.default_rng(0)

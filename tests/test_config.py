@@ -23,14 +23,14 @@ def test_required_presets_exist():
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_experiment_preset_composes_and_validates(preset):
-    cfg = compose_cfg([f"experiment={preset}"], out_dir=Path("/tmp/unused"))
+    cfg = compose_cfg([f"experiment={preset}"], out_dir=Path("unused-output"))
     validate(cfg)
     assert cfg.experiment_name == preset
     assert cfg.model._target_ and cfg.dataset._target_
 
 
 def test_default_experiment_is_digits_moments():
-    cfg = compose_cfg([], out_dir=Path("/tmp/unused"))
+    cfg = compose_cfg([], out_dir=Path("unused-output"))
     assert cfg.experiment_name == "digits_moments" and cfg.dataset._target_.endswith("digits")
     assert cfg.model._target_.endswith("DPClassGaussian") and cfg.accountant.epsilon == 10.0
 
@@ -90,7 +90,7 @@ def test_data_dependent_reports_is_a_typed_opt_in_for_poisson_only(tmp_path, dat
     assert compose_cfg([], out_dir=tmp_path).accountant.data_dependent_reports is False
 
 
-# -- presets patch only what differs (issue 15 item 6) -----------------------------------------
+# -- presets patch only what differs -----------------------------------------
 def _presets_module():
     from dpgen import presets
 

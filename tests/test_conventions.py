@@ -1,4 +1,4 @@
-"""privacy.convention=paper: never a default, never labelled rigorous, ε under the TRUE sensitivity (issue 13)."""
+"""privacy.convention=paper: never a default, never labelled rigorous, ε under the TRUE sensitivity."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_a_convention_release_is_never_labelled_rigorous():
 # ------------------------------------------------------------------ never a default
 @pytest.mark.parametrize("preset", PRESETS)
 def test_only_paper_presets_compose_with_a_convention(preset):
-    cfg = compose_cfg([f"experiment={preset}"], out_dir=Path("/tmp/unused"))
+    cfg = compose_cfg([f"experiment={preset}"], out_dir=Path("unused-output"))
     validate(cfg)
     if not preset.endswith("_paper"):
         assert cfg.privacy.convention == "honest", f"{preset}: a paper convention must never be a default"
@@ -111,7 +111,7 @@ def test_only_paper_presets_compose_with_a_convention(preset):
 
 
 def test_the_default_config_is_honest():
-    cfg = compose_cfg([], out_dir=Path("/tmp/unused"))
+    cfg = compose_cfg([], out_dir=Path("unused-output"))
     assert cfg.privacy.convention == "honest"
 
 
@@ -139,7 +139,7 @@ def test_the_paper_presets_exist():
     (["experiment=mnist_dpswgen_paper", "privacy.paper_sensitivity_dim=1.5"], "positive integer"),
 ])
 def test_bad_convention_settings_fail_naming_the_setting(overrides, match):
-    cfg = compose_cfg(overrides, out_dir=Path("/tmp/unused"))
+    cfg = compose_cfg(overrides, out_dir=Path("unused-output"))
     with pytest.raises(ConfigError, match=match):
         validate(cfg)
 

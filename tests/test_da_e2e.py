@@ -1,4 +1,4 @@
-"""Domain adaptation end to end through `python train.py` (issue 5): tiny schedules on CPU."""
+"""Domain adaptation end to end through `python train.py`: tiny schedules on CPU."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Domain adaptation (issue 5): gradient reversal, the DP-SWD adapter's privacy boundary, DP-DANN's
+"""Domain adaptation: gradient reversal, the DP-SWD adapter's privacy boundary, DP-DANN's
 per-sample clipping and calibration, schedules and presets."""
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def test_dp_dann_calibrated_epsilon_is_at_most_the_target():
 
 
 def test_released_dp_dann_sigma_overspends_epsilon_10():
-    """spec §2.4: sigma = 17 for M-U under the released accounting (WOR, E*N compositions) gives 14.2."""
+    """DP-SWD paper, domain-adaptation baselines: sigma = 17 for M-U under the released accounting (WOR, E*N compositions) gives 14.2."""
     eps = RDPAccountant("without_replacement").epsilon_of([Release(17.0, 128 / 7438, 100 * 7438)], 1e-5)
     assert eps == pytest.approx(14.2, abs=0.1)
 
@@ -288,7 +288,7 @@ def test_digits_networks_match_the_spec_sizes():
         DigitsFeatureExtractor(in_shape=(1, 16, 16))
 
 
-# ------------------------------------------------------------------- issue 11: replace-one DP-DANN
+# ------------------------------------------------------------------- replace-one DP-DANN
 @pytest.mark.parametrize("fixed", [None, 3.0])
 def test_replace_one_dp_dann_accounts_with_twice_the_sensitivity(tmp_path, fixed):
     """Sampling without replacement = replace-one: the clipped sum moves by up to 2C, so noise of std
@@ -317,7 +317,7 @@ def test_poisson_dp_dann_accounts_with_sigma_itself(tmp_path):
 
 
 def test_short_epochs_clamp_start_align_with_a_warning_naming_both_settings():
-    """issue 16: a preset's start_align with a short model.epochs override runs (aligning in the last epoch)."""
+    """A preset's start_align with a short model.epochs override runs (aligning in the last epoch)."""
     with pytest.warns(UserWarning, match=r"model\.start_align=10 >= model\.epochs=2.*model\.start_align=1"):
         m = _method(SWDAlignment(num_projections=10), epochs=2, start_align=10, private=False)
     assert m.start_align == 1 and m.schedule(40)[1] == 4  # 4 warm-up steps of 8

@@ -1,4 +1,4 @@
-"""GPU readiness without a GPU (issue 15 item 5).
+"""GPU readiness without a GPU.
 
 * static: no module under ``dpgen/`` calls ``.cuda(`` or hard-codes a "cuda" device outside the
   device-resolution helper (``dpgen.utils.misc.pick_device``);

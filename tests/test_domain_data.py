@@ -1,4 +1,4 @@
-"""Domain-adaptation data (issue 5): USPS/MNIST domains from the shared data root, the embedded
+"""Domain-adaptation data: USPS/MNIST domains from the shared data root, the embedded
 digits_shift pair, and the Office-31 / VisDA feature-file loaders on fixture files."""
 
 from __future__ import annotations

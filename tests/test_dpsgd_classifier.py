@@ -168,7 +168,7 @@ def test_mnist_preset_runs_on_shared_data(tmp_path, data_root):
     assert res["n_private"] == 60000 and res["privacy"]["private_steps"] == 1
 
 
-# ------------------------------------------------------------------------ issue 11: privacy defects
+# ------------------------------------------------------------------------ privacy defects
 def _tiny_splits(n: int = 60, seed: int = 0):
     from dpgen.data import DataSplits, PrivateSplit, TensorSplit
 

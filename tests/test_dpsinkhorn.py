@@ -260,7 +260,7 @@ def test_presets_compose_with_the_spec_hyperparameters(exp):
     assert m.private == (exp != "mnist_sinkhorn")
 
 
-# -- representation (issue 12 item 5) --------------------------------------------------------
+# -- representation --------------------------------------------------------
 def test_dct_representation_runs_and_the_ledger_records_the_same_mechanism(tmp_path, data):
     rep = {"kind": "dct", "n_components": 16}
     method, ledger, out, g = _fit(tmp_path / "dct", data, steps=2, noise_multiplier=50.0, representation=rep)

@@ -228,7 +228,7 @@ def test_dpswflow_r_stops_before_the_target_epsilon_is_exceeded(data, tmp_path):
 
 
 def test_one_shot_calibration_and_the_papers_classic_sigma():
-    # spec §4.3: the released code's get_sigma (CLT, delta/2, classic formula)
+    # DPSWflow paper, one-shot release of Alg. 2: the released code's get_sigma (CLT, delta/2, classic formula)
     assert paper_one_shot_sigma(10, 1e-5, 8, 31) == pytest.approx(2.733, abs=2e-3)
     assert paper_one_shot_sigma(5, 1e-5, 8, 31) == pytest.approx(5.466, abs=2e-3)
     assert paper_one_shot_sigma(10, 1e-6, 48, 250) == pytest.approx(2.957, abs=2e-3)
@@ -326,7 +326,7 @@ def test_dpswflow_presets_build_their_method_and_autoencoder(preset):
 
     from tests._hydra import compose_cfg
 
-    cfg = compose_cfg([f"experiment={preset}"], out_dir=__import__("pathlib").Path("/tmp/unused"))
+    cfg = compose_cfg([f"experiment={preset}"], out_dir=__import__("pathlib").Path("unused-output"))
     m = instantiate(cfg.model, _convert_="all")
     assert isinstance(m, (DPSWFlowR, DPSWFlow, DPSWGen))
     if m.make_ae is not None:

@@ -1,4 +1,4 @@
-"""Pure sliced-Wasserstein flow functions (dpgen.ot.flows; spec dpswflow.md §1-2)."""
+"""Pure sliced-Wasserstein flow functions (dpgen.ot.flows; DPSWflow paper, the particle flow)."""
 
 from __future__ import annotations
 

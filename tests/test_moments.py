@@ -1,4 +1,4 @@
-"""Class-moment releases, representations and the DP class-Gaussian method (issue 12, items 2-4)."""
+"""Class-moment releases, representations and the DP class-Gaussian method."""
 
 from __future__ import annotations
 

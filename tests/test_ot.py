@@ -1,4 +1,4 @@
-"""Sliced Wasserstein and DP-SWD (spec dpswd.md §1.2, Algorithm 1)."""
+"""Sliced Wasserstein and DP-SWD (DP-SWD paper, Alg. 1)."""
 
 from __future__ import annotations
 

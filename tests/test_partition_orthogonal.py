@@ -1,4 +1,4 @@
-"""Class-partitioned projection releases and orthonormal directions (issue 12, items 1-2)."""
+"""Class-partitioned projection releases and orthonormal directions."""
 
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ def test_dpswflow_r_partition_needs_the_add_remove_relation(tmp_path):
         loop.train(m, digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path))
 
 
-# -- DPSWflow (one-shot) and DPSWgen, class-partitioned (issue 12 item 1) --------------------------------------
+# -- DPSWflow (one-shot) and DPSWgen, class-partitioned --------------------------------------
 def _latent_common():
     from functools import partial
 
@@ -366,7 +366,7 @@ def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, mon
 
 
 def test_dpswflow_in_a_fixed_dct_representation_needs_no_public_data(tmp_path, monkeypatch):
-    """Issue 12 item 8(b): rows = clip_r(DCT codes) / r (norm <= 1) with no public split at all."""
+    """Rows = clip_r(DCT codes) / r (norm <= 1) with no public split at all."""
     from dpgen.data.datasets import digits
     from dpgen.methods.dpswflow import DPSWFlow
     from dpgen.privacy.mechanisms import OneShotProjectionRelease

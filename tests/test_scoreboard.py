@@ -14,10 +14,10 @@ from dpgen.reproduce import scoreboard as sb
 
 # ------------------------------------------------------------------ the doc and the store agree
 def test_committed_scoreboard_is_a_render_of_the_committed_evidence_store():
-    text = sb.DOC.read_text()
-    assert sb.START in text and sb.END in text
-    assert sb.replace_block(text, sb.render_tables(sb.load_store())) == text, (
-        "docs/reproduction.md and docs/reproduction/runs/ disagree: run `make reproduce` (or re-collect the run)")
+    assert sb.stale_pages() == [], (
+        "docs/reproduction/ and docs/reproduction/runs/ disagree: run `make reproduce` (or re-collect the run)")
+    for page in sb.rendered_pages([]):
+        assert sb.START in page.read_text() and sb.END in page.read_text(), page
 
 
 def test_editing_a_stored_number_without_rendering_is_caught(tmp_path):
@@ -29,8 +29,25 @@ def test_editing_a_stored_number_without_rendering_is_caught(tmp_path):
         ev = json.loads(f.read_text())
         ev["metrics"] = {k: v - 0.05 if isinstance(v, float) else v for k, v in ev["metrics"].items()}
         f.write_text(json.dumps(ev))
-    text = sb.DOC.read_text()
-    assert sb.replace_block(text, sb.render_tables(sb.load_store(store))) != text
+    assert sb.stale_pages(store=store), "a changed number left every page as it was"
+
+
+def test_each_paper_page_holds_its_own_tables_only():
+    evidence = sb.load_store()
+    sinkhorn = sb.render_page("dp-sinkhorn", evidence)
+    assert "DP-Sinkhorn (Cao et al.), Table 1" in sinkhorn and "DPSWflow (Sebag et al.)" not in sinkhorn
+    assert "[r1]" in sinkhorn or "[r1," in sinkhorn  # run ids start at r1 on every page
+    assert {r.table for slug in sb.PAGES for r in sb.page_registry(slug)} == {t.id for t in sb.TABLES}
+
+
+def test_evidence_paths_are_relative(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert sb.portable_path(tmp_path / "outputs" / "run") == "outputs/run"
+    assert sb.portable_override(f"model.autoencoder_cache={tmp_path}/ae") == "model.autoencoder_cache=ae"
+    assert sb.portable_override("seed=3") == "seed=3"
+    for ev in sb.load_store():
+        assert not Path(ev["run_dir"]).is_absolute()
+        assert all("=/" not in o for o in ev["overrides"]), ev["overrides"]
 
 
 def test_every_stored_run_matches_a_registry_cell():
@@ -140,7 +157,7 @@ def test_a_non_private_run_never_reproduces_a_private_number():
 
 
 def test_explained_needs_a_measured_number_and_is_used_only_outside_the_tolerance():
-    note = sb.Explained("the layout costs 17 points (75.2 vs 92.2)", "python scripts/x.py")
+    note = sb.Explained("the layout costs 17 points (75.2 vs 92.2)", "python research/x.py")
     row = _row(True, explained=note)
     assert sb.verdict(row, [_ev(0.5)])[0] == "explained by measurement"
     assert sb.verdict(row, [_ev(0.9)])[0] == "reproduced (within tolerance)"
@@ -194,7 +211,7 @@ def test_collect_stores_matching_runs_and_skips_the_rest_with_a_reason(tmp_path)
     assert len(skipped) == 3 and any("layout" in s for s in skipped) and any("max_steps" in s for s in skipped)
     assert any("no results.json" in s for s in skipped)
     table = sb.render_tables(sb.load_store(tmp_path / "store"))
-    assert "**93.0** — non-private; 5,700 steps; seed 0; 12 s" in table
+    assert "**93.0** — non-private; 5,700 steps; one run, seed 0; 12 s" in table
 
 
 def test_the_registry_is_valid_and_declares_every_paper_table():

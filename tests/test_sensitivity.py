@@ -1,4 +1,4 @@
-"""Sensitivity bounds of DP-SWD (spec dpswd.md §1.3)."""
+"""Sensitivity bounds of DP-SWD (DP-SWD paper, Lemma 2 and the CLT bound)."""
 
 from __future__ import annotations
 

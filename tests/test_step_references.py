@@ -1,4 +1,4 @@
-"""Issue 15's per-step cuts compute the same maths as the steps they replaced.
+"""The optimised per-step code computes the same maths as the steps they replaced.
 
 The "before" steps are the bench-only copies in ``dpgen/bench/steps.py`` (what ``make bench``
 times against); every test below runs the library's step and that copy on the same fixed inputs and

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_default_is_one_thread():
-    cfg = compose_cfg([], out_dir=Path("/tmp/unused"))
+    cfg = compose_cfg([], out_dir=Path("unused-output"))
     assert cfg.trainer.threads == 1
 
 
@@ -34,7 +34,7 @@ def test_explicit_counts_pass_through():
 
 @pytest.mark.parametrize("bad", [0, -1, "many", 1.5])
 def test_bad_threads_fail_in_validate_naming_the_setting(bad):
-    cfg = compose_cfg([f"trainer.threads={bad}"], out_dir=Path("/tmp/unused"))
+    cfg = compose_cfg([f"trainer.threads={bad}"], out_dir=Path("unused-output"))
     with pytest.raises(ConfigError, match="trainer.threads"):
         validate(cfg)
 

@@ -1,4 +1,4 @@
-"""Wasserstein DP maths (spec wdp.md): Table 1, Props. 9-10, Lemma 1, Theorem 2/3, Corollary 1, WA.
+"""Wasserstein DP maths (WDP paper): Table 1, Props. 9-10, Lemma 1, Theorem 2/3, Corollary 1, WA.
 
 Oracles are re-derived here with plain numpy/scipy (quadrature, explicit loops), never by calling the
 function under test.
@@ -144,7 +144,7 @@ def test_wa_is_symmetric_in_pair_order():
 
 
 def test_wa_per_step_loss_grows_with_the_noise_and_matches_the_spec_approximation():
-    # spec §5.5: q d << s  =>  W_t ~= sqrt(2 - 2q + 2q^2) s (P 15!!)^{1/16}
+    # WDP paper, the authors' accountant code: q d << s  =>  W_t ~= sqrt(2 - 2q + 2q^2) s (P 15!!)^{1/16}
     q, s, d = 1024 / 60000, 0.01, np.full(28, 1e-5)
     approx = math.sqrt(2 - 2 * q + 2 * q * q) * s * (28 * 2027025) ** (1 / 16)
     assert wdp_step_loss(d, s, q, 16.0) == pytest.approx(approx, rel=1e-6)

@@ -76,7 +76,7 @@ def test_calibrate_hits_the_target_and_accounts_for_the_history():
         led.add_reported(type("X", (), {"name": "rdp"})())
 
 
-# ------------------------------------------------------------ issue 11: data-dependent reports opt-in
+# ------------------------------------------------------------ data-dependent reports opt-in
 def test_reported_accountants_need_the_explicit_opt_in_and_label_the_run_not_dp():
     led = PrivacyLedger(epsilon=5.0, delta=1e-5)
     with pytest.raises(ValueError, match="accountant.data_dependent_reports=true"):

@@ -1,9 +1,9 @@
 """Empirical privacy audit of an experiment preset's private releases (dpgen.audit).
 
-    dpgen audit experiment=digits_dpswd [--runs 200000] [--out /work/runs/issue-14/audit]
-    dpgen audit --conventions            # the paper conventions of spec dpswd.md §1.5/§3.1
+    dpgen audit experiment=digits_dpswd [--runs 200000] [--out outputs/audit]
+    dpgen audit --conventions            # the paper conventions of DP-SWD paper, unit-norm assumption
     dpgen audit experiment=digits_dpswd --results RUN/results.json   # add an "audit" block
-    dpgen audit --report A.json B.json ...  # docs/audit.md table + docs/figures/audit.png
+    dpgen audit --report A.json B.json ...  # docs/privacy/audit.md table + docs/figures/audit.png
 
 The preset is composed with Hydra's compose API here (dpgen.audit has no Hydra).  The method object
 is instantiated from the preset (no training) and its own schedule / calibration gives the noise,
@@ -29,17 +29,17 @@ from dpgen.audit import audit_noisy_sum, audit_projection_release  # noqa: E402
 from dpgen.audit.conventions import batch_max_worst_case, raw_pixel_worst_case  # noqa: E402
 from dpgen.privacy.sensitivity import l2_sensitivity  # noqa: E402
 
-DEFAULT_OUT = Path("/work/runs/issue-14/audit")
+DEFAULT_OUT = Path("outputs/audit")
 
 
 def compose(overrides: list[str]):
     from hydra import compose as hcompose
     from hydra import initialize_config_dir
 
-    data_root = os.environ.get("DPGEN_DATA_ROOT", "/work/shared/data")
+    data_root = os.environ.get("DPGEN_DATA_ROOT", "data")
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         return hcompose("train", overrides=overrides + [f"paths.data_root={data_root}",
-                                                        "paths.output_dir=/tmp/dpgen-audit-unused"])
+                                                        "paths.output_dir=unused-output"])  # composed only
 
 
 def _target(cfg) -> str:
@@ -172,7 +172,7 @@ CONVENTIONS = ("dpdann", "da_clt", "da_bernstein", "raw_pixels")
 
 
 def audit_conventions(runs: int, seed: int, only: tuple[str, ...] = CONVENTIONS) -> list[dict]:
-    """The paper conventions (spec dpswd.md), each at the paper's own noise and sensitivity bound.
+    """The paper conventions (DP-SWD paper), each at the paper's own noise and sensitivity bound.
 
     One release (q = 1); claimed: the paper's accounting corrected to reserve beta = delta/2 (2023 fix)."""
     delta = 1e-5
@@ -190,7 +190,7 @@ def audit_conventions(runs: int, seed: int, only: tuple[str, ...] = CONVENTIONS)
                                      canary="D: 128 records with features 0.001*1; D': one replaced by features 1 "
                                             "(rescales every row)", preset="DA released code (M-U)")
         res.append(r.asdict())
-    # DP-SWD generator on MNIST (Table 2 / spec §3.1): raw [0,1] pixels, k = 1000, d = 784
+    # DP-SWD generator on MNIST (Table 2 / DP-SWD paper, MNIST / F-MNIST generator): raw [0,1] pixels, k = 1000, d = 784
     # ("DP-SWD-b", sigma = 2.94; the CLT variant sigma = 0.84 has the same multiplier and a 3.5x larger violation).
     # Its claimed one-release epsilon is 8.25: certifying more than that needs >= 3.69 e^8.25 = 14,000
     # evaluation runs per side even at perfect separation (R >= 30,000); a smaller R (CPU budget) still gives a
@@ -226,7 +226,7 @@ def audit_blackbox(overrides: list[str], runs: int, n_samples: int = 2000) -> li
     """Train the preset's generator ``runs`` times without and ``runs`` times with one canary image
     (checkerboard, label 0) in the private set; score each trained generator by the nearest-neighbour
     distance of its label-0 samples to the canary.  Every run folder (logger files, checkpoint) lives
-    in a temporary directory under /work/runs/issue-14/e2e and is deleted right after sampling."""
+    in a temporary directory under outputs/audit/e2e and is deleted right after sampling."""
     import dataclasses
     import shutil
     import tempfile
@@ -251,7 +251,7 @@ def audit_blackbox(overrides: list[str], runs: int, n_samples: int = 2000) -> li
     canary[:, 1::2, 1::2] = hi  # checkerboard: far from every digit
     with_canary = dataclasses.replace(data, private=PrivateSplit(torch.cat([x, canary[None].to(x.dtype)]),
                                                                  torch.cat([y, torch.zeros(1, dtype=y.dtype)])))
-    scratch = Path("/work/runs/issue-14/e2e")
+    scratch = DEFAULT_OUT / "e2e"
     scratch.mkdir(parents=True, exist_ok=True)
 
     def train_and_sample(include: bool, i: int):
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     if a.report:
-        report(a.report, ROOT / "docs" / "audit.md", ROOT / "docs" / "figures" / "audit.png")
+        report(a.report, ROOT / "docs" / "privacy" / "audit.md", ROOT / "docs" / "figures" / "audit.png")
         return
     t0 = time.time()
     name = next((o.split("=", 1)[1] for o in a.overrides if o.startswith("experiment=")), "default")

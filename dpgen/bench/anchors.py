@@ -1,4 +1,4 @@
-"""Ratios against anchors, every figure timed directly in the same run (issue 15).
+"""Ratios against anchors, every figure timed directly in the same run.
 
 * calibration: the previous search (bisection from [0, 1] with RDP) vs ``privacy.calibrate`` (PLD
   for Poisson; log-log secant + Brent on cached evaluations), and the noise each needs;

@@ -1,4 +1,4 @@
-"""Domain-adaptation benchmarks (issue 5): adapter training steps per second for each variant on the
+"""Domain-adaptation benchmarks: adapter training steps per second for each variant on the
 embedded ``digits_shift`` preset (28x28 digits CNN, batch 32, every step aligning), and the
 per-sample-gradient overhead of DP-DANN relative to DANN.
 

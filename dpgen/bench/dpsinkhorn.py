@@ -1,4 +1,4 @@
-"""DP-Sinkhorn benchmarks (issue 3): time per training step at the MNIST preset's batch, and the
+"""DP-Sinkhorn benchmarks: time per training step at the MNIST preset's batch, and the
 Sinkhorn loss + gradient (GeomLoss, dpgen's settings) against a plain POT log-domain solve of the
 same problem.  No timing is asserted anywhere."""
 

@@ -1,4 +1,4 @@
-"""DPSWflow benchmarks: particle-flow steps per second (spec dpswflow.md §2 constants).
+"""DPSWflow benchmarks: particle-flow steps per second (DPSWflow paper, its constants).
 
 One DPSWflow-r step = fresh directions, noisy projections of a 250-row private batch and of all
 particles, both quantile functions at M levels, drift, Euler-Maruyama update.

@@ -4,7 +4,7 @@
 2. Wall time of the sigma calibration (MNIST row of Table 4, dpgen run preset).
 3. DP-SWD generator training steps per second on ``mnist_dpswd`` (real MNIST when the data root has it).
 4. Every ``dpgen/bench/<name>.py``: rows of the main table, or a marked section of its own
-   (``steps``: per-step cost before / after, issue 15).  ``--only a,b`` runs those modules alone and
+   (``steps``: per-step cost before / after).  ``--only a,b`` runs those modules alone and
    merges their sections into the existing file.
 """
 

@@ -1,4 +1,4 @@
-"""GeomLoss backend for DP-Sinkhorn (issue 15): one semi-debiased loss + gradient at the
+"""GeomLoss backend for DP-Sinkhorn: one semi-debiased loss + gradient at the
 mnist_dpsinkhorn sizes with ``model.sinkhorn_backend=tensorized`` and ``=online`` (KeOps) side by side.
 CPU time (``time.process_time``), median of 5 after a warm-up; KeOps' one-off kernel compilation is
 timed separately (into a temporary build folder, never the user's cache).  No timing is asserted."""

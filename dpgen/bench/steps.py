@@ -1,6 +1,6 @@
-"""Per-step cost before / after (issue 15 item 2), timed side by side in one run.
+"""Per-step cost before / after, timed side by side in one run.
 
-Each "before" below is a faithful, bench-only copy of the step as it was before issue 15's cuts
+Each "before" below is a faithful, bench-only copy of the step as it was before its optimisation
 (not part of ``dpgen``); each "after" is the library's current step on the same inputs.  Repeats
 are interleaved (before, after, after, before, ...) so that a change of the machine's load hits
 both sides alike; every figure is CPU time (``time.process_time``, one torch thread).  A step
@@ -35,9 +35,9 @@ import torch.nn.functional as F
 REPEATS = 7
 
 
-# -- the "before" references (bench-only copies of the steps before issue 15) ----------------------
+# -- the "before" references (bench-only copies of the unoptimised steps) ----------------------
 def convcondgen_forward_before(G, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``ConvCondGen.forward`` before issue 15 (NCHW throughout)."""
+    """``ConvCondGen.forward`` before optimisation (NCHW throughout)."""
     from dpgen.models.generators import with_label
 
     x = F.relu(G.bn1(G.fc1(with_label(z, y, G.n_labels))))
@@ -49,14 +49,14 @@ def convcondgen_forward_before(G, z: torch.Tensor, y: torch.Tensor) -> torch.Ten
 
 
 def dcgan_forward_before(G, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-    """``DCGANCondGenerator.forward`` before issue 15 (NCHW throughout)."""
+    """``DCGANCondGenerator.forward`` before optimisation (NCHW throughout)."""
     if y is None:
         y = torch.zeros(z.shape[0], dtype=torch.long, device=z.device)
     return G.net(torch.cat([z, G.embed(y)], dim=1)[:, :, None, None])
 
 
 def dpswd_step_before(m, t: int) -> dict:
-    """``DPSWDGenerator.step`` before issue 15 (no feature map), generator forward in NCHW."""
+    """``DPSWDGenerator.step`` before optimisation (no feature map), generator forward in NCHW."""
     from dpgen.ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 
     rows_t = m._private_rows()
@@ -77,7 +77,7 @@ def dpswd_step_before(m, t: int) -> dict:
 
 
 def dpsinkhorn_step_before(m, t: int) -> dict:
-    """``DPSinkhorn.step`` before issue 15 (pixel features), generator forward in NCHW."""
+    """``DPSinkhorn.step`` before optimisation (pixel features), generator forward in NCHW."""
     from dpgen.ot.sinkhorn import embed, extra_rows, sinkhorn_generator_loss
     from dpgen.privacy.image_gradient import clip_whole
 
@@ -143,14 +143,14 @@ def flow_r_step_after(x, y, k, levels, sigma, h=3.0, reg=0.0):
 
 
 def clip_per_sample_before(grads: dict, max_norm: float) -> dict:
-    """``privacy.dpsgd.clip_per_sample`` before issue 15: norms of one concatenated copy, clipped copies."""
+    """``privacy.dpsgd.clip_per_sample`` before optimisation: norms of one concatenated copy, clipped copies."""
     norms = torch.cat([g.flatten(1) for g in grads.values()], dim=1).norm(dim=1)
     scale = (max_norm / norms.clamp_min(1e-12)).clamp(max=1.0)
     return {k: g * scale.view(-1, *([1] * (g.dim() - 1))) for k, g in grads.items()}
 
 
 def noisy_gradient_sum_before(mech, per_sample) -> dict:
-    """``NoisyGradientSum.release`` before issue 15 (without the data-dependent ``observe``): clip every
+    """``NoisyGradientSum.release`` before optimisation (without the data-dependent ``observe``): clip every
     chunk into a copy, sum it, then noise from the same mechanism object (recorded)."""
     total = None
     for chunk in per_sample:
@@ -312,8 +312,8 @@ def section(device: torch.device) -> str:
 
 def _section(device: torch.device) -> str:
     load = os.getloadavg()
-    lines = ["## Per-step cost before / after (issue 15)", "",
-             "How to read it: each row times the step as it was before issue 15 (a bench-only copy in "
+    lines = ["## Per-step cost before / after", "",
+             "How to read it: each row times the step as it was before optimisation (a bench-only copy in "
              "`dpgen/bench/steps.py`) and the library's step now, on the same inputs, in the same process, "
              f"with {REPEATS} interleaved repeats (before/after alternating), one torch thread, CPU time "
              "(`time.process_time`). The ratio is median(before) / median(after); absolute figures depend on the "

@@ -1,4 +1,4 @@
-"""Issue 15 item 1: `make train` alone and beside a competing CPU-bound process, per `trainer.threads`.
+"""`make train` alone and beside a competing CPU-bound process, per `trainer.threads`.
 
 Whole-process wall time of ``python train.py logger=local trainer.progress=false trainer.threads=T``
 (the default experiment on the embedded digits), median of ``REPEATS`` runs after one warm-up, once
@@ -58,7 +58,7 @@ def section(device) -> str:  # noqa: ARG001 (CPU by construction)
         label = f"`trainer.threads={t}`" + (" (the default)" if t == "1" else " (torch's own default on 2 cores)")
         rows.append(f"| {label} | {a:.1f} s ({amin:.1f}–{amax:.1f}) | {b:.1f} s ({bmin:.1f}–{bmax:.1f}) | ×{b / a:.2f} |")
     return "\n".join([
-        "## `make train` alone and beside a CPU-bound process (issue 15 item 1)\n",
+        "## `make train` alone and beside a CPU-bound process\n",
         f"`dpgen bench --only threads` (`dpgen/bench/threads.py`): whole-process wall time of "
         f"`python train.py logger=local trainer.progress=false trainer.threads=T`, median (min–max) of {REPEATS} "
         "after a warm-up; competitor: one `python -c \"while True: pass\"`. Target: ratio ≤ 1.5 for the default. "

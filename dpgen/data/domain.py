@@ -3,7 +3,7 @@
 A :class:`Domain` is one domain's train and test split.  :func:`domain_pair` turns a (source,
 target) pair into the :class:`DomainSplits` the pipeline expects:
 
-* ``public``  = source train split, labelled (public data, as in the DP-SWD setting, §2.1);
+* ``public``  = source train split, labelled (public data, as in the DP-SWD setting, DP-SWD paper, Alg. 2);
 * ``private`` = target train split, **unlabelled** (labels replaced by -1 before the split is built:
   the target labels never enter training), readable only through a ``PrivateSampler``; the
   accountant's N is its size;
@@ -21,7 +21,7 @@ Domains:
   digits are size-normalised to a 20x20 box centred in 28x28 — by a bilinear resize to 20x20 and a
   4-pixel zero border; ``"resize"`` stretches 16x16 to the full 28x28 frame (digits then look 1.4x
   larger than MNIST's).  The layout is public preprocessing; it decides most of the M->U / U->M gap
-  (docs/reproduction.md, issue 13).
+  (docs/reproduction/dp-swd.md).
 * ``sklearn_digits_domain`` — the embedded ``digits_shift`` pair: scikit-learn's 1797 8x8 digits,
   resized to 28x28, split in two disjoint stratified halves (seed 0).  ``half=0`` is the source as
   is; ``half=1`` is the target, *domain-shifted*: rotated by ``rotation`` degrees and its strokes

@@ -1,4 +1,4 @@
-"""2-D toy targets for particle flows (DPSWflow Fig. 1, spec dpswflow.md §8).
+"""2-D toy targets for particle flows (DPSWflow paper, Fig. 1).
 
 The paper does not give the five Gaussians' centres or covariances (and ships no toy code), so
 dpgen fixes: 5 equally weighted isotropic Gaussians, centres on the circle of radius ``radius``

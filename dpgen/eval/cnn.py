@@ -1,6 +1,6 @@
 """Small torch CNN: DP-Sinkhorn's downstream classifier and dpgen's domain FID feature extractor.
 
-Architecture (spec dpsinkhorn.md §4, ``finalize_result.py``):
+Architecture (DP-Sinkhorn paper, Table 1 protocol, ``finalize_result.py``):
   Conv(C->32, 3) -> MaxPool 2 -> ReLU -> Dropout2d 0.5 -> Conv(32->64, 3) -> MaxPool 2 -> ReLU ->
   Dropout2d 0.5 -> Conv(64->128, 3) -> ReLU -> flatten -> Linear(->F) -> ReLU -> Dropout 0.5 ->
   Linear(F->#classes),  F = 128.

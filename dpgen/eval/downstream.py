@@ -1,5 +1,5 @@
-"""Downstream utility of synthetic data (DP-SWD Table 2 / DP-MERF protocol, spec dpswd.md §3.3;
-DP-Sinkhorn Table 1, spec dpsinkhorn.md §4).
+"""Downstream utility of synthetic data (DP-SWD Table 2 / DP-MERF protocol, DP-SWD paper, Table 2;
+DP-Sinkhorn Table 1, DP-Sinkhorn paper, Table 1 protocol).
 
 Train classifiers on labelled synthetic samples, test on the real test set.  Two protocols for LogReg and
 MLP (``evaluator.protocol``):
@@ -29,7 +29,7 @@ def _flat(x: torch.Tensor) -> np.ndarray:
 
 PROTOCOLS = ("sklearn", "torch")
 
-# DP-Sinkhorn's torch_evaluate (spec dpsinkhorn.md §4); evaluator.torch_clf overrides any of these
+# DP-Sinkhorn's torch_evaluate (DP-Sinkhorn paper, Table 1 protocol); evaluator.torch_clf overrides any of these
 TORCH_CLF_DEFAULTS = {"lr": 1e-4, "weight_decay": 1e-6, "batch_size": 512, "max_epochs": 300,
                       "patience_logreg": 10, "patience_mlp": 30, "hidden": 100, "val_fraction": 0.1,
                       "threshold": True}

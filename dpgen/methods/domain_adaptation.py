@@ -1,4 +1,4 @@
-"""Unsupervised domain adaptation with a private target domain (spec dpswd.md §2).
+"""Unsupervised domain adaptation with a private target domain (DP-SWD paper, Alg. 2).
 
 One method, :class:`DomainAdaptation`, trains a feature extractor g and a classifier h on the
 labelled public *source* (``data.public``) and aligns g's features of the source with those of the
@@ -26,7 +26,7 @@ records the release in the ledger in the same call.
   (``privacy.rows.scale_and_clip``), g in *eval* mode, under ``no_grad``: a fixed per-record map (no
   dropout randomness, no BatchNorm statistics, no autograd path from x_t to any weight); R is a
   PUBLIC constant (``feature_radius`` or the extractor's public bound, sqrt(320) for the Sigmoid
-  digits features), never the un-noised batch maximum the released code uses (§1.5).  The loss
+  digits features), never the un-noised batch maximum the released code uses (DP-SWD paper, unit-norm assumption).  The loss
   gradient reaches g only through the *source* rows: post-processing of the release.
   Accounting: d = g.out_dim (320 for digits, not 784), the number of private batches actually drawn.
 * ``dp_dann``: ``NoisyGradientSum`` of the per-sample gradients of the target domain loss
@@ -78,7 +78,7 @@ from ..privacy.sensitivity import l2_sensitivity
 from ..utils import autocast
 from .base import Method, TrainContext, mechanism_seed, secret_seed
 
-SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (§2.4)
+SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (DP-SWD paper, domain-adaptation baselines)
 
 
 @dataclass
@@ -129,7 +129,7 @@ class Alignment(ABC):
 
 # ---------------------------------------------------------------------------------------- swd
 class SWDAlignment(Alignment):
-    """``weight * SW_2(g(x_s), g(x_t))`` on raw features, k fresh directions (§2.4, not private)."""
+    """``weight * SW_2(g(x_s), g(x_t))`` on raw features, k fresh directions (DP-SWD paper, domain-adaptation baselines, not private)."""
 
     def __init__(self, weight: float = 0.05, num_projections: int = 200, power: float = 2.0) -> None:
         super().__init__(weight)
@@ -176,7 +176,7 @@ class DPSWDAlignment(Alignment):
         self.radius, self.batch_size, self.d = float(r), actx.batch_size, int(g.out_dim)
         if actx.ledger.target_epsilon is None and self.convention is None:
             raise ValueError("the dpswd alignment needs accountant.epsilon (use the swd preset for no privacy)")
-        # sigma for the real feature dimension and the real number of private batches (spec §1.6, corrected)
+        # sigma for the real feature dimension and the real number of private batches (DP-SWD paper, σ calibration, corrected)
         self.mechanism = GaussianProjectionRelease(
             actx.ledger, dim=self.d, steps=actx.private_steps, sample_rate=actx.sample_rate,
             n_private=actx.n_private, row_diameter=1.0, seed=actx.seed, **self.dp.release_settings())
@@ -228,7 +228,7 @@ class DPSWDAlignment(Alignment):
         if self.convention is not None:
             return self._paper_call(g, x_s, x_t)
         rows_t = self._target_rows(g, x_t)                                           # lines 10-11, target
-        u = random_directions(self.d, self.k, device=f_s.device, dtype=f_s.dtype)  # fresh directions (§1.1)
+        u = random_directions(self.d, self.k, device=f_s.device, dtype=f_s.dtype)  # fresh directions (DP-SWD paper, Alg. 1)
         p_t = self.mechanism.release(rows_t, u)                                      # P_t = r(x_t) U + Z_t
         # the source side through the same (eval-mode) map, smoothed with noise of the same std (line 12)
         rows_s = self.rows(self._eval_features(g, x_s))
@@ -239,7 +239,7 @@ class DPSWDAlignment(Alignment):
 
 # --------------------------------------------------------------------------------------- dann
     def _paper_call(self, g, x_s, x_t):
-        """The released code (spec dpswd.md §1.5, §2.1 step 3), privacy.convention=paper ONLY:
+        """The released code (DP-SWD paper, Alg. 2 step 3, unit-norm assumption), privacy.convention=paper ONLY:
         ``weight * 2m * SW_2(g(x_s)/(2m) U + Z_s, g(x_t)/(2m) U + Z_t)``, m = max_j ||g(x_t^j)|| of the private
         batch: un-noised and data-dependent (it scales the source rows and the loss), so no finite ε covers it."""
         with torch.no_grad():
@@ -279,7 +279,7 @@ class _DomainPath(nn.Module):
 
 
 class DANNAlignment(Alignment):
-    """``weight * (CE(D(GRL(g(x_s))), 1) + CE(D(GRL(g(x_t))), 0))`` (§2.4, not private)."""
+    """``weight * (CE(D(GRL(g(x_s))), 1) + CE(D(GRL(g(x_t))), 0))`` (DP-SWD paper, domain-adaptation baselines, not private)."""
 
     def __init__(self, discriminator: Callable[..., nn.Module], weight: float = 0.05) -> None:
         super().__init__(weight)
@@ -304,7 +304,7 @@ class DANNAlignment(Alignment):
 
 
 class DPDANNAlignment(DANNAlignment):
-    """DANN with DP-SGD on the target domain loss (spec §2.4, dpgen's corrected DP-DANN).
+    """DANN with DP-SGD on the target domain loss (DP-SWD paper, domain-adaptation baselines, dpgen's corrected DP-DANN).
 
     Private part: ``weight * (sum_i clip_C(grad_{g,D} CE(D(GRL(g(x_t^i))), 0)) + N(0, s^2)) / (qN)``
     with s = noise_multiplier * sensitivity (C add/remove, 2C replace-one) — joint clipping over g and

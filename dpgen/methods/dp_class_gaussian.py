@@ -1,6 +1,6 @@
 """DP class-Gaussian generator: ONE Gaussian release of class moments in a public representation.
 
-Design (issue 12, items 3-4; privacy argument in :mod:`dpgen.privacy.moments`):
+Design (privacy argument in :mod:`dpgen.privacy.moments`):
 
   1. representation (public): ``z = clip_r((x - c) V)`` with V a fixed 2-D DCT basis (no data) or
      the PCA of the PUBLIC split (``dpgen.data.representations``); r a public radius;

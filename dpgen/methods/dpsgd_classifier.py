@@ -1,4 +1,4 @@
-"""DP-SGD image classifier with four accountants side by side (WDP experiments E3, spec wdp-experiments.md).
+"""DP-SGD image classifier with four accountants side by side (WDP paper, Table 2).
 
 Privacy boundary: private images are touched only in ``step``: a batch drawn by the PrivateSampler
 is normalised by PUBLIC constants, per-sample gradients are computed (torch.func) and handed to the
@@ -23,7 +23,7 @@ Algorithm (one step, run by ``methods.loop``; T = epochs * ceil(N / B) steps, q 
      worst-case distance C.  WA/BA are un-noised functions of private gradients, so such a run is
      labelled "not DP: data-dependent reports" in results.json, the printed table and W&B.
 
-Pair statistics (spec wdp.md §6.4, adapted; ``pair_mode``).  WA and BA need distances
+Pair statistics (WDP paper, MA / BA baselines, adapted; ``pair_mode``).  WA and BA need distances
 ``d = ||g - g'||`` between the released gradient sums of neighbouring datasets.  The release here is
 the SUM of clipped per-sample gradients with noise sigma*C, so for ``P = pair_samples`` random batch
 members x:

@@ -1,4 +1,4 @@
-"""DP-Sinkhorn (Cao et al., NeurIPS 2021; spec dpsinkhorn.md): a generator trained with the
+"""DP-Sinkhorn (Cao et al., NeurIPS 2021; DP-Sinkhorn paper): a generator trained with the
 semi-debiased Sinkhorn loss, made private by sanitising the gradient w.r.t. the generated images.
 
 Privacy boundary: private images are read only in ``step`` through the PrivateSampler (Poisson
@@ -7,7 +7,7 @@ term 2·W(X[0:n], Y); the only quantity that depends on them and leaves the loss
 of the loss w.r.t. the first n generated images (the "cross" group), which a backward hook on the
 generator output replaces by its sanitised version before it reaches the generator:
 
-    G̃ = clip(G) + N(0, (2Cσ)² I)                                      (spec §2.1)
+    G̃ = clip(G) + N(0, (2Cσ)² I)                                      (DP-Sinkhorn paper, the released code's sanitisation)
 
 (``privacy.mechanisms.ImageGradientSanitiser``: it clips, draws the noise from its own generator
 and records the release in the ledger in the same call.)  Non-finite entries of G are set to 0
@@ -33,7 +33,7 @@ would be a one-bit release of private data); the loop checks released and public
   alone (the cross term is taken as 0, which lies inside the C-ball), so every step is a release
   of the same mechanism and is recorded.
 
-Loss (spec §1): features ``[x ‖ 15·onehot(y)]`` with images in [−1, 1]; cost ‖x−y‖² + m‖x−y‖₁;
+Loss (DP-Sinkhorn paper, semi-debiased Sinkhorn loss): features ``[x ‖ 15·onehot(y)]`` with images in [−1, 1]; cost ‖x−y‖² + m‖x−y‖₁;
 entropic OT with λ = ``reg`` via GeomLoss (:mod:`dpgen.ot.sinkhorn`); semi-debiased estimator
 2·W(X[0:n], Y) − W(X[0:n], X[n':n+n']), n' = floor(p·n).  The generated batch size n is fixed
 (= the expected private batch size B); the reference code uses the drawn size instead, which does
@@ -201,7 +201,7 @@ class DPSinkhorn(GenerativeMethod):
         x_t = torch.nan_to_num(x_t.to(dev), nan=lo, posinf=hi, neginf=lo).clamp(lo, hi)
         rows_real = embed(self._features((x_t - lo) / (hi - lo) * 2.0 - 1.0), y_t.to(dev), k, self.embed_multiplier)
         rows_gen = embed(self._features(torch.cat([x_cross, x_debias])), y_all, k, self.embed_multiplier)
-        if rows_real.shape[0] > 0:  # L = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])  (semi-debiased, spec §1)
+        if rows_real.shape[0] > 0:  # L = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])  (semi-debiased, DP-Sinkhorn paper, semi-debiased Sinkhorn loss)
             loss = sinkhorn_generator_loss(self.ot, rows_gen, rows_real, n, self.debias, self.ratio)
         elif n_extra:  # empty draw: the cross term is 0 (module docstring)
             loss = -self.ot(rows_gen[:n], rows_gen[n_extra:n + n_extra])

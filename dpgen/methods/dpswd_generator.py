@@ -1,4 +1,4 @@
-"""DP-SWD generator (Rakotomamonjy & Ralaivola, ICML 2021, §5.2; spec dpswd.md §3).
+"""DP-SWD generator (Rakotomamonjy & Ralaivola, ICML 2021, §5.2; DP-SWD paper, generative experiments).
 
 Privacy boundary: private images are touched only in ``step`` (``_private_rows``): a batch drawn by the
 PrivateSampler is normalised by public constants, clipped to row norm <= 1/2 (so neighbouring
@@ -8,15 +8,15 @@ sorted 1-D transport against generated samples, the generator's gradient — is 
 
 Algorithm (one step, T = epochs * ceil(N / B) steps in all):
   1. private batch X_t ~ sampler (Poisson rate q = B/N, or B without replacement)
-  2. rows r(x, y) = [ (x - c) / (2R) || lambda * onehot(y) ]  clipped to norm 1/2   (§1.5)
-  3. U: k directions uniform on S^{D-1}                                               (§1.1)
+  2. rows r(x, y) = [ (x - c) / (2R) || lambda * onehot(y) ]  clipped to norm 1/2   (DP-SWD paper, unit-norm assumption)
+  3. U: k directions uniform on S^{D-1}                                               (DP-SWD paper, Alg. 1)
   4. P_t = r(X_t) U + Z_t,  Z_t ~ N(0, sigma^2)       <- the only private release     (Alg. 1)
                                                          (``GaussianProjectionRelease``, recorded)
   5. P_s = r(G(z, y_g)) U + Z_s                                                        (Alg. 1)
-  6. loss = SW_2(P_s, P_t) from sorted columns; Adam step on G                        (§1.2)
+  6. loss = SW_2(P_s, P_t) from sorted columns; Adam step on G                        (DP-SWD paper, Alg. 1)
 
 Class labels (the paper does not say how; ``label_mode``):
-  * ``partition`` (default, issue 12): each private batch is split by label into C blocks of the public
+  * ``partition`` (default): each private batch is split by label into C blocks of the public
     size m = ceil(B / C) (``rows.fixed_size`` per class: a uniform random subset when the class has more
     rows, zero (centre) rows appended when fewer); the generated side is m rows of each label; the loss is
     ``(mean_c SW_2^2(G(z, c) U + Z_s, block_c U + Z_t))^{1/2}`` (``ot.sliced_wasserstein_blocks``).  The
@@ -37,7 +37,7 @@ Class labels (the paper does not say how; ``label_mode``):
   * ``none``: images only (d = 784 as in Table 4); the generator's label input is then ignored
     by the loss and downstream classifiers see meaningless labels.
 
-Feature space (CelebA, spec §3.2): with ``feature_map`` set, rows are built from f(x) instead of
+Feature space (CelebA, DP-SWD paper, CelebA generator): with ``feature_map`` set, rows are built from f(x) instead of
 x, where f is the DSW discriminator trunk trained as a real/fake classifier on the *public* split
 only (never on private images), and evaluated in eval mode (BatchNorm running statistics), so
 that f is a fixed per-record function when it meets private images.
@@ -153,7 +153,7 @@ class DPSWDGenerator(GenerativeMethod):
                            "dataset": data.name, "batch_size": self.batch_size, "epochs": self.epochs, "k": self.k,
                            "bound": self.dp.bound, "label_mode": self.label_mode, "sampling": ledger.sampling,
                            "directions": self.dp.directions}
-        # the one private release per step (Alg. 1), sigma from accountant.epsilon before training (spec §1.6)
+        # the one private release per step (Alg. 1), sigma from accountant.epsilon before training (DP-SWD paper, σ calibration)
         self.projection = GaussianProjectionRelease(
             ledger, dim=self._rowmap.out_dim, steps=self._steps,
             sample_rate=self.sampler.sample_rate, n_private=n_priv, row_diameter=1.0, private=self.private,
@@ -187,7 +187,7 @@ class DPSWDGenerator(GenerativeMethod):
             theta <- Adam(theta, grad SW_2(P_s, P_t))                     (6)
         """
         if self.fmap is not None:
-            self._feature_step()                                               # §3.2, public images only
+            self._feature_step()                                               # DP-SWD paper, CelebA generator, public images only
         rows_t = self._private_rows()                                          # 1-2. r(X_t): (B, D) or (C m, D)
         b = rows_t.shape[0]
         if self.label_mode == "partition":                                     # m generated rows of each label
@@ -224,7 +224,7 @@ class DPSWDGenerator(GenerativeMethod):
         return class_blocks(rows, y_t, self.num_classes, self.block_rows)  # C blocks of the public size m
 
     def _feature_step(self) -> None:
-        """One real/fake BCE step of the feature map on PUBLIC images vs generated ones (spec §3.2)."""
+        """One real/fake BCE step of the feature map on PUBLIC images vs generated ones (DP-SWD paper, CelebA generator)."""
         pub = self.public
         n = min(self.batch_size, len(pub))
         idx = torch.randint(len(pub), (n,), generator=self.pub_gen)

@@ -74,7 +74,7 @@ class _ParticleFlow(LatentMethod):
                                 if self.label_mode == "partition" else None)
 
     def _init_particles(self, data: DataSplits) -> None:
-        """``X_0 ~ mu_0 = N(0, I_D)`` (spec §2; not put on the sphere); quantile levels; the public test set
+        """``X_0 ~ mu_0 = N(0, I_D)`` (DPSWflow paper, the particle flow; not put on the sphere); quantile levels; the public test set
         for the toy's plot."""
         self.levels = quantile_levels(self.m, device=self.device)
         self.X = torch.randn(self.n_particles, self.space.dim, device=self.device)

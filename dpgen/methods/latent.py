@@ -124,7 +124,7 @@ class LatentSpace:
 
 def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int, batch_size: int, lr: float,
                       device: torch.device, seed: int, ctx: TrainContext) -> float:
-    """MSE autoencoder training on PUBLIC images only (spec §5: Adam, no weight decay).  Returns the
+    """MSE autoencoder training on PUBLIC images only (DPSWflow paper: Adam, no weight decay).  Returns the
     mean loss over the last 50 steps."""
     g = torch.Generator().manual_seed(seed + 17)
     opt = torch.optim.Adam(ae.parameters(), lr=lr)
@@ -311,7 +311,7 @@ class LatentMethod(GenerativeMethod):
         return fixed_size(rows.to(self.device), self.batch_size)  # padding rows are public zeros (distance <= 1)
 
     def _per_step_release(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
-        """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen, spec §4.2):
+        """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen; DPSWflow paper, Algorithm 1):
         unit-norm rows (row diameter 2), union-bound delta split, N + 1 partners under Poisson."""
         if self.label_mode == "partition" and ledger.sampling != "poisson":
             raise ValueError("model.label_mode=partition of a per-step release is accounted under add/remove "

@@ -1,4 +1,4 @@
-"""Autoencoders of DPSWflow (spec dpswflow.md §5) and the DPSWgen latent generator (§6).
+"""Autoencoders of DPSWflow (DPSWflow paper, autoencoder) and the DPSWgen latent generator.
 
 Networks only (training lives in ``dpgen.methods.latent``).  Every encoder ends with an L2
 normalisation: ``encode(x)`` returns latents of norm exactly 1 (the sensitivity assumption of the
@@ -35,7 +35,7 @@ class _PadCrop(nn.Module):
 
 
 class LiutkusAutoencoder(nn.Module):
-    """MNIST / F-MNIST autoencoder ("Liutkus" architecture, spec §5), C channels, input padded to S x S.
+    """MNIST / F-MNIST autoencoder ("Liutkus" architecture, DPSWflow paper, autoencoder), C channels, input padded to S x S.
 
     Encoder: Conv(C->3, 3, s1, p1) -> ReLU -> Conv(3->W, 2, s2, p0) -> ReLU -> Conv(W->W, 3, 1, 1) -> ReLU
     -> Conv(W->W, 3, 1, 1) -> ReLU -> flatten (W * S/2 * S/2) -> Linear(-> d) -> L2 normalisation.
@@ -78,7 +78,7 @@ class LiutkusAutoencoder(nn.Module):
 
 
 class DCGANAutoencoder(nn.Module):
-    """CelebA 64x64 autoencoder (DCGAN-64, nf = 64; spec §5). Blocks: conv -> BN -> LeakyReLU(0.2), no bias.
+    """CelebA 64x64 autoencoder (DCGAN-64, nf = 64; DPSWflow paper, autoencoder). Blocks: conv -> BN -> LeakyReLU(0.2), no bias.
 
     Encoder: Conv(3->64, 4, 2, 1) -> LReLU ; Conv(64->128) ; Conv(128->256) ; Conv(256->512) (4, 2, 1, + BN +
     LReLU) ; Conv(512->d, 4, 1, 0) -> BN -> Tanh -> (n, d) -> L2 normalisation.
@@ -120,7 +120,7 @@ class DCGANAutoencoder(nn.Module):
 
 
 class LatentMLPGen(nn.Module):
-    """DPSWgen's latent generator (spec §6): Linear(in->256) -> ReLU -> Linear(256->512) -> BN -> ReLU ->
+    """DPSWgen's latent generator (DPSWflow paper, DPSWgen baseline): Linear(in->256) -> ReLU -> Linear(256->512) -> BN -> ReLU ->
     Linear(512->256) -> ReLU -> Linear(256->out); Gaussian input ``z: (n, d_code)`` -> ``(n, out)``."""
 
     def __init__(self, d_code: int = 8, out_dim: int = 8, hidden: tuple[int, int, int] = (256, 512, 256)) -> None:

@@ -1,4 +1,4 @@
-"""Classifier networks of the WDP / Bayesian-DP experiments (spec wdp-experiments.md, E3 "Models").
+"""Classifier networks of the WDP / Bayesian-DP experiments (WDP paper, Table 2 models).
 
 The authors' ``MNISTConvNet`` / ``CIFARConvNet`` put BatchNorm after each convolution.  BatchNorm in
 training mode mixes the samples of a batch, so per-sample gradients (DP-SGD) are not defined for

@@ -1,4 +1,4 @@
-"""Domain-adaptation networks (spec dpswd.md §2.3) and the gradient-reversal layer (§2.4).
+"""Domain-adaptation networks (DP-SWD paper, domain-adaptation networks) and the gradient-reversal layer.
 
 Feature extractors ``g`` map an input batch to features ``(n, out_dim)``; classifiers ``h`` map
 features to class logits ``(n, num_classes)``; the DANN discriminator maps features to 2 domain
@@ -44,10 +44,10 @@ def grad_reverse(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------- digits
 class DigitsFeatureExtractor(nn.Module):
-    """g for MNIST/USPS 28x28 (§2.3): Conv(1->32,5) -> MaxPool2 -> ReLU -> Conv(32->20,5) ->
+    """g for MNIST/USPS 28x28 (DP-SWD paper, domain-adaptation networks): Conv(1->32,5) -> MaxPool2 -> ReLU -> Conv(32->20,5) ->
     Dropout2d(0.5) -> MaxPool2 -> Sigmoid -> flatten (20*4*4 = 320).
 
-    Input ``(n, 1, 28, 28)`` in [0, 1], normalised inside with mean 0.5, std 0.5 (§2.2).
+    Input ``(n, 1, 28, 28)`` in [0, 1], normalised inside with mean 0.5, std 0.5 (DP-SWD paper, domain-adaptation settings).
     """
 
     def __init__(self, in_shape: tuple[int, ...] = (1, 28, 28), channels: tuple[int, int] = (32, 20),
@@ -112,9 +112,9 @@ class MLPClassifier(nn.Module):
 
 
 class DomainDiscriminator(nn.Module):
-    """DANN domain classifier: Linear(in->hidden) -> ReLU -> Linear(hidden->2) (§2.3).
+    """DANN domain classifier: Linear(in->hidden) -> ReLU -> Linear(hidden->2) (DP-SWD paper, domain-adaptation networks).
 
-    Domain labels: source 1, target 0 (§2.4).
+    Domain labels: source 1, target 0 (DP-SWD paper, domain-adaptation baselines).
     """
 
     def __init__(self, in_dim: int, hidden: int = 100) -> None:

@@ -7,7 +7,7 @@ from torch import nn
 
 
 class DCGANFeatureMap(nn.Module):
-    """DSW discriminator trunk (spec dpswd.md §3.2): 3x64x64 -> 8192 features in [-1, 1].
+    """DSW discriminator trunk (DP-SWD paper, CelebA generator): 3x64x64 -> 8192 features in [-1, 1].
 
     Conv(3->64, 4, s2, p1) -> LReLU(0.2) -> Conv(64->128) -> BN -> LReLU -> Conv(128->256) -> BN ->
     LReLU -> Conv(256->512) -> BN -> Tanh, flattened (512*4*4).  ``head`` (Conv(512->1, 4) ->

@@ -15,7 +15,7 @@ def with_label(z: torch.Tensor, y: torch.Tensor | None, n_labels: int) -> torch.
 
 
 class ConvCondGen(nn.Module):
-    """DP-MERF's conditional convolutional generator (DP-SWD Table 3, spec dpswd.md §3.1).
+    """DP-MERF's conditional convolutional generator (DP-SWD Table 3, DP-SWD paper, MNIST / F-MNIST generator).
 
     ``[z || onehot(y)]`` (d_code + n_labels) -> Linear(hidden) -> BN -> ReLU ->
     Linear(C0 * H/4 * W/4) -> BN -> reshape (C0, H/4, W/4) -> bilinear x2 -> Conv(C0->C1, ks) -> ReLU
@@ -50,7 +50,7 @@ class ConvCondGen(nn.Module):
         x = self.bn2(self.fc2(x)).view(-1, self.c0, self.h0, self.w0)
         # channels-last layout (same values): oneDNN's convolutions with these few channels run ~2x faster
         # in it on CPU, above all the backward of conv2 (8 -> 1 channel); the layout carries through
-        # interpolate and both convolutions (issue 15, dpgen/bench/steps.py)
+        # interpolate and both convolutions (dpgen/bench/steps.py)
         x = x.contiguous(memory_format=torch.channels_last)
         x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
         x = F.relu(self.conv1(x))
@@ -84,7 +84,7 @@ class MLPGen(nn.Module):
 
 
 class DCGANDecoder(nn.Module):
-    """DSW's ``LSUNDecoder`` (spec dpswd.md §3.2): latent 32 -> 3x64x64 in [0, 1].
+    """DSW's ``LSUNDecoder`` (DP-SWD paper, CelebA generator): latent 32 -> 3x64x64 in [0, 1].
 
     ConvT(32->512, 4, s1, p0) -> BN -> ReLU -> ConvT(512->256, 4, s2, p1) -> BN -> ReLU ->
     ConvT(256->128) -> BN -> ReLU -> ConvT(128->64) -> BN -> ReLU -> ConvT(64->3, 4, s2, p1) -> Tanh.

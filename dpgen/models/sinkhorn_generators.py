@@ -1,4 +1,4 @@
-"""DP-Sinkhorn's generators (spec dpsinkhorn.md §3).  Outputs are in [-1, 1] (tanh), as in the paper;
+"""DP-Sinkhorn's generators (DP-Sinkhorn paper, generators).  Outputs are in [-1, 1] (tanh), as in the paper;
 the method maps them to [0, 1] for the data's value range and for ``sample``.
 """
 
@@ -11,7 +11,7 @@ from torch.nn.utils import spectral_norm
 
 
 class DCGANCondGenerator(nn.Module):
-    """Conditional DCGAN-like generator (``ConvCondGenerator``, spec §3.1), h = ``hidden``:
+    """Conditional DCGAN-like generator (``ConvCondGenerator``, DP-Sinkhorn paper, MNIST generator), h = ``hidden``:
 
     label -> Embedding(K, embed_dim); [z ‖ emb] reshaped to (latent+embed)×1×1 ->
     ConvT(->4h, H/4, s1, p0) -> BN -> LReLU(0.2)      (4h × H/4 × H/4; 7×7 for MNIST)
@@ -51,7 +51,7 @@ class DCGANCondGenerator(nn.Module):
             y = torch.zeros(z.shape[0], dtype=torch.long, device=z.device)
         h = torch.cat([z, self.embed(y)], dim=1)[:, :, None, None]
         # channels-last layout from the first (1x1 -> H/4) layer on (same values): oneDNN's transposed
-        # convolutions run ~1.2x faster in it on CPU (issue 15, dpgen/bench/steps.py)
+        # convolutions run ~1.2x faster in it on CPU (dpgen/bench/steps.py)
         h = self.net[0](h).contiguous(memory_format=torch.channels_last)
         return self.net[1:](h)
 
@@ -92,7 +92,7 @@ class ResUpBlock(nn.Module):
 
 
 class BigGANCondGenerator(nn.Module):
-    """BigGAN-style residual generator for 32×32 (``cond_biggan``, spec §3.2), ch = ``hidden`` (64):
+    """BigGAN-style residual generator for 32×32 (``cond_biggan``, DP-Sinkhorn paper, CelebA generator), ch = ``hidden`` (64):
 
     SNLinear(latent -> 4ch·4·4) -> 3 × ResUpBlock(4ch -> 4ch) (4 -> 8 -> 16 -> 32) ->
     BN -> ReLU -> SNConv(4ch -> C, 3) -> tanh.  Class-conditional BN (gender: 2 classes),

@@ -1,15 +1,15 @@
-"""Sliced-Wasserstein particle flows (DPSWflow, spec dpswflow.md §1-2).
+"""Sliced-Wasserstein particle flows (DPSWflow paper).
 
 Small pure functions: the smoothed projected CDF / inverse CDF of a set of 1-D projections, the
 monotone transport map between them, the particle drift (Eq. 20-21) and one Euler-Maruyama step
-of the SDE (§1).  Layout: projections are stored direction-major, ``(k, n)`` = k directions by
+of the SDE (DPSWflow paper, the particle flow).  Layout: projections are stored direction-major, ``(k, n)`` = k directions by
 n points, so that every row is one 1-D distribution (sort / searchsorted along the last axis).
 Directions follow ``dpgen.ot.sliced``: ``U: (d, k)`` with unit columns.
 
 The functional is ``F(mu) = 1/2 G_sigma SW_2^2(mu, nu) + lambda H(mu)`` and its Wasserstein
 gradient flow moves every particle with ``dX = -v(X) dt + sqrt(2 lambda) dW``, where
 ``v(x) = mean_j (<x, u_j> - T_j(<x, u_j>)) u_j`` and ``T_j = F^{-1}_{u_j # nu * N_sigma} o
-F_{u_j # mu * N_sigma}`` (particle CDF first, then the target quantile function; spec §1).
+F_{u_j # mu * N_sigma}`` (particle CDF first, then the target quantile function; DPSWflow paper, the particle flow).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ _EPS = torch.finfo(torch.float32).eps
 
 def quantile_levels(m: int, *, device: torch.device | str | None = None,
                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``p: (m,)`` = ``linspace(0, 1, m)``, endpoints included (spec §2, ``num_percentiles``)."""
+    """``p: (m,)`` = ``linspace(0, 1, m)``, endpoints included (DPSWflow paper, the particle flow, ``num_percentiles``)."""
     if m < 2:
         raise ValueError(f"the number of quantile levels (model.num_percentiles) must be >= 2, got {m}")
     return torch.linspace(0.0, 1.0, m, device=device, dtype=dtype)
@@ -35,7 +35,7 @@ def empirical_quantiles(proj: torch.Tensor, levels: torch.Tensor) -> torch.Tenso
     """Inverse CDF of each row at ``levels`` (Eq. 21), ``torch.quantile``'s *linear* rule.
 
     ``proj: (k, n)``, ``levels: (m,)`` in [0, 1] -> ``(k, m)``: the piecewise-linear interpolation
-    of the n sorted values at positions ``p (n - 1)`` (spec §2 step 2).  Done with sort + gather,
+    of the n sorted values at positions ``p (n - 1)`` (DPSWflow paper, the particle flow step 2).  Done with sort + gather,
     which has no size limit (``torch.quantile`` refuses inputs above 2^24 elements).
     """
     n = proj.shape[-1]
@@ -50,7 +50,7 @@ def empirical_quantiles(proj: torch.Tensor, levels: torch.Tensor) -> torch.Tenso
 
 
 def interp1d(x: torch.Tensor, y: torch.Tensor, x_new: torch.Tensor) -> torch.Tensor:
-    """Batched piecewise-linear interpolation with linear extrapolation (spec §2, ``interp``).
+    """Batched piecewise-linear interpolation with linear extrapolation (DPSWflow paper, the particle flow, ``interp``).
 
     ``x: (k, m)`` increasing rows, ``y: (k, m)`` or ``(m,)``, ``x_new: (k, n)`` -> ``(k, n)``.
     For each row: ``i = searchsorted(x, x_new) - 1`` clamped to ``[0, m - 2]``, then
@@ -122,7 +122,7 @@ def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: to
 
     ``proj: (k, n)`` (noisy) particle projections, ``target_quantiles: (k, m)`` the target's inverse
     CDF at ``levels: (m,)`` -> ``(k, n)``.  The particle CDF is read off the particles' own
-    quantiles at the same levels (spec §2 steps 4-5).
+    quantiles at the same levels (DPSWflow paper, the particle flow steps 4-5).
 
     Same values as :func:`transport_map_reference` (the literal three-call form), computed faster:
     the particles are sorted once — that sort gives their quantiles AND sorted queries for the CDF
@@ -163,7 +163,7 @@ def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: to
 
 def transport_map_reference(proj: torch.Tensor, target_quantiles: torch.Tensor,
                             levels: torch.Tensor) -> torch.Tensor:
-    """The literal form of :func:`transport_map` (spec §2 steps 4-5), kept as the test reference."""
+    """The literal form of :func:`transport_map` (DPSWflow paper, the particle flow steps 4-5), kept as the test reference."""
     xq = empirical_quantiles(proj, levels)  # (k, m)   particle inverse CDF
     cdf = interp1d(xq, levels.to(proj.dtype), proj)  # (k, n)  F_mu(z), Eq. 21
     return interp1d(levels.to(proj.dtype).expand_as(target_quantiles), target_quantiles, cdf)  # F_nu^{-1}
@@ -171,7 +171,7 @@ def transport_map_reference(proj: torch.Tensor, target_quantiles: torch.Tensor,
 
 def sliced_flow_drift(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: torch.Tensor,
                       u: torch.Tensor) -> torch.Tensor:
-    """Particle drift ``v_i = (1/k) sum_j (P_ji - T_ji) u_j`` (Eq. 20; spec §2 step 6).
+    """Particle drift ``v_i = (1/k) sum_j (P_ji - T_ji) u_j`` (Eq. 20; DPSWflow paper, the particle flow step 6).
 
     ``proj: (k, n)``, ``target_quantiles: (k, m)``, ``levels: (m,)``, ``u: (d, k)`` -> ``v: (n, d)``.
     With sigma = 0 and equal-size point sets this is ``n`` times the Euclidean gradient of
@@ -183,7 +183,7 @@ def sliced_flow_drift(proj: torch.Tensor, target_quantiles: torch.Tensor, levels
 
 def smoothed_projections(x: torch.Tensor, u: torch.Tensor, sigma: float,
                          generator: torch.Generator | None = None) -> torch.Tensor:
-    """``(X U + Z)^T: (k, n)`` with ``Z ~ N(0, sigma^2)``: samples of ``u # mu * N_sigma`` (spec §2 step 3).
+    """``(X U + Z)^T: (k, n)`` with ``Z ~ N(0, sigma^2)``: samples of ``u # mu * N_sigma`` (DPSWflow paper, the particle flow step 3).
 
     Used for the particle (public) side only; the private side is released through
     ``dpgen.ot.sliced.gaussian_projection_release``.
@@ -198,7 +198,7 @@ def smoothed_projections(x: torch.Tensor, u: torch.Tensor, sigma: float,
 
 def euler_maruyama_step(x: torch.Tensor, drift: torch.Tensor, h: float, reg: float,
                         generator: torch.Generator | None = None) -> torch.Tensor:
-    """``X_{k+1} = X_k - h v_k(X_k) + sqrt(2 lambda h) Z``, ``Z ~ N(0, I_d)`` (spec §1, SDE).
+    """``X_{k+1} = X_k - h v_k(X_k) + sqrt(2 lambda h) Z``, ``Z ~ N(0, I_d)`` (DPSWflow paper, the particle flow, SDE).
 
     ``x, drift: (n, d)``; ``h`` step size, ``reg`` = lambda (entropy weight; 0 = no diffusion).
     """

@@ -1,4 +1,4 @@
-"""Entropic OT and the semi-debiased Sinkhorn loss of DP-Sinkhorn (spec dpsinkhorn.md §1).
+"""Entropic OT and the semi-debiased Sinkhorn loss of DP-Sinkhorn (DP-Sinkhorn paper, semi-debiased Sinkhorn loss).
 
 Entropic OT with uniform weights (Eq. 3 of the paper):
 
@@ -10,7 +10,7 @@ convergence; its gradient w.r.t. a point x_i is Σ_j π_ij ∇_x c(x_i, y_j) (en
 Settings (dpgen, all explicit):
 * ``p=1`` so that GeomLoss' temperature ε = blur^p equals ``blur = λ`` exactly: λ is exposed
   directly and does not depend on the cost's power (the reference code's CelebA flags give
-  ε = blur² = 25 while the paper states λ = 5; spec §1.4).
+  ε = blur² = 25 while the paper states λ = 5; DP-Sinkhorn paper, cost functions).
 * ``diameter`` = the largest entry of the cost matrix (detached), so that ε-scaling starts at the
   scale of the actual cost (GeomLoss' own estimate is the Euclidean bounding-box diagonal, far
   below the L2²+L1 cost on images) and anneals ε by ``scaling`` per iteration down to λ.
@@ -32,7 +32,7 @@ Backends (``model.sinkhorn_backend``):
   ``diameter`` is still taken from the torch cost matrix (one detached ``(N, M)`` evaluation per call).
 
 Costs (``cost_matrix``), on features ``[flatten(x) ‖ e·onehot(y)]`` (class conditioning through
-the cost, spec §1.2; e = ``embed_multiplier`` = 15):
+the cost, DP-Sinkhorn paper, semi-debiased Sinkhorn loss; e = ``embed_multiplier`` = 15):
   ``l2``    c(x, y) = ‖x − y‖²
   ``l1``    c(x, y) = ‖x − y‖₁
   ``l1+l2`` c_m(x, y) = ‖x − y‖² + m·‖x − y‖₁
@@ -149,7 +149,7 @@ class EntropicOT:
 
 def sinkhorn_generator_loss(ot: EntropicOT, x_gen: torch.Tensor, y_real: torch.Tensor, n: int,
                             debias: str = "semi", ratio: float = 0.4) -> torch.Tensor:
-    """The generator's training loss (spec §1.1); rows are already embedded features.
+    """The generator's training loss (DP-Sinkhorn paper, semi-debiased Sinkhorn loss); rows are already embedded features.
 
     ``x_gen: (n + n', D)`` generated rows with ``n' = floor(ratio·n)`` extra rows (``debias='semi'``)
     or exactly ``n`` rows (``none``/``full``); ``y_real: (M, D)`` real rows.

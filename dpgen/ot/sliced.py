@@ -1,6 +1,6 @@
 """Sliced Wasserstein distances, plain and Gaussian-smoothed / differentially private.
 
-Spec dpswd.md §1.1-1.2 (DP-SWD, Algorithm 1).  All functions are batched torch code and run on
+DP-SWD paper, Alg. 1.  All functions are batched torch code and run on
 whatever device their inputs live on.
 """
 
@@ -23,7 +23,7 @@ def sliced_wasserstein_projected(p_s: torch.Tensor, p_t: torch.Tensor, q: float 
     """SW_q from projections ``p_s, p_t: (n, k)`` (same n): 1-D OT by sorting each column.
 
     ``W_j = (mean_i |sort(p_t)[i,j] - sort(p_s)[i,j]|^q)^{1/q}``, returns
-    ``(mean_j W_j^q)^{1/q}`` (spec §1.2 steps 4-5).
+    ``(mean_j W_j^q)^{1/q}`` (DP-SWD paper, Alg. 1 steps 4-5).
     """
     if p_s.shape != p_t.shape:
         raise ValueError(f"projections must have the same shape, got {tuple(p_s.shape)} and {tuple(p_t.shape)}")
@@ -34,7 +34,7 @@ def sliced_wasserstein_projected(p_s: torch.Tensor, p_t: torch.Tensor, q: float 
 
 
 def _truncate(x_s: torch.Tensor, x_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Spec §1.2 step 1: keep the first min(n_s, n_t) rows of each side."""
+    """DP-SWD paper, Alg. 1 step 1: keep the first min(n_s, n_t) rows of each side."""
     n = min(x_s.shape[0], x_t.shape[0])
     return x_s[:n].flatten(1), x_t[:n].flatten(1)
 

@@ -296,7 +296,7 @@ class RDPAccountant(Accountant):
 
     ``epsilon`` minimises ``RDP(alpha) + log(1/delta)/(alpha-1)`` over integer orders 2..m
     (m doubled up to 500 while the objective decreases) and then over real alpha around the
-    best integer (autodp's ``get_eps``), exactly as the DP-SWD reference code (spec §1.6).
+    best integer (autodp's ``get_eps``), exactly as the DP-SWD reference code (DP-SWD paper, σ calibration).
     """
 
     name = "rdp"

@@ -1,17 +1,17 @@
 """Bayesian accountant (BA, Triastcyn & Faltings, ICML 2020) and the moments accountant variant (MA)
-used as the baselines of the WDP paper (spec ``wdp.md`` §6; the authors' ``bayesian_privacy_accountant.py``).
+used as the baselines of the WDP paper (the authors' ``bayesian_privacy_accountant.py``).
 
 Both accumulate, per Rényi/moment order lambda, the log moment-generating function of the privacy
-loss of a Poisson-subsampled Gaussian step (Theorem 3 of Triastcyn & Faltings, spec §6.1):
+loss of a Poisson-subsampled Gaussian step (Theorem 3 of Triastcyn & Faltings):
 
     c(lambda; d) = log sum_{k=0}^{lambda+1} Bin(k; lambda+1, q) exp( k (k-1) d^2 / (2 s^2) )
 
-* MA (:class:`MomentsAccountant`): one pair at the worst-case distance ``d = Delta`` (spec §6.2);
+* MA (:class:`MomentsAccountant`): one pair at the worst-case distance ``d = Delta`` (WDP paper, the MA baseline);
   ``eps(delta) = min_lambda (sum_t c_t - log delta) / lambda``.  With a single lambda = 16 this is a
   coarse moments accountant: it is the paper's "DP" column, not dpgen's RDP/PLD guarantee.
 * BA (:class:`BayesianAccountant`): P >= 3 sampled pair distances per step; an upper confidence
   bound (Student-t, level ``conf``) on the mean of ``exp(T c)`` with Hölder's correction T = total
-  steps (spec §6.3).  The statistic depends on the data (it is Bayesian DP, a guarantee for data
+  steps (WDP paper, the BA baseline).  The statistic depends on the data (it is Bayesian DP, a guarantee for data
   from the sampled distribution, not worst case), so dpgen reports it and never calibrates with it.
 
 No Hydra import here: numpy/scipy only.
@@ -38,7 +38,7 @@ def _t_quantile(conf: float, dof: int) -> float:
 
 
 def log_mgf_subsampled_gaussian(order: int, distances, noise_std: float, q: float) -> np.ndarray:
-    """Spec §6.1: ``c(lambda; d)`` for every distance in ``distances: (P,)`` -> ``(P,)`` (float64).
+    """WDP paper, Theorem 3 of Triastcyn & Faltings: ``c(lambda; d)`` for every distance in ``distances: (P,)`` -> ``(P,)`` (float64).
 
     ``k (k-1) d^2 / (2 s^2) = (k-1) D_k(N(d, s^2) || N(0, s^2))`` is the scaled Rényi divergence of
     two equal-variance Gaussians; the binomial log-pmf is added and a logsumexp taken over k.
@@ -110,7 +110,7 @@ class _LogMGFAccountant:
 
 
 class MomentsAccountant(_LogMGFAccountant):
-    """The moments accountant as the WDP experiments use it (spec §6.2): per step ``c(lambda; Delta)``."""
+    """The moments accountant as the WDP experiments use it (WDP paper, the MA baseline): per step ``c(lambda; Delta)``."""
 
     name = "ma"
     label = "moments accountant (single-order MA as in the WDP paper); reported only"
@@ -122,7 +122,7 @@ class MomentsAccountant(_LogMGFAccountant):
 
 
 class BayesianAccountant(_LogMGFAccountant):
-    """Bayesian accountant (spec §6.3).  ``total_steps`` is Hölder's T; ``conf`` the confidence level."""
+    """Bayesian accountant (WDP paper, the BA baseline).  ``total_steps`` is Hölder's T; ``conf`` the confidence level."""
 
     name = "ba"
     label = ("Bayesian accountant (BDP, Triastcyn & Faltings 2020); data-dependent, reported only; computed from "
@@ -138,7 +138,7 @@ class BayesianAccountant(_LogMGFAccountant):
         self._warned = False
 
     def step(self, distances, noise_std: float, q: float) -> None:
-        """One step from ``distances: (P,)`` pair distances, P >= 3 (spec §6.3, items 1-4)."""
+        """One step from ``distances: (P,)`` pair distances, P >= 3 (WDP paper, the BA baseline, items 1-4)."""
         d = np.asarray(distances, dtype=np.float64).reshape(-1)
         p = d.size
         if p < 3:

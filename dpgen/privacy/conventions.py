@@ -11,7 +11,7 @@ paper's own setting where it breaks the sensitivity its accounting assumes; the 
   actually has (:func:`true_epsilon`, the project's RDP / PLD accountants), or infinity when no
   data-independent sensitivity exists.
 
-Conventions implemented (``METHODS``; spec dpswd.md §1.5, §3.1; dpswflow.md §4):
+Conventions implemented (``METHODS``; DP-SWD paper, unit-norm assumption; DPSWflow paper, privacy analysis):
 
 =====================  ====================================  =====================================
 method                 the paper's setting                    true sensitivity
@@ -26,7 +26,7 @@ DP-SWD DA (dpswd)      rows g(x) / (2 max_j ||g(x_j)||) of    none: the scale m 
                                                                rows may move (:func:`batch_scaling_diameter`)
 DPSWflow-r / DPSWgen   noise multiplier sigma of the code,    the rigorous (Chernoff) bound for the same
 / DPSWflow             CLT sensitivity at delta / 2 (std       unit-norm rows (the CLT bound is
-                       sigma 2 sqrt(w_CLT)); one-shot: the     asymptotic, spec dpswd.md §1.3) in the
+                       sigma 2 sqrt(w_CLT)); one-shot: the     asymptotic, DP-SWD paper, Lemma 2 and the CLT bound) in the
                        classic formula c S / ε. DPSWgen: the   latent's own dimension d = 8
                        released latent trainer evaluates
                        w_CLT at dim = C·W² = 1024, not d = 8
@@ -77,7 +77,7 @@ class PaperConvention:
     ``epsilon``: the ε the paper states for this setting (printed beside the measured ones).
     ``sensitivity_dim``: the dimension the paper's code plugs into its projection bound when it is not
     the rows' own (DPSWgen: the released latent trainer evaluates w_CLT at C·W² = 1024 for 8-d latents,
-    spec dpswflow.md §6); ``None``: the rows' dimension.
+    DPSWflow paper, DPSWgen baseline); ``None``: the rows' dimension.
     """
 
     sigma: float | None

@@ -1,4 +1,4 @@
-"""Noise calibration of the DP-SWD mechanism (spec dpswd.md §1.3-1.6).
+"""Noise calibration of the DP-SWD mechanism (DP-SWD paper, Lemma 2 and the CLT bound).
 
 The private release of one step is ``X_t U + V`` (Algorithm 1) on a batch of rows with
 ``||x_i - x'_i|| <= row_diameter``; its L2 sensitivity is ``row_diameter * sqrt(w(k, beta))``

@@ -1,8 +1,8 @@
-"""Noise calibration of DPSWflow / DPSWflow-r / DPSWgen (spec dpswflow.md §4).
+"""Noise calibration of DPSWflow / DPSWflow-r / DPSWgen (DPSWflow paper, privacy analysis).
 
 Private records reach the flows as latent rows on (DPSWflow: *of*) the unit sphere, so two rows
 differ by at most 2: the DP-SWD sensitivity of ``X -> X U`` is ``2 sqrt(w(k, d, beta))``
-(``ROW_DIAMETER = 2``, the "factor 2" of §4.1).
+(``ROW_DIAMETER = 2``, the "factor 2" of DPSWflow paper, sensitivity).
 
 * DPSWflow-r and DPSWgen release one noisy projected *subsampled* batch per step: a subsampled
   Gaussian mechanism composed over the steps; calibrate with ``calibrate_dpswd(..., row_diameter=2)``
@@ -11,7 +11,7 @@ differ by at most 2: the DP-SWD sensitivity of ``X -> X U`` is ``2 sqrt(w(k, d, 
   a single Gaussian mechanism (no subsampling, replace-one neighbours, N public):
   :func:`calibrate_one_shot`.
 * :func:`moments_accountant_epsilon` is the Abadi et al. moments accountant of the released code
-  (integer orders, with or without its accumulation bug, §4.2), used only to reproduce the
+  (integer orders, with or without its accumulation bug, DPSWflow paper, accounting of DPSWflow-r / DPSWgen), used only to reproduce the
   paper's sigma <-> epsilon pairs (``dpgen/reproduce/dpswflow_sigma_table.py``).
 
 Pure functions: numpy / scipy / autodp only, no Hydra.
@@ -29,14 +29,14 @@ from .accountants import RDPAccountant, check_epsilon_delta
 from .dpswd import DPSWDNoise, calibrate_dpswd
 from .sensitivity import l2_sensitivity, w_clt
 
-ROW_DIAMETER = 2.0  # unit-norm latents: ||x - x'|| <= 2 (spec §4.1)
+ROW_DIAMETER = 2.0  # unit-norm latents: ||x - x'|| <= 2 (DPSWflow paper, sensitivity)
 ONE_SHOT_CALIBRATIONS = ("rdp", "analytic", "classic")
 
 
 def calibrate_flow_r(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
                      bound: str = "chernoff", sampling: str = "poisson", sensitivity_fraction: float = 0.5,
                      partners: int = 1, accountant: str = "auto") -> DPSWDNoise:
-    """DPSWflow-r / DPSWgen: ``steps`` subsampled releases of ``Y U + Z`` on unit-norm rows (§4.2).
+    """DPSWflow-r / DPSWgen: ``steps`` subsampled releases of ``Y U + Z`` on unit-norm rows (DPSWflow paper, accounting of DPSWflow-r / DPSWgen).
 
     Union-bound delta split (``privacy.dpswd``, ``"union"``) with row diameter 2.
     """
@@ -90,13 +90,13 @@ def analytic_gaussian_multiplier(epsilon: float, delta: float, rel_tol: float = 
 
 
 def one_shot_sensitivity(d: int, k: int, delta_sensitivity: float, bound: str = "chernoff") -> float:
-    """``S = 2 sqrt(w(k, d, beta))`` for the single release of ``Y U`` (§4.1)."""
+    """``S = 2 sqrt(w(k, d, beta))`` for the single release of ``Y U`` (DPSWflow paper, sensitivity)."""
     return l2_sensitivity(k, d, delta_sensitivity, bound, ROW_DIAMETER)
 
 
 def calibrate_one_shot(epsilon: float, delta: float, *, d: int, k: int, bound: str = "chernoff",
                        calibration: str = "rdp", sensitivity_fraction: float = 0.5) -> OneShotNoise:
-    """Noise std of the single Gaussian release of Algorithm 2 (§4.3).
+    """Noise std of the single Gaussian release of Algorithm 2 (DPSWflow paper, one-shot release of Alg. 2).
 
     delta is split once (Prop. 2): ``beta = f delta`` for the sensitivity bound, ``(1 - f) delta``
     for the conversion.  ``calibration``:
@@ -106,7 +106,7 @@ def calibrate_one_shot(epsilon: float, delta: float, *, d: int, k: int, bound: s
     * ``analytic``: the exact Gaussian mechanism (Balle & Wang 2018); smaller noise, certified
       by the ledger's PLD accountant (exact for one Gaussian) but not by its RDP one;
     * ``classic``: the paper / code formula ``c S / eps``, ``c = sqrt(2 ln(1.25 / delta_conv))``
-      (spec §4.3).  Proven only for eps < 1; at eps = 10 it is *not* (10, delta)-DP (exact
+      (DPSWflow paper, one-shot release of Alg. 2).  Proven only for eps < 1; at eps = 10 it is *not* (10, delta)-DP (exact
       epsilon 10.35 at delta_conv = 5e-6): reported for the table, refused by runs.
     """
     check_epsilon_delta(epsilon, delta)
@@ -128,17 +128,17 @@ def calibrate_one_shot(epsilon: float, delta: float, *, d: int, k: int, bound: s
 
 
 def paper_one_shot_sigma(epsilon: float, delta: float, d: int, k: int) -> float:
-    """The released code's ``get_sigma``: ``c S / eps`` with the CLT bound at delta/2 (§4.3)."""
+    """The released code's ``get_sigma``: ``c S / eps`` with the CLT bound at delta/2 (DPSWflow paper, one-shot release of Alg. 2)."""
     s = ROW_DIAMETER * math.sqrt(w_clt(k, d, delta / 2.0))
     return classic_gaussian_multiplier(epsilon, delta / 2.0) * s
 
 
 def paper_flow_noise_std(noise_multiplier: float, d: int, k: int, delta: float) -> float:
-    """What the released code adds per projection: ``sigma * 2 sqrt(w_CLT(k, d, delta/2))`` (§4.2)."""
+    """What the released code adds per projection: ``sigma * 2 sqrt(w_CLT(k, d, delta/2))`` (DPSWflow paper, accounting of DPSWflow-r / DPSWgen)."""
     return noise_multiplier * ROW_DIAMETER * math.sqrt(w_clt(k, d, delta / 2.0))
 
 
-# -- the released code's moments accountant (§4.2) -------------------------------------------
+# -- the released code's moments accountant (DPSWflow paper, accounting of DPSWflow-r / DPSWgen) -------------------------------------------
 def log_moment_subsampled_gaussian(noise_multiplier: float, q: float, order: int) -> float:
     """``log E_{z~mu}[(mu(z)/mu0(z))^lambda]``, mu0 = N(0, s^2), mu = (1-q) mu0 + q N(1, s^2).
 

@@ -1,4 +1,4 @@
-"""Sanitising the image gradient of a generator (DP-Sinkhorn, spec dpsinkhorn.md §2).
+"""Sanitising the image gradient of a generator (DP-Sinkhorn paper, gradient sanitisation).
 
 The generator's parameters never touch real data; only the gradient of the loss with respect to
 the generated images ("cross" group, ``G: (n, D)``) depends on the private batch, through the
@@ -41,7 +41,7 @@ def clip_per_row(g: torch.Tensor, c: float) -> torch.Tensor:
 
 def sanitize(g: torch.Tensor, c: float, sigma: float, clip: str = "whole",
              generator: torch.Generator | None = None) -> torch.Tensor:
-    """``clip(g) + N(0, (2Cσ)² I)`` (spec §2.1); ``sigma = 0`` clips only."""
+    """``clip(g) + N(0, (2Cσ)² I)`` (DP-Sinkhorn paper, the released code's sanitisation); ``sigma = 0`` clips only."""
     if clip not in CLIP_MODES:
         raise ValueError(f"model.clip={clip!r} is unknown; choose one of {CLIP_MODES}")
     if c <= 0:

@@ -17,7 +17,7 @@ scales — and RDP for sampling without replacement).  ``calibrate`` and ``allow
 so a PLD-calibrated sigma is never stopped early by RDP; every accountant's epsilon is reported.
 
 Mechanisms whose sensitivity bound holds only with probability ``1 - beta`` per release
-(DP-SWD's random projections, spec dpswd.md §1.3) reserve ``beta`` of delta per step: the
+(DP-SWD's random projections, DP-SWD paper, Lemma 2 and the CLT bound) reserve ``beta`` of delta per step: the
 ledger reports ``(eps, delta)`` with the conversion done at ``delta - sum_t beta_t``
 (union bound over the releases; Prop. 2 is the one-release case).
 

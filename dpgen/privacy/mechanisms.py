@@ -229,7 +229,7 @@ class GaussianProjectionRelease(Mechanism):
     record replaces a padding row or a *random* kept record, so the bound must hold for all N + 1
     possible partners: it is taken at ``beta / (N + 1)``.
 
-    ``directions="orthogonal"`` (issue 12): U is ``ceil(k/D)`` fresh Haar-random orthonormal D x D blocks
+    ``directions="orthogonal"``: U is ``ceil(k/D)`` fresh Haar-random orthonormal D x D blocks
     (``ot.sliced.orthogonal_directions``, drawn by :meth:`draw_directions`), so for ANY difference row v,
     ``||v U||^2 <= ceil(k/D) ||v||^2`` deterministically: sensitivity ``row_diameter * sqrt(ceil(k/D))``
     under both relations, no beta reserved, no partners factor, no probabilistic bound (``bound`` unused).
@@ -328,7 +328,7 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
     ``calibration``: ``rdp`` (the ledger's calibrating accountant, ``accountant.calibrate_with``) or
     ``analytic`` (the Gaussian mechanism calibrated by the PLD accountant, tight for one release).
 
-    ``class_blocks=True`` (DPSWflow ``label_mode=partition``, issue 12): the released matrix is the private
+    ``class_blocks=True`` (DPSWflow ``label_mode=partition``): the released matrix is the private
     set split by label into C blocks of a PUBLIC size m (``rows.class_blocks``: a class with more than m
     rows keeps a uniform random subset, one with fewer is padded with the zero row).  Under replace-one,
     (x, y) -> (x', y'): if y = y' one row of block y changes (x -> x', the subsets coupled by position: a
@@ -383,7 +383,7 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
 
 
 class ImageGradientSanitiser(Mechanism):
-    """DP-Sinkhorn's release (Cao et al. 2021, spec dpsinkhorn.md §2): ``G~ = clip_C(G) + N(0, (2 C sigma)^2 I)``.
+    """DP-Sinkhorn's release (Cao et al. 2021, DP-Sinkhorn paper, gradient sanitisation): ``G~ = clip_C(G) + N(0, (2 C sigma)^2 I)``.
 
     ``G: (n, ...)`` is the gradient of the Sinkhorn loss w.r.t. the n generated images; it depends on
     the whole private batch through the transport plan.  Non-finite entries are set to 0 first (a
@@ -483,7 +483,7 @@ class NoisyGradientSum(Mechanism):
                 clipped, _ = clip_per_sample(chunk, self.clip_norm)                 # line 6: joint clip to C
                 observe(clipped)
                 part = {k: v.sum(dim=0) for k, v in clipped.items()}
-            else:  # the same sum without materialising the clipped chunk (issue 15: ~2x less memory traffic)
+            else:  # the same sum without materialising the clipped chunk (~2x less memory traffic)
                 part, _ = clipped_sum(chunk, self.clip_norm)                        # line 6: joint clip to C, sum
             if total is None:
                 total = {k: v.clone() for k, v in part.items()}

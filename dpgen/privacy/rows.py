@@ -48,7 +48,7 @@ def scale_and_clip(f: torch.Tensor, radius: float, max_norm: float = 0.5) -> tor
 
     Rows with ``||f|| <= R`` are scaled, not clipped; any row ends with norm <= ``max_norm`` (1/2:
     two rows differ by <= 1).  R must never be a statistic of the private batch (the released DA
-    code's batch maximum is not covered by the analysis, spec dpswd.md §1.5).
+    code's batch maximum is not covered by the analysis, DP-SWD paper, unit-norm assumption).
     """
     if not radius > 0:
         raise ValueError(f"the public feature radius must be > 0, got {radius}")
@@ -108,7 +108,7 @@ def class_blocks(rows: torch.Tensor, labels: torch.Tensor, n_classes: int, block
                  generator: torch.Generator | None = None) -> torch.Tensor:
     """``(C * m, D)``: the rows of each class cut or zero-padded to ``m`` (:func:`fixed_size`), stacked by label.
 
-    Class-partitioned releases (issue 12): under add/remove of one record (x, y) only block y changes,
+    Class-partitioned releases: under add/remove of one record (x, y) only block y changes,
     in one row (a padding zero becomes x, or x takes the place of a random kept row of class y).
     """
     # the class indices are found where the labels live (the sampler's host tensors: no device sync),

@@ -1,4 +1,4 @@
-"""Sensitivity bounds of the DP-SWD mechanism (spec dpswd.md §1.3-1.4).
+"""Sensitivity bounds of the DP-SWD mechanism (DP-SWD paper, Lemma 2 and the CLT bound).
 
 Neighbouring datasets differ in one row ``i`` with ``||x_i - x'_i||_2 <= 1``.  For ``k`` unit
 directions ``U`` drawn uniformly on the sphere ``S^{d-1}``, ``H = ||XU - X'U||_F^2`` has mean

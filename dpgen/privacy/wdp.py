@@ -1,6 +1,6 @@
 """Wasserstein differential privacy (Yang, Qi & Zhou, AAAI 2024) and its Wasserstein accountant (WA).
 
-Spec: ``shared/specs/wdp.md``.  Contents, in the paper's order:
+WDP paper.  Contents, in the paper's order:
 
 * Table 1 — budgets of the Laplace and Gaussian mechanisms under DP, RDP of order alpha and
   WDP of order mu (``laplace_dp`` ... ``gaussian_wdp``);
@@ -10,11 +10,11 @@ Spec: ``shared/specs/wdp.md``.  Contents, in the paper's order:
 * Theorem 2 — the per-step privacy loss ``W_t`` of a subsampled Gaussian DP-SGD step;
 * Theorem 1 / 3 and Corollary 1 — composition ``L_T = sum_t W_t`` and the conversions
   ``delta = exp(beta (L_T - eps))`` / ``eps = L_T + log(1/delta) / beta``;
-* :class:`WassersteinAccountant` — the stateful accountant (the authors' code, spec §5.5).
+* :class:`WassersteinAccountant` — the stateful accountant (the authors' code, WDP paper, the authors' accountant code).
 
 What the WA number is (read before using it): with the independent coupling of Theorem 2 the
 per-step loss is ``W_t ~= sqrt(2 - 2q + 2q^2) * s * (P * E|N(0,1)|^mu)^{1/mu}``, i.e. it GROWS
-with the noise std ``s`` and hardly depends on the gradients (spec §5.5).  It is therefore not
+with the noise std ``s`` and hardly depends on the gradients (WDP paper, the authors' accountant code).  It is therefore not
 monotone in the noise the way a DP guarantee is: less noise gives a smaller "epsilon".  dpgen
 reports it beside the RDP/PLD guarantees for comparison with the paper and never uses it to
 calibrate noise or to stop training.
@@ -33,7 +33,7 @@ from scipy.special import gammaln, hyp1f1
 ArrayLike = float | Sequence[float] | np.ndarray
 
 # ----------------------------------------------------------------------------------- Table 1
-# DP and RDP entries: Mironov (2017) Table II, sensitivity 1.  WDP entries: spec §3 (the
+# DP and RDP entries: Mironov (2017) Table II, sensitivity 1.  WDP entries: WDP paper, Table 1 (the
 # authors' notebook; sensitivity factor [uncertain] for sens != 1).
 
 
@@ -89,7 +89,7 @@ def gaussian_wdp(mu: ArrayLike, sigma: float, sens: float = 1.0) -> np.ndarray:
     return 0.5 * (sens / sigma) ** (1.0 / m)
 
 
-# ------------------------------------------------------------------------ Props. 9-11 (§4)
+# ------------------------------------------------------------------------ Props. 9-11 (WDP paper, Props. 9-11)
 def dp_to_wdp(eps: float, mu: ArrayLike, sens: float = 1.0) -> np.ndarray:
     """Prop. 9: eps-DP with sensitivity ``sens`` => ``(mu, 1/2 sens (2 eps (e^eps - 1))^{1/(2mu)})``-WDP
     (KL <= eps (e^eps - 1), then Pinsker)."""
@@ -105,7 +105,7 @@ def rdp_to_wdp(eps: float, mu: ArrayLike, sens: float = 1.0) -> np.ndarray:
     return 0.5 * sens * (2.0 * eps) ** (1.0 / (2.0 * _order(mu)))
 
 
-# -------------------------------------------------------------------------- Lemma 1 (§5.3)
+# -------------------------------------------------------------------------- Lemma 1 (WDP paper, Lemma 1)
 def gaussian_abs_moment(mu: float, mean: ArrayLike, var: ArrayLike) -> np.ndarray:
     """Lemma 1 (Winkelbauer 2012, eq. 17): ``E|Z|^mu`` for ``Z ~ N(mean, var)``, real ``mu > -1``.
 
@@ -122,7 +122,7 @@ def gaussian_abs_moment(mu: float, mean: ArrayLike, var: ArrayLike) -> np.ndarra
     return np.exp(log_pref) * hyp1f1(-0.5 * mu, 0.5, -(m**2) / (2.0 * v))
 
 
-# ------------------------------------------------------------------------ Theorem 2 (§5.2)
+# ------------------------------------------------------------------------ Theorem 2 (WDP paper, Theorem 2)
 def step_variance(noise_std: float, q: float) -> float:
     """Variance of Z in Theorem 2: ``(2 - 2q + 2q^2) s^2 = [(1-q)^2 + q^2 + 1] s^2``."""
     if not 0.0 <= q <= 1.0:
@@ -136,7 +136,7 @@ def wdp_step_loss(distances: ArrayLike, noise_std: float, q: float, mu: float) -
 
     ``distances``: (P,) the l2 distances ``d_j = ||g_j - g'_j||`` of P pairs of neighbouring
     gradient estimates; ``noise_std``: the ABSOLUTE noise std ``s = sigma C``; ``q``: sampling
-    probability.  The sum runs over pairs, as the authors' code does (spec §5.2: the paper's
+    probability.  The sum runs over pairs, as the authors' code does (WDP paper, Theorem 2: the paper's
     "components i" could also mean coordinates; that reading is not what produced its numbers).
     The paper's "inf" has no numerical counterpart (nothing is optimised).
     """
@@ -150,7 +150,7 @@ def wdp_step_loss(distances: ArrayLike, noise_std: float, q: float, mu: float) -
     return float(moments.sum() ** (1.0 / mu))
 
 
-# ------------------------------------------------------- Theorems 1 / 3, Corollary 1 (§5.1, §5.4)
+# ------------------------------------------------------- Theorems 1 / 3, Corollary 1 (WDP paper, Theorem 1)
 def wdp_epsilon(total_loss: float, delta: float, beta: float) -> float:
     """Corollary 1: ``eps = L_T - log(delta)/beta`` (generalized (mu, eps, delta)-WDP)."""
     if not 0.0 < delta < 1.0:
@@ -167,14 +167,14 @@ def wdp_delta(total_loss: float, epsilon: float, beta: float) -> float:
 
 
 class WassersteinAccountant:
-    """The Wasserstein accountant (spec §5.5): ``L <- L + W_t`` per step, ``eps(delta) = L - log(delta)/beta``.
+    """The Wasserstein accountant (WDP paper, the authors' accountant code): ``L <- L + W_t`` per step, ``eps(delta) = L - log(delta)/beta``.
 
     ``order`` is mu (paper default 16), ``beta`` the fixed "customization" parameter (1 in the
     composition experiment, 32 in the deep-learning scripts).  beta is never optimised: eps is
-    monotonically decreasing in beta (spec §5.1: the Jensen step of Theorem 1 is the direction
+    monotonically decreasing in beta (WDP paper, Theorem 1: the Jensen step of Theorem 1 is the direction
     Jensen does not permit, so a larger beta is not a tighter *bound*, only a smaller number).
 
-    REPORTED ONLY.  The per-step loss grows with the noise std (spec §5.5), so this epsilon is not
+    REPORTED ONLY.  The per-step loss grows with the noise std (WDP paper, the authors' accountant code), so this epsilon is not
     a DP guarantee and must not calibrate noise or stop training.
     """
 

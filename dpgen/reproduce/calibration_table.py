@@ -1,8 +1,8 @@
 """Reproduce DP-SWD Table 4 (noise std for eps = 10) and show the corrected calibrations beside it.
 
-    dpgen reproduce calibration [--out docs/reproduction.md]
+    dpgen reproduce calibration [--out docs/reproduction/dp-swd.md]
 
-Columns (spec dpswd.md §1.4-1.6):
+Columns (DP-SWD paper, Prop. 2):
 * paper preset: Bernstein as in the released code (or CLT), bound at delta/2 but RDP->DP conversion
   at delta, autodp's subsampling-without-replacement bound, (N // B + 1) * epochs steps, d as in the
   paper's accountant.  Must match the paper within 2 %.
@@ -102,7 +102,7 @@ def to_markdown(rows: list[dict], seconds: float) -> str:
         "",
         "Notes on the actual step counts: " + "; ".join(f"{r['name']}: {r['note']}" for r in rows) + ".",
         "",
-        f"Produced by `dpgen reproduce calibration --out docs/reproduction.md` in {seconds:.0f} s.",
+        f"Produced by `dpgen reproduce calibration --out docs/reproduction/dp-swd.md` in {seconds:.0f} s.",
     ]
     return "\n".join(lines)
 

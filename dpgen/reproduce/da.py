@@ -1,7 +1,7 @@
 """Reproduce the digits rows of DP-SWD Table 1 (M->U, U->M; DANN, SWD, DP-DANN, DP-SWD at eps = 10)
-and Fig. 3 (target accuracy vs epsilon), and write them into docs/reproduction.md.
+and Fig. 3 (target accuracy vs epsilon), and write them into docs/reproduction/dp-swd.md.
 
-    dpgen reproduce da --seeds 0 1 2 --epochs 15 --start-align 2 --out docs/reproduction.md
+    dpgen reproduce da --seeds 0 1 2 --epochs 15 --start-align 2 --out docs/reproduction/dp-swd.md
     dpgen reproduce da --fig3 --fig3-eps 0.5 1 3 10 --epochs 15 --start-align 2 ...
 
 Every run is ``python train.py experiment=<task>_<variant> seed=<s> model.epochs=... logger=local``
@@ -9,7 +9,7 @@ in its own folder under ``--runs`` (a finished run, one with results.json, is no
 interrupted reproduction continues where it stopped).  The table shows mean ± std over seeds of the
 target test accuracy beside the paper's numbers, the noise each private run used (σ on the DP-SWD
 projections / DP-SGD noise multiplier) beside the paper's, the ε each run spent, and run times.
-The markdown goes between ``<!-- issue-5:start -->`` and ``<!-- issue-5:end -->`` of ``--out``.
+The markdown goes between ``<!-- da:start -->`` and ``<!-- da:end -->`` of ``--out``.
 """
 
 from __future__ import annotations
@@ -27,22 +27,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 from dpgen.privacy import RDPAccountant, Release, calibrate_dpswd  # noqa: E402
 
-START, END = "<!-- issue-5:start -->", "<!-- issue-5:end -->"
+START, END = "<!-- da:start -->", "<!-- da:end -->"
 TASKS = {"mnist_usps": "M→U", "usps_mnist": "U→M"}
 VARIANTS = ["source_only", "dann", "swd", "dp_dann", "dpswd"]
 LABEL = {"source_only": "source only (no alignment)", "dann": "DANN", "swd": "SWD", "dp_dann": "DP-DANN",
          "dpswd": "DP-SWD"}
 # variant -> (experiment suffix, extra overrides); source only = the swd preset with alignment weight 0
 EXPERIMENT = {"source_only": ("swd", ["model.alignment.weight=0"])}
-# DP-SWD Table 1 (eps = 10, delta = 1e-5), mean ± std over 10 runs (spec dpswd.md §2.5)
+# DP-SWD Table 1 (eps = 10, delta = 1e-5), mean ± std over 10 runs (DP-SWD paper, Table 1)
 PAPER = {("mnist_usps", "source_only"): "—", ("usps_mnist", "source_only"): "—",
          ("mnist_usps", "dann"): "93.9 ± 0", ("mnist_usps", "swd"): "95.5 ± 1", ("mnist_usps", "dp_dann"): "87.1 ± 2",
          ("mnist_usps", "dpswd"): "94.0 ± 0", ("usps_mnist", "dann"): "86.2 ± 2", ("usps_mnist", "swd"): "84.8 ± 2",
          ("usps_mnist", "dp_dann"): "73.5 ± 2", ("usps_mnist", "dpswd"): "83.4 ± 2"}
-# paper sigma (Table 4 / da_settings.py) and the inputs of its accountant (spec §1.6, §2.4)
+# paper sigma (Table 4 / da_settings.py) and the inputs of its accountant (DP-SWD paper, σ calibration)
 PAPER_SIGMA_DPSWD = {"mnist_usps": 5.34, "usps_mnist": 4.74}
 PAPER_N = {"mnist_usps": 7438, "usps_mnist": 10000}
-# released DP-DANN baseline: fixed sigma, accounted with autodp WOR, prob B/N, E*N compositions (§2.4)
+# released DP-DANN baseline: fixed sigma, accounted with autodp WOR, prob B/N, E*N compositions (DP-SWD paper, domain-adaptation baselines)
 RELEASED_DPDANN = [("M-U", 17.0, 7438, 128, 100, 1e-5), ("U-M", 14.65, 10000, 128, 100, 1e-5),
                    ("VisDA", 4.75, 55387, 128, 50, 1e-6), ("Office", 9.81, 497, 32, 50, 1e-3)]
 
@@ -119,7 +119,7 @@ def table1(args) -> tuple[str, list[dict]]:
     for r in rows:
         lines.append(f"| {TASKS[r['task']]} | {LABEL[r['variant']]} | {r['acc']} | {PAPER[(r['task'], r['variant'])]} | "
                      f"{r['src']} | {r['eps']} | {r['noise']} | {r['steps']} / {r['priv']} | {r['time']:.0f} | {r['n']} |")
-    lines += ["", "DP-SWD noise on the projections, ε = 10, δ = 1e-5 (σ values; spec §1.6, `dpgen/reproduce/calibration_table.py`):", "",
+    lines += ["", "DP-SWD noise on the projections, ε = 10, δ = 1e-5 (σ values; DP-SWD paper, σ calibration, `dpgen/reproduce/calibration_table.py`):", "",
               "| task | σ paper (Table 4) | σ paper preset, recomputed | σ corrected preset (d = 320, real private batches, "
               "Prop. 2 δ split; 100 epochs) | σ this run (Lemma 2, union bound, Poisson, "
               f"{args.epochs - args.start_align} aligning epochs) |", "|---|---|---|---|---|"]
@@ -162,7 +162,7 @@ def fig3(args) -> str:
             print(f"  {'done' if r.returncode == 0 else 'FAILED'} in {time.time() - t:.0f} s", flush=True)
             if r.returncode != 0:
                 print(r.stderr[-3000:])
-        rep = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_report.py"), str(folder), "--metric",
+        rep = subprocess.run([sys.executable, "-m", "dpgen.report", str(folder), "--metric",
                               "acc_target"], capture_output=True, text=True)
         rel = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
         md.append(f"**{LABEL[variant]}** ({TASKS.get(args.fig3_task, args.fig3_task)}, seed {args.seeds[0]}; plot: "
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--start-align", type=int, default=10)
     ap.add_argument("--runs", type=Path, default=ROOT / "outputs" / "reproduce_da")
-    ap.add_argument("--out", type=Path, default=None, help="markdown file (docs/reproduction.md)")
+    ap.add_argument("--out", type=Path, default=None, help="markdown file (docs/reproduction/dp-swd.md)")
     ap.add_argument("--skip-table", action="store_true")
     ap.add_argument("--fig3", action="store_true", help="also run the epsilon sweep of Fig. 3")
     ap.add_argument("--fig3-task", default="mnist_usps")
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="", help="free text appended to the section (e.g. the CPU and its load)")
     args = ap.parse_args(argv)
     t0 = time.time()
-    parts = ["## Domain adaptation: DP-SWD Table 1 digits rows and Fig. 3 (issue 5)", ""]
+    parts = ["## Domain adaptation: DP-SWD Table 1 digits rows and Fig. 3", ""]
     if not args.skip_table:
         tab, _ = table1(args)
         parts += ["### Table 1 (digits), ε = 10, δ = 1e-5", "", tab, ""]

@@ -6,7 +6,7 @@ Prints the accuracy (%) on USPS test / train with ``layout=resize`` (16x16 stret
 ``layout=mnist_box`` (MNIST's 20x20 digit box), and with ``--mnist`` on the MNIST test set and on
 the U->M private target (the preset's 10,000 seeded MNIST training images).  The USPS *train* split
 and that MNIST subset are the sets the M->U / U->M adaptation used: the released DP-SWD code reports
-its accuracy on the adaptation set (issue 13, docs/reproduction.md).  Reads ``$DPGEN_DATA_ROOT`` (default ``data``).
+its accuracy on the adaptation set (docs/reproduction/dp-swd.md).  Reads ``$DPGEN_DATA_ROOT`` (default ``data``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     dpgen reproduce dpswflow toy                 # Fig. 1: SWD after 200 steps, particles PNG
     dpgen reproduce dpswflow runs [--only mnist]  # train.py runs: {flow-r, flow, gen} x eps {inf, 10, 5}
     dpgen reproduce dpswflow eval                 # FID (domain extractor) + LogReg accuracy per run
-    dpgen reproduce dpswflow write                # section of docs/reproduction.md (+ sigma table)
+    dpgen reproduce dpswflow write                # section of docs/reproduction/dpswflow.md (+ sigma table)
 
 CPU budget (this project's 2 shared cores): the runs use the paper's noise calibration for the FULL
 schedule (35 / 20 epochs, 1500 steps) but stop the flow / generator early (``trainer.max_steps`` /
@@ -28,11 +28,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "outputs" / "reproduce_dpswflow"
 FIG = ROOT / "docs" / "figures"
-DOC = ROOT / "docs" / "reproduction.md"
-START, END = "<!-- issue-4:start -->", "<!-- issue-4:end -->"
+DOC = ROOT / "docs" / "reproduction" / "dpswflow.md"
+START, END = "<!-- dpswflow:start -->", "<!-- dpswflow:end -->"
 
 METHODS = {"dpswflow_r": "DPSWflow-r", "dpswflow": "DPSWflow", "dpswgen": "DPSWgen"}
-PAPER_FID = {  # Table 1 of the paper (spec dpswflow.md §7), mean of 5 runs, Inception FID
+PAPER_FID = {  # Table 1 of the paper (DPSWflow paper, Table 1), mean of 5 runs, Inception FID
     ("mnist", "dpswgen"): (114, 124, 198), ("mnist", "dpswflow_r"): (21, 70, 114), ("mnist", "dpswflow"): (73, 118, 171),
     ("fmnist", "dpswgen"): (138, 170, 199), ("fmnist", "dpswflow_r"): (42, 88, 98), ("fmnist", "dpswflow"): (96, 98, 129),
 }
@@ -118,7 +118,7 @@ def _overrides(ds: str, m: str, eps: str, rdir: Path) -> list[str]:
     o = [f"experiment={ds}_{m}", "logger=local", "evaluator=none", "trainer.progress=false",
          f"model.ae_steps={SHORT['ae_steps']}", f"model.ae_batch_size={SHORT['ae_batch_size']}",
          f"model.autoencoder_cache={OUT / 'autoencoders'}", f"hydra.run.dir={rdir}",
-         "model.label_mode=concat"]  # the documented reproduction rows (issue 4); partition is the default now
+         "model.label_mode=concat"]  # the documented reproduction rows; partition is the default now
     if m != "dpswgen":
         o += [f"model.n_particles={SHORT['n_particles']}", f"model.num_percentiles={SHORT['num_percentiles']}"]
     if eps == "inf":
@@ -168,7 +168,7 @@ def _evaluate(ds_name: str, n_eval: int) -> dict:
 
     try:
         from dpgen.eval import domain_extractor, frechet_distance
-    except ImportError:  # the FID evaluator of issue 3 is not merged
+    except ImportError:  # no FID evaluator available
         domain_extractor = frechet_distance = None
     summary = json.loads(_summary(ds_name).read_text()) if _summary(ds_name).exists() else {}
     FIG.mkdir(parents=True, exist_ok=True)
@@ -226,9 +226,9 @@ def section() -> str:
     for ds in ("mnist", "fmnist"):
         if _summary(ds).exists():
             summ.update(json.loads(_summary(ds).read_text()))
-    L = [START, "## DPSWflow (Sebag et al., TMLR) — issue 4", "",
+    L = [START, "## DPSWflow (Sebag et al., TMLR)", "",
          "Produced by `dpgen/reproduce/dpswflow.py` (`toy`, `runs`, `eval`, `write`) and "
-         "`dpgen/reproduce/dpswflow_sigma_table.py`.", "", "### σ ↔ ε (App. C.5; spec §4.2–4.3)", "", sigma_md(), "",
+         "`dpgen/reproduce/dpswflow_sigma_table.py`.", "", "### σ ↔ ε (DPSWflow paper, App. C.5)", "", sigma_md(), "",
          "Interpretation: the paper's σ is a noise multiplier of the subsampled Gaussian with q = 250/N_priv "
          "(N = 30,000 for the flows, 28,500 for DPSWgen, 81,385 for CelebA) and T = int(epochs·N/250) steps; "
          "ε from a moments accountant at δ. The released code's accumulation bug over-states ε by 12–32 %; the "
@@ -288,7 +288,7 @@ def section() -> str:
                 paper = " / ".join(str(v) for v in PAPER_FID[(ds, VARIANTS.get(m, (m,))[0])])
                 L.append(f"| {'MNIST' if ds == 'mnist' else 'F-MNIST'} | {name} | {paper} | {fid} | {acc} | {epss} | "
                          f"{noise} |")
-        L += ["", f"FID: {'domain extractor (' + str(fid_kind) + '), NOT comparable in value with the paper' + chr(39) + 's Inception FID' if fid_kind else 'pending (the FID evaluator of issue 3 was not available to this run)'}; "
+        L += ["", f"FID: {'domain extractor (' + str(fid_kind) + '), NOT comparable in value with the paper' + chr(39) + 's Inception FID' if fid_kind else 'pending (the FID evaluator was not available to this run)'}; "
               f"{next(iter(summ.values()))['n_eval']} generated images; LogReg trained on the same balanced synthetic "
               "set, tested on the real test set. One run per cell (the paper: mean of 5).", ""]
         for ds in ("mnist", "fmnist"):

@@ -1,4 +1,4 @@
-"""DPSWflow sigma <-> epsilon pairs (spec dpswflow.md §4.2-4.3, App. C.5 of the paper).
+"""DPSWflow sigma <-> epsilon pairs (DPSWflow paper, privacy analysis, App. C.5 of the paper).
 
 For every published (sigma, epsilon) pair: epsilon of the released code's moments accountant (with
 its accumulation bug), of the correct moments accountant, of dpgen's RDP accountant (autodp,
@@ -6,7 +6,7 @@ Poisson subsampled Gaussian), and the sigma the correct accountant needs for the
 Then the one-shot Gaussian mechanism of DPSWflow: the paper's classic sigma, its exact epsilon, and
 what dpgen's calibrations give (with the paper's CLT bound and with dpgen's rigorous Chernoff bound).
 
-Interpretation (spec §4.2): sigma is a noise MULTIPLIER; q = 250 / N_priv; T = int(epochs * N / 250)
+Interpretation (DPSWflow paper, accounting of DPSWflow-r / DPSWgen): sigma is a noise MULTIPLIER; q = 250 / N_priv; T = int(epochs * N / 250)
 steps; moments accountant over integer orders 1..32 (DPSWgen 1..30); conversion at delta (no split).
 
     dpgen reproduce dpswflow-sigma            # prints the markdown

@@ -1,4 +1,4 @@
-"""The reproduction scoreboard of docs/reproduction.md, rendered from a committed evidence store.
+"""The reproduction scoreboard of docs/reproduction/ (one page per paper), rendered from a committed evidence store.
 
 Two steps, neither of which trains anything:
 
@@ -9,12 +9,13 @@ Two steps, neither of which trains anything:
   the command, git commit if recorded, date).  Runs that match no registry cell are listed with
   the reason and not stored.  Then it re-renders the doc (``--no-render`` to skip).
 * ``render`` (``make reproduce``) rebuilds the tables between ``<!-- scoreboard:start -->`` and
-  ``<!-- scoreboard:end -->`` of ``docs/reproduction.md`` from the evidence store alone, so a fresh
+  ``<!-- scoreboard:end -->`` of every ``docs/reproduction/<paper>.md`` (and the verdict summary of
+  ``docs/reproduction/index.md``) from the evidence store alone, so a fresh
   clone regenerates the doc byte for byte.  ``check`` exits 1 when the doc and the store disagree.
 
 Adding a run (one command)::
 
-    dpgen reproduce collect /work/runs/s18/da/*        # any number of run folders
+    dpgen reproduce collect outputs/2026-01-01/*        # any number of run folders
 
 The registry declares every row once: the paper's number and where the spec quotes it, the
 tolerance, and which experiment (+ overrides, + resolved-config values) defines each of the three
@@ -35,7 +36,7 @@ Verdict per row (computed, never typed):
   rigorous run at the paper's ε that reaches the paper's number reproduces it, and the detail says
   so ("honest (ours) … rigorous").
 * FID rows whose runs can only measure the offline domain FID (no Inception weights here) are judged
-  by a **ratio** when the row declares one (``FidRatio``, DPSWflow Table 1 as issue 13 asks): ours
+  by a **ratio** when the row declares one (``FidRatio``, DPSWflow Table 1): ours
   = mean domain FID of the decisive cell / mean domain FID of the reference cell (same autoencoder
   settings), paper = paper FID / paper reference FID, within the tolerance when ours ≤
   (paper FID + tolerance) / paper reference FID.  The detail names it a ratio.
@@ -55,6 +56,7 @@ import fnmatch
 import hashlib
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -65,8 +67,8 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "reproduction.md"
-STORE = ROOT / "docs" / "reproduction" / "runs"
+DOCS = ROOT / "docs" / "reproduction"
+STORE = DOCS / "runs"
 START, END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"
 SCHEMA = 1
 
@@ -160,6 +162,7 @@ class Table:
 
 
 CELLS = ("paper", "honest", "nonprivate")
+VERDICTS = ("reproduced (within tolerance)", "explained by measurement", "open")
 HEADERS = {"paper": "paper setting (ours)", "honest": "honest (ours)", "nonprivate": "non-private (ours)"}
 
 TABLES = (
@@ -179,25 +182,31 @@ TABLES = (
     Table("dpswflow-t1", "DPSWflow (Sebag et al.), Table 1 — FID at ε = ∞ / 10 / 5",
           "FID of 10,000 samples (paper: Inception, unconditional, mean of 5 runs); tolerance +10; "
           "the offline domain FID is shown but not comparable, so each row is judged by its domain-FID ratio "
-          "to the paired ε = ∞ run (same autoencoder), as issue 13 asks. Caveat, measured: the runs so far use "
+          "to the paired ε = ∞ run (same autoencoder). Caveat, measured: the runs so far use "
           "a short public autoencoder (`model.ae_steps=1200 model.ae_batch_size=64`; the paper trains 10⁶ "
           "steps), whose reconstructions of the real test set already have domain FID 82.8 on MNIST and 54.6 on F-MNIST "
           "(`python research/ae_fid_floor.py <run folder>`; the ε = ∞ DPSWflow-r runs are at 97.3 and 55.8). That "
           "floor is shared by both sides of a ratio and pulls it toward 1, i.e. it favours a \"reproduced\" "
           "verdict; the ratios are evidence about the flow, not a measurement of the paper's Inception FIDs. "
           "DPSWgen's paper cells run the released trainer's 35 generator steps (20 at ε = 5) and are shown with "
-          "the released code's 25-image FID beside the 10,000-image one (docs/reproduction.md, stop 21, item 21)."),
+          "the released code's 25-image FID beside the 10,000-image one (docs/reproduction/dpswflow.md)."),
     Table("wdp-t2", "WDP (Yang, Qi & Zhou), Table 2 — DP-SGD CNN test accuracy (%)",
           "Paper ε (DP column) 2.2 MNIST / 2.9 F-MNIST, δ = 1e-5; tolerance −3 points."),
 )
 
+# one page per paper: docs/reproduction/<slug>.md holds the tables of that paper
+PAGES = {"dp-swd": ("dpswd-t1", "dpswd-t2"), "dp-sinkhorn": ("dpsinkhorn-t1",), "dpswflow": ("dpswflow-t1",),
+         "wdp": ("wdp-t2",)}
+PAGE_TITLES = {"dp-swd": "DP-SWD (Rakotomamonjy & Ralaivola, ICML 2021)", "dp-sinkhorn": "DP-Sinkhorn (Cao et al., NeurIPS 2021)",
+               "dpswflow": "DPSWflow (Sebag et al., TMLR)", "wdp": "Wasserstein DP (Yang, Qi & Zhou, AAAI 2024)"}
+
 _BOX_T = (("dataset.target.layout", "mnist_box"),)   # M→U: USPS target in MNIST's 20×20 box geometry
 _BOX_S = (("dataset.source.layout", "mnist_box"),)   # U→M: USPS source
-_DPSWD_SPEC = "shared/specs/dpswd.md §2.5"
+_DPSWD_SPEC = "DP-SWD paper, Table 1"
 _NOPAPER_NP = "— (non-private row: the non-private cell is the paper's setting)"
 _NOHONEST_NP = "— (non-private row)"
 _NO_DANN_PAPER = ("no paper preset: the released DP-DANN's fixed σ gives ε = 14.2 (M-U) / 12.5 (U-M) under its "
-                  "own accounting (issue-5 block below)")
+                  "own accounting (see below)")
 _DA_VARY = ("model.epoch_length",)
 _SHORT = ("trainer.max_steps", "model.steps", "model.epochs", "model.lr", "evaluator.*")
 
@@ -216,7 +225,7 @@ def _da_rows() -> list[Row]:
                 "under the paper's protocol (accuracy on the USPS training images the model adapted to, "
                 "released `evaluate_data_classifier(target_loader)`) the same saved model scores 93.8 %, within "
                 "the tolerance; on dpgen's held-out USPS test split 92.2 % (0.3 points short)",
-                "dpgen reproduce da-layout /work/runs/issue-13/h13/mnist_usps_swd_box/seed0/da_model.pt")
+                "dpgen reproduce da-layout <mnist_usps_swd run folder>/da_model.pt")
         rows += [
             Row(f"dpswd-t1-{tid}-swd", "dpswd-t1", f"{task} SWD", (acc["swd"],),
                 _DPSWD_SPEC, False, _NOPAPER_NP, _NOHONEST_NP, Cell(f"{src}_swd", vary=_DA_VARY, config=box),
@@ -245,10 +254,10 @@ def _sinkhorn(fid: float, logreg: float, mlp: float, cnn: float) -> tuple[Metric
             Metric("acc_mlp", mlp, "MLP", text=f"{mlp:.1f}"), Metric("acc_cnn", cnn, "CNN", text=f"{cnn:.1f}"))
 
 
-_SINK_SPEC = "shared/specs/dpsinkhorn.md, Table 1 (§4)"
+_SINK_SPEC = "DP-Sinkhorn paper, Table 1"
 # model.scaling: the ε-annealing factor; the released code runs GeomLoss' default 0.5, dpgen's default is 0.9
 _SINK_VARY = (*_SHORT, "model.scaling")
-_FLOW_SPEC = "shared/specs/dpswflow.md §7, Table 1"
+_FLOW_SPEC = "DPSWflow paper, Table 1"
 _FLOW_PAPER = {  # (dataset, method): FID at eps inf / 10 / 5
     ("mnist", "dpswflow_r"): (21, 70, 114), ("mnist", "dpswflow"): (73, 118, 171), ("mnist", "dpswgen"): (114, 124, 198),
     ("fmnist", "dpswflow_r"): (42, 88, 98), ("fmnist", "dpswflow"): (96, 98, 129), ("fmnist", "dpswgen"): (138, 170, 199),
@@ -257,10 +266,10 @@ _FLOW_NAMES = {"dpswflow_r": "DPSWflow-r", "dpswflow": "DPSWflow", "dpswgen": "D
 
 
 _FLOW_VARY = (*_SHORT, "model.ae_*")  # the autoencoder's schedule (shown in the cell; pairs the FID ratios)
-# eps = 5 as the released configs run it (spec dpswflow.md §2, §4): flow-r / gen sigma 0.8 for 20 epochs;
+# eps = 5 as the released configs run it (DPSWflow paper, the particle flow): flow-r / gen sigma 0.8 for 20 epochs;
 # the one-shot DPSWflow the classical c S / eps at eps = 5
 # DPSWgen's released latent trainer runs optim.iters generator steps of one batch each (35; 20 at eps = 5), not
-# epochs (docs/reproduction.md, stop 21): its paper cells pin the step count, so runs of the older 35-epoch
+# epochs (docs/reproduction/dpswflow.md): its paper cells pin the step count, so runs of the older 35-epoch
 # presets (4,200 steps) stay out of them
 _FLOW_EPS5 = {"dpswflow_r": ("privacy.paper_sigma=0.8", "privacy.paper_epsilon=5", "model.epochs=20"),
               "dpswgen": ("privacy.paper_sigma=0.8", "privacy.paper_epsilon=5", "model.steps=20"),
@@ -300,16 +309,16 @@ def _flow_rows() -> list[Row]:
     return rows
 
 
-_WDP_SPEC = "shared/specs/wdp-experiments.md §E3"
+_WDP_SPEC = "WDP paper, Table 2"
 _WDP_PAPER = ("the authors' recipe (batch-mean clipping, σ = 0.01, sparsified updates) is not implemented: "
-              "dpgen trains per-example DP-SGD only (E3 notes below)")
+              "dpgen trains per-example DP-SGD only (see below)")
 _WDP_VARY = ("model.epochs", "model.batch_size", "model.lr", "accountant.data_dependent_reports")
 
 
 def _wdp_rows() -> list[Row]:
     rows = []
     for ds, dsn, (nonpriv, priv) in (("mnist", "MNIST", (99, 96)), ("fmnist", "F-MNIST", (92, 90))):
-        # the authors' plain SGD step (lr 0.01, spec §E3); the preset's DP-SGD step (lr 1.0) diverges without noise
+        # the authors' plain SGD step (lr 0.01, WDP paper, Table 2); the preset's DP-SGD step (lr 1.0) diverges without noise
         np_cell = Cell(f"{ds}_dpsgd", ("model.private=false", "model.lr=0.01"), vary=_WDP_VARY)
         rows += [
             Row(f"wdp-t2-{ds}-dpsgd", "wdp-t2", f"{dsn} DP-SGD (private)",
@@ -324,36 +333,36 @@ def _wdp_rows() -> list[Row]:
 REGISTRY: tuple[Row, ...] = tuple(
     _da_rows()
     + [
-        Row("dpswd-t2-b", "dpswd-t2", "DP-SWD-b (Bernstein)", _t2(76, 77), "shared/specs/dpswd.md §3.3", True,
+        Row("dpswd-t2-b", "dpswd-t2", "DP-SWD-b (Bernstein)", _t2(76, 77), "DP-SWD paper, Table 2", True,
             Cell("mnist_dpswd_paper", vary=_SHORT),
-            Cell("mnist_dpswd_partition", vary=_SHORT),  # the best honest DP-SWD preset (issue 12: partition + orthogonal)
+            Cell("mnist_dpswd_partition", vary=_SHORT),  # the best honest DP-SWD preset (partition + orthogonal)
             Cell("mnist_swd", vary=_SHORT)),
-        Row("dpswd-t2-c", "dpswd-t2", "DP-SWD-c (CLT)", _t2(77, 78), "shared/specs/dpswd.md §3.3", True,
+        Row("dpswd-t2-c", "dpswd-t2", "DP-SWD-c (CLT)", _t2(77, 78), "DP-SWD paper, Table 2", True,
             Cell("mnist_dpswd_clt_paper", vary=_SHORT),
             Cell("mnist_dpswd_chernoff", vary=_SHORT),  # the CLT bound is not a guarantee; Chernoff is, at a close σ
             Cell("mnist_swd", vary=_SHORT)),
-        Row("dpswd-t2-swd", "dpswd-t2", "SWD (non-private)", _t2(87, 82), "shared/specs/dpswd.md §3.3", False,
+        Row("dpswd-t2-swd", "dpswd-t2", "SWD (non-private)", _t2(87, 82), "DP-SWD paper, Table 2", False,
             _NOPAPER_NP, _NOHONEST_NP, Cell("mnist_swd", vary=_SHORT),
             explained=Explained(
                 "MLP 84.2 is within the tolerance; LogReg is 78.3 when fitted on all 60,000 synthetic samples but "
                 "81.4 ± 0.5 (81.4 / 81.7 / 81.6 / 81.7 / 80.5, five draws of labels and classifier seed) when "
                 "fitted on a balanced 10 % subsample (6,000), the LogReg protocol of DP-MERF's benchmark script "
-                "that Table 2 cites (shared/specs/dpswd.md §3.3) — within the tolerance of 82; the same saved "
+                "that Table 2 cites (DP-SWD paper, Table 2) — within the tolerance of 82; the same saved "
                 "generator (r4), evaluation only",
                 "python train.py experiment=mnist_swd seed=S logger=local evaluator.fid.enabled=false "
                 "'evaluator.classifiers=[logreg]' evaluator.n_synthetic=6000 "
-                "trainer.resume=/work/runs/s18/gen/mnist_swd/checkpoints/last.pt  # S = 0..4")),
-        Row("dpswd-t2-fmnist-b", "dpswd-t2", "F-MNIST DP-SWD-b (Bernstein)", _t2(67, 66), "shared/specs/dpswd.md §3.3",
+                "trainer.resume=<mnist_swd run folder>/checkpoints/last.pt  # S = 0..4")),
+        Row("dpswd-t2-fmnist-b", "dpswd-t2", "F-MNIST DP-SWD-b (Bernstein)", _t2(67, 66), "DP-SWD paper, Table 2",
             True, Cell("fmnist_dpswd_paper", vary=_SHORT), Cell("fmnist_dpswd", vary=_SHORT),
             Cell("fmnist_swd", vary=_SHORT)),
-        Row("dpswd-t2-fmnist-c", "dpswd-t2", "F-MNIST DP-SWD-c (CLT)", _t2(67, 66), "shared/specs/dpswd.md §3.3",
+        Row("dpswd-t2-fmnist-c", "dpswd-t2", "F-MNIST DP-SWD-c (CLT)", _t2(67, 66), "DP-SWD paper, Table 2",
             True, Cell("fmnist_dpswd_clt_paper", vary=_SHORT), Cell("fmnist_dpswd", vary=_SHORT),
             Cell("fmnist_swd", vary=_SHORT)),
-        Row("dpswd-t2-fmnist-swd", "dpswd-t2", "F-MNIST SWD (non-private)", _t2(77, 76), "shared/specs/dpswd.md §3.3",
+        Row("dpswd-t2-fmnist-swd", "dpswd-t2", "F-MNIST SWD (non-private)", _t2(77, 76), "DP-SWD paper, Table 2",
             False, _NOPAPER_NP, _NOHONEST_NP, Cell("fmnist_swd", vary=_SHORT)),
         Row("dpsinkhorn-t1-mnist", "dpsinkhorn-t1", "MNIST DP-Sinkhorn (m = 1)", _sinkhorn(48.4, 82.8, 82.7, 83.2),
             _SINK_SPEC, True, Cell("mnist_dpsinkhorn_paper", vary=_SINK_VARY),
-            Cell("mnist_dpsinkhorn_long", vary=_SINK_VARY),  # the best honest DP-Sinkhorn preset (issue 12: B = 16, 8000 steps)
+            Cell("mnist_dpsinkhorn_long", vary=_SINK_VARY),  # the best honest DP-Sinkhorn preset (B = 16, 8000 steps)
             Cell("mnist_sinkhorn", vary=_SINK_VARY)),
         Row("dpsinkhorn-t1-fmnist", "dpsinkhorn-t1", "F-MNIST DP-Sinkhorn (m = 3)",
             _sinkhorn(128.3, 75.1, 74.6, 71.1), _SINK_SPEC, True, Cell("fmnist_dpsinkhorn_paper", vary=_SINK_VARY),
@@ -473,18 +482,27 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
     for o in overrides or []:
         if _key(o) == "seed":
             seed = int(o.split("=", 1)[1])
-    cwd = None
-    hy_p = run_dir / ".hydra" / "hydra.yaml"
-    if hy_p.is_file():
-        cwd = ((yaml.safe_load(hy_p.read_text()) or {}).get("hydra", {}).get("runtime") or {}).get("cwd")
     date = dt.datetime.fromtimestamp(res_p.stat().st_mtime, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    shown = [o for o in overrides or [] if not _key(o).startswith("hydra.")]
-    return {"schema": SCHEMA, "experiment": res.get("experiment"), "overrides": list(overrides or []),
+    overrides = [portable_override(o) for o in overrides or []]
+    shown = [o for o in overrides if not _key(o).startswith("hydra.")]
+    return {"schema": SCHEMA, "experiment": res.get("experiment"), "overrides": overrides,
             "seed": seed, "config": config, "metrics": metrics, "privacy": privacy, "mechanism": mechanism,
             "steps": steps, "runtime_s": res.get("runtime_s"),
             "command": " ".join(["python train.py", *shown]),
-            "git_commit": res.get("git_commit") or commit or "not recorded" + (f" (ran in {cwd})" if cwd else ""),
-            "date_utc": res.get("created_utc") or date, "run_dir": str(run_dir)}
+            "git_commit": res.get("git_commit") or commit or "not recorded",
+            "date_utc": res.get("created_utc") or date, "run_dir": portable_path(run_dir)}
+
+
+def portable_path(path: str | Path) -> str:
+    """``path`` relative to the working directory: evidence is committed, so it never carries the absolute
+    paths of the machine that ran it."""
+    return Path(os.path.relpath(Path(path).absolute())).as_posix() if Path(path).is_absolute() else str(path)
+
+
+def portable_override(override: str) -> str:
+    """``key=/abs/path`` -> ``key=<path relative to the working directory>``; other overrides unchanged."""
+    key, eq, value = override.partition("=")
+    return f"{key}={portable_path(value)}" if eq and value.startswith("/") else override
 
 
 def evidence_name(ev: dict) -> str:
@@ -587,7 +605,7 @@ def within_tolerance(row: Row, runs: list[dict]) -> bool | None:
 def verdict(row: Row, evidence: list[dict]) -> tuple[str, str]:
     """(status, detail): status is "reproduced (within tolerance)", "explained by measurement" or "open".
 
-    The honest cell never decides (the rule of issue 13: the paper's setting, or non-private for a
+    The honest cell never decides (the rule: the paper's setting, or non-private for a
     non-private number), but an honest run within the tolerance is named in the detail.
     """
     status, detail = _verdict(row, evidence)
@@ -740,8 +758,9 @@ def _cell_text(row: Row, name: str, evidence: list[dict], refs: dict[str, str]) 
         seeds = ", ".join(str(e.get("seed", 0)) for e in g)
         steps = g[0].get("steps")
         rt = " + ".join(f"{_fmt(_num(e.get('runtime_s')), 0)} s" for e in g)
+        runs = "one run, seed" if len(g) == 1 else f"{len(g)} runs, seeds"
         lines.append(f"**{_values(row, g)}** — {_privacy(g[0])}; {f'{steps:,} steps; ' if steps else ''}"
-                     f"seed {seeds}; {rt}" + (f"; with {' '.join(f'`{o}`' for o in extra)}" if extra else "")
+                     f"{runs} {seeds}; {rt}" + (f"; with {' '.join(f'`{o}`' for o in extra)}" if extra else "")
                      + f" [{ids}]")
     return "<br>".join(lines)
 
@@ -756,13 +775,14 @@ def render_tables(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY,
     out = ["", "Generated by `make reproduce` (`dpgen reproduce render`) from the evidence store "
            "`docs/reproduction/runs/` — nothing is re-run. Add a finished run folder with "
            "`dpgen reproduce collect <run folder>...`. Each cell: our number(s) in the paper's unit "
-           "(mean ± std over seeds), the run's guarantee and ε, steps, seeds, run time, and the run id [rN] "
+           "(mean ± std when a cell has several runs; \"one run\" otherwise), the run's guarantee and ε, steps, seeds, "
+           "run time, and the run id [rN] "
            "whose command is listed under the table; \"not run\" gives the command that defines the cell. "
            "Verdicts are computed (`dpgen/reproduce/scoreboard.py`, docstring): a non-private run never counts for a "
            "private number. † not comparable with the paper (e.g. domain-extractor FID vs Inception FID).", ""]
     statuses = [verdict(r, evidence)[0] for r in registry]
-    out += ["Verdicts over all rows: " + ", ".join(
-        f"{statuses.count(v)} {v}" for v in ("reproduced (within tolerance)", "explained by measurement", "open"))
+    out += ["Verdicts over the rows below: " + ", ".join(
+        f"{statuses.count(v)} {v}" for v in VERDICTS)
         + f" (of {len(statuses)}).", ""]
     for t in tables:
         rows = [r for r in registry if r.table == t.id]
@@ -793,21 +813,62 @@ def render_tables(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY,
     return "\n".join(out)
 
 
-def replace_block(text: str, block: str) -> str:
+def replace_block(text: str, block: str, doc: Path | str = "the page") -> str:
     if START not in text or END not in text:
-        raise SystemExit(f"{DOC}: markers {START} / {END} not found; add them where the scoreboard belongs")
+        raise SystemExit(f"{doc}: markers {START} / {END} not found; add them where the scoreboard belongs")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     return head + START + "\n" + block + "\n" + END + tail
 
 
-def render(doc: Path = DOC, store: Path = STORE) -> bool:
-    """Rewrite the doc's scoreboard block; True when it changed."""
-    old = doc.read_text()
-    new = replace_block(old, render_tables(load_store(store)))
-    if new != old:
-        doc.write_text(new)
-    return new != old
+def page_registry(slug: str, registry: tuple[Row, ...] = REGISTRY) -> tuple[Row, ...]:
+    """The rows of one paper's page."""
+    return tuple(r for r in registry if r.table in PAGES[slug])
+
+
+def render_page(slug: str, evidence: list[dict], registry: tuple[Row, ...] = REGISTRY) -> str:
+    """The generated block of ``docs/reproduction/<slug>.md``: that paper's tables, run ids local to the page."""
+    return render_tables(evidence, page_registry(slug, registry), tuple(t for t in TABLES if t.id in PAGES[slug]))
+
+
+def render_summary(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY) -> str:
+    """The generated block of ``docs/reproduction/index.md``: verdict counts per paper."""
+    out = ["", "| paper | page | rows | reproduced (within tolerance) | explained by measurement | open |",
+           "|---|---|---|---|---|---|"]
+    for slug, title in PAGE_TITLES.items():
+        statuses = [verdict(r, evidence)[0] for r in page_registry(slug, registry)]
+        out.append(f"| {title} | [{slug}]({slug}.md) | {len(statuses)} | "
+                   + " | ".join(str(statuses.count(v)) for v in VERDICTS) + " |")
+    return "\n".join(out) + "\n"
+
+
+def rendered_pages(evidence: list[dict], docs: Path = DOCS) -> dict[Path, str]:
+    """Every generated block, keyed by the page it belongs in."""
+    pages = {docs / f"{slug}.md": render_page(slug, evidence) for slug in PAGES}
+    pages[docs / "index.md"] = render_summary(evidence)
+    return pages
+
+
+def render(docs: Path = DOCS, store: Path = STORE) -> list[Path]:
+    """Rewrite the scoreboard block of every reproduction page; returns the pages that changed."""
+    changed = []
+    for page, block in rendered_pages(load_store(store), docs).items():
+        old = page.read_text()
+        new = replace_block(old, block, page)
+        if new != old:
+            page.write_text(new)
+            changed.append(page)
+    return changed
+
+
+def stale_pages(docs: Path = DOCS, store: Path = STORE) -> list[Path]:
+    """The reproduction pages whose scoreboard block differs from a render of the store."""
+    return [page for page, block in rendered_pages(load_store(store), docs).items()
+            if replace_block(page.read_text(), block, page) != page.read_text()]
+
+
+def _rel(page: Path) -> str:
+    return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -816,28 +877,28 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("collect", help="store the evidence of finished run folders, then render")
     c.add_argument("runs", nargs="+", type=Path)
     c.add_argument("--commit", help="git commit the runs were made with (results.json records none; e.g. "
-                   "$(git -C /work/wt-frozen rev-parse --short HEAD) for runs of a frozen checkout)")
+                   "$(git -C <checkout> rev-parse --short HEAD) for runs of another checkout)")
     c.add_argument("--no-render", action="store_true")
-    sub.add_parser("render", help="rebuild the scoreboard block of docs/reproduction.md from the store")
-    sub.add_parser("check", help="exit 1 when docs/reproduction.md differs from a render of the store")
+    sub.add_parser("render", help="rebuild the scoreboard blocks of docs/reproduction/*.md from the store")
+    sub.add_parser("check", help="exit 1 when a docs/reproduction page differs from a render of the store")
     args = ap.parse_args(argv)
     if args.cmd == "collect":
         written, skipped = collect(args.runs, commit=args.commit)
         for p in written:
-            print(f"stored {p.relative_to(ROOT)}")
+            print(f"stored {_rel(p)}")
         for s in skipped:
             print(f"skipped {s}")
-        if not args.no_render:
-            print("docs/reproduction.md " + ("updated" if render() else "unchanged"))
+    if args.cmd == "render" or args.cmd == "collect" and not args.no_render:
+        changed = render()
+        print("updated " + ", ".join(map(_rel, changed)) if changed else "docs/reproduction/ unchanged")
         return 0
-    if args.cmd == "render":
-        print("docs/reproduction.md " + ("updated" if render() else "unchanged"))
+    if args.cmd == "collect":
         return 0
-    text = DOC.read_text()
-    if replace_block(text, render_tables(load_store())) != text:
-        print("docs/reproduction.md differs from the evidence store: run `make reproduce`", file=sys.stderr)
+    stale = stale_pages()
+    if stale:
+        print(f"{', '.join(map(_rel, stale))} differ from the evidence store: run `make reproduce`", file=sys.stderr)
         return 1
-    print("docs/reproduction.md matches the evidence store")
+    print("docs/reproduction/ matches the evidence store")
     return 0
 
 

@@ -5,10 +5,10 @@ same ledger, sampler, noise generators and RNG continue, so the final segment is
 command would have made), evaluated, and so on.  After each segment ``results.json`` is kept as
 ``results_step<s>.json``; ``plot`` reads them back::
 
-    dpgen reproduce steps-curve run /work/runs/dpsinkhorn_paper 3000 6000 9000 12000 -- \\
+    dpgen reproduce steps-curve run outputs/dpsinkhorn_paper 3000 6000 9000 12000 -- \\
         experiment=mnist_dpsinkhorn_paper seed=0 logger=local trainer.progress=false \\
         'evaluator.classifiers=[logreg,mlp]' evaluator.n_synthetic=10000
-    dpgen reproduce steps-curve plot /work/runs/dpsinkhorn_paper      # table (markdown) + curve.png
+    dpgen reproduce steps-curve plot outputs/dpsinkhorn_paper      # table (markdown) + curve.png
 
 Every point is a released model evaluated on public data (the real test split), so the curve is
 post-processing: it spends no privacy.  It is for reading how utility grows with the steps (and the

@@ -1,9 +1,9 @@
 """Noise-utility curves of every private generator: downstream accuracy vs epsilon and vs the noise std
 per released coordinate (normalised units), with the non-private ceiling of each design.
 
-    dpgen reproduce utility-curves --out /tmp/utility            # digits, all methods (~30 min on 2 cores)
-    dpgen reproduce utility-curves --out /tmp/utility --only moments,moments_proj --datasets digits,mnist
-    dpgen reproduce utility-curves --out /tmp/utility --report-only   # re-plot from the results already there
+    dpgen reproduce utility-curves --out outputs/utility            # digits, all methods (~30 min on 2 cores)
+    dpgen reproduce utility-curves --out outputs/utility --only moments,moments_proj --datasets digits,mnist
+    dpgen reproduce utility-curves --out outputs/utility --report-only   # re-plot from the results already there
 
 Caching: a point whose run folder ``<out>/<dataset>/<design>/<tag>`` already holds ``results.json`` is read,
 not re-run, so after changing one design only its points train (``--only`` restricts the sweep; delete or
@@ -23,7 +23,7 @@ gradient).  It is the noise a single record has to hide behind, in the record's 
 
 Writes ``<out>/utility_curves.json``, ``docs/figures/utility_curves.png`` (``--figure``) and the table
 between the ``<!-- curves:begin -->`` / ``<!-- curves:end -->`` markers of ``docs/utility.md`` (``--doc``).
-Hyper-parameters are the presets' (fixed a priori or chosen on public data; docs/utility.md), never tuned
+Hyper-parameters are the presets' (docs/utility.md says how each was fixed), never tuned
 on these runs.
 """
 
@@ -61,7 +61,7 @@ DESIGNS: dict[str, dict] = {
     "dpsinkhorn": {"label": "DP-Sinkhorn (digits_dpsinkhorn, its 3000 steps)",
                    "experiments": {"digits": "digits_dpsinkhorn"},
                    "overrides": [], "diameter": "sinkhorn"},
-    # issue 12 item 8: the ~30-minute MNIST schedules (no public data); only their eps = 10 points were run
+    # the ~30-minute MNIST schedules (no public data); only their eps = 10 points were run
     "dpswd_partition": {"label": "DP-SWD generator (mnist_dpswd_partition, 12 epochs)",
                         "experiments": {"mnist": "mnist_dpswd_partition"}, "overrides": [], "diameter": 1.0},
     "dpsinkhorn_long": {"label": "DP-Sinkhorn (mnist_dpsinkhorn_long, 8000 steps)",

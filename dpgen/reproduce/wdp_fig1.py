@@ -1,5 +1,5 @@
 """WDP E1 / Figure 1: budgets of the Laplace and Gaussian mechanisms (scales 1, 2, 3, 5) under RDP
-(order alpha) and WDP (order mu), orders 1..10 (spec wdp-experiments.md E1; Table 1 of wdp.md).
+(order alpha) and WDP (order mu), orders 1..10 (WDP paper, Fig. 1; Table 1 of WDP paper).
 
     dpgen reproduce wdp-fig1            # -> docs/figures/wdp_fig1.png, prints the grid at integer orders
 """

@@ -1,6 +1,6 @@
 """WDP E2 / Figures 2 and 4: composition on synthetic Weibull gradients, WA vs MA vs BA over 100 steps.
 
-Settings (spec wdp-experiments.md E2): every step a fresh Weibull(0.5) 50x1000 gradient matrix; the
+Settings (WDP paper, Fig. 2): every step a fresh Weibull(0.5) 50x1000 gradient matrix; the
 clipping threshold C is the empirical quantile (0.05 / 0.50 / 0.75 / 0.99) of the 50 row norms;
 noise std 0.2 C; q = 1e-3; delta = 1e-5; WA mu = 16, beta = 1; BA lambda = 16, Hölder T = 100; MA
 lambda = 16 at Delta = 2C.  All 1225 row pairs feed WA and BA.  ``--clip`` clips every row to C (the

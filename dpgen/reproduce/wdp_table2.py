@@ -8,11 +8,11 @@ with lr 0.1, a usual plain-SGD step; 1.0 was chosen for the clipped noisy gradie
 It also evaluates, without training, what each accountant says for the authors' script defaults
 (sigma = 0.01, C = 1, q = 1024/60000, 16 and 25 epochs of 59 steps): WA from Theorem 2 with the pair
 distance d at both ends of its range [0, C] (the 28 leave-one-out pairs of the authors), MA at
-Delta = C, RDP from autodp.  That is where the paper's small WDP epsilon comes from (spec §5.5).
+Delta = C, RDP from autodp.  That is where the paper's small WDP epsilon comes from (WDP paper, the authors' accountant code).
 
 Shortened schedule (CPU): ``--epochs 1 --batch 256`` by default.  Usage:
 
-    DPGEN_DATA_ROOT=/work/shared/data OMP_NUM_THREADS=1 dpgen reproduce wdp-table2 --out outputs/wdp_table2
+    DPGEN_DATA_ROOT=data OMP_NUM_THREADS=1 dpgen reproduce wdp-table2 --out outputs/wdp_table2
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""research/projection_spread.py: the per-projection spread it reports (docs/reproduction.md, issue 13)."""
+"""research/projection_spread.py: the per-projection spread it reports (docs/reproduction/dp-swd.md)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
     dpgen train experiment=mnist_dpswd accountant.epsilon=5     # = python train.py ... (Hydra overrides)
     dpgen sample outputs/digits_moments/<run> --n 10000 --out synth.npz
+    dpgen evaluate outputs/digits_moments/<run>                  # evaluate a run again from its release
     dpgen presets --method dpswd                                 # list presets
     dpgen report multirun/<sweep>                                # privacy-utility figure + tables of a sweep
     dpgen reproduce render                                       # the papers' scoreboard
@@ -25,6 +26,7 @@ from pathlib import Path
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("dpgen.cli", "train an experiment preset: Hydra overrides, as `python train.py ...`"),
     "sample": ("dpgen.export.cli", "sample a synthetic dataset from a run's release, with its privacy card"),
+    "evaluate": ("dpgen.eval.cli", "evaluate a finished run again from its release (public data only, no privacy cost)"),
     "presets": ("dpgen.presets", "list the experiment presets (filter by --method / --dataset); check them"),
     "report": ("dpgen.report", "summarise a Hydra multirun sweep: privacy-utility figure and tables"),
     "reproduce": ("dpgen.reproduce", "the papers' tables and figures: scoreboard render / collect, paper drivers"),

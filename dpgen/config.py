@@ -7,22 +7,24 @@ composed config, so a wrong type (``accountant.epsilon=abc``) fails with OmegaCo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ValidationError
+from omegaconf.errors import ConfigKeyError, ValidationError
 
+from .errors import UserError, suggestion
 from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
 from .privacy.conventions import CONVENTIONS, METHODS, NO_CONVENTION, PaperConvention, convention_of
 from .utils import check_precision
 from .utils.threads import resolve_threads
 
 
-class ConfigError(ValueError):
-    """A setting is invalid; the message names it and says how to fix it."""
+class ConfigError(UserError, ValueError):
+    """A setting is invalid; the message names it and says how to fix it (a :class:`dpgen.errors.UserError`)."""
 
 
 @dataclass
@@ -42,7 +44,8 @@ class TrainerSchema:
     precision: Any = 32  # 32 | bf16 (dpgen.utils.autocast: model forwards only, never the privacy maths)
     log_every: int = 50
     checkpoint_every: int = 500
-    resume: Any = False
+    resume: Any = "auto"  # auto | true | false | <run folder or .pt> (dpgen/runs.py)
+    overwrite: bool = False
     max_steps: int | None = None
     progress: bool = True
     deterministic: bool = False
@@ -66,6 +69,11 @@ def validate(cfg: DictConfig) -> None:
         except ValidationError as e:
             key = getattr(e, "full_key", None) or getattr(e, "key", "?")
             raise ConfigError(f"{name}.{key}: {e.msg if hasattr(e, 'msg') else e}") from None
+        except ConfigKeyError as e:  # e.g. +accountant.epsilonn=3: a key nothing reads
+            key = str(getattr(e, "key", "?"))
+            fields = [f.name for f in dataclasses.fields(schema)]
+            raise ConfigError(f"{name}.{key} is not a setting;{suggestion(key, fields) or ' ' + name + ' has: ' + ', '.join(fields)}"
+                              f" (drop the '+' key or fix its name)") from None
 
     acc = cfg.accountant
     eps = acc.get("epsilon")
@@ -99,12 +107,15 @@ def validate(cfg: DictConfig) -> None:
         check_precision(cfg.trainer.get("precision", 32))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    resume = cfg.trainer.get("resume", False)
-    if isinstance(resume, str) and resume not in ("true", "false") and not Path(resume).exists():
+    resume = cfg.trainer.get("resume", "auto")
+    if isinstance(resume, str) and resume not in ("auto", "true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")
-    lw = cfg.logger.get("wandb")
-    if lw is not None and lw.get("mode") not in ("online", "offline", "disabled"):
-        raise ConfigError(f"logger.wandb.mode must be online, offline or disabled, got {lw.get('mode')!r}")
+    from .logging.run_logger import check_wandb
+    from .privacy.delta import check_delta_of_config
+
+    check_delta_of_config(cfg)  # δ < 1/N when the dataset config bounds N (before any data is loaded)
+
+    check_wandb(cfg.logger.get("wandb"))  # WANDB_MODE (environment) wins; online needs a W&B login
 
 
 def _positive_int(value, key: str) -> int:

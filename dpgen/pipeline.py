@@ -5,6 +5,7 @@
    is checked before any data is read (a typo in evaluator.* fails in seconds)
 3. data    = instantiate(cfg.dataset)     -> public / private / test splits
 4. methods.loop.train(method, data, ledger, ctx)  (resume, budget, checkpoints)
+   (the run folder is locked for the whole run and its resume decided first: dpgen/runs.py)
 5. metrics = evaluator(method, data, logger)
 6. results.json (+ W&B summary); return the results
 """
@@ -20,37 +21,33 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .config import validate
+from .eval.evaluator import evaluate_run
+from .export.release import release_info
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
+from .privacy.card import n_is_public
 from .privacy.conventions import PaperConvention
+from .runs import RunFolder, claim_run_folder
+from .privacy.delta import check_delta_of_config
 from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
 
 
-def _resume_path(resume, run_dir: Path) -> Path | None:
-    if resume in (False, None, "false"):
-        return None
-    p = run_dir if resume in (True, "true") else Path(str(resume))
-    if p.is_dir():
-        p = p / "checkpoints" / "last.pt"
-    if not p.exists():
-        if resume in (True, "true"):
-            return None  # nothing to resume yet: start fresh (and say so)
-        raise FileNotFoundError(f"trainer.resume: checkpoint {p} not found")
-    return p
-
-
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
+    with claim_run_folder(cfg, log=Console(stderr=True).log) as folder:  # one owner; resume or refuse (runs.py)
+        return _run(cfg, folder)
+
+
+def _run(cfg: DictConfig, folder: RunFolder) -> dict:
     threads = apply_threads(cfg.trainer.get("threads", 1))
     t0 = time.time()
     console = Console(stderr=True)
     seed = int(cfg.get("seed", 0))
     seed_everything(seed)
     device = pick_device(cfg.trainer.device)
-    run_dir = Path(cfg.paths.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = folder.path
     name = cfg.get("experiment_name", "run")
     console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
@@ -59,29 +56,25 @@ def run(cfg: DictConfig) -> dict:
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
+    evaluator.check()  # evaluability from the settings alone (an FID extractor is available), before the data loads
     data = instantiate(cfg.dataset)
+    evaluator.check(data)  # the public splits are large enough for every requested metric, before training
     n_priv = len(data.private)
-    if float(cfg.accountant.delta) > 1.0 / n_priv:
-        warnings.warn(f"accountant.delta={cfg.accountant.delta} is larger than 1/N = {1.0 / n_priv:.2e} for "
-                      f"N={n_priv} private records: such a delta allows leaking a whole record; use a smaller "
-                      "delta", stacklevel=2)
+    check_delta_of_config(cfg, n_priv)  # δ < 1/N: refused before training, N kept out of the message
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
     try:
-        resume = _resume_path(cfg.trainer.resume, run_dir)
-        if resume is not None:
-            console.log(f"resuming from {resume}")
-        elif cfg.trainer.resume in (True, "true"):
-            console.log("trainer.resume=true but no checkpoint in this run folder: starting fresh")
         if cfg.trainer.get("deterministic", False):
             warnings.warn("trainer.deterministic=true: sampling and noise are seeded from `seed`, which is logged; "
                           "anyone who knows it can recompute the noise. Use for debugging only.", stacklevel=2)
         ctx = TrainContext(device=device, logger=logger, run_dir=run_dir, seed=seed,
                            log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
-                           resume_from=resume, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
+                           resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
-                           precision=check_precision(cfg.trainer.get("precision", 32)))
+                           precision=check_precision(cfg.trainer.get("precision", 32)),
+                           release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
+                                                                  method, led, _code_version(), run_dir))
         train_metrics = loop.train(method, data, ledger, ctx)
-        metrics = evaluator(method, data, logger, seed=seed)
+        metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"
         report = method.convention_report() if convention else None
@@ -91,7 +84,7 @@ def run(cfg: DictConfig) -> dict:
         results = {
             "experiment": name,
             "dataset": data.name,
-            "n_private": n_priv,
+            **({"n_private": n_priv} if n_is_public(privacy["neighbouring_relation"]) else {}),  # add/remove: N is private
             "metrics": metrics,
             "privacy": privacy,
             "train": train_metrics,
@@ -101,7 +94,7 @@ def run(cfg: DictConfig) -> dict:
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
             "git_commit": _code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/scoreboard.py)
-            "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
         }
         logger.log_summary(results)
     finally:

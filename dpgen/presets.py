@@ -10,6 +10,7 @@ key is *redundant* when composing the preset without that key gives the same con
     dpgen presets stats                 # preset lines, and the fraction that restate a default
     dpgen presets fix [PRESET..]        # delete the redundant keys (the composed config must not change)
     dpgen presets check                 # fast: keys equal to what the file's defaults give; exit 1 if any
+    dpgen presets status                # what has been run of each preset here, with measured times (markdown)
 
 Compare two dumps with ``diff -r BEFORE AFTER`` (nothing is ignored).
 """
@@ -309,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("presets", nargs="*")
     sub.add_parser("stats")
     sub.add_parser("check")
+    sub.add_parser("status", help="what has been run of each preset here: smoke, shortened, full (markdown table)")
     f = sub.add_parser("fix")
     f.add_argument("presets", nargs="*")
     a = ap.parse_args(argv)
@@ -320,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:
             print("no preset matches", file=sys.stderr)
             return 1
+        return 0
+    if a.cmd == "status":
+        from . import preset_runs
+
+        print(preset_runs.markdown(presets(), preset_runs.load()), end="")
         return 0
     if a.cmd == "dump":
         a.out.mkdir(parents=True, exist_ok=True)

@@ -8,12 +8,14 @@ from ``.hydra/overrides.yaml`` beside it.  Jobs whose overrides differ only by `
 configuration: its numbers are the mean ± standard deviation over the seeds.
 
 * ``privacy_utility.png``: one panel per metric family (downstream accuracies together, FID alone,
-  target accuracy for domain adaptation, sliced Wasserstein distance, ...), x = ε spent (RDP, log
-  scale) with every target ε marked, error bars = std over seeds; the non-private jobs of the sweep
+  target accuracy for domain adaptation, sliced Wasserstein distance, ...), x = ε spent under the
+  calibrating accountant (the run's ε: PLD by default; log scale) with every target ε marked, error bars = std over seeds; the non-private jobs of the sweep
   (ε = ∞) are drawn as a dashed ceiling.  Provenance (sample counts, extractor, cache path) is never
   plotted.
-* ``sweep_report.md``: the results table (overrides, ε under each accountant and the guarantee,
-  utility metrics, runtime), then a provenance table per job.
+* ``sweep_report.md``: the results table (overrides, ε under each accountant — the calibrating one
+  marked — and the guarantee, utility metrics; run time only for old results.json that still hold
+  it: timings depend on private batch sizes and are no longer published), then a provenance table
+  per job.
 
 Both are written into ``--out`` (default: the multirun folder); the results table is also printed.
 """
@@ -89,10 +91,15 @@ def collect(folder: str | Path) -> list[dict]:
         rel = job_dir.relative_to(folder).as_posix()
         privacy = results.get("privacy") or {}
         metrics = dict(results.get("metrics") or {})
+        if "eval_error" in metrics:  # training finished, evaluation did not: the job is kept, its metrics partial
+            print(f"warning: {job_dir}: evaluation failed ({metrics['eval_error']}); re-evaluate with: "
+                  f"dpgen evaluate {job_dir}", file=sys.stderr)
         overrides = _read_overrides(job_dir, results)
         epsilons = {"rdp": to_float(privacy.get("epsilon_rdp")), "pld": to_float(privacy.get("epsilon_pld"))}
         for name in privacy.get("reported_accountants") or {}:
             epsilons[name] = to_float(privacy.get(f"epsilon_{name}"))
+        calibrating = privacy.get("calibrating_accountant") or "rdp"  # older files: RDP calibrated
+        epsilon = to_float(privacy.get("epsilon", privacy.get(f"epsilon_{calibrating}")))
         rows.append(
             {
                 "job": job_dir.name if rel == "." else rel,
@@ -101,6 +108,8 @@ def collect(folder: str | Path) -> list[dict]:
                 "overrides": overrides,
                 "seed": _seed(overrides, job_dir),
                 "target_epsilon": to_float(privacy.get("target_epsilon")),
+                "epsilon": epsilon,  # the calibrating accountant's: the run's ε
+                "calibrating": calibrating,
                 "epsilon_rdp": epsilons["rdp"],
                 "epsilon_pld": epsilons["pld"],
                 "epsilons": epsilons,
@@ -116,8 +125,8 @@ def collect(folder: str | Path) -> list[dict]:
 
 
 def sweep_epsilon(row: dict) -> float:
-    """The ε a job is grouped and sorted by: its target, else the RDP ε spent; inf = non-private."""
-    for key in ("target_epsilon", "epsilon_rdp"):
+    """The ε a job is grouped and sorted by: its target, else the ε spent; inf = non-private."""
+    for key in ("target_epsilon", "epsilon", "epsilon_rdp"):
         eps = row.get(key)
         if eps is not None and not math.isnan(eps):
             return eps
@@ -164,7 +173,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
     configs = []
     for (experiment, overrides), members in groups.items():
         stats: dict[str, tuple[float, float, int]] = {}
-        names = {f"eps_{a}" for r in members for a in r["epsilons"]}
+        names = {f"eps_{a}" for r in members for a in r["epsilons"]} | {"eps"}
         names |= {m for r in members for m in r["metrics"]} | {"runtime_s"}
         for name in names:
             values = [_value(r, name) for r in members]
@@ -185,6 +194,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
             "target_epsilon": members[0]["target_epsilon"],
             "delta": members[0]["delta"],
             "epsilon": sweep_epsilon(members[0]),
+            "calibrating": ", ".join(sorted({r.get("calibrating") or "rdp" for r in members})),
             "guarantee": ", ".join(sorted({r["guarantee"] for r in members})),
             "stats": stats,
         })
@@ -193,6 +203,8 @@ def aggregate(rows: list[dict]) -> list[dict]:
 
 
 def _value(row: dict, name: str) -> float | None:
+    if name == "eps":
+        return row.get("epsilon")
     if name.startswith("eps_"):
         return row["epsilons"].get(name[4:])
     if name == "runtime_s":
@@ -249,9 +261,16 @@ def common_overrides(configs: list[dict]) -> list[str]:
 def to_markdown(configs: list[dict], metrics: list[str], accountants: list[str]) -> str:
     """Results: overrides (those not common to all), seeds, ε per accountant + guarantee, utility, runtime."""
     common = set(common_overrides(configs))
-    header = ["overrides", "seeds", "target ε", "δ",
-              *(f"ε ({a.upper()}{'' if a in CALIBRATING else ', reported only'})" for a in accountants),
-              "guarantee", *metrics, "runtime (s)"]
+    calibrating = {a for c in configs for a in str(c.get("calibrating", "rdp")).split(", ")}
+    timed = any("runtime_s" in c["stats"] for c in configs)  # only old results.json publish a run time
+
+    def label(a: str) -> str:
+        if a not in CALIBRATING:
+            return f"ε ({a.upper()}, reported only)"
+        return f"ε ({a.upper()}{', calibrating' if a in calibrating else ', another accountant'})"
+
+    header = ["overrides", "seeds", "target ε", "δ", *(label(a) for a in accountants),
+              "guarantee", *metrics, *(["runtime (s)"] if timed else [])]
     body = []
     for c in configs:
         body.append([
@@ -262,7 +281,7 @@ def to_markdown(configs: list[dict], metrics: list[str], accountants: list[str])
             *(fmt_stat(c["stats"].get(f"eps_{a}")) for a in accountants),
             c["guarantee"],
             *(fmt_stat(c["stats"].get(m)) for m in metrics),
-            fmt_stat(c["stats"].get("runtime_s")),
+            *([fmt_stat(c["stats"].get("runtime_s"))] if timed else []),
         ])
     return _table(header, body, text_cols={0, 1, header.index("guarantee")})
 
@@ -314,6 +333,8 @@ def plot(configs: list[dict], metrics: list[str], title: str = "sweep"):
     targets = sorted({c["target_epsilon"] for c in configs
                       if c["target_epsilon"] is not None and math.isfinite(c["target_epsilon"])})
     guarantees = sorted({c["guarantee"] for c in configs if math.isfinite(c["epsilon"])})
+    accountants_label = " / ".join(sorted({a.upper() for c in configs if math.isfinite(c["epsilon"])
+                                           for a in str(c.get("calibrating", "rdp")).split(", ")})) or "RDP"
     fig = Figure(figsize=(5.2 * max(len(panels), 1), 5.2))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
@@ -328,7 +349,7 @@ def plot(configs: list[dict], metrics: list[str], title: str = "sweep"):
                 color += 1
                 pts = []
                 for m in members:
-                    eps, stat = m["stats"].get("eps_rdp"), m["stats"].get(name)
+                    eps, stat = m["stats"].get("eps"), m["stats"].get(name)
                     x = eps[0] if eps else m["epsilon"]
                     if stat is None or not math.isfinite(x) or x <= 0 or not math.isfinite(stat[0]):
                         continue
@@ -348,7 +369,7 @@ def plot(configs: list[dict], metrics: list[str], title: str = "sweep"):
         for t in targets:
             ax.axvline(t, color="0.4", linestyle=":", linewidth=1)
         for m in configs:  # a job that stopped early (trainer.max_steps) spent far less than its target
-            eps, t = m["stats"].get("eps_rdp"), m["target_epsilon"]
+            eps, t = m["stats"].get("eps"), m["target_epsilon"]
             if eps and t and math.isfinite(eps[0]) and 0 < eps[0] < 0.9 * t:
                 ax.annotate(f"target ε {fmt(t)}", (eps[0], 0.02), xycoords=("data", "axes fraction"), rotation=90,
                             fontsize=7, color="0.35", ha="right", va="bottom")
@@ -356,7 +377,8 @@ def plot(configs: list[dict], metrics: list[str], title: str = "sweep"):
             ax.plot([], [], color="0.4", linestyle=":", label="target ε " + ", ".join(fmt(t) for t in targets))
         if any_points:
             ax.set_xscale("log")
-        ax.set_xlabel("ε spent (RDP" + (f"; {', '.join(guarantees)}" if guarantees else "") + ")")
+        ax.set_xlabel(f"ε spent ({accountants_label}, calibrating" + (f"; {', '.join(guarantees)}" if guarantees else "")
+                      + ")")
         ax.set_ylabel(family + (" (lower is better)" if family in ("FID", "sliced Wasserstein") else ""))
         ax.set_title(family)
         if family in ("accuracy", "target accuracy (DA)"):

@@ -27,7 +27,7 @@ def test_digits_shift_dpswd_writes_results_with_target_accuracy(tmp_path):
     p, t = res["privacy"], res["train"]
     assert p["private_steps"] == 44 and 0 < p["epsilon"] <= 10.0 and p["epsilon_pld"] <= p["epsilon_rdp"]
     assert t["feature_dim"] == 320 and t["noise_std"] > 0 and t["warmup_steps"] == 22
-    assert res["n_private"] == 674 and res["dataset"] == "digits->digits_shifted"
+    assert "n_private" not in res and res["dataset"] == "digits->digits_shifted"  # add/remove: N is not published
     assert (out / "confusion_target.png").stat().st_size > 1000 and (out / "da_model.pt").exists()
     assert "acc_target" in r.stdout
 

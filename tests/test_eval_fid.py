@@ -138,10 +138,10 @@ def test_evaluator_reports_cnn_accuracy_fid_and_extractor_provenance(data, tmp_p
 def test_evaluator_falls_back_to_domain_only_when_allowed(data, tmp_path):
     method = _RealImageMethod(data.test.x, data.test.y)
     cfg = _fid_cfg(tmp_path, extractor="inception", inception_weights="/nonexistent/inception.pth")
-    with pytest.warns(UserWarning, match="Inception FID unavailable"):
-        m = GenerativeEvaluator(n_synthetic=0, classifiers=(), class_grids=False, fid={**cfg, "fallback": "domain"},
-                                device="cpu")(method, data, _logger(tmp_path), seed=0)
+    m = GenerativeEvaluator(n_synthetic=0, classifiers=(), class_grids=False, fid={**cfg, "fallback": "domain"},
+                            device="cpu")(method, data, _logger(tmp_path), seed=0)
     assert m["fid_extractor"] == "domain" and m["fid_extractor_requested"] == "inception"
+    assert "evaluator.fid.inception_weights" in m["fid_fallback_reason"]
     with pytest.raises(InceptionUnavailableError, match="fallback is null"):
         GenerativeEvaluator(n_synthetic=0, classifiers=(), class_grids=False, fid={**cfg, "fallback": None},
                             device="cpu")(method, data, _logger(tmp_path), seed=0)
@@ -173,6 +173,9 @@ def test_inception_extractor_takes_grayscale_images_in_0_1(monkeypatch):
     (n, 2048) float64 features."""
     import torch_fidelity.feature_extractor_inceptionv3 as tfi
 
+    import dpgen.eval.fid as fid
+
+    monkeypatch.setattr(fid, "inception_source", lambda path=None: fid.InceptionSource("download"))
     monkeypatch.setattr(tfi, "load_state_dict_from_url", lambda *a, **k: {})
     monkeypatch.setattr(tfi.FeatureExtractorInceptionV3, "load_state_dict", lambda self, sd, *a, **k: None)
     ext = InceptionFeatures()

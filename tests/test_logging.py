@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import sys
 import types
 
@@ -22,14 +23,14 @@ def _rows(path):
 # ---------------------------------------------------------------------------- metrics.csv
 def test_metrics_csv_appends_one_line_per_call_without_rewriting(tmp_path, monkeypatch):
     sink = LocalSink(tmp_path)
-    sink.log_metrics({"loss": 1.0, "epsilon_rdp": 0.1}, step=1)
+    sink.log_metrics({"loss": 1.0, "epsilon": 0.1}, step=1)
     rewrites = []
     monkeypatch.setattr(sink, "_widen", lambda new: rewrites.append(new))
     for step in range(2, 50):
-        sink.log_metrics({"loss": 1.0 / step, "epsilon_rdp": 0.1 * step}, step=step)
+        sink.log_metrics({"loss": 1.0 / step, "epsilon": 0.1 * step}, step=step)
     assert rewrites == []  # same columns: appended, never rewritten
     rows = _rows(tmp_path / "metrics.csv")
-    assert len(rows) == 49 and rows[-1]["step"] == "49" and float(rows[-1]["epsilon_rdp"]) == pytest.approx(4.9)
+    assert len(rows) == 49 and rows[-1]["step"] == "49" and float(rows[-1]["epsilon"]) == pytest.approx(4.9)
 
 
 def test_metrics_csv_new_column_later_widens_the_header_and_keeps_old_rows(tmp_path):
@@ -116,24 +117,27 @@ def fake_wandb(monkeypatch):
 def test_wandb_charts_are_keyed_by_epsilon_and_summary_is_grouped(tmp_path, fake_wandb):
     logger = RunLogger(tmp_path, run_config={"experiment_name": "e", "trainer": {"resume": False}},
                        wandb={"mode": "offline"})
-    logger.log_metrics({"loss": 1.0, "epsilon_rdp": 0.5}, step=10)
+    logger.log_metrics({"loss": 1.0, "epsilon": 0.5}, step=10)
     logger.log_images("samples_class3", torch.rand(4, 1, 8, 8), nrow=2)
     results = {"experiment": "e", "metrics": {"acc_logreg": 0.7, "fid": 50.0, "fid_n_generated": 2000,
                                               "fid_extractor": "domain"},
-               "privacy": {"epsilon_rdp": 0.9, "epsilon_pld": 0.8, "target_epsilon": 1.0, "delta": 1e-5},
-               "train": {"guarantee": "rigorous", "noise_std": 2.0}, "runtime_s": 12.0}
+               "privacy": {"epsilon": 0.8, "calibrating_accountant": "pld", "epsilon_rdp": 0.9, "epsilon_pld": 0.8,
+                           "target_epsilon": 1.0, "delta": 1e-5},
+               "train": {"guarantee": "rigorous", "noise_std": 2.0, "train_time_s": 3.0}, "runtime_s": 12.0}
     logger.log_summary(results)
     logger.finish()
     run = fake_wandb[0]
     assert run.kwargs["group"] == "e" and run.finished
-    assert run.defined["loss"] == "epsilon_rdp" and run.defined["eval/acc_logreg"] == "epsilon_rdp"
+    assert run.defined["loss"] == "epsilon" and run.defined["eval/acc_logreg"] == "epsilon"  # the calibrating ε
     keys = {k for row, _ in run.logged for k in row}
-    assert {"loss", "epsilon_rdp", "samples/class3", "eval/acc_logreg", "eval/fid"} <= keys
+    assert {"loss", "epsilon", "samples/class3", "eval/acc_logreg", "eval/fid"} <= keys
+    assert next(row["epsilon"] for row, _ in run.logged if "eval/acc_logreg" in row) == 0.8  # PLD, not RDP
     assert "eval/fid_n_generated" not in keys  # provenance is never charted
     image = next(row["samples/class3"] for row, _ in run.logged if "samples/class3" in row)
     assert image.data.dtype == np.uint8 and image.data.size > 0 and image.data.max() > 1
     s = run.summary
-    assert s["privacy/guarantee"] == "rigorous" and s["privacy/epsilon_rdp"] == 0.9
+    assert s["privacy/guarantee"] == "rigorous" and s["privacy/epsilon"] == 0.8 and s["privacy/epsilon_rdp"] == 0.9
+    assert not any(k.endswith("_time_s") or "runtime" in k for k in s)  # timings depend on private batch sizes
     assert s["utility/acc_logreg"] == 0.7 and s["provenance/fid_n_generated"] == 2000
     assert "utility/fid_n_generated" not in s
     assert (tmp_path / "wandb_run_id").read_text().strip() == "fakeid01"
@@ -142,17 +146,19 @@ def test_wandb_charts_are_keyed_by_epsilon_and_summary_is_grouped(tmp_path, fake
 def test_resume_continues_the_wandb_run_and_accumulates_runtime(tmp_path, fake_wandb):
     cfg = {"experiment_name": "e", "trainer": {"resume": False}}
     first = RunLogger(tmp_path, run_config=cfg, wandb={"mode": "offline"})
-    first.log_metrics({"loss": 1.0, "epsilon_rdp": 0.5}, step=1)
+    first.log_metrics({"loss": 1.0, "epsilon": 0.5}, step=1)
     first.finish()  # interrupted before log_summary: its time still counts
-    (tmp_path / "runtime.json").write_text('{"segments_s": [30.0]}')
+    (tmp_path / "private_timings.json").write_text('{"segments_s": [30.0]}')
     second = RunLogger(tmp_path, run_config={**cfg, "trainer": {"resume": True}}, wandb={"mode": "offline"})
-    results = {"experiment": "e", "metrics": {}, "privacy": {"epsilon_rdp": 1.0, "target_epsilon": 1.0,
+    results = {"experiment": "e", "metrics": {}, "privacy": {"epsilon": 1.0, "target_epsilon": 1.0,
                                                              "delta": 1e-5}, "runtime_s": 10.0}
     second.log_summary(results)
     second.finish()
     assert fake_wandb[1].kwargs["id"] == fake_wandb[0].id and fake_wandb[1].kwargs["resume"] == "allow"
     assert fake_wandb[0].kwargs["id"] is None
     assert results["runtime_s"] == pytest.approx(40.0) and results["runtime_segments_s"] == [30.0, 10.0]
+    assert "runtime_s" not in json.loads((tmp_path / "results.json").read_text())  # private: not published
+    assert json.loads((tmp_path / "private_timings.json").read_text())["segments_s"] == [30.0, 10.0]
     third = RunLogger(tmp_path, run_config=cfg, wandb={"mode": "offline"})  # not a resume: a new run, new clock
     third.log_summary(r := {"experiment": "e", "metrics": {}, "privacy": {}, "runtime_s": 5.0})
     assert fake_wandb[2].kwargs["id"] is None and r["runtime_s"] == 5.0
@@ -160,5 +166,5 @@ def test_resume_continues_the_wandb_run_and_accumulates_runtime(tmp_path, fake_w
 
 def test_non_private_metrics_are_charted_by_step_not_by_infinite_epsilon(tmp_path, fake_wandb):
     logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
-    logger.log_metrics({"loss": 1.0, "epsilon_rdp": float("inf")}, step=1)
+    logger.log_metrics({"loss": 1.0, "epsilon": float("inf")}, step=1)
     assert "loss" not in fake_wandb[0].defined

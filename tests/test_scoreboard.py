@@ -225,7 +225,7 @@ def test_collect_finds_the_runs_below_a_parent_folder(tmp_path):
     written, skipped = sb.collect([tmp_path / "queue"], store=tmp_path / "store")
     assert len(written) == 2 and not skipped
     table = sb.render_tables(sb.load_store(tmp_path / "store"))
-    assert "**85.0 ± 7.1** — non-private" in table and "seed 0, 1" in table
+    assert "**85.0 ± 7.1** — non-private" in table and "2 runs, seeds 0, 1" in table
 
 
 def test_a_paper_convention_run_shows_its_label_and_every_epsilon_it_states(tmp_path):

@@ -19,8 +19,8 @@ PRIVATE = {"experiment": "digits_dpswd", "dataset": "digits", "n_private": 1347,
            "metrics": {"acc_logreg": 0.21, "acc_mlp": 0.18, "fid": 219.8, "fid_extractor": "domain",
                        "fid_n_generated": 2000, "fid_n_reference": 225, "eval_time_s": 41.0,
                        "fid_extractor_cache": "/cache/x.pt", "fid_extractor_accuracy": 0.92},
-           "privacy": {"epsilon_rdp": 9.99, "epsilon_pld": 8.28, "target_epsilon": 10.0, "delta": 1e-4,
-                       "private_steps": 8600, "sampling": "poisson"},
+           "privacy": {"epsilon": 8.28, "calibrating_accountant": "pld", "epsilon_rdp": 9.99, "epsilon_pld": 8.28,
+                       "target_epsilon": 10.0, "delta": 1e-4, "private_steps": 8600, "sampling": "poisson"},
            "train": {"guarantee": "rigorous", "noise_std": 3.1, "train_steps": 8600}, "runtime_s": 88.0,
            "overrides": ["logger=local"]}
 NON_PRIVATE = {"experiment": "mnist_swd", "metrics": {"acc_logreg": 0.8},
@@ -61,8 +61,12 @@ def _printed(results) -> str:
 
 def test_console_table_shows_the_label_beside_epsilon_in_three_groups():
     out = _printed(PRIVATE)
-    line = next(ln for ln in out.splitlines() if "epsilon spent (RDP)" in ln)
-    assert "9.9900" in line and "(rigorous)" in line
+    line = next(ln for ln in out.splitlines() if "epsilon spent" in ln)  # one ε: the calibrating accountant's
+    assert "PLD: calibrates and stops" in line and "8.2800" in line and "(rigorous)" in line
+    other = next(ln for ln in out.splitlines() if "9.9900" in ln)
+    assert "RDP, another accountant" in other and "not the run's ε" in other
+    assert sum("8.2800" in ln for ln in out.splitlines()) == 1  # no second PLD row
+    assert "run time (s, private" in out
     for group in ("privacy", "utility", "provenance"):
         assert group in out
     assert "target epsilon" in out and "acc_logreg" in out
@@ -70,7 +74,7 @@ def test_console_table_shows_the_label_beside_epsilon_in_three_groups():
 
 def test_non_private_run_prints_no_target_epsilon_none():
     out = _printed(NON_PRIVATE)
-    line = next(ln for ln in out.splitlines() if "epsilon spent (RDP)" in ln)
+    line = next(ln for ln in out.splitlines() if "epsilon spent" in ln)
     assert "∞" in line and "non-private" in line
     assert "target epsilon" not in out and "None" not in out
 
@@ -81,3 +85,8 @@ def test_reported_only_accountants_are_marked_as_not_a_guarantee():
     assert group_results(res)["privacy"]["epsilon_wa_reported_only"] == 0.3
     line = next(ln for ln in _printed(res).splitlines() if "WA, reported only" in ln)
     assert "0.3000" in line and "not a DP guarantee" in line
+
+
+def test_data_dependent_reports_make_the_guarantee_not_dp():
+    res = {**PRIVATE, "privacy": {**PRIVATE["privacy"], "guarantee": "rigorous", "data_dependent_reports": True}}
+    assert guarantee_label(res) == LABELS["data_dependent"] == "not DP: data-dependent reports"

@@ -43,13 +43,13 @@ def multirun(tmp_path_factory) -> Path:
             "privacy": {
                 "target_epsilon": target,
                 "delta": 1e-05,
+                "epsilon": eps_pld if target else "inf",  # the calibrating accountant's
+                "calibrating_accountant": "pld",
                 "epsilon_rdp": eps_rdp,
                 "epsilon_pld": eps_pld,
             },
-            "train": {"train_steps": 100, "train_time_s": 3.0,
-                      "guarantee": "rigorous" if target else "none (non-private)"},
-            "runtime_s": 42.123456,
-        }
+            "train": {"train_steps": 100, "guarantee": "rigorous" if target else "none (non-private)"},
+        }  # no timings: they depend on the private batch sizes (private_timings.json)
         (job / "results.json").write_text(json.dumps(results, indent=2))
     # an unfinished job (no results.json yet) must be ignored
     (root / "4_accountant.epsilon=5" / ".hydra").mkdir(parents=True)
@@ -87,14 +87,14 @@ def test_results_table_has_one_row_per_configuration_seeds_aggregated(report):
     eps10 = next(r for r in rows if r["overrides"] == "accountant.epsilon=10")
     assert eps10["seeds"] == "0, 1"
     assert eps10["acc_logreg"] == "0.65 ± 0.071"  # mean and sample std of 0.6 and 0.7
-    assert eps10["ε (RDP)"].startswith("9.98 ±")
+    assert eps10["ε (PLD, calibrating)"].startswith("8.5 ±") and eps10["ε (RDP, another accountant)"].startswith("9.98 ±")
     assert "nested/3_accountant.epsilon=10,seed=1" in markdown  # provenance table lists every job
 
 
 def test_results_table_leads_with_overrides_then_epsilon_then_utility_then_runtime(report):
     header = list(_table_rows(report[1])[0])
-    assert header[0] == "overrides" and header[-1] == "runtime (s)"
-    assert header.index("ε (RDP)") < header.index("ε (PLD)") < header.index("acc_logreg")
+    assert header[0] == "overrides" and "runtime (s)" not in header  # no published timings
+    assert header.index("ε (RDP, another accountant)") < header.index("ε (PLD, calibrating)") < header.index("acc_logreg")
     assert {"acc_logreg", "acc_mlp", "fid"} <= set(header)
     for provenance in ("fid_n_generated", "fid_n_reference", "fid_extractor", "fid_extractor_cache", "eval_time_s"):
         assert provenance not in header
@@ -108,11 +108,24 @@ def test_rows_sorted_by_target_epsilon_with_non_private_last(report):
 
 def test_non_private_job_shows_infinity_and_missing_values(report):
     non_private = _table_rows(report[1])[-1]
-    assert non_private["ε (RDP)"] == "∞"
-    assert non_private["ε (PLD)"] == "—"
+    assert non_private["ε (RDP, another accountant)"] == "∞"
+    assert non_private["ε (PLD, calibrating)"] == "—"
     assert non_private["guarantee"] == "non-private"
     assert non_private["acc_logreg"] == "0.9"
-    assert non_private["runtime (s)"] == "42.12"
+
+
+def test_results_written_before_the_calibrating_epsilon_still_read(tmp_path):
+    job = tmp_path / "0_accountant.epsilon=10"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["accountant.epsilon=10"]))
+    (job / "results.json").write_text(json.dumps({"experiment": "e", "metrics": {"acc_logreg": 0.5},
+                                                  "privacy": {"target_epsilon": 10.0, "epsilon_rdp": 9.9},
+                                                  "runtime_s": 7.0}))
+    row = sweep_report.collect(tmp_path)[0]
+    assert row["epsilon"] == 9.9 and row["calibrating"] == "rdp" and row["runtime_s"] == 7.0
+    configs = sweep_report.aggregate([row])
+    header = list(_table_rows(sweep_report.to_markdown(configs, ["acc_logreg"], ["rdp", "pld"]))[0])
+    assert "ε (RDP, calibrating)" in header and header[-1] == "runtime (s)"
 
 
 def test_provenance_is_in_a_second_table_not_in_the_results(report):
@@ -129,7 +142,9 @@ def test_plot_axes_are_metric_families_only(multirun):
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == ["accuracy", "FID"]
     for ax in fig.axes:
-        assert ax.get_xscale() == "log" and ax.get_xlabel().startswith("ε spent (RDP")
+        assert ax.get_xscale() == "log" and ax.get_xlabel().startswith("ε spent (PLD, calibrating")
+        xs = sorted({round(float(x), 2) for bars in ax.containers for x in bars.lines[0].get_xdata()})
+        assert xs == [0.85, 8.5]  # the PLD ε spent, not RDP's (0.98, 9.98): no point right of its target
         labels = [h.get_label() for h in ax.get_legend_handles_labels()[0]]
         plotted = " ".join(labels)
         assert "fid_n" not in plotted and "time" not in plotted and "cache" not in plotted

@@ -30,6 +30,7 @@ def test_summary_holds_four_epsilons_and_labels_reported_ones():
     assert set(s["reported_accountants"]) == {"wa", "ba", "ma"}
     assert "NOT a DP guarantee" in s["reported_accountants"]["wa"]
     assert "never used to calibrate" in s["reported_accountants_note"]
+    assert s["guarantee"] == s["status"] == "not DP: data-dependent reports"  # never "rigorous" beside "not DP"
 
 
 def test_ledger_without_reported_accountants_keeps_its_old_summary_and_state():

@@ -13,20 +13,22 @@ from pathlib import Path
 
 import torch
 
+from ..errors import UserError
 
-class DatasetNotFoundError(FileNotFoundError):
-    """A dataset's files are missing; the message lists the expected paths and the fix."""
+
+class DatasetNotFoundError(UserError, FileNotFoundError):
+    """A dataset's files are missing; the one-line message lists the expected paths and the fix."""
 
     def __init__(self, name: str, root: str | Path, missing: list[Path], download_supported: bool = True) -> None:
-        lines = "\n".join(f"  - {p}" for p in missing)
         fix = (
-            "Fix: point paths.data_root (or the DPGEN_DATA_ROOT environment variable) at a folder that "
+            "fix: point paths.data_root (or the DPGEN_DATA_ROOT environment variable) at a folder that "
             "holds these files"
         )
         if download_supported:
             fix += ", or let torchvision fetch them with dataset.download=true (needs internet)"
         super().__init__(
-            f"dataset '{name}' not found under data root '{root}'. Expected files:\n{lines}\n{fix}."
+            f"dataset '{name}' not found under data root '{root}': expected {', '.join(str(p) for p in missing)}; "
+            f"{fix}"
         )
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .base import DataSplits, TensorSplit, require_files, split_public_private
+from .integrity import read_mnist_like, reading
 
 _MNIST_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
@@ -43,14 +44,10 @@ def digits(root: str | None = None, public_fraction: float = 0.0, seed: int = 0,
 
 def _torchvision_mnist_like(cls_name: str, folder: str, name: str, root: str, download: bool,
                             public_fraction: float, seed: int) -> DataSplits:
-    import torchvision
-
     root = str(root)
     if not download:
         require_files(name, root, [Path(root) / folder / "raw" / f for f in _MNIST_FILES])
-    cls = getattr(torchvision.datasets, cls_name)
-    tr = cls(root=root, train=True, download=download)
-    te = cls(root=root, train=False, download=download)
+    tr, te = read_mnist_like(cls_name, folder, name, root, download)  # a damaged file: named, with the fix
     f = lambda d: d.data.float().div(255.0)[:, None]  # noqa: E731
     return _finish(name, f(tr), tr.targets.long(), f(te), te.targets.long(), public_fraction, seed, 10)
 
@@ -83,14 +80,16 @@ def usps(root: str, download: bool = False, public_fraction: float = 0.0, seed: 
     if download or all(p.exists() for p in bz):
         import torchvision
 
-        tr = torchvision.datasets.USPS(root=str(root), train=True, download=download)
-        te = torchvision.datasets.USPS(root=str(root), train=False, download=download)
+        with reading(bz, "usps"):
+            tr = torchvision.datasets.USPS(root=str(root), train=True, download=download)
+        with reading(bz[1:], "usps"):
+            te = torchvision.datasets.USPS(root=str(root), train=False, download=download)
         f = lambda d: torch.from_numpy(np.asarray(d.data)).float().div(255.0)[:, None]  # noqa: E731
         x_tr, y_tr, x_te, y_te = f(tr), torch.as_tensor(tr.targets), f(te), torch.as_tensor(te.targets)
     elif h5.exists():
         import h5py
 
-        with h5py.File(h5, "r") as fh:
+        with reading([h5], "usps"), h5py.File(h5, "r") as fh:
             g = lambda s, k: torch.from_numpy(np.asarray(fh[s][k][:]))  # noqa: E731
             x_tr = g("train", "data").float().reshape(-1, 1, 16, 16)
             y_tr = g("train", "target").long()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from ..data import DataSplits
+from .evaluator import check_test_split
 
 
 class ClassifierEvaluator:
@@ -14,6 +15,10 @@ class ClassifierEvaluator:
         if batch_size < 1:
             raise ValueError(f"evaluator.batch_size must be >= 1, got {batch_size}")
         self.batch_size = int(batch_size)
+
+    def check(self, data: DataSplits | None = None) -> None:
+        """Before training: the test split is not empty (a ConfigError naming the fix otherwise)."""
+        check_test_split(data, "the test accuracy")
 
     def __call__(self, method, data: DataSplits, logger, seed: int = 0) -> dict:
         if not hasattr(method, "predict"):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .evaluator import check_test_split
+
 TRANSDUCTIVE_NOTE = "computed on private records — not covered by ε"
 
 
@@ -22,6 +24,10 @@ class DomainAdaptationEvaluator:
 
     def __init__(self, batch_size: int = 1000, per_class: bool = True, plot: bool = True) -> None:
         self.batch_size, self.per_class, self.plot = int(batch_size), bool(per_class), bool(plot)
+
+    def check(self, data=None) -> None:
+        """Before training: the target test split is not empty (a ConfigError naming the fix otherwise)."""
+        check_test_split(data, "the target accuracy")
 
     def __call__(self, method, data, logger, seed: int = 0) -> dict:
         if not hasattr(method, "predict"):

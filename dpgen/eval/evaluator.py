@@ -20,13 +20,16 @@ Nothing private is read here: the test split and (optionally) the public split o
 
 from __future__ import annotations
 
+import sys
 import time
+import traceback
 import warnings
 
 import torch
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from ..config import ConfigError
 from ..data import DataSplits
 from ..utils import pick_device
 from .downstream import PROTOCOLS, downstream_accuracy, torch_clf_settings
@@ -37,6 +40,8 @@ from .fid import (
     InceptionUnavailableError,
     domain_extractor,
     frechet_distance,
+    inception_source,
+    plan_domain_split,
 )
 
 _FID_DEFAULTS = {"enabled": False, "extractor": "inception", "fallback": None, "n_fid": 10000,
@@ -96,6 +101,7 @@ class GenerativeEvaluator:
         if is_image:
             self._grids(method, k, logger)
         metrics: dict = {}
+        self.last_metrics = metrics  # what was computed so far, if a later metric fails (evaluate_run)
         fid_on = bool(self.fid["enabled"]) and is_image and int(self.fid["n_fid"]) > 0
         n_clf = self.n_synthetic if self.classifiers else 0
         n_gen = max(n_clf, int(self.fid["n_fid"]) if fid_on else 0)
@@ -121,6 +127,53 @@ class GenerativeEvaluator:
             metrics.update(self._fid(x_syn[: int(self.fid["n_fid"])], data, device, console))
         metrics["eval_time_s"] = time.time() - t0
         return metrics
+
+    # ------------------------------------------------------------------------------------
+    def check(self, data: DataSplits | None = None) -> None:
+        """Fail in seconds, before training, on a setting that would make evaluation fail after it.
+
+        ``data=None``: the facts known from the settings alone (an FID extractor is available, or its
+        fallback is allowed); with ``data``: the PUBLIC splits are large enough for every requested metric
+        (the test split for the classifiers and the FID reference, the public split or half the test split
+        for the domain extractor).  Never reads the private split.  Raises :class:`ConfigError`."""
+        fid_on = bool(self.fid["enabled"]) and int(self.fid["n_fid"]) > 0
+        if data is None:
+            if fid_on:
+                self._fid_extractor_plan()
+            return
+        if self.classifiers and self.n_synthetic > 0:
+            if len(data.test) < 1:
+                raise ConfigError(f"dataset {data.name!r}: the test split is empty, so evaluator.classifiers="
+                                  f"{list(self.classifiers)} have nothing to be tested on; give the dataset a test split "
+                                  "or set evaluator.classifiers=[]")
+            if self.n_synthetic < data.num_classes:
+                raise ConfigError(f"evaluator.n_synthetic={self.n_synthetic} is fewer than the {data.num_classes} "
+                                  f"classes of {data.name!r}: the classifiers need every class; set evaluator.n_synthetic"
+                                  f">={data.num_classes} (or evaluator.classifiers=[])")
+        if fid_on and data.image_shape[1] > 1:
+            if self._fid_extractor_plan() == "domain":
+                try:
+                    plan_domain_split(data, int(self.fid["min_public"]))
+                except ValueError as e:
+                    raise ConfigError(f"evaluator.fid (domain extractor): {e}") from None
+            elif len(data.test) < 2:
+                raise ConfigError(f"dataset {data.name!r}: the test split has {len(data.test)} image(s); the Inception "
+                                  "FID compares against it and needs at least 2; set evaluator.fid.enabled=false")
+
+    def _fid_extractor_plan(self) -> str:
+        """The extractor the FID will use: ``inception`` when its weights are available, else the allowed
+        fallback; ConfigError when neither."""
+        wanted, fallback = self.fid["extractor"], self.fid["fallback"]
+        if wanted != "inception":
+            return wanted
+        try:
+            inception_source(self.fid["inception_weights"])
+        except InceptionUnavailableError as e:
+            if fallback in (None, "none"):
+                raise ConfigError(f"evaluator.fid.extractor=inception: {e}; or allow the offline extractor with "
+                                  "evaluator.fid.fallback=domain, or set evaluator.fid.enabled=false") from None
+            return fallback
+        return "inception"
 
     # ------------------------------------------------------------------------------------
     def _grids(self, method, k: int, logger) -> None:
@@ -151,17 +204,16 @@ class GenerativeEvaluator:
         if wanted == "inception":
             try:
                 extractor = InceptionFeatures(self.fid["inception_weights"]).to(device)
-                info.update({"fid_extractor_trained_on": "ImageNet (Inception-v3, torch-fidelity weights)",
+                info.update({"fid_extractor_trained_on": "ImageNet (Inception-v3 2015-12-05, the standard FID weights)",
+                             "fid_inception_weights": extractor.source.describe(),
                              "fid_reference": f"test split (n={len(data.test)})"})
                 ref = data.test.x
             except InceptionUnavailableError as e:
                 if fallback is None:
-                    raise InceptionUnavailableError(f"{e}\n(evaluator.fid.fallback is null, so the run stops here)") from e
-                console.log(f"[eval][bold red]Inception FID unavailable[/]: {e}\n"
-                            f"[eval] falling back to evaluator.fid.fallback={fallback}: this FID is NOT comparable "
-                            "with published Inception FIDs")
-                warnings.warn(f"Inception FID unavailable ({type(e.__cause__).__name__}); using the "
-                              f"'{fallback}' extractor (evaluator.fid.fallback)", stacklevel=2)
+                    raise InceptionUnavailableError(f"{e} (evaluator.fid.fallback is null, so the run stops here)") from e
+                console.log(f"[eval] Inception FID unavailable ({e}); using evaluator.fid.fallback={fallback}: "
+                            "this FID is NOT comparable with published Inception FIDs")
+                info["fid_fallback_reason"] = str(e)
                 used = fallback
         if used == "domain":
             extractor, plan, extra = domain_extractor(data, self.fid["cache_dir"], self.domain_settings,
@@ -182,5 +234,32 @@ class NoEvaluator:
     def __init__(self, **_: object) -> None:
         pass
 
+    def check(self, data=None) -> None:
+        pass
+
     def __call__(self, method, data, logger, seed: int = 0) -> dict:
         return {}
+
+
+def check_test_split(data, what: str) -> None:
+    """ConfigError when the (public) test split is empty: ``what`` is the metric that needs it."""
+    if data is not None and len(data.test) < 1:
+        raise ConfigError(f"dataset {getattr(data, 'name', '?')!r}: the test split is empty, so {what} cannot be "
+                          "measured; give the dataset a test split or set evaluator=none")
+
+
+def evaluate_run(evaluator, method, data, logger, seed: int, run_dir) -> dict:
+    """``evaluator(method, data, logger, seed)``; a failure after training never loses the run: the metrics
+    computed so far are returned with ``eval_error`` (the pipeline writes results.json as usual), and one
+    console line says how to re-evaluate from the run's release (public data only, no privacy cost)."""
+    try:
+        return evaluator(method, data, logger, seed=seed)
+    except Exception as e:  # noqa: BLE001 - any evaluation failure: the trained release is kept
+        metrics = dict(getattr(evaluator, "last_metrics", None) or {})
+        metrics["eval_error"] = f"{type(e).__name__}: {e}"
+        if not isinstance(e, (ConfigError, InceptionUnavailableError)):  # a user's setting needs no traceback
+            traceback.print_exception(e, file=sys.stderr)
+        # a plain line, never wrapped: the command in it is copied as it stands
+        print(f"evaluation failed: {metrics['eval_error']}; training finished and its release is kept: fix the cause, "
+              f"then re-evaluate (public data only, no privacy cost) with: dpgen evaluate {run_dir}", file=sys.stderr)
+        return metrics

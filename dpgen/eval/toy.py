@@ -19,6 +19,7 @@ import torch
 
 from ..data import DataSplits
 from ..ot import random_directions, sliced_wasserstein
+from ..config import ConfigError
 from .evaluator import GenerativeEvaluator
 
 
@@ -53,6 +54,13 @@ class ToyEvaluator(GenerativeEvaluator):
         if int(sliced_directions) < 1:
             raise ValueError(f"evaluator.sliced_directions must be >= 1, got {sliced_directions}")
         self.sliced_directions = int(sliced_directions)
+
+    def check(self, data: DataSplits | None = None) -> None:
+        """The generative checks, and a test split of at least 2 samples (two halves for the sliced distance)."""
+        super().check(data)
+        if data is not None and len(data.test) < 2:
+            raise ConfigError(f"dataset {data.name!r}: the test split has {len(data.test)} sample(s); the sliced distance "
+                              "compares two halves of it and needs at least 2; enlarge the test split or set evaluator=none")
 
     def __call__(self, method, data: DataSplits, logger, seed: int = 0) -> dict:
         metrics = super().__call__(method, data, logger, seed=seed)

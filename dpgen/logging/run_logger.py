@@ -4,8 +4,14 @@ Only aggregate metrics, synthetic samples and public data are ever passed to a l
 methods never hand it a private record (see the privacy boundary in docs/ARCHITECTURE.md).
 
 A run folder is one run, also across restarts (``trainer.resume``): ``metrics.csv`` is appended
-to, the W&B run id is kept in ``wandb_run_id`` and resumed, and ``runtime.json`` records the wall
-time of every segment so that ``results["runtime_s"]`` covers them all.
+to and cut back to the checkpoint's step on a resume (``rewind``: each step once), the W&B run id is kept in ``wandb_run_id`` and resumed, and ``private_timings.json`` records the
+wall time of every segment so that the run time covers them all.
+
+Wall-clock timings of a private run (run time, training time, steps/s) depend on the private
+(Poisson) batch sizes, so they are an un-noised function of private data: they never go to
+``results.json``, ``metrics.csv`` or W&B.  ``private_timings.json`` in the run folder holds them, for
+the operator only (like ``checkpoints/``, it is not to be published); the console summary shows
+the run time on the operator's terminal.
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ import torch
 
 from ..utils import json_safe
 from .summary import group_results, metric_family
+from .timings import LEGACY_RUNTIME_FILE, PRIVATE_NOTE, PRIVATE_TIMINGS
 
-EPSILON_KEY = "epsilon_rdp"  # the x axis of the W&B charts (the calibrating accountant's ε spent)
+EPSILON_KEY = "epsilon"  # the x axis of the W&B charts: the calibrating accountant's ε spent (the run's ε)
 WANDB_ID_FILE = "wandb_run_id"
-RUNTIME_FILE = "runtime.json"
+
+WANDB_MODES = ("online", "offline", "disabled")
+_WANDB_ALIASES = {"dryrun": "offline", "run": "online"}  # W&B's older spellings of WANDB_MODE
 
 
 def to_uint8_image(grid: torch.Tensor) -> np.ndarray:
@@ -40,6 +49,49 @@ def to_uint8_image(grid: torch.Tensor) -> np.ndarray:
     pixels = (grid.detach().float().cpu().clamp(0, 1) * 255.0).round().to(torch.uint8)
     arr = pixels.permute(1, 2, 0).numpy()
     return arr[:, :, 0] if arr.shape[2] == 1 else arr
+
+
+def wandb_mode(configured: str) -> str:
+    """The W&B mode a run uses: ``WANDB_MODE`` from the environment wins over ``logger.wandb.mode`` (as
+    W&B itself documents), e.g. ``WANDB_MODE=offline python train.py ...`` on a machine without network."""
+    from ..config import ConfigError
+
+    if configured not in WANDB_MODES:  # checked even when the environment overrides it
+        raise ConfigError(f"logger.wandb.mode={configured!r} is not a W&B mode; use online, offline or disabled")
+    env = os.environ.get("WANDB_MODE", "").strip().lower()
+    mode = _WANDB_ALIASES.get(env, env) if env else configured
+    if mode not in WANDB_MODES:
+        raise ConfigError(f"the environment variable WANDB_MODE={env!r} is not a W&B mode; use online, offline or "
+                          "disabled")
+    return mode
+
+
+def wandb_logged_in() -> bool | None:
+    """Whether W&B has credentials (API key in WANDB_API_KEY / netrc, or an identity token file) — read
+    the way ``wandb`` reads them, without prompting; None when this wandb version cannot say."""
+    try:
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib import wbauth
+
+        settings = wandb_setup.singleton().settings
+        return bool(settings.api_key or settings.identity_token_file or wbauth.read_netrc_auth(host=settings.base_url))
+    except Exception:  # noqa: BLE001 - another wandb version: wandb.init reports a missing login itself
+        return None
+
+
+NOT_LOGGED_IN = ("W&B is online (logger.wandb.mode=online or WANDB_MODE=online) but not logged in (no API key); "
+                 "fix: run `wandb login`, or log offline with WANDB_MODE=offline (upload later with `wandb sync`), "
+                 "or log to local files only with logger=local")
+
+
+def check_wandb(wandb_cfg) -> None:
+    """Before any data is loaded: the W&B mode is valid, and an online run has a W&B login."""
+    from ..config import ConfigError
+
+    if wandb_cfg is None:
+        return
+    if wandb_mode(wandb_cfg.get("mode", "offline")) == "online" and wandb_logged_in() is False:
+        raise ConfigError(NOT_LOGGED_IN)
 
 
 class LocalSink:
@@ -74,6 +126,21 @@ class LocalSink:
         with open(self._csv, "a", newline="") as fh:
             csv.DictWriter(fh, fieldnames=self._fields).writerow(row)
 
+    def rewind(self, step: int) -> None:
+        """Drop the rows after ``step`` (a resume from the checkpoint at ``step``: the steps a killed run
+        logged after it are trained again) and a last line cut short by the kill; atomic rewrite."""
+        if not self._csv.exists() or not self._fields:
+            return
+        text = self._csv.read_text()
+        lines = text.splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines = lines[:-1]  # a row the killed run never finished writing
+        rows = list(csv.DictReader(io.StringIO("".join(lines))))
+        kept = [r for r in rows if _step_of(r) is not None and _step_of(r) <= step]
+        if len(kept) == len(rows) and len(lines) == len(text.splitlines(keepends=True)):
+            return
+        self._rewrite(kept)
+
     def _widen(self, new: list[str]) -> None:
         """Rewrite the file once with ``new`` columns added (old rows get empty cells)."""
         rows: list[dict] = []
@@ -81,6 +148,10 @@ class LocalSink:
             with open(self._csv, newline="") as fh:
                 rows = list(csv.DictReader(fh))
         self._fields = self._fields + new
+        self._rewrite(rows)
+
+    def _rewrite(self, rows: list[dict]) -> None:
+        """Replace the file by the header and ``rows`` (temp file + rename: a kill leaves the old or the new file)."""
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=self._fields)
         writer.writeheader()
@@ -107,6 +178,13 @@ class LocalSink:
         pass
 
 
+def _step_of(row: dict) -> int | None:
+    try:
+        return int(row.get("step") or "")
+    except ValueError:
+        return None
+
+
 def _hydra_group_and_name(experiment: str | None) -> tuple[str | None, str | None]:
     """In a Hydra multirun: (``<experiment>/<sweep folder>``, ``<job overrides>``) so the jobs of one
     sweep form one W&B group; else (experiment, None)."""
@@ -128,8 +206,8 @@ def _hydra_group_and_name(experiment: str | None) -> tuple[str | None, str | Non
 class WandbSink:
     """Weights & Biases run: config, metrics, the ε-spent curve, synthetic grids, grouped summary.
 
-    * every logged metric is charted against ``epsilon_rdp`` (``define_metric(step_metric=...)``),
-      and ``epsilon_rdp`` itself against the step (the ε-spent curve);
+    * every logged metric is charted against ``epsilon`` (the calibrating accountant's ε spent;
+      ``define_metric(step_metric=...)``), and ``epsilon`` itself against the step (the ε-spent curve);
     * at the end the utility metrics are logged once at the final ε (``eval/<metric>``), so a
       sweep's runs give one point each on a chart keyed by ε;
     * the jobs of a Hydra multirun share one group (``group: null``);
@@ -139,17 +217,23 @@ class WandbSink:
     def __init__(self, run_dir: str | Path, config: dict, mode: str = "offline", project: str = "dpgen",
                  entity: str | None = None, group: str | None = None, name: str | None = None,
                  tags: list[str] | None = None, resume_id: str | None = None) -> None:
-        if mode not in ("online", "offline", "disabled"):
-            raise ValueError(f"logger.wandb.mode must be online, offline or disabled, got {mode!r}")
+        mode = wandb_mode(mode)
         import wandb
 
         auto_group, auto_name = _hydra_group_and_name(config.get("experiment_name"))
         self._wandb = wandb
         self._defined: set[str] = set()
-        self.run = wandb.init(project=project, entity=entity, group=group or auto_group, name=name or auto_name,
-                              tags=tags, mode=mode, dir=str(run_dir), config=config, reinit="finish_previous",
-                              id=resume_id, resume="allow" if resume_id else None,
-                              settings=wandb.Settings(silent=True, console="off"))
+        try:
+            self.run = wandb.init(project=project, entity=entity, group=group or auto_group, name=name or auto_name,
+                                  tags=tags, mode=mode, dir=str(run_dir), config=config, reinit="finish_previous",
+                                  id=resume_id, resume="allow" if resume_id else None,
+                                  settings=wandb.Settings(silent=True, console="off"))
+        except wandb.errors.UsageError as err:  # a login check_wandb could not see coming
+            if "api key" not in str(err).lower():
+                raise
+            from ..config import ConfigError
+
+            raise ConfigError(NOT_LOGGED_IN) from None
         self.run.define_metric(EPSILON_KEY, summary="max")
 
     @property
@@ -195,6 +279,19 @@ class WandbSink:
         self.run.finish()
 
 
+def split_private_timings(results: dict[str, Any]) -> tuple[dict, dict]:
+    """(a copy of ``results`` without wall-clock timings, the timings): ``runtime_s``,
+    ``runtime_segments_s`` and every ``train.*_time_s`` (the training time depends on the private
+    batch sizes).  The copy is what results.json and W&B receive."""
+    public = {k: v for k, v in results.items() if k not in ("runtime_s", "runtime_segments_s")}
+    timings = {k: results[k] for k in ("runtime_s", "runtime_segments_s") if k in results}
+    train = results.get("train")
+    if isinstance(train, dict):
+        public["train"] = {k: v for k, v in train.items() if not k.endswith("_time_s")}
+        timings.update({f"train.{k}": v for k, v in train.items() if k.endswith("_time_s")})
+    return public, timings
+
+
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -211,7 +308,7 @@ def _resume_source(resume, run_dir: Path) -> Path | None:
     a checkpoint path -> that run's folder); None for a fresh run."""
     if resume in (False, None, "false"):
         return None
-    if resume in (True, "true"):
+    if resume in (True, "true", "auto"):  # auto: dpgen/runs.py has cleared a folder this run does not continue
         return run_dir
     p = Path(str(resume))
     if p.is_file():  # <run>/checkpoints/last.pt
@@ -234,6 +331,7 @@ class RunLogger:
         self.resumed = source is not None
         self.local = LocalSink(run_dir, append=self.resumed)
         self._previous_segments = self._read_segments(source) if source is not None else []
+        self._timings: dict[str, float] = {}
         self.sinks: list[Any] = [self.local]
         if wandb:
             resume_id = None
@@ -244,22 +342,26 @@ class RunLogger:
             (self.run_dir / WANDB_ID_FILE).write_text(sink.run_id + "\n")
             self.sinks.append(sink)
 
-    # -- run time over restarts ------------------------------------------------------------
+    # -- run time over restarts (private) -------------------------------------------------
     @staticmethod
     def _read_segments(folder: Path) -> list[float]:
-        path = folder / RUNTIME_FILE
-        if not path.is_file():
-            return []
-        try:
-            return [float(s) for s in json.loads(path.read_text()).get("segments_s", [])]
-        except (OSError, ValueError, AttributeError):
-            return []
+        for name in (PRIVATE_TIMINGS, LEGACY_RUNTIME_FILE):
+            path = folder / name
+            if path.is_file():
+                try:
+                    return [float(s) for s in json.loads(path.read_text()).get("segments_s", [])]
+                except (OSError, ValueError, AttributeError):
+                    return []
+        return []
 
-    def _write_segments(self, current: float) -> list[float]:
+    def _write_segments(self, current: float, extra: dict | None = None) -> list[float]:
+        """Write ``private_timings.json``: every segment's wall time (+ ``extra`` timings); the segments."""
         segments = [*self._previous_segments, float(current)]
-        tmp = self.run_dir / (RUNTIME_FILE + ".tmp")
-        tmp.write_text(json.dumps({"segments_s": segments}))
-        os.replace(tmp, self.run_dir / RUNTIME_FILE)
+        self._timings.update(extra or {})
+        tmp = self.run_dir / (PRIVATE_TIMINGS + ".tmp")
+        tmp.write_text(json.dumps({"note": PRIVATE_NOTE, "segments_s": segments, "runtime_s": float(sum(segments)),
+                                   **self._timings}, indent=2))
+        os.replace(tmp, self.run_dir / PRIVATE_TIMINGS)
         return segments
 
     # -- the interface ---------------------------------------------------------------------
@@ -267,6 +369,12 @@ class RunLogger:
         for s in self.sinks:
             s.log_metrics(metrics, step)
         self._write_segments(time.time() - self._t0)  # an interrupted segment still counts on resume
+
+    def rewind(self, step: int) -> None:
+        """The training loop starts at ``step`` (0: fresh): ``metrics.csv`` keeps only the rows up to it.
+
+        W&B keeps the rows of a resumed run it already has (it ignores steps logged twice)."""
+        self.local.rewind(step)
 
     def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None:
         """Synthetic or public images only.  Small images (e.g. 8x8 digits) are enlarged for viewing."""
@@ -277,17 +385,20 @@ class RunLogger:
             s.log_images(name, images, step, nrow)
 
     def log_summary(self, results: dict[str, Any]) -> None:
-        """Write the results everywhere.  Completes ``results`` in place first: ``runtime_s`` becomes
-        the sum over all segments of this run folder (``runtime_segments_s`` lists them) and
-        ``summary`` holds the privacy | utility | provenance grouping."""
+        """Write the results everywhere, without the private timings (they go to ``private_timings.json``).
+
+        Completes ``results`` in place first (the caller's copy, e.g. for the console): ``runtime_s``
+        becomes the sum over all segments of this run folder (``runtime_segments_s`` lists them) and
+        ``summary`` holds the privacy | utility | provenance grouping of what is published."""
         current = float(results.get("runtime_s", time.time() - self._t0))
-        segments = self._write_segments(current)
+        public, timings = split_private_timings(results)
+        segments = self._write_segments(current, {k: v for k, v in timings.items() if k.startswith("train.")})
         if len(segments) > 1:
             results["runtime_segments_s"] = segments
             results["runtime_s"] = float(sum(segments))
-        results["summary"] = group_results(results)
+        public["summary"] = results["summary"] = group_results(public)
         for s in self.sinks:
-            s.log_summary(results)
+            s.log_summary(public)
 
     def finish(self) -> None:
         for s in self.sinks:

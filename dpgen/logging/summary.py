@@ -3,13 +3,14 @@
 ``results.json`` keeps its flat keys (``metrics``, ``privacy``, ``train``, ``runtime_s`` ...: scripts
 and tests read them); :func:`group_results` adds a ``summary`` view with three groups:
 
-* **privacy** — the guarantee label, ε spent under each accountant (calibrating: RDP, PLD; any
-  reported-only accountant beside them), δ, the target ε (private runs only), steps, sampling,
-  and the mechanism's public noise constants;
+* **privacy** — the guarantee label, ε spent (``epsilon``: the calibrating accountant's, the run's
+  guarantee; the other accountant's and any reported-only accountant's labelled as such), δ, the
+  target ε (private runs only), steps, sampling, and the mechanism's public noise constants;
 * **utility** — the metrics a user came for (downstream / test / target accuracy, FID, sliced
   Wasserstein distance ...): every numeric metric that is not provenance;
-* **provenance** — how the numbers were produced: counts, extractor, cache paths, timings,
-  overrides, device.  Never plotted (``dpgen/report.py`` lists them in a second table).
+* **provenance** — how the numbers were produced: counts, extractor, cache paths, overrides, device
+  (no wall-clock timings of training: they depend on the private batch sizes, see
+  ``dpgen.logging.run_logger.PRIVATE_TIMINGS``).  Never plotted (``dpgen/report.py`` lists them in a second table).
 
 The guarantee label is the run's own statement: ``results["privacy"]["guarantee"]`` if the
 ledger wrote one, else the ``guarantee`` field the method reports in its train metrics, mapped to
@@ -22,9 +23,10 @@ import math
 import re
 from typing import Any
 
-from ..privacy.guarantee import CLT, NON_PRIVATE, PAPER_CONVENTION, RIGOROUS
+from ..privacy.guarantee import CLT, DATA_DEPENDENT, NON_PRIVATE, PAPER_CONVENTION, RIGOROUS
 
-LABELS = {"rigorous": RIGOROUS, "clt": CLT, "paper": PAPER_CONVENTION, "none": NON_PRIVATE}  # one spelling
+LABELS = {"rigorous": RIGOROUS, "clt": CLT, "paper": PAPER_CONVENTION, "data_dependent": DATA_DEPENDENT,
+          "none": NON_PRIVATE}  # one spelling
 
 # metrics that describe how a number was produced rather than how good the model is
 _PROVENANCE = re.compile(r"(_time_s$|^n_|_n_|^fid_(extractor|reference|n_)|_cache|_seed$|_note$)")
@@ -77,12 +79,14 @@ def guarantee_label(results: dict) -> str:
     """One of :data:`LABELS` (or the run's own wording when it matches none of them)."""
     privacy = results.get("privacy") or {}
     raw = privacy.get("guarantee") or (results.get("train") or {}).get("guarantee")
-    eps = to_float(privacy.get("epsilon_rdp"))
+    eps = to_float(privacy.get("epsilon", privacy.get("epsilon_rdp")))  # epsilon_rdp: files written before `epsilon`
     if raw is None:
         if privacy.get("target_epsilon") is None and (eps is None or math.isinf(eps)):
             return LABELS["none"]
         return "not stated by the method"
     text = str(raw).lower()
+    if "data-dependent" in text or privacy.get("data_dependent_reports"):
+        return LABELS["data_dependent"]
     if "non-private" in text or "nonprivate" in text or text.startswith("none"):
         return LABELS["none"]
     if "paper" in text or "convention" in text:
@@ -160,19 +164,19 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
     if p.get("status"):
         rows.append(("privacy", "status", f"{p['status']}: the run folder publishes un-noised functions of "
                      "private records and is not covered by its epsilon"))
-    calibrating = None if non_private else p.get("calibrating_accountant")
-    if calibrating:
+    calibrating = None if non_private else (p.get("calibrating_accountant") or "rdp")
+    if calibrating is None:
+        rows.append(("privacy", "epsilon spent", f"{fmt(p.get('epsilon', p.get('epsilon_rdp')))}  ({label})"))
+        if p.get("noise_std") is not None:
+            rows.append(("privacy", "noise std (no privacy accounting)", fmt(p["noise_std"])))
+    else:  # the ε of the run: the calibrating accountant's; the other one once, labelled as such
         rows.append(("privacy", f"epsilon spent ({calibrating.upper()}: calibrates and stops)",
-                     f"{fmt(p.get('epsilon'))}  ({label})"))
-
-    def other(name: str) -> str:  # the same releases under another accountant: a looser, valid bound
-        return f"  ({label})" if calibrating in (None, name) else "  (same releases, another accountant)"
-
-    rows.append(("privacy", "epsilon spent (RDP)", f"{fmt(p.get('epsilon_rdp'))}" + other("rdp")))
-    if not non_private:
-        pld = p.get("epsilon_pld")
-        rows.append(("privacy", "epsilon spent (PLD)", f"{fmt(pld)}" + other("pld") if pld is not None else
-                     "n/a (" + (raw.get("epsilon_pld_note") or "no PLD for this sampling") + ")"))
+                     f"{fmt(p.get('epsilon', p.get(f'epsilon_{calibrating}')))}  ({label})"))
+        other = "pld" if calibrating == "rdp" else "rdp"
+        value = p.get(f"epsilon_{other}")
+        rows.append(("privacy", f"epsilon ({other.upper()}, another accountant)",
+                     f"{fmt(value)}  (same releases; not the run's ε)" if value is not None else
+                     "n/a (" + (raw.get(f"epsilon_{other}_note") or "no PLD for this sampling") + ")"))
         for key, value in p.items():
             if key.endswith("_reported_only"):
                 name = key.removeprefix("epsilon_").removesuffix("_reported_only").upper()
@@ -193,8 +197,6 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
         for key in ("private_steps", "sampling", "neighbouring_relation", "noise_multiplier", "sensitivity_bound"):
             if key in p:
                 rows.append(("privacy", key.replace("_", " "), fmt(p[key])))
-    elif p.get("noise_std") is not None:
-        rows.append(("privacy", "noise std (no privacy accounting)", fmt(p["noise_std"])))
     for key, value in grouped["utility"].items():
         rows.append(("utility", key, fmt(value)))
     prov = grouped["provenance"]
@@ -205,11 +207,12 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
     for key, value in prov.items():  # the evaluator's counts, extractor, reference set, cache
         if key not in shown and (key.startswith("fid_") or key.startswith("n_")):
             rows.append(("provenance", key, fmt(value)))
-    segments = prov.get("runtime_segments_s") or []
-    runtime = fmt(prov.get("runtime_s"))
-    if len(segments) > 1:
-        runtime += f"  ({len(segments)} segments: {', '.join(f'{s:.0f}' for s in segments)})"
-    rows.append(("provenance", "run time (s)", runtime))
+    if results.get("runtime_s") is not None:  # the operator's console only: never in results.json (private)
+        segments = results.get("runtime_segments_s") or []
+        runtime = fmt(results["runtime_s"])
+        if len(segments) > 1:
+            runtime += f"  ({len(segments)} segments: {', '.join(f'{s:.0f}' for s in segments)})"
+        rows.append(("provenance", "run time (s, private: not in results.json)", runtime))
     return rows
 
 

@@ -25,11 +25,13 @@ bar, release artefact).  Interface (see docs/ARCHITECTURE.md):
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ..config import ConfigError
 from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import Mechanism
@@ -52,6 +54,8 @@ class TrainContext:
     deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable
     resume_state: dict | None = None  # the method's state from the checkpoint (set by the loop before setup)
     precision: str = "32"  # "bf16": bfloat16 autocast around model forwards (utils.autocast), never the privacy maths
+    # ledger -> public entries added to the release (config, public facts, privacy card: dpgen.export.release)
+    release_extra: Callable[[PrivacyLedger], dict] | None = None
 
     @property
     def checkpoint_path(self) -> Path:
@@ -83,11 +87,13 @@ def load_resume_checkpoint(path: Path, signature: dict) -> dict:
 
 
 def check_signature(old: dict, signature: dict) -> None:
+    """Refuse (one error line) a checkpoint whose method signature differs from this run's."""
     diff = {k: (old.get(k), v) for k, v in signature.items() if old.get(k) != v}
     if diff:
-        raise ValueError("cannot resume: the checkpoint was written by a run with other settings "
-                         + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
-                         + "; resume with the same experiment, dataset split and model settings")
+        raise ConfigError("cannot resume: the checkpoint was written by a run with other settings ("
+                          + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
+                          + "): resume with the same experiment, dataset split and model settings, start the run "
+                          "folder over with trainer.overwrite=true, or choose a new folder with hydra.run.dir=<new folder>")
 
 
 class NonFiniteLossError(FloatingPointError):

@@ -10,7 +10,8 @@ Design (privacy argument in :mod:`dpgen.privacy.moments`):
      * ``projections``: the one-release flow's input, i.e. fixed-size class blocks projected on
        fresh orthonormal directions (k = K) plus noisy counts, post-processed into the same moments
        with the known noise variance removed (:class:`ClassBlockProjectionRelease`);
-  3. post-processing: class means and covariances (PSD-projected); samples
+  3. post-processing: class means and covariances (``shrinkage``: the class's spikes above the known
+     noise bulk completed by the pooled within-class spikes, :mod:`dpgen.privacy.moments`); samples
      ``z ~ N(mu_y, Sigma_y)`` decoded with ``x = z V^T + c`` clamped to the value range.
 
 Sampler = accountant: the whole private set is read once (q = 1, one step) and the ledger records
@@ -32,7 +33,12 @@ import torch
 from ..data import DataSplits
 from ..data.representations import Representation, build_representation
 from ..privacy import PrivacyLedger, PrivateSampler
-from ..privacy.moments import ClassBlockProjectionRelease, ClassMomentRelease, ClassMoments
+from ..privacy.moments import (
+    SHRINKAGES,
+    ClassBlockProjectionRelease,
+    ClassMomentRelease,
+    ClassMoments,
+)
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 
 RELEASES = ("moments", "projections")
@@ -46,12 +52,15 @@ class DPClassGaussian(GenerativeMethod):
 
     def __init__(self, representation: dict | None = None, release: str = "moments",
                  moment_shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), block_slack: float = 1.2,
-                 private: bool = True, chunk: int = 5000) -> None:
+                 private: bool = True, chunk: int = 5000, shrinkage: str = "pooled") -> None:
         if release not in RELEASES:
             raise ValueError(f"model.release={release!r} is unknown; choose one of {', '.join(RELEASES)}")
         self.rep_cfg = dict(representation or {"kind": "dct"})
         self.release_kind, self.shares = release, tuple(float(s) for s in moment_shares)
         self.block_slack, self.private, self.chunk = float(block_slack), bool(private), int(chunk)
+        if shrinkage not in SHRINKAGES:
+            raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
+        self.shrinkage = shrinkage
         if self.block_slack <= 0:
             raise ValueError(f"model.block_slack must be > 0, got {block_slack}")
         self.rep: Representation | None = None
@@ -73,7 +82,7 @@ class DPClassGaussian(GenerativeMethod):
         self._seed = secret_seed(ctx)  # secret sampler seed (reads every record once) and sampling seed
         if self.release_kind == "moments":
             mech = ClassMomentRelease(ledger, n_classes=data.num_classes, radius=self.rep.radius, shares=self.shares,
-                                      private=self.private, seed=mechanism_seed(ctx))
+                                      private=self.private, seed=mechanism_seed(ctx), shrinkage=self.shrinkage)
         else:
             mech = ClassBlockProjectionRelease(ledger, n_classes=data.num_classes, radius=self.rep.radius,
                                                block_size=math.ceil(self.block_slack * n / data.num_classes),
@@ -112,7 +121,7 @@ class DPClassGaussian(GenerativeMethod):
         return {"counts": self.moments.counts, "means": self.moments.means, "covariances": self.moments.covariances}
 
     def signature(self) -> dict:
-        return {"release": self.release_kind, "representation": {"kind": self.kind, **{
+        return {"release": self.release_kind, "shrinkage": self.shrinkage, "representation": {"kind": self.kind, **{
             k: v for k, v in self.rep_cfg.items() if k != "kind"}}, "shares": list(self.shares),
             "private": self.private, "n_private": self._n}
 

@@ -1,4 +1,4 @@
-"""DPSWgen (Sebag et al., TMLR, §6): a latent generator trained with DP-SWD against private latent
+"""DPSWgen (Sebag et al., TMLR; the DPSWflow paper's baseline): a latent generator trained with DP-SWD against private latent
 batches, as ``DPSWDGenerator`` does in pixel space (latent space: :mod:`dpgen.methods.latent`).
 
 One subsampled Gaussian release per step (accounting as DPSWflow-r); generation draws fresh
@@ -23,7 +23,7 @@ from .latent import LatentMethod
 
 
 class DPSWGen(LatentMethod):
-    """DPSWgen baseline (§6): latent MLP generator trained with DP-SWD against private latent batches.
+    """DPSWgen baseline: latent MLP generator trained with DP-SWD against private latent batches.
 
     ``label_mode=partition`` (default; as ``DPSWDGenerator``): the generator is conditional
     (input ``[z || onehot(c)]``, ``z: (n, d_code)``); each Poisson batch is split by label into C blocks

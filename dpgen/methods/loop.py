@@ -2,7 +2,7 @@
 
 ``train(method, data, ledger, ctx)``:
 
-1. resume: load ``ctx.resume_from`` (its method state is handed to ``setup`` as ``ctx.resume_state``);
+1. resume: load ``ctx.resume_from`` (a damaged file is one error line naming it; its method state is handed to ``setup`` as ``ctx.resume_state``);
 2. ``method.setup(data, ledger, ctx)``: models, sampler, calibrated mechanisms (no release);
 3. resume: check the signature, then restore ledger (refuses a changed accountant.epsilon / delta /
    sampling), method state, mechanism noise generators, sampler and RNG;
@@ -14,8 +14,9 @@
    non-finite check on ``values`` (public or released quantities only; never an un-noised loss):
    python floats at once, tensors on the device without a host sync (the first bad step is kept
    on the device and raised at the next log / checkpoint step);
-   log cadence (values + epsilon_rdp + opt-in reported accountants + steps/s); atomic checkpoint cadence; progress bar;
-5. final checkpoint; the weights-only release artefact ``ctx.run_dir / method.release_name``
+   log cadence (values + epsilon, the calibrating accountant's + opt-in reported accountants; no timings:
+   they depend on the private batch sizes); atomic checkpoint cadence; progress bar;
+5. final checkpoint (a failed write is one error line, the previous checkpoint intact); the weights-only release artefact ``ctx.run_dir / method.release_name``
    (``method.release_state()`` + the signature); ``method.finish(ctx)``;
 6. returns the training summary (steps, budget stop, time, every mechanism's ``describe()``,
    ``method.train_summary()``).
@@ -24,7 +25,7 @@ Host syncs: ``step`` may return 0-d tensors (e.g. ``loss.detach()``); the loop c
 host only at the log cadence and at the end, so a step on an accelerator never waits for the device
 (``tests/test_device.py`` counts the syncs per step).
 
-Checkpoint ``checkpoints/last.pt`` = {step, signature, method, ledger, mechanisms, sampler, rng}: it
+Checkpoint ``checkpoints/last.pt`` = {step, signature, method, ledger, mechanisms, sampler, rng, values}: it
 holds RNG states and is as sensitive as the data; the release artefact is what may be published.
 """
 
@@ -36,10 +37,13 @@ import time
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ..config import ConfigError
 from ..data import DataSplits
 from ..privacy import PrivacyLedger
+from ..privacy.card import public_signature
 from ..privacy.mechanisms import Mechanism
-from ..utils import atomic_save, load_checkpoint, rng_state, set_rng_state
+from ..runs import read_checkpoint, write_atomically
+from ..utils import atomic_save, rng_state, set_rng_state
 from .base import Method, NonFiniteLossError, TrainContext, check_signature
 
 
@@ -130,18 +134,25 @@ class FiniteWatch:
             raise NonFiniteLossError(*min(bad))
 
 
-def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, ctx: TrainContext) -> None:
-    atomic_save({"step": step, "signature": signature, "method": method.state_dict(), "ledger": ledger.state_dict(),
-                 "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()},
-                 "sampler": None if method.sampler is None else method.sampler.state_dict(), "rng": rng_state()},
-                ctx.checkpoint_path)
+def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, values: dict,
+                ctx: TrainContext) -> None:
+    """Atomic; a failed write (disk full) is one error line and leaves the previous checkpoint intact.
+    ``values``: the last step's loggable values (so a run resumed at its end reports what it would have)."""
+    write_atomically({"step": step, "signature": signature, "method": method.state_dict(),
+                      "ledger": ledger.state_dict(), "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()},
+                      "sampler": None if method.sampler is None else method.sampler.state_dict(), "rng": rng_state(),
+                      "values": host_values(values)}, ctx.checkpoint_path)
 
 
 def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
     """Run ``method`` to its planned end, the budget stop or ``ctx.max_steps``; see the module docstring."""
     ck = None
     if ctx.resume_from is not None:
-        ck = load_checkpoint(ctx.resume_from)
+        ck = read_checkpoint(ctx.resume_from)
+        if "ledger" not in ck:
+            raise ConfigError(f"trainer.resume={ctx.resume_from} is a weights-only release, not a checkpoint: it has no "
+                              "ledger, so training cannot continue from it; resume from the run folder "
+                              "(trainer.resume=true with hydra.run.dir=<run folder>) or <run>/checkpoints/last.pt")
         ctx.resume_state = ck.get("method")
     method.mechanisms = {}
     method.setup(data, ledger, ctx)
@@ -149,7 +160,10 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     start = 0
     if ck is not None:
         check_signature(ck.get("signature", {}), signature)
-        ledger.load_state_dict(ck["ledger"])
+        try:
+            ledger.load_state_dict(ck["ledger"])
+        except ValueError as err:  # a changed accountant setting: the user's to fix
+            raise ConfigError(str(err)) from None
         method.load_state_dict(ck["method"])
         missing = set(method.mechanisms) - set(ck.get("mechanisms", {}))
         if missing:
@@ -160,6 +174,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             method.sampler.load_state_dict(ck["sampler"])
         set_rng_state(ck["rng"])
         start = int(ck["step"])
+    ctx.logger.rewind(start)  # metrics.csv: each step once, whatever a killed run logged after the checkpoint
 
     budget = Budget(ledger)
     planned = method.total_steps
@@ -171,7 +186,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     if ctx.max_steps is not None:
         end = min(end, int(ctx.max_steps))
 
-    t0, done, values, stopped = time.time(), start, {}, False
+    t0, done, values, stopped = time.time(), start, ({} if ck is None else ck.get("values", {})), False
     watch = FiniteWatch()
     bar = progress_bar(method.name, ctx)
     with bar:
@@ -189,22 +204,23 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             if done % ctx.log_every == 0 or done == end:
                 watch.check()
                 shown = host_values(values)
-                eps = ledger.epsilon(accountant="rdp")
+                eps = ledger.epsilon()  # the calibrating accountant's: the one that set the noise and stops the run
                 # reported-only accountants exist only on the accountant.data_dependent_reports opt-in
-                reported = {f"epsilon_{k}": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
-                ctx.logger.log_metrics({**shown, "epsilon_rdp": eps, **reported,
-                                        "steps_per_s": (done - start) / max(time.time() - t0, 1e-9)}, step=done)
-                bar.update(task, info=f"{method.progress_info(shown)}  eps(RDP) {eps:.3f}")
+                reported = {f"epsilon_{k}_reported_only": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
+                ctx.logger.log_metrics({**shown, "epsilon": eps, **reported}, step=done)  # no timings: private
+                bar.update(task, info=f"{method.progress_info(shown)}  eps({ledger.calibrating_accountant.upper()}) {eps:.3f}")
             if done % ctx.checkpoint_every == 0:
                 watch.check()  # never checkpoint weights trained on a NaN
-                _checkpoint(method, ledger, signature, done, ctx)
+                _checkpoint(method, ledger, signature, done, values, ctx)
             bar.update(task, completed=done)
     if budget_end is not None and done == budget_end and any(m.private for m in method.step_mechanisms(done)):
         stopped = True  # the run was planned to end at the budget
     watch.check()
     values = host_values(values)
-    _checkpoint(method, ledger, signature, done, ctx)
-    atomic_save({**method.release_state(), "signature": signature}, ctx.run_dir / method.release_name)
+    _checkpoint(method, ledger, signature, done, values, ctx)
+    extra = ctx.release_extra(ledger) if ctx.release_extra is not None else {}
+    write_atomically({**method.release_state(), "signature": public_signature(signature, ledger.relation), **extra},
+                     ctx.run_dir / method.release_name)
     method.finish(ctx)
     return {"train_steps": done, "steps_planned": planned, "stopped_by_budget": stopped,
             "train_time_s": time.time() - t0,

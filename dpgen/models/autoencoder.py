@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..privacy.rows import unit_normalise  # the row map that makes the sensitivity bound true
+from .shapes import image_shape_error
 
 
 class _PadCrop(nn.Module):
@@ -23,7 +24,7 @@ class _PadCrop(nn.Module):
         _, h, w = image_shape
         self.size = max(h, w) if size is None else int(size)
         if self.size < max(h, w):
-            raise ValueError(f"model.autoencoder.pad_to={size} is smaller than the images {image_shape}")
+            raise image_shape_error(f"model.autoencoder (pad_to={size})", f"images of at most {size}x{size}", image_shape)
         self.top, self.left = (self.size - h) // 2, (self.size - w) // 2
         self.h, self.w = h, w
 
@@ -52,7 +53,8 @@ class LiutkusAutoencoder(nn.Module):
         self.frame = _PadCrop(self.image_shape, pad_to)
         s = self.frame.size
         if s % 2:
-            raise ValueError(f"LiutkusAutoencoder needs an even working size, got {s}; set model.autoencoder.pad_to")
+            raise image_shape_error(f"model.autoencoder (LiutkusAutoencoder, working size {s})",
+                                    "an even working size (set model.autoencoder.pad_to)", image_shape)
         self.w, self.s2 = width, s // 2
         flat = width * self.s2 * self.s2
         self.enc = nn.Sequential(nn.Conv2d(c, 3, 3, 1, 1), nn.ReLU(), nn.Conv2d(3, width, 2, 2, 0), nn.ReLU(),
@@ -86,12 +88,11 @@ class DCGANAutoencoder(nn.Module):
     (4, 2, 1, + BN + LReLU) ; ConvT(64->3, 4, 2, 1) -> Sigmoid.
     """
 
-    def __init__(self, image_shape: tuple[int, int, int] = (3, 64, 64), latent_dim: int = 48, width: int = 64,
-                 pad_to: int | None = None) -> None:
+    def __init__(self, image_shape: tuple[int, int, int] = (3, 64, 64), latent_dim: int = 48, width: int = 64) -> None:
         super().__init__()
         c, h, w = image_shape
         if (h, w) != (64, 64):
-            raise ValueError(f"DCGANAutoencoder expects 64x64 images, got {image_shape}; use dataset.image_size=64")
+            raise image_shape_error("model.autoencoder (DCGANAutoencoder)", "64x64 images", image_shape)
         self.image_shape, self.latent_dim = tuple(image_shape), int(latent_dim)
         nf = width
 

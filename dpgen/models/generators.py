@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .shapes import image_shape_error
+
 
 def with_label(z: torch.Tensor, y: torch.Tensor | None, n_labels: int) -> torch.Tensor:
     """``[z || onehot(y)]`` for a conditional generator (``z`` unchanged when ``n_labels == 0``)."""
@@ -29,7 +31,7 @@ class ConvCondGen(nn.Module):
         super().__init__()
         c_out, h, w = image_shape
         if h % 4 or w % 4:
-            raise ValueError(f"ConvCondGen needs H and W divisible by 4, got {image_shape}")
+            raise image_shape_error("model.generator (ConvCondGen)", "image sides divisible by 4", image_shape)
         self.d_code, self.n_labels, self.image_shape = d_code, n_labels, tuple(image_shape)
         self.c0, self.h0, self.w0 = channels[0], h // 4, w // 4
         self.fc1 = nn.Linear(d_code + n_labels, hidden)
@@ -62,13 +64,7 @@ class MLPGen(nn.Module):
     """Small conditional MLP generator for vector data (the toy Gaussians).  Output unbounded."""
 
     def __init__(self, d_code: int = 5, n_labels: int = 2, hidden: int = 64,
-                 image_shape: tuple[int, int, int] = (1, 1, 5), channels: None = None,
-                 kernel_size: None = None) -> None:
-        # channels / kernel_size: the convolutional generator's settings, which a preset built on
-        # configs/model/dpswd_generator.yaml inherits by config merging; they must be nulled there.
-        if channels is not None or kernel_size is not None:
-            raise ValueError("MLPGen has no convolutions: set model.generator.channels=null and "
-                             "model.generator.kernel_size=null (see configs/experiment/toy_dpswd.yaml)")
+                 image_shape: tuple[int, int, int] = (1, 1, 5)) -> None:
         super().__init__()
         self.d_code, self.n_labels, self.image_shape = d_code, n_labels, tuple(image_shape)
         out = int(torch.tensor(image_shape).prod())
@@ -98,7 +94,7 @@ class DCGANDecoder(nn.Module):
         c, h, _ = image_shape
         n_up = {64: 4, 32: 3}.get(h)
         if n_up is None:
-            raise ValueError(f"DCGANDecoder supports 32x32 and 64x64 images, got {image_shape}")
+            raise image_shape_error("model.generator (DCGANDecoder)", "32x32 or 64x64 images", image_shape)
         self.d_code, self.n_labels, self.image_shape = d_code, 0, tuple(image_shape)
         ch = [width * 2 ** i for i in range(n_up - 1, -1, -1)]  # 64x64: 512, 256, 128, 64
         layers: list[nn.Module] = [nn.ConvTranspose2d(d_code, ch[0], 4, 1, 0, bias=False), nn.BatchNorm2d(ch[0]),

@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import spectral_norm
 
+from .shapes import image_shape_error
+
 
 class DCGANCondGenerator(nn.Module):
     """Conditional DCGAN-like generator (``ConvCondGenerator``, DP-Sinkhorn paper, MNIST generator), h = ``hidden``:
@@ -26,7 +28,8 @@ class DCGANCondGenerator(nn.Module):
         super().__init__()
         c, h, w = image_shape
         if h != w or h % 4:
-            raise ValueError(f"DCGANCondGenerator needs square images with H divisible by 4, got {image_shape}")
+            raise image_shape_error("model.generator (DCGANCondGenerator)", "square images with sides divisible by 4",
+                                      image_shape)
         self.image_shape, self.n_labels, self.d_code = tuple(image_shape), n_labels, latent_dim
         self.embed = nn.Embedding(max(n_labels, 1), embed_dim)
         d_in = latent_dim + embed_dim
@@ -107,7 +110,8 @@ class BigGANCondGenerator(nn.Module):
         while bottom_width * 2 ** n_blocks < h:
             n_blocks += 1
         if h != w or bottom_width * 2 ** n_blocks != h:
-            raise ValueError(f"BigGANCondGenerator needs square images of size bottom_width * 2^k, got {image_shape}")
+            raise image_shape_error("model.generator (BigGANCondGenerator)", "square images of size bottom_width * 2^k",
+                                      image_shape)
         ch = 4 * hidden
         self.image_shape, self.n_labels, self.d_code = tuple(image_shape), max(n_labels, 1), latent_dim
         self.bottom, self.ch = bottom_width, ch

@@ -6,6 +6,8 @@
   approximation (``bound=clt``), which is asymptotic: the stated epsilon is NOT a guarantee.
 * ``paper convention — not (ε, δ)-DP at the stated ε``: a paper's setting reproduced as published
   (e.g. the classic Gaussian constant above epsilon = 1); labelled reproduction only.
+* ``not DP: data-dependent reports``: the run also publishes accountants computed from un-noised
+  private statistics (``accountant.data_dependent_reports=true``): the run as a whole is not DP.
 * ``non-private``: an un-noised release (epsilon = infinity).
 
 ``combine`` returns the weakest label of several releases (a run is only as private as its
@@ -19,8 +21,9 @@ from collections.abc import Iterable
 RIGOROUS = "rigorous"
 CLT = "not rigorous (CLT)"
 PAPER_CONVENTION = "paper convention — not (ε, δ)-DP at the stated ε"
+DATA_DEPENDENT = "not DP: data-dependent reports"
 NON_PRIVATE = "non-private"
-LABELS: tuple[str, ...] = (RIGOROUS, CLT, PAPER_CONVENTION, NON_PRIVATE)  # strongest first
+LABELS: tuple[str, ...] = (RIGOROUS, CLT, PAPER_CONVENTION, DATA_DEPENDENT, NON_PRIVATE)  # strongest first
 
 
 def guarantee_label(private: bool, bound: str | None = None, paper_convention: bool = False) -> str:
@@ -46,4 +49,5 @@ def qualifier(label: str) -> str:
     """Text printed beside epsilon: empty for a rigorous guarantee."""
     return "" if label == RIGOROUS else {CLT: "not a rigorous guarantee (CLT bound)",
                                           PAPER_CONVENTION: "not (ε, δ)-DP at the stated ε (paper convention)",
+                                          DATA_DEPENDENT: "not DP: the run publishes data-dependent reports",
                                           NON_PRIVATE: "non-private"}[label]

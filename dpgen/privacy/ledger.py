@@ -47,7 +47,7 @@ from .accountants import (
     largest_steps_within,
     solve_noise_multiplier,
 )
-from .guarantee import LABELS, RIGOROUS, combine
+from .guarantee import DATA_DEPENDENT, LABELS, RIGOROUS, combine
 
 RELATIONS: tuple[str, ...] = ("add_remove", "replace_one")
 ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
@@ -61,7 +61,7 @@ def relation_of_sampling(sampling: str) -> str:
     """
     return {"poisson": "add_remove", "without_replacement": "replace_one"}[check_sampling(sampling)]
 
-NOT_DP_DATA_DEPENDENT = "not DP: data-dependent reports"
+NOT_DP_DATA_DEPENDENT = DATA_DEPENDENT
 
 
 @dataclass(frozen=True)
@@ -284,9 +284,11 @@ class PrivacyLedger:
 
     @property
     def guarantee(self) -> str:
-        """The weakest guarantee label of the recorded releases (``privacy.guarantee``)."""
+        """The weakest guarantee label of the recorded releases (``privacy.guarantee``); a run that publishes
+        data-dependent reports is "not DP" whatever its releases."""
         labels = [e.guarantee for e in self.entries if e.steps > 0]
         labels += ["non-private" for e in self.entries if e.steps > 0 and e.noise_multiplier == 0]
+        labels += [DATA_DEPENDENT] if self.data_dependent_reports else []
         return combine(labels)
 
     def summary(self) -> dict:

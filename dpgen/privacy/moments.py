@@ -20,7 +20,19 @@ Sensitivity (exact, deterministic, no beta):
   ``<= sqrt(4 a1^2 + 2 a2^2)``.  Delta = ``sqrt(max(2, 4 a1^2 + 2 a2^2))`` (= sqrt(2) for equal shares).
 
 Post-processing (no privacy cost): ``n_c^ = max(released / w0, 1)``, ``mu_c = s_c^ / n_c^``,
-``Sigma_c = sym(M_c^) / n_c^ - mu_c mu_c^T`` projected onto the PSD cone (eigenvalues floored).
+``Sigma_c^ = sym(M_c^) / n_c^ - mu_c mu_c^T``, then one of the covariance estimators ``SHRINKAGES``,
+each using only the released vector and the KNOWN (public) noise level:
+
+* ``pooled`` (default): the class's own spikes (eigen-directions of ``Sigma_c^`` that stand out of the
+  noise bulk, :func:`spiked_shrinkage`), completed in the orthogonal complement by the spikes of the
+  pooled within-class covariance ``sum_c n_c^ Sigma_c^ / sum_c n_c^`` (:func:`pooled_spiked_covariances`).
+  The pooled matrix averages the C classes' independent noise, so its bulk edge is about ``sqrt(C)``
+  times lower and directions shared by the classes (stroke width, slant, ...) survive even when a
+  class's own matrix keeps none;
+* ``class``: the class's own spikes only (a class whose spikes all sit in the bulk gets covariance 0:
+  every sample of it is the class mean);
+* ``none``: ``Sigma_c^`` projected onto the PSD cone (negative eigenvalues floored; keeps the noise).
+
 The synthetic data are draws from ``N(mu_c, Sigma_c)`` decoded back to images.
 
 Both releases are :class:`~dpgen.privacy.mechanisms.Mechanism` objects: noise from their own
@@ -38,6 +50,7 @@ import torch
 from .mechanisms import Mechanism
 
 RELATIONS = ("add_remove", "replace_one")
+SHRINKAGES = ("pooled", "class", "none")
 
 
 def moment_weights(radius: float, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)) -> tuple[float, float, float]:
@@ -113,14 +126,39 @@ def spiked_shrinkage(ev: torch.Tensor, s: torch.Tensor, k: int) -> torch.Tensor:
     return torch.where(ev > edge, theta, torch.zeros_like(ev))
 
 
+def pooled_spiked_covariances(cov: torch.Tensor, n: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Class spikes completed by the pooled within-class spikes (the ``pooled`` estimator; module docstring).
+
+    ``cov: (C, K, K)`` symmetric noisy class covariances, ``n: (C,)`` noisy counts, ``s: (C,)`` the
+    off-diagonal noise std of each ``cov[c]`` (public).  With ``cov[c] = Sigma_c + W_c`` the pooled
+    ``sum_c n_c cov[c] / sum_c n_c`` carries ``sum_c n_c W_c / sum_c n_c`` whose off-diagonal std is
+    ``sqrt(sum_c (n_c s_c)^2) / sum_c n_c`` (independent W_c).  For class c with spike directions
+    ``U_c`` (estimates ``theta_c``) and ``P = I - U_c U_c^T``:
+    ``Sigma_c = U_c diag(theta_c) U_c^T + P Sigma_pool P``.  Returns ``(C, K, K)`` PSD, unfloored.
+    """
+    k = cov.shape[-1]
+    pooled = (n[:, None, None] * cov).sum(0, keepdim=True) / n.sum()
+    s_pool = torch.sqrt(((n * s) ** 2).sum()).reshape(1) / n.sum()
+    ev_p, vec_p = torch.linalg.eigh(pooled)
+    th_p = spiked_shrinkage(ev_p, s_pool, k)
+    sigma_pool = (vec_p * th_p[:, None, :]) @ vec_p.transpose(1, 2)  # (1, K, K)
+    ev, vec = torch.linalg.eigh(cov)
+    th = spiked_shrinkage(ev, s, k)
+    kept = vec * (th > 0).to(vec.dtype)[:, None, :]  # the class's spike directions, others zeroed
+    proj = torch.eye(k, dtype=cov.dtype) - kept @ kept.transpose(1, 2)
+    return (vec * th[:, None, :]) @ vec.transpose(1, 2) + proj @ sigma_pool @ proj
+
+
 def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, float],
-                        eig_floor: float, noise_std: float = 0.0) -> ClassMoments:
+                        eig_floor: float, noise_std: float = 0.0, shrinkage: str = "pooled") -> ClassMoments:
     """Invert the weighting and project to valid moments (pure post-processing).
 
-    ``noise_std`` (the std added to every coordinate of ``v``) > 0 turns on the spiked shrinkage of
-    each class covariance: ``sym(M_c^)/n_c^`` carries symmetric noise with off-diagonal entry std
-    ``noise_std / (w2 n_c^ sqrt 2)``; eigenvalues in the noise bulk are dropped (set to the floor).
+    ``noise_std`` (the std added to every coordinate of ``v``, public) > 0 turns on the ``shrinkage``
+    estimator (``SHRINKAGES``, module docstring): ``sym(M_c^)/n_c^`` carries symmetric noise with
+    off-diagonal entry std ``noise_std / (w2 n_c^ sqrt 2)``.  Eigenvalues end floored at ``eig_floor``.
     """
+    if shrinkage not in SHRINKAGES:
+        raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
     w0, w1, w2 = weights
     c = v.shape[0]
     n = (v[:, 0] / w0).clamp_min(1.0)
@@ -129,11 +167,17 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
     m = 0.5 * (m + m.transpose(1, 2))
     mu = s / n[:, None]
     cov = m / n[:, None, None] - mu[:, :, None] * mu[:, None, :]
+    cov = 0.5 * (cov + cov.transpose(1, 2))
+    if noise_std > 0 and shrinkage != "none":
+        s_noise = noise_std / (w2 * n * math.sqrt(2.0))
+        if shrinkage == "pooled":
+            cov = pooled_spiked_covariances(cov, n, s_noise)
+        else:
+            ev, evec = torch.linalg.eigh(cov)
+            ev = spiked_shrinkage(ev, s_noise, k)
+            cov = (evec * ev[:, None, :]) @ evec.transpose(1, 2)
     ev, evec = torch.linalg.eigh(0.5 * (cov + cov.transpose(1, 2)))
-    if noise_std > 0:
-        ev = spiked_shrinkage(ev, noise_std / (w2 * n * math.sqrt(2.0)), k)
-    ev = ev.clamp_min(eig_floor)
-    cov = (evec * ev[:, None, :]) @ evec.transpose(1, 2)
+    cov = (evec * ev.clamp_min(eig_floor)[:, None, :]) @ evec.transpose(1, 2)
     return ClassMoments(n, mu, 0.5 * (cov + cov.transpose(1, 2)))
 
 
@@ -150,12 +194,14 @@ class ClassMomentRelease(Mechanism):
 
     def __init__(self, ledger, *, n_classes: int, radius: float,
                  shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), private: bool = True,
-                 seed: int | None = None, shrink: bool = True, accountant: str | None = None) -> None:
+                 seed: int | None = None, shrinkage: str = "pooled", accountant: str | None = None) -> None:
         super().__init__(ledger, sample_rate=1.0, private=private, seed=seed, accountant=accountant)
         self.n_classes, self.radius = int(n_classes), float(radius)
         self.shares = tuple(float(x) for x in shares)
         self.weights = moment_weights(self.radius, self.shares)
-        self.shrink = bool(shrink)
+        if shrinkage not in SHRINKAGES:
+            raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
+        self.shrinkage = shrinkage
 
     def sensitivity_under(self, relation: str) -> float:
         return moment_sensitivity(self.shares, relation)
@@ -173,7 +219,7 @@ class ClassMomentRelease(Mechanism):
         self._record()
         k = z.shape[1]
         floor = 1e-6 * self.radius**2 / k if eig_floor is None else eig_floor
-        return moments_from_vector(v, k, self.weights, floor, self.noise_std if self.shrink else 0.0)
+        return moments_from_vector(v, k, self.weights, floor, self.noise_std, self.shrinkage)
 
     def _config(self) -> dict:
         return {**super()._config(), "radius": self.radius, "shares": list(self.shares)}

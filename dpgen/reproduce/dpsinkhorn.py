@@ -16,13 +16,14 @@ Each run's results.json is read back; nothing from the paper is ever written int
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from dpgen.logging.timings import load_results
 
 ROOT = Path(__file__).resolve().parents[2]
 START, END = "<!-- dpsinkhorn:start -->", "<!-- dpsinkhorn:end -->"
@@ -74,7 +75,7 @@ def section(run_dirs: list[Path], invocation: str | None = None) -> str:
              "| row | paper FID / LogReg / MLP / CNN | ours FID / LogReg / MLP / CNN | FID extractor (trained on; reference) "
              "| ε (RDP / PLD), δ | σ, steps | command, run time |", "|---|---|---|---|---|---|---|"]
     for d in run_dirs:
-        res = json.loads((d / "results.json").read_text())
+        res = load_results(d)  # + the private run time (the operator's own benchmark runs)
         exp, m, p, t = res["experiment"], res["metrics"], res["privacy"], res["train"]
         paper = " / ".join(f"{v:.1f}" for v in PAPER.get(exp, ()))
         ours = " / ".join([_f(m.get("fid")), _f(m.get("acc_logreg"), True), _f(m.get("acc_mlp"), True),

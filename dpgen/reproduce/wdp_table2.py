@@ -29,6 +29,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
+from dpgen.logging.timings import load_results  # noqa: E402
 from dpgen.privacy.accountants import RDPAccountant, Release  # noqa: E402
 from dpgen.privacy.bayesian import MomentsAccountant  # noqa: E402
 from dpgen.privacy.wdp import wdp_epsilon, wdp_step_loss  # noqa: E402
@@ -43,7 +44,7 @@ def run(preset: str, out: Path, extra: list[str]) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     res_file = out / "results.json"
     if res_file.exists():  # resumable script: finished runs are kept
-        return json.loads(res_file.read_text())
+        return load_results(out)
     # WA/BA/MA read un-noised private gradients: an explicit opt-in (the runs are labelled "not DP")
     cmd = [sys.executable, str(ROOT / "train.py"), f"experiment={preset}", "logger=local", "trainer.progress=false",
            "trainer.log_every=25", "accountant.data_dependent_reports=true", f"hydra.run.dir={out}", *extra]
@@ -52,7 +53,7 @@ def run(preset: str, out: Path, extra: list[str]) -> dict:
     (out / "stdout.txt").write_text(r.stdout + "\n" + r.stderr[-5000:])
     if r.returncode != 0:
         raise SystemExit(f"{preset} failed:\n{r.stderr[-3000:]}")
-    return json.loads(res_file.read_text())
+    return load_results(out)
 
 
 def paper_default_accounting(epochs: int, sigma: float = 0.01, batch: int = 1024, n: int = 60000,

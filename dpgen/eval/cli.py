@@ -1,0 +1,171 @@
+"""``dpgen evaluate <run dir> [evaluator.key=value ...]``: evaluate a finished run again from its release.
+
+    dpgen evaluate outputs/digits_moments/2026-11-25_16-00-00
+    dpgen evaluate multirun/mnist_dpswd/<sweep>/0_accountant.epsilon=1 evaluator.fid.enabled=false
+
+The method is rebuilt from the run folder's composed config (``.hydra/config.yaml``) and its weights-only
+release (``release.pt``); the dataset is loaded to rebuild its PUBLIC splits (test, and public when the
+preset has one) and its private split is dropped before the method is built: the method and the
+evaluator never read a private record, so re-evaluation is post-processing of the release and costs no
+privacy.  ``results.json`` gets the new ``metrics`` (and ``evaluated``: when, with which overrides); its
+``privacy`` section is left as it is and the privacy ledger is not touched.
+
+Overrides may change ``evaluator.*`` (e.g. a smaller FID, another extractor), ``paths.data_root`` and
+``trainer.device``; nothing that would change the trained model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ALLOWED_OVERRIDES = ("evaluator.", "paths.data_root=", "trainer.device=")
+
+
+class EvaluateError(ValueError):
+    """The run folder cannot be re-evaluated; the message says why and what to do."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="a run folder (holds .hydra/config.yaml, the release file, results.json)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="evaluator.* / paths.data_root / trainer.device overrides for this evaluation")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
+    from ..data.base import DatasetNotFoundError
+
+    try:
+        results = evaluate(args.run_dir, list(args.overrides))
+    except (EvaluateError, ConfigError, DatasetNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if "privacy" in results:
+        from ..logging.summary import print_summary
+
+        print_summary(results)
+    else:  # a run that stopped before writing results.json: no privacy section to show
+        print(json.dumps(results["metrics"], indent=2, default=str))
+    return 0
+
+
+def load_run_config(run_dir: Path, overrides: list[str]):
+    """The run's composed config with its Hydra-runtime paths filled in (this folder, the data root) and
+    ``overrides`` applied."""
+    from omegaconf import OmegaConf
+
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise EvaluateError(f"{run_dir} is not a run folder: {path} not found; pass the folder a `python train.py` "
+                            "run wrote (outputs/<experiment>/<time>/ or one job folder of a multirun)")
+    bad = [o for o in overrides if not o.startswith(ALLOWED_OVERRIDES) or "=" not in o]
+    if bad:
+        raise EvaluateError(f"cannot override {', '.join(bad)} when re-evaluating: only evaluator.*, paths.data_root and "
+                            "trainer.device may change (anything else would not be the trained model)")
+    cfg = OmegaConf.load(path)
+    cfg.paths.output_dir = str(run_dir)
+    cfg.paths.data_root = os.environ.get("DPGEN_DATA_ROOT", str(Path.cwd() / "data"))
+    return OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+
+
+def public_view(data):
+    """``data`` with its private split replaced by a stand-in of the same (public) size and record shape whose
+    records are zeros: what a method's ``setup`` may touch while it is rebuilt from a release."""
+    from ..data.base import PrivateSplit
+
+    n, shape = len(data.private), data.private.feature_shape
+    stand_in = PrivateSplit(torch.zeros(1, *shape).expand(n, *shape), torch.zeros(n, dtype=torch.long))
+    return dataclasses.replace(data, private=stand_in)
+
+
+def load_method(cfg, data, run_dir: Path, device: torch.device):
+    """The trained method of ``run_dir`` from its release artefact; reads no private record.
+
+    Methods with ``restore`` (the latent flows) rebuild themselves; any other method is set up on the
+    public view of the data with a fresh in-memory ledger (calibration only, nothing is released or
+    recorded), then its released weights are loaded over the fresh state (optimiser states etc. stay fresh:
+    sampling and prediction do not use them)."""
+    from hydra.utils import instantiate
+
+    from ..methods.base import TrainContext, check_signature
+    from ..pipeline import _paper_convention
+    from ..utils import load_checkpoint
+
+    convention = _paper_convention(cfg)
+    method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
+    artefact = run_dir / method.release_name
+    if not artefact.is_file():
+        raise EvaluateError(f"{artefact} not found: the run did not finish training (resume it in place with "
+                            f"hydra.run.dir={run_dir} trainer.resume=true)")
+    if hasattr(method, "restore"):
+        method.restore(data, artefact, device)
+        return method
+    release = load_checkpoint(artefact)
+    signature = release.pop("signature", {})
+    ctx = TrainContext(device=device, logger=_NullLogger(), run_dir=run_dir, seed=int(cfg.get("seed", 0)),
+                       progress=False)
+    method.setup(data, instantiate(cfg.accountant, _convert_="all"), ctx)
+    method.load_state_dict({**method.state_dict(), **release})
+    try:
+        check_signature(signature, {k: v for k, v in method.signature().items() if k in signature})
+    except ValueError as e:
+        raise EvaluateError(f"the rebuilt method does not match {artefact}: {e}") from None
+    return method
+
+
+class _NullLogger:
+    """A method's setup may log public images (e.g. autoencoder reconstructions); re-evaluation drops them."""
+
+    def log_images(self, *args, **kwargs) -> None:
+        pass
+
+    def log_metrics(self, *args, **kwargs) -> None:
+        pass
+
+
+def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
+    """Evaluate ``run_dir``'s release again and rewrite ``results.json``'s metrics; returns the results."""
+    from hydra.utils import instantiate
+
+    from ..logging import RunLogger
+    from ..logging.summary import group_results
+    from ..utils import json_safe, pick_device, seed_everything
+    from .evaluator import evaluate_run
+
+    run_dir = Path(run_dir).resolve()
+    overrides = list(overrides or [])
+    cfg = load_run_config(run_dir, overrides)
+    results_path = run_dir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    seed = int(cfg.get("seed", 0))
+    seed_everything(seed)
+    device = pick_device(cfg.trainer.get("device", "auto"))
+    evaluator = instantiate(cfg.evaluator, _convert_="all")
+    evaluator.check()
+    data = instantiate(cfg.dataset)
+    if getattr(data, "transductive_eval", False):
+        raise EvaluateError("this run's test split is its private target data (dataset.test_fraction=0, transductive "
+                            "protocol); `dpgen evaluate` reads public data only")
+    data = public_view(data)
+    evaluator.check(data)
+    method = load_method(cfg, data, run_dir, device)
+    metrics = evaluate_run(evaluator, method, data, RunLogger(run_dir), seed, run_dir)
+    results.update({"metrics": metrics, "evaluated": {
+        "by": "dpgen evaluate", "overrides": overrides, "device": str(device),
+        "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}})
+    results.setdefault("experiment", cfg.get("experiment_name", "run"))
+    results.setdefault("dataset", data.name)
+    if "privacy" in results:
+        results["summary"] = group_results(results)
+    tmp = results_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(json_safe(results), indent=2, sort_keys=True))
+    os.replace(tmp, results_path)
+    return results

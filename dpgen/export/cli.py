@@ -1,0 +1,42 @@
+"""``dpgen sample <run folder | release file> --n N [--labels ...] [--seed S] --out synth.npz | <folder> | model.pt``.
+
+Reads only the weights-only release (never ``checkpoints/``), samples with no private data and no
+privacy cost, and writes the export with ``privacy_card.json`` / ``privacy_card.md`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..config import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("release", help="a run folder, or its release file (generator.pt, release.pt, ...)")
+    parser.add_argument("--n", type=int, default=60000, help="number of samples (default 60000)")
+    parser.add_argument("--labels", default="balanced",
+                        help="balanced (default) | proportional (released noisy or public class counts) | "
+                             "a list of classes, e.g. 0,3,7")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: fresh randomness)")
+    parser.add_argument("--out", required=True,
+                        help="synth.npz (x in the dataset's pixel format, y), a folder (PNG per class, "
+                             "ImageFolder layout), or model.pt (copy the released weights: classifiers)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .labels import parse_labels
+    from .release import load_release
+
+    try:
+        release = load_release(args.release)
+        paths = release.export(args.out, args.n, parse_labels(args.labels), args.seed)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    eps = release.card["privacy"]["epsilon"]
+    what = "model" if str(args.out).endswith(".pt") else f"{args.n} samples"
+    print(f"wrote {paths[0]} ({what}; ε = {eps if isinstance(eps, str) else f'{eps:.4g}'}, "
+          f"δ = {release.card['privacy']['delta']:.3g}, {release.card['privacy']['guarantee']})")
+    print(f"privacy card: {paths[1]}  {paths[2]}")
+    return 0

@@ -1,0 +1,88 @@
+"""Writing an export: ``.npz`` (x in the dataset's pixel format, y), a PNG folder per class
+(torchvision ``ImageFolder`` layout), or a model's weights (``.pt``), each with the privacy card beside it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..config import ConfigError
+from ..privacy.card import write_card
+from .labels import class_weights, describe
+
+
+def to_storage(x: torch.Tensor, value_range, storage: dict) -> np.ndarray:
+    """``(n, C, H, W)`` floats in the value range -> numpy images ``(n, H, W)`` (one channel) or ``(n, H, W, C)``
+    in the dataset's stored format ``storage = {"dtype", "range"}``: e.g. uint8 0..255, uint8 0..16, float32."""
+    lo, hi = (float(v) for v in value_range)
+    s_lo, s_hi = (float(v) for v in storage["range"])
+    x = s_lo + (x.detach().cpu().double().clamp(lo, hi) - lo) / (hi - lo) * (s_hi - s_lo)
+    if storage["dtype"] != "float32":
+        x = torch.round(x)
+    arr = x.numpy().astype(storage["dtype"])
+    return arr[:, 0] if arr.shape[1] == 1 else np.transpose(arr, (0, 2, 3, 1))
+
+
+def folder_names(num_classes: int, class_names: list[str] | None) -> list[str]:
+    """Class folder names: the declared names, else zero-padded indices (ImageFolder sorts names: keep the order)."""
+    if class_names:
+        return list(class_names)
+    width = len(str(num_classes - 1))
+    return [f"{c:0{width}d}" for c in range(num_classes)]
+
+
+def save_png_folder(folder: Path, x: torch.Tensor, y: torch.Tensor, value_range, names: list[str]) -> None:
+    """One sub-folder per class, 8-bit PNGs."""
+    from PIL import Image
+
+    lo, hi = (float(v) for v in value_range)
+    img = ((x.detach().cpu().float().clamp(lo, hi) - lo) / (hi - lo) * 255).round().to(torch.uint8).numpy()
+    count: dict[int, int] = {}
+    for a, label in zip(img, y.tolist(), strict=True):
+        sub = folder / names[label]
+        if label not in count:
+            sub.mkdir(parents=True, exist_ok=True)
+            count[label] = 0
+        Image.fromarray(a[0] if a.shape[0] == 1 else np.transpose(a, (1, 2, 0))).save(sub / f"{count[label]:06d}.png")
+        count[label] += 1
+
+
+def export(release, out: Path, n: int, labels=None, seed: int | None = None) -> list[Path]:
+    """Write the export ``out`` and its card; returns the written paths (data first)."""
+    if out.suffix == ".pt":
+        return _export_model(release, out)
+    if not release.is_generator:
+        release.method()  # raises the "not a generator" error
+    if out.suffix not in ("", ".npz"):
+        raise ConfigError(f"--out {out}: write a .npz file or a folder (PNG images per class); .pt copies a model")
+    if out.suffix == "" and out.exists() and any(out.iterdir()):
+        raise ConfigError(f"--out {out} is a folder that is not empty: choose a new folder")
+    x, y = release.sample(n, labels, seed)
+    facts = release.data
+    if out.suffix == ".npz":
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(out, x=to_storage(x, facts["value_range"], facts["storage"]), y=y.numpy().astype(np.int64))
+        lo, hi = facts["storage"]["range"]
+        card_dir, fmt = out.parent, f"npz: x {facts['storage']['dtype']} {lo:g}..{hi:g} (n, H, W[, C]), y int64"
+    else:
+        save_png_folder(out, x, y, facts["value_range"], folder_names(release.num_classes, facts.get("class_names")))
+        card_dir, fmt = out, "PNG folder per class (torchvision ImageFolder)"
+    plan = describe(labels) + (f" ({class_weights(release)[1]})" if labels == "proportional" else "")
+    card = {**release.card, "export": {"file": out.name, "n": int(n), "labels": plan, "format": fmt,
+                                        "source_release": release.path.name,
+                                        "note": "sampled from the release: post-processing, no further privacy cost"}}
+    return [out, *write_card(card, card_dir)]
+
+
+def _export_model(release, out: Path) -> list[Path]:
+    """Copy the release's weights to ``out`` with the card beside it (for classifiers; a generator may too)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.resolve() != release.path.resolve():
+        shutil.copyfile(release.path, out)
+    card = {**release.card, "export": {"file": out.name, "format": "the released weights (torch .pt)",
+                                        "source_release": release.path.name}}
+    return [out, *write_card(card, out.parent)]
+

@@ -1,0 +1,217 @@
+"""Checks of a ``train.py`` command line made BEFORE Hydra starts the run (so a fault leaves no folder).
+
+Hydra composes the config and creates the run folder before dpgen's code runs; faults in either
+step end in Hydra's multi-line report (exit 1) or a raw traceback.  :func:`preflight` composes the
+same config first (Hydra's compose API, the first value of each sweep) and returns ONE line naming
+the fault and the fix, or None when the run may start:
+
+* an unknown preset or group option (``experiment=celeba_dpwsd``) -> the closest option names;
+* an unknown setting (``trainer.max_step=3``) -> the closest keys beside it;
+* a ``+key`` that only misspells an existing setting (``+accountant.epsilonn=3``: Hydra would add a
+  new key that nothing reads) -> the setting it resembles;
+* a run folder (``hydra.run.dir`` / ``hydra.sweep.dir``) that cannot be created or written.
+
+Hydra's own flags (``--help``, ``--cfg``, ``--info`` ...) skip the checks: Hydra answers them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import did_you_mean, one_line
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_NAME = "train"
+_RUN_FLAGS = {"-m", "--multirun", "-r", "--run"}  # anything else starting with "-" is Hydra's to answer
+PLUS_NOTE = "(Hydra's '+key=value' adds a NEW setting that nothing reads; use it only for that.)"
+
+
+def preflight(argv: list[str], config_dir: Path = CONFIGS) -> str | None:
+    """The one-line fault of the command line ``argv`` (overrides and flags of ``train.py``), or None."""
+    flags = [a for a in argv if a.startswith("-")]
+    if any(f not in _RUN_FLAGS for f in flags):
+        return None
+    multirun = any(f in ("-m", "--multirun") for f in flags)
+    from hydra.errors import OverrideParseException
+
+    try:
+        overrides = first_values([a for a in argv if not a.startswith("-")])
+    except OverrideParseException as err:
+        return f"cannot read the command line: {one_line(err)} (write each setting as key=value)"
+    cfg, problem = _compose(overrides, config_dir)
+    if problem is not None:
+        return problem
+    return misspelt_additions(overrides, cfg) or unwritable_run_dir(cfg, multirun)
+
+
+def first_values(overrides: list[str]) -> list[str]:
+    """``overrides`` with every sweep (``a=1,2``, ``range(..)``) replaced by its first value: the
+    config a multirun's first job composes (enough to find a misspelt key or option)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    out = []
+    for o in parsed:
+        if o.is_sweep_override():
+            first = next(iter(o.sweep_string_iterator()), None)
+            if first is None:
+                continue
+            out.append(f"{o.input_line.split('=', 1)[0]}={first}")
+        else:
+            out.append(o.input_line)
+    return out
+
+
+def _compose(overrides: list[str], config_dir: Path):
+    """(config with its ``hydra`` node, None) or (None, the one-line composition fault)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import (
+        ConfigCompositionException,
+        MissingConfigException,
+    )
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            return compose(CONFIG_NAME, overrides=overrides, return_hydra_config=True), None
+    except MissingConfigException as err:
+        return None, missing_option(err, overrides)
+    except ConfigCompositionException as err:
+        return None, unknown_keys(overrides, config_dir) or one_line(err)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def missing_option(err, overrides: list[str]) -> str:
+    """``experiment=celeba_dpwsd``: the group, the closest option names and where to list them all."""
+    missing = str(getattr(err, "missing_cfg_file", "") or "")
+    group, _, name = missing.rpartition("/")
+    options = list(getattr(err, "options", None) or [])
+    if not group or not options:
+        return one_line(err)
+    close = did_you_mean(name, options, n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(f'{group}={c}' for c in close)}?" if close else \
+        f"choose one of: {', '.join(options)}"
+    listing = " (all presets: `dpgen presets`)" if group == "experiment" else ""
+    return f"{group}={name}: no such {group} option (no configs/{group}/{name}.yaml); {hint}{listing}"
+
+
+def _flat_keys(node, prefix: str = "") -> list[str]:
+    """Every dotted key of a config (values unresolved)."""
+    from omegaconf import DictConfig
+
+    keys = []
+    for key in node.keys() if isinstance(node, DictConfig) else []:
+        dotted = f"{prefix}{key}"
+        keys.append(dotted)
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            keys += _flat_keys(child, dotted + ".")
+    return keys
+
+
+def _close_keys(key: str, known: list[str]) -> tuple[list[str], list[str]]:
+    """(close matches of ``key`` among the keys beside it — or anywhere when it has no parent —, its siblings)."""
+    parent, _, leaf = key.rpartition(".")
+    siblings = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == parent and k != key] \
+        if parent in known else []
+    if siblings:
+        return [f"{parent}.{c}" for c in did_you_mean(leaf, siblings, n=2)], siblings
+    return did_you_mean(key, [k for k in known if k != key], n=2), []
+
+
+def unknown_key_hints(overrides: list[str], config_dir: Path = CONFIGS) -> list[str]:
+    """For each ``key=value`` override whose key is not in the composed config: a did-you-mean phrase.
+
+    Group choices (``dataset=mnist``) compose the config the keys are looked up in; ``+``/``~``
+    overrides and ``hydra.*`` keys are left alone.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    groups = {p.name for p in config_dir.iterdir() if p.is_dir()}
+    choices, keys = [], []
+    for arg in overrides:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key, value = arg.split("=", 1)
+        if key.startswith(("+", "~", "hydra")):
+            continue
+        if key in groups or "/" in key:
+            choices.append(f"{key}={value.split(',')[0]}")
+        else:
+            keys.append(key)
+    if not keys:
+        return []
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            cfg = compose(CONFIG_NAME, overrides=choices)
+    except Exception:  # noqa: BLE001 - the group choices themselves are wrong: reported on their own
+        return []
+    finally:
+        GlobalHydra.instance().clear()
+    known = _flat_keys(cfg)
+    hints = []
+    for key in keys:
+        if key in known:
+            continue
+        close, siblings = _close_keys(key, known)
+        if close:
+            hints.append(f"'{key}' is not a setting; did you mean {' or '.join(repr(c) for c in close)}?")
+        elif siblings:
+            hints.append(f"'{key}' is not a setting; {key.rpartition('.')[0]} has: {', '.join(siblings)}")
+        else:
+            hints.append(f"'{key}' is not a setting")
+    return hints
+
+
+def unknown_keys(overrides: list[str], config_dir: Path = CONFIGS) -> str | None:
+    """The did-you-mean line of the unknown keys among ``overrides`` (None when every key exists)."""
+    hints = unknown_key_hints(overrides, config_dir)
+    return "; ".join(hints) + " (a typo? the settings of a group: `python train.py --cfg job`)" if hints else None
+
+
+def misspelt_additions(overrides: list[str], cfg) -> str | None:
+    """A ``+key=value`` whose key is a near-miss of an existing setting beside it (``+accountant.epsilonn``)."""
+    known = _flat_keys(cfg)
+    for arg in overrides:
+        if not arg.startswith("+") or arg.startswith("++") or "=" not in arg:
+            continue
+        key, value = arg[1:].split("=", 1)
+        if "/" in key or "." not in key:  # +group=option and new top-level keys are Hydra's business
+            continue
+        close, _ = _close_keys(key, known)
+        if close:
+            return (f"'+{key}' adds a new setting that nothing reads; did you mean {close[0]}={value}? "
+                    f"{PLUS_NOTE}")
+    return None
+
+
+def unwritable_run_dir(cfg, multirun: bool) -> str | None:
+    """The run folder (``hydra.run.dir``; ``hydra.sweep.dir`` in a multirun) must be creatable and writable."""
+    from omegaconf import OmegaConf
+
+    setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        folder = Path(str(OmegaConf.select(cfg, setting, throw_on_resolution_failure=True)))
+    except Exception:  # noqa: BLE001 - an interpolation only Hydra's app can resolve: Hydra will report it
+        return None
+    return writable_folder_problem(folder, setting)
+
+
+def writable_folder_problem(folder: Path, setting: str) -> str | None:
+    """Why ``folder`` cannot be created or written (naming ``setting`` and the fix), or None."""
+    fix = f"fix: choose a writable folder with {setting}=<folder>, or fix the permissions"
+    path = folder if folder.is_absolute() else Path.cwd() / folder
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"cannot create the run folder {folder}: {existing} is a file, not a folder; {fix}"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "the run folder" if existing == path else f"the run folder {folder}: its parent"
+        return f"cannot write {what} {existing} (permission denied or read-only); {fix}"
+    return None

@@ -1,0 +1,191 @@
+"""The privacy card: what a release (or an export sampled from it) guarantees, in JSON and in plain words.
+
+``build_card(ledger, ...)`` reads everything privacy-related from the ledger that ran (its entries,
+its epsilon under every accountant, its relation and sampling), so the card cannot disagree with
+the accounting; ``card_markdown`` renders it for a person; ``write_card`` puts both files
+(``privacy_card.json``, ``privacy_card.md``) in a folder, beside a release or an export.
+
+The size of the private set.  Under the add/remove relation the number N of private records is
+itself protected (a neighbouring dataset has N ± 1 records), so an exact N never appears in a card,
+a release or results.json (``dataset_size``): the card shows only a NOISY count when the method
+released one through its calibrated, ledger-recorded mechanism (e.g. the sum of the DP
+class-Gaussian's noisy class counts).  Under replace-one (``accountant.sampling=without_replacement``)
+N is public by the definition of the relation, and is shown exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+from .guarantee import NON_PRIVATE, qualifier
+from .ledger import PrivacyLedger
+
+CARD_JSON, CARD_MD = "privacy_card.json", "privacy_card.md"
+ACCOUNTANT_NAMES = {"rdp": "RDP (autodp)", "pld": "PLD (dp-accounting)"}
+# settings whose value is a path on the user's machine: never written into a release or a card
+PATH_KEYS = ("root", "path", "data_root", "output_dir", "autoencoder_cache", "cache_dir", "log_dir", "work_dir")
+
+
+def n_is_public(relation: str | None) -> bool:
+    """Is the number of private records public under this neighbouring relation?  Only under replace-one."""
+    return relation == "replace_one"
+
+
+def dataset_size(relation: str | None, exact: int, noisy: float | None = None) -> dict:
+    """What may be published about the private set's size: exact under replace-one; else the noisy
+    released count (or nothing)."""
+    if n_is_public(relation):
+        return {"exact": int(exact), "noisy": None,
+                "note": "public: the replace-one relation keeps the number of records fixed"}
+    return {"exact": None, "noisy": None if noisy is None else round(float(noisy), 1),
+            "note": "the exact number of private records is protected under add/remove neighbours and is not "
+                    "published" + ("; the noisy count is a post-processing of the released (noised) class counts"
+                                   if noisy is not None else "")}
+
+
+def public_signature(signature: dict, relation: str | None) -> dict:
+    """A run's resume signature as it may appear in a release: without the private record count
+    under add/remove (it stays in the private checkpoint, where a resume compares it)."""
+    return dict(signature) if n_is_public(relation) else {k: v for k, v in signature.items() if k != "n_private"}
+
+
+def public_config(config: dict) -> dict:
+    """The composed config without machine paths, the logger and Hydra's own settings."""
+    def strip(node):
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k not in PATH_KEYS}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+    return strip({k: v for k, v in config.items() if k not in ("paths", "logger", "hydra")})
+
+
+def config_hash(config: dict) -> str:
+    """sha256 (first 16 hex digits) of the public composed config, keys sorted: equal hashes, equal settings."""
+    return hashlib.sha256(json.dumps(public_config(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _finite(x: float | None) -> float | str | None:
+    return None if x is None else (x if math.isfinite(x) else "inf")
+
+
+def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict, dataset: str, n_private: int,
+               noisy_count: float | None = None, public_data: list[str] | None = None, code_version: str | None = None,
+               release_file: str | None = None, convention: dict | None = None, export: dict | None = None) -> dict:
+    """The card of a release, from the ledger that ran (``n_private`` is used only under replace-one)."""
+    relation = ledger.relation
+    calibrating = ledger.calibrating_accountant
+    eps = {name: _finite(ledger.epsilon(accountant=name)) for name in ("rdp", "pld")}
+    non_private = ledger.guarantee == NON_PRIVATE
+    card = {
+        "method": method,
+        "preset": preset,
+        "config_hash": config_hash(config),
+        "dataset": {"name": dataset, "size": dataset_size(relation, n_private, noisy_count)},
+        "privacy": {
+            "epsilon": eps[calibrating],
+            "delta": ledger.delta,
+            "target_epsilon": ledger.target_epsilon,
+            "calibrating_accountant": ACCOUNTANT_NAMES[calibrating],
+            "epsilon_by_accountant": {ACCOUNTANT_NAMES[k]: v for k, v in eps.items() if v is not None},
+            "guarantee": ledger.guarantee,
+            "guarantee_note": qualifier(ledger.guarantee) or None,
+            "neighbouring_relation": relation,
+            "sampling": ledger.sampling,
+            "delta_reserved_for_sensitivity": ledger.delta_reserved,
+            "releases": ledger.steps,
+            "mechanisms": [{"mechanism": e.mechanism, "noise_multiplier": e.noise_multiplier,
+                            "sample_rate": e.sample_rate, "releases": e.steps, "relation": e.relation,
+                            "guarantee": e.guarantee} for e in ledger.entries],
+            **({"paper_convention": convention} if convention else {}),
+        },
+        "public_data": public_data or [],
+        "code_version": code_version,
+        **({"release_file": release_file} if release_file else {}),
+        **({"export": export} if export else {}),
+    }
+    card["covers"] = _covers(card, non_private)
+    card["does_not_cover"] = _does_not_cover(card)
+    return card
+
+
+def _covers(card: dict, non_private: bool) -> str:
+    p = card["privacy"]
+    if non_private:
+        return "Nothing: this run released private data without noise (epsilon = infinity)."
+    who = ("adding or removing one record" if p["neighbouring_relation"] == "add_remove"
+           else "replacing one record by another")
+    text = (f"The released model, and everything sampled from it, is ({p['epsilon']:.4g}, {p['delta']:.3g})-"
+            f"differentially private under {p['calibrating_accountant']} with respect to {who} of the private "
+            f"training set of {card['dataset']['name']}: the private records enter only through "
+            f"{p['releases']} noised release(s) recorded in the ledger; any sample or model derived from the release is "
+            "post-processing and costs no further privacy.")
+    if p["guarantee"] != "rigorous":
+        text += f" Caution: {p['guarantee_note']}."
+    return text
+
+
+def _does_not_cover(card: dict) -> list[str]:
+    items = [
+        "The choice of hyper-parameters (the preset, the noise and clipping settings): they are assumed fixed a priori; "
+        "tuning them on the private data would cost privacy that this card does not count.",
+        "Public data (" + (", ".join(card["public_data"]) if card["public_data"] else "none used") + "): it is not "
+        "protected at all.",
+        "The set of labels and the image shape/value range: treated as public facts; labels of private records are "
+        "protected only as part of the record.",
+    ]
+    if card["privacy"]["neighbouring_relation"] == "add_remove" and any(
+            m["sample_rate"] < 1.0 for m in card["privacy"]["mechanisms"]):
+        items.append("The sample rate and the number of steps were set from the private set size N before training, "
+                     "as in standard DP-SGD practice; they are published here and reveal N.")
+    return items
+
+
+def card_markdown(card: dict) -> str:
+    """A short Markdown rendering of ``card`` for a person."""
+    p, size = card["privacy"], card["dataset"]["size"]
+    if size["exact"] is not None:
+        n = f"{size['exact']} records (public under replace-one)"
+    elif size["noisy"] is not None:
+        n = f"≈ {size['noisy']:g} records (noisy released count; the exact count is not published)"
+    else:
+        n = "not published (protected under add/remove)"
+    eps_lines = "\n".join(f"| ε under {k} | {v if isinstance(v, str) else f'{v:.4g}'} |"
+                          for k, v in p["epsilon_by_accountant"].items())
+    mech = "; ".join(f"{m['mechanism'] or 'release'} σ/Δ = {m['noise_multiplier']:.4g}, q = {m['sample_rate']:.4g}, "
+                     f"{m['releases']} release(s)" for m in p["mechanisms"]) or "none"
+    eps = p["epsilon"] if isinstance(p["epsilon"], str) else f"{p['epsilon']:.4g}"
+    lines = [
+        f"# Privacy card — {card['method']} ({card['preset']})", "",
+        "| | |", "|---|---|",
+        f"| guarantee | **(ε = {eps}, δ = {p['delta']:.3g})**, {p['guarantee']} |",
+        f"| calibrating accountant | {p['calibrating_accountant']} |",
+        eps_lines,
+        f"| neighbouring relation | {p['neighbouring_relation']} |",
+        f"| sampling | {p['sampling']} |",
+        f"| private releases | {p['releases']} |",
+        f"| noise | {mech} |",
+        f"| dataset | {card['dataset']['name']}: {n} |",
+        f"| public data | {', '.join(card['public_data']) or 'none'} |",
+        f"| config hash | `{card['config_hash']}` |",
+        f"| code version | {card['code_version'] or 'unknown'} |",
+    ]
+    if card.get("export"):
+        e = card["export"]
+        lines.append(f"| export | {e.get('n')} samples, labels {e.get('labels')}, format {e.get('format')} |")
+    lines += ["", "## What the guarantee covers", "", card["covers"], "",
+              "## What it does not cover", "", *[f"- {item}" for item in card["does_not_cover"]], ""]
+    return "\n".join(lines)
+
+
+def write_card(card: dict, folder: str | Path) -> tuple[Path, Path]:
+    """Write ``privacy_card.json`` and ``privacy_card.md`` into ``folder``; returns both paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    js, md = folder / CARD_JSON, folder / CARD_MD
+    js.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n")
+    md.write_text(card_markdown(card))
+    return js, md

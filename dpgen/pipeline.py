@@ -28,8 +28,8 @@ from .methods import loop
 from .methods.base import TrainContext
 from .privacy.card import n_is_public
 from .privacy.conventions import PaperConvention
-from .runs import RunFolder, claim_run_folder
 from .privacy.delta import check_delta_of_config
+from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
 

@@ -16,15 +16,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from .errors import UserError, suggestion
+from .errors import ConfigError, suggestion
 from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
 from .privacy.conventions import CONVENTIONS, METHODS, NO_CONVENTION, PaperConvention, convention_of
 from .utils import check_precision
 from .utils.threads import resolve_threads
-
-
-class ConfigError(UserError, ValueError):
-    """A setting is invalid; the message names it and says how to fix it (a :class:`dpgen.errors.UserError`)."""
 
 
 @dataclass

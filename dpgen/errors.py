@@ -21,6 +21,11 @@ class UserError(Exception):
     """A fault the user can fix; the message names the file or setting and the fix."""
 
 
+class ConfigError(UserError, ValueError):
+    """A setting is invalid; the message names it and says how to fix it (also importable as
+    ``dpgen.config.ConfigError``)."""
+
+
 class DataFileError(UserError):
     """A dataset file exists but is truncated or corrupted (its checksum or its contents are wrong)."""
 

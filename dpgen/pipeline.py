@@ -28,8 +28,8 @@ from .methods import loop
 from .methods.base import TrainContext
 from .privacy.card import n_is_public
 from .privacy.conventions import PaperConvention
-from .runs import RunFolder, claim_run_folder
 from .privacy.delta import check_delta_of_config
+from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
 
@@ -93,7 +93,7 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
             "precision": ctx.precision,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
-            "git_commit": _code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/scoreboard.py)
+            "git_commit": _code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/evidence.py)
             "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
         }
         logger.log_summary(results)

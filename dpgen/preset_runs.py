@@ -8,7 +8,10 @@
 * ``full``      — the preset's own schedule and evaluator.
 
 Each run has ``data`` (fixture = fake files in the real layout, real, embedded), ``wall_s`` / ``cpu_s``
-when measured, and optional ``note``.  ``dpgen presets status`` prints the table of
+when measured, and optional ``note``.  A shortened or full run that is not in that file but is in the
+reproduction evidence store (``docs/reproduction/runs``: every run behind a scoreboard cell, with its
+command and wall time) is shown from there: "full" when none of its overrides changes the training
+schedule (``SCHEDULE_KEYS``), else "shortened".  ``dpgen presets status`` prints the table of
 docs/guides/presets.md.  A preset without a recorded run shows "not run".
 """
 
@@ -22,6 +25,9 @@ RUNS_FILE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "preset_ru
 KINDS = ("smoke", "shortened", "full")
 HEADERS = ("preset", "smoke run (fast suite)", "shortened run", "full schedule")
 NOT_RUN = "not run"
+# overrides that shorten (or lengthen) the training schedule: such a run is "shortened", not "full"
+SCHEDULE_KEYS = ("trainer.max_steps", "model.steps", "model.epochs", "model.ae_steps", "model.ae_epochs",
+                 "model.n_steps", "model.epoch_length")
 
 
 def load(path: Path = RUNS_FILE) -> dict:
@@ -51,14 +57,41 @@ def cell(run: dict | None) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def rows(presets: list[str], recorded: dict) -> list[tuple[str, ...]]:
+def evidence_runs(store: list[dict] | None = None) -> dict[str, dict[str, dict]]:
+    """``{preset: {"shortened" | "full": cell run}}`` from the reproduction evidence store: the number of
+    runs and the median wall time of each kind."""
+    from .reproduce.evidence import effective_overrides, load_store, override_key
+
+    grouped: dict[tuple[str, str], list[float]] = {}
+    for ev in load_store() if store is None else store:
+        preset = ev.get("experiment")
+        if not preset:
+            continue
+        keys = {override_key(o) for o in effective_overrides(ev)}
+        kind = "shortened" if any(k in SCHEDULE_KEYS for k in keys) else "full"
+        grouped.setdefault((preset, kind), []).append(float(ev.get("runtime_s") or "nan"))
+    out: dict[str, dict[str, dict]] = {}
+    for (preset, kind), times in grouped.items():
+        measured = sorted(t for t in times if t == t)
+        run = {"data": "real" if not preset.startswith(("digits", "toy")) else "embedded",
+               "note": f"{len(times)} run{'s' if len(times) > 1 else ''} in the reproduction evidence"
+                       + (", median wall time" if len(measured) > 1 else "")}
+        if measured:
+            run["wall_s"] = measured[len(measured) // 2]
+        out.setdefault(preset, {})[kind] = run
+    return out
+
+
+def rows(presets: list[str], recorded: dict, evidence: dict | None = None) -> list[tuple[str, ...]]:
     runs = recorded.get("runs") or {}
-    return [(f"`{p}`", *(cell((runs.get(p) or {}).get(k)) for k in KINDS)) for p in presets]
+    evidence = evidence_runs() if evidence is None else evidence
+    return [(f"`{p}`", *(cell((runs.get(p) or {}).get(k) or (evidence.get(p) or {}).get(k)) for k in KINDS))
+            for p in presets]
 
 
-def markdown(presets: list[str], recorded: dict) -> str:
+def markdown(presets: list[str], recorded: dict, evidence: dict | None = None) -> str:
     """The status table as markdown, with the count of presets run end to end by the fast suite."""
-    body = rows(presets, recorded)
+    body = rows(presets, recorded, evidence)
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(r) + " |" for r in body]
     smoke = sum(1 for r in body if r[1] != NOT_RUN)

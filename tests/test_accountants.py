@@ -14,9 +14,9 @@ from dpgen.privacy import (
     Release,
     calibrate,
     calibrate_dpswd,
-    dpswd_epsilon,
 )
 from dpgen.privacy.accountants import largest_steps_within, make_accountant, solve_noise_multiplier
+from dpgen.privacy.dpswd import dpswd_epsilon
 
 # Table 4 (eps = 10): name, delta, d, k, N, epochs, B, sigma (paper), bound
 TABLE4 = [

@@ -23,6 +23,7 @@ from dpgen.privacy.conventions import (
 )
 from dpgen.privacy.guarantee import PAPER_CONVENTION, RIGOROUS
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
+from dpgen.privacy.projection import ProjectionDP
 
 from ._hydra import CONFIGS, compose_cfg
 from .test_pipeline_e2e import FAST, train
@@ -147,7 +148,7 @@ def test_bad_convention_settings_fail_naming_the_setting(overrides, match):
 def test_convention_run_reports_label_and_true_epsilon_end_to_end(tmp_path):
     """digits_dpswd with the DP-SWD generator convention (raw 8x8 pixel rows, fixed sigma), 20 steps."""
     out = tmp_path / "run"
-    r = train(["experiment=digits_dpswd", "model.bound=bernstein", "privacy.convention=paper",
+    r = train(["experiment=digits_dpswd", "model.dp.bound=bernstein", "privacy.convention=paper",
                "privacy.paper_sigma=2.0", "privacy.paper_epsilon=10", "accountant.epsilon=null", *FAST,
                f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]
@@ -175,7 +176,7 @@ def test_da_batch_max_convention_scales_by_the_private_max_and_reports_infinite_
     g = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Sigmoid())
     g.out_dim, g.feature_bound = 6, math.sqrt(6)
     led = PrivacyLedger(None, 1e-5, "poisson")
-    al = DPSWDAlignment(weight=1.0, num_projections=20)
+    al = DPSWDAlignment(weight=1.0, dp=ProjectionDP(20))
     DomainAdaptation(feature_extractor=None, classifier=None, alignment=al, epochs=2, start_align=0,
                      convention={"sigma": 0.5, "epsilon": 10.0})
     assert al.convention == PaperConvention(0.5, 10.0)

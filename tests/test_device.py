@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpgen.methods.base import Method
+from dpgen.methods import loop
 from dpgen.pipeline import run
 from dpgen.privacy.mechanisms import Mechanism
 
@@ -128,9 +128,9 @@ class SyncCounter:
 
         for mod in (dpgen.utils.misc, dpgen.ot.flows):
             monkeypatch.setattr(mod, "on_host", lambda t: False)
-        counter, fit = self, Method.fit
+        counter, train = self, loop.train
 
-        def counted_fit(method, data, ledger, ctx):
+        def counted_train(method, data, ledger, ctx):
             step = method.step
 
             def wrapped(t):
@@ -141,13 +141,13 @@ class SyncCounter:
 
             method.step = wrapped
             try:
-                return fit(method, data, ledger, ctx)
+                return train(method, data, ledger, ctx)
             finally:
                 if counter.active:
                     counter.per_step.append(counter.count)
                 counter.active = False
 
-        monkeypatch.setattr(Method, "fit", counted_fit)
+        monkeypatch.setattr(loop, "train", counted_train)  # the pipeline calls loop.train
 
     def _wrap(self, orig, name):
         counter = self

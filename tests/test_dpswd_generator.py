@@ -13,11 +13,12 @@ from dpgen.logging import RunLogger
 from dpgen.methods import DPSWDGenerator, NonFiniteLossError, TrainContext, loop
 from dpgen.models import ConvCondGen, DCGANDecoder, DCGANFeatureMap
 from dpgen.privacy import PrivacyLedger
+from dpgen.privacy.projection import ProjectionDP
 from dpgen.privacy.rows import RowMap, fixed_size
 
 
 def _method(**kw) -> DPSWDGenerator:
-    base = dict(generator=partial(ConvCondGen, d_code=4, hidden=32), num_projections=50, batch_size=32, epochs=2,
+    base = dict(generator=partial(ConvCondGen, d_code=4, hidden=32), dp=ProjectionDP(50), batch_size=32, epochs=2,
                 lr=1e-3)
     base.update(kw)
     return DPSWDGenerator(**base)
@@ -66,7 +67,7 @@ def test_noise_added_to_private_projections_equals_calibrated_noise(tmp_path, mo
         return out
 
     monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
-    m = _method(num_projections=200)
+    m = _method(dp=ProjectionDP(200))
     loop.train(m, digits(), PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=25))
     assert len(private_noise) == 25
     assert all(s == m.projection.noise_std for _, s in private_noise)
@@ -196,7 +197,7 @@ def test_feature_space_variant_needs_public_data_and_trains_feature_map_on_it(tm
     mk = lambda pub: DataSplits("fake", PrivateSplit(x[:60], y[:60]), TensorSplit(x[60:], y[60:]), pub, 2,  # noqa: E731
                                 (3, 32, 32))
     kw = dict(generator=partial(DCGANDecoder, d_code=8, width=8), feature_map=partial(DCGANFeatureMap, width=8),
-              label_mode="none", num_projections=20, batch_size=16, epochs=1)
+              label_mode="none", dp=ProjectionDP(20), batch_size=16, epochs=1)
     with pytest.raises(ValueError, match="public_fraction"):
         loop.train(DPSWDGenerator(**kw), mk(None), PrivacyLedger(5.0, 1e-3), _ctx(tmp_path))
     m = DPSWDGenerator(**kw)
@@ -211,12 +212,12 @@ def test_poisson_release_bounds_sensitivity_for_every_possible_partner(tmp_path)
 
     data = digits()
     n = len(data.private)
-    m = _method(bound="chernoff")
+    m = _method(dp=ProjectionDP(50, bound="chernoff"))
     loop.train(m, data, PrivacyLedger(5.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=1))
     steps = m.steps_planned(n)
     beta = 0.5 * 1e-4 / steps
     assert m.projection.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta / (n + 1), "chernoff"))
-    m_wor = _method(bound="chernoff")
+    m_wor = _method(dp=ProjectionDP(50, bound="chernoff"))
     loop.train(m_wor, data, PrivacyLedger(5.0, 1e-4, "without_replacement"), _ctx(tmp_path / "wor", max_steps=1))
     assert m_wor.projection.sensitivity == pytest.approx(l2_sensitivity(50, 74, beta, "chernoff"))
 

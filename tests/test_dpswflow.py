@@ -24,6 +24,7 @@ from dpgen.privacy.dpswflow import (
     paper_flow_noise_std,
     paper_one_shot_sigma,
 )
+from dpgen.privacy.projection import ProjectionDP
 
 AE = partial(LiutkusAutoencoder, latent_dim=4, width=4, pad_to=8)
 COMMON = dict(autoencoder=AE, ae_steps=20, ae_batch_size=32, autoencoder_cache=None, num_percentiles=64,
@@ -102,7 +103,7 @@ def test_autoencoder_is_trained_on_the_public_split_only(data, tmp_path, monkeyp
 def test_dpswflow_noises_the_private_projections_exactly_once(data, tmp_path, monkeypatch):
     calls = _spy_releases(monkeypatch)
     ledger = PrivacyLedger(10.0, 1e-4)
-    m = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=30, label_mode="concat")
+    m = DPSWFlow(**COMMON, dp=ProjectionDP(31, bound="chernoff"), projections_per_step=25, steps=30, label_mode="concat")
     out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert out["train_steps"] == 30
     assert len(calls) == 1  # one release for 30 flow steps
@@ -117,14 +118,14 @@ def test_dpswflow_noises_the_private_projections_exactly_once(data, tmp_path, mo
 def test_dpswflow_one_shot_release_is_recorded_replace_one_not_poisson(data, tmp_path):
     """Defect 7: the one-shot release (whole set, N public) was labelled with the sampler's poisson."""
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
-    m = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=3)
+    m = DPSWFlow(**COMMON, dp=ProjectionDP(31, bound="chernoff"), projections_per_step=25, steps=3)
     out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert [(e.relation, e.sample_rate) for e in ledger.entries] == [("replace_one", 1.0)]
     assert ledger.summary()["neighbouring_relation"] == "replace_one"
     assert out["mechanisms"]["one_shot"]["relation"] == "replace_one"
     art = torch.load(tmp_path / "release.pt", weights_only=False)  # weights only: particles and the public AE
     assert set(art) == {"particles", "autoencoder", "signature"}
-    again = DPSWFlow(**COMMON, num_projections=31, projections_per_step=25, steps=3)
+    again = DPSWFlow(**COMMON, dp=ProjectionDP(31, bound="chernoff"), projections_per_step=25, steps=3)
     again.restore(data, tmp_path / "release.pt")  # a sampler from the published artefact alone
     assert torch.equal(again.X, m.X)
 
@@ -132,7 +133,7 @@ def test_dpswflow_one_shot_release_is_recorded_replace_one_not_poisson(data, tmp
 def test_dpswflow_r_noises_a_fresh_private_batch_every_step(data, tmp_path, monkeypatch):
     calls = _spy_releases(monkeypatch)
     ledger = PrivacyLedger(10.0, 1e-4)
-    m = DPSWFlowR(**COMMON, num_projections=40, batch_size=32, epochs=2, label_mode="concat")
+    m = DPSWFlowR(**COMMON, dp=ProjectionDP(40, bound="chernoff"), batch_size=32, epochs=2, label_mode="concat")
     out = loop.train(m, data, ledger, _ctx(tmp_path, max_steps=12))
     assert out["train_steps"] == 12 and len(calls) == 12 and ledger.steps == 12
     assert all(shape == (32, m.space.dim) and s == out["noise_std"] for _, s, shape in calls)
@@ -145,7 +146,7 @@ def test_dpswgen_releases_one_private_batch_per_step(data, tmp_path, monkeypatch
     ledger = PrivacyLedger(10.0, 1e-4)
     m = DPSWGen(generator=LatentMLPGen, **{k: v for k, v in COMMON.items() if k not in ("num_percentiles",
                                                                                            "n_particles")},
-                num_projections=40, batch_size=32, epochs=1)
+                dp=ProjectionDP(40, bound="chernoff"), batch_size=32, epochs=1)
     out = loop.train(m, data, ledger, _ctx(tmp_path, max_steps=8))
     assert len(calls) == 8 == ledger.steps == out["train_steps"]
     x, y = m.sample(50, torch.arange(50) % 10)
@@ -163,7 +164,7 @@ def test_dpswgen_paper_convention_noise_follows_the_stated_sensitivity_dimension
     ledger = PrivacyLedger(None, 1e-4)
     m = DPSWGen(generator=LatentMLPGen, **{k: v for k, v in COMMON.items() if k not in ("num_percentiles",
                                                                                            "n_particles")},
-                num_projections=40, batch_size=32, epochs=1, bound="clt", label_mode="none", d_code=16,
+                dp=ProjectionDP(40, bound="clt"), batch_size=32, epochs=1, label_mode="none", d_code=16,
                 convention=PaperConvention(0.67, 10.0, stated_dim))
     loop.train(m, data, ledger, _ctx(tmp_path, max_steps=6))
     d = m.space.dim  # the latent rows' dimension (4 here)
@@ -202,7 +203,7 @@ def test_a_stated_sensitivity_dimension_is_a_paper_convention_only():
 # -- accounting -------------------------------------------------------------------------------
 def test_dpswflow_r_accounting_matches_the_configured_schedule(data, tmp_path):
     ledger = PrivacyLedger(6.0, 1e-4)
-    m = DPSWFlowR(**COMMON, num_projections=40, batch_size=64, epochs=2)
+    m = DPSWFlowR(**COMMON, dp=ProjectionDP(40, bound="chernoff"), batch_size=64, epochs=2)
     out = loop.train(m, data, ledger, _ctx(tmp_path))
     n = len(data.private)
     planned = 2 * math.ceil(n / 64)
@@ -220,7 +221,7 @@ def test_dpswflow_r_accounting_matches_the_configured_schedule(data, tmp_path):
 def test_dpswflow_r_stops_before_the_target_epsilon_is_exceeded(data, tmp_path):
     ledger = PrivacyLedger(3.0, 1e-4)
     ledger.record(2.0, 0.05, 100)  # spent elsewhere before this run
-    m = DPSWFlowR(**COMMON, num_projections=40, batch_size=64, epochs=3)
+    m = DPSWFlowR(**COMMON, dp=ProjectionDP(40, bound="chernoff"), batch_size=64, epochs=3)
     out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert out["stopped_by_budget"] and out["train_steps"] < out["steps_planned"]
     assert ledger.epsilon() <= 3.0
@@ -254,7 +255,7 @@ def test_moments_accountant_reproduces_the_spec_sigma_epsilon_table(sigma, n, ep
 
 # -- resume, sampling -------------------------------------------------------------------------
 def test_killed_and_resumed_flow_r_ends_with_the_same_particles_and_ledger(data, tmp_path):
-    kw = dict(COMMON, num_projections=40, batch_size=32, epochs=2)
+    kw = dict(COMMON, dp=ProjectionDP(40, bound="chernoff"), batch_size=32, epochs=2)
     full_ledger = PrivacyLedger(8.0, 1e-4)
     full = DPSWFlowR(**kw)
     loop.train(full, data, full_ledger, _ctx(tmp_path / "a", max_steps=20))
@@ -270,12 +271,12 @@ def test_killed_and_resumed_flow_r_ends_with_the_same_particles_and_ledger(data,
 
 
 def test_flow_samples_have_the_requested_labels_shape_and_range(data, tmp_path):
-    m = DPSWFlowR(**COMMON, num_projections=40, batch_size=32, epochs=1, sample_jitter=0.05)
+    m = DPSWFlowR(**COMMON, dp=ProjectionDP(40, bound="chernoff"), batch_size=32, epochs=1, sample_jitter=0.05)
     loop.train(m, data, PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=5))
     labels = torch.arange(200) % 10
     x, y = m.sample(200, labels)  # more than the 64 particles: resampled with jitter
     assert x.shape == (200, 1, 8, 8) and torch.equal(y, labels) and 0 <= x.min() and x.max() <= 1
-    again = DPSWFlowR(**COMMON, num_projections=40, batch_size=32, epochs=1)
+    again = DPSWFlowR(**COMMON, dp=ProjectionDP(40, bound="chernoff"), batch_size=32, epochs=1)
     again.restore(data, tmp_path / "checkpoints" / "last.pt")  # sampling from a run folder, no private data
     assert torch.equal(again.X, m.X)
     assert torch.allclose(again.space.decode(again.X), m.space.decode(m.X))
@@ -283,8 +284,8 @@ def test_flow_samples_have_the_requested_labels_shape_and_range(data, tmp_path):
 
 @pytest.mark.parametrize("cls", [DPSWFlowR, DPSWFlow])
 def test_checkpoint_holds_no_private_record_nor_private_latent(data, tmp_path, cls):
-    m = cls(**COMMON, num_projections=31, projections_per_step=25, steps=6) if cls is DPSWFlow else \
-        cls(**COMMON, num_projections=40, batch_size=32, epochs=1)
+    m = cls(**COMMON, dp=ProjectionDP(31, bound="chernoff"), projections_per_step=25, steps=6) if cls is DPSWFlow else \
+        cls(**COMMON, dp=ProjectionDP(40, bound="chernoff"), batch_size=32, epochs=1)
     loop.train(m, data, PrivacyLedger(10.0, 1e-4), _ctx(tmp_path, max_steps=6))
     ck = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     x, y = data.private._gather(torch.arange(len(data.private)))  # test-only access to the records
@@ -308,7 +309,7 @@ def test_checkpoint_holds_no_private_record_nor_private_latent(data, tmp_path, c
 
 def test_non_private_flow_records_infinite_epsilon(data, tmp_path):
     ledger = PrivacyLedger(None, 1e-4)
-    m = DPSWFlow(**COMMON, private=False, num_projections=31, projections_per_step=25, steps=3)
+    m = DPSWFlow(**COMMON, private=False, dp=ProjectionDP(31, bound="chernoff"), projections_per_step=25, steps=3)
     out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert ledger.epsilon() == math.inf and out["noise_std"] == 0.0 and ledger.steps == 1
 

@@ -181,13 +181,14 @@ def test_plain_sklearn_on_the_export_matches_the_evaluator(default_run, tmp_path
     assert acc > 0.5 and abs(acc - expected) <= 0.03
 
 
-def test_the_guide_example_runs(tmp_path, monkeypatch):
-    """The python block of docs/guides/export.md, executed as written."""
-    text = (ROOT / "docs" / "guides" / "export.md").read_text()
+@pytest.mark.parametrize("page", ["README.md", "docs/guides/export.md"])
+def test_the_python_example_runs(page, tmp_path, monkeypatch):
+    """The first python block of the README / the export guide, executed as written."""
+    text = (ROOT / page).read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert blocks, "docs/guides/export.md has no python example"
+    assert blocks, f"{page} has no python example"
     monkeypatch.chdir(tmp_path)
-    exec(compile(blocks[0], "export.md", "exec"), {})
+    exec(compile(blocks[0], page, "exec"), {})
     assert (tmp_path / "synth.npz").exists() and (tmp_path / "privacy_card.json").exists()
 
 

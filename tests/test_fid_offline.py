@@ -44,7 +44,7 @@ def test_packaged_inception_is_torch_fidelity_s_network_with_these_weights(tmp_p
     names = [k[: -len(".conv.weight")] for k in _torch_fidelity_keys(monkeypatch, tfi) if k.endswith(".conv.weight")]
     assert len(names) == len(convs) == 94
     state = {"fc.weight": torch.zeros(1008, 2048), "fc.bias": torch.zeros(1008)}
-    for ours, theirs in zip(convs, names):
+    for ours, theirs in zip(convs, names, strict=True):
         w = packaged[f"{ours}.weight"]
         state.update({f"{theirs}.conv.weight": w, f"{theirs}.bn.weight": torch.ones(w.shape[0]),
                       f"{theirs}.bn.bias": packaged[f"{ours}.beta"], f"{theirs}.bn.running_mean": packaged[f"{ours}.mean"],

@@ -16,6 +16,7 @@ from dpgen.ot.sliced import (
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.guarantee import RIGOROUS
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
+from dpgen.privacy.projection import ProjectionDP
 from dpgen.privacy.rows import class_blocks, clip_rows
 
 
@@ -115,8 +116,8 @@ def _dpswd(tmp_path, **kw):
     from dpgen.methods import DPSWDGenerator, TrainContext
     from dpgen.models import ConvCondGen
 
-    m = DPSWDGenerator(generator=partial(ConvCondGen, d_code=4, hidden=32), num_projections=64, batch_size=30,
-                       epochs=2, lr=1e-3, **kw)
+    kw.setdefault("dp", ProjectionDP(64))
+    m = DPSWDGenerator(generator=partial(ConvCondGen, d_code=4, hidden=32), batch_size=30, epochs=2, lr=1e-3, **kw)
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
                        checkpoint_every=5, progress=False, deterministic=True, max_steps=6)
     return m, ctx
@@ -133,7 +134,7 @@ def test_dpswd_partition_releases_class_blocks_with_exact_orthogonal_calibration
         return real(self, rows, u)
 
     monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
-    m, ctx = _dpswd(tmp_path, label_mode="partition", directions="orthogonal")
+    m, ctx = _dpswd(tmp_path, label_mode="partition", dp=ProjectionDP(64, directions="orthogonal"))
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
     out = loop.train(m, digits(), ledger, ctx)
     assert out["released_rows"] == 30 and out["directions"] == "orthogonal"
@@ -170,8 +171,7 @@ def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, mo
     monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
     common = dict(autoencoder=partial(LiutkusAutoencoder, latent_dim=4, width=4, pad_to=8), ae_steps=20,
                   ae_batch_size=32, autoencoder_cache=None, num_percentiles=64, n_particles=60)
-    m = DPSWFlowR(**common, batch_size=40, epochs=1, label_mode="partition", directions="orthogonal",
-                  num_projections=8)
+    m = DPSWFlowR(**common, batch_size=40, epochs=1, label_mode="partition", dp=ProjectionDP(8, bound="chernoff", directions="orthogonal"))
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
                        checkpoint_every=5, progress=False, deterministic=True, max_steps=3)
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
@@ -187,7 +187,7 @@ def test_dpswflow_r_partition_needs_the_add_remove_relation(tmp_path):
     from dpgen.data.datasets import digits
     from dpgen.methods.dpswflow import DPSWFlowR
 
-    m = DPSWFlowR(**_latent_common(), batch_size=40, epochs=1, num_projections=8)
+    m = DPSWFlowR(**_latent_common(), batch_size=40, epochs=1, dp=ProjectionDP(8, bound="chernoff"))
     with pytest.raises(ValueError, match="sampling=poisson"):
         loop.train(m, digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path))
 
@@ -312,8 +312,8 @@ def test_dpswflow_partition_one_release_of_class_blocks(tmp_path, monkeypatch, s
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
 
     released = _spy_release(monkeypatch, OneShotProjectionRelease)
-    m = DPSWFlow(**_latent_common(), num_percentiles=64, n_particles=60, num_projections=8, projections_per_step=6,
-                 steps=4, directions="orthogonal")
+    m = DPSWFlow(**_latent_common(), num_percentiles=64, n_particles=60, dp=ProjectionDP(8, bound="chernoff", directions="orthogonal"), projections_per_step=6,
+                 steps=4)
     ledger = PrivacyLedger(10.0, 1e-4, sampling)  # one-shot: replace-one whatever the sampler
     data = digits(public_fraction=0.5)
     loop.train(m, data, ledger, _ctx(tmp_path, max_steps=4))
@@ -334,8 +334,8 @@ def test_dpswflow_concat_keeps_the_one_row_one_shot(tmp_path, monkeypatch):
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
 
     released = _spy_release(monkeypatch, OneShotProjectionRelease)
-    m = DPSWFlow(**_latent_common(), num_percentiles=64, n_particles=60, num_projections=14, projections_per_step=6,
-                 steps=2, directions="orthogonal", label_mode="concat")
+    m = DPSWFlow(**_latent_common(), num_percentiles=64, n_particles=60, dp=ProjectionDP(14, bound="chernoff", directions="orthogonal"), projections_per_step=6,
+                 steps=2, label_mode="concat")
     data = digits(public_fraction=0.5)
     loop.train(m, data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=2))
     assert released[0].shape == (len(data.private), 14) and not m.one_shot.class_blocks
@@ -351,8 +351,7 @@ def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, mon
 
     released = _spy_release(monkeypatch, GaussianProjectionRelease)
     gen = partial(LatentMLPGen, hidden=(16, 16, 16))
-    m = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, num_projections=8,
-                directions="orthogonal")
+    m = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, dp=ProjectionDP(8, bound="chernoff", directions="orthogonal"))
     assert m.label_mode == "partition"
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
     loop.train(m, digits(public_fraction=0.5), ledger, _ctx(tmp_path))
@@ -361,7 +360,7 @@ def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, mon
     assert m.G.d_code == 4 + 10  # noise || onehot(label)
     x, y = m.sample(25)
     assert x.shape[0] == 25 and torch.equal(y, torch.arange(25) % 10)
-    m2 = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, num_projections=8)
+    m2 = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, dp=ProjectionDP(8, bound="chernoff"))
     with pytest.raises(ValueError, match="sampling=poisson"):
         loop.train(m2, digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path / "b"))
 
@@ -374,7 +373,7 @@ def test_dpswflow_in_a_fixed_dct_representation_needs_no_public_data(tmp_path, m
 
     released = _spy_release(monkeypatch, OneShotProjectionRelease)
     m = DPSWFlow(representation={"kind": "dct", "n_components": 16, "center": 0.5}, num_percentiles=64,
-                 n_particles=60, num_projections=16, projections_per_step=12, steps=3, directions="orthogonal")
+                 n_particles=60, dp=ProjectionDP(16, bound="chernoff", directions="orthogonal"), projections_per_step=12, steps=3)
     data = digits()
     assert data.public is None
     loop.train(m, data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path))

@@ -11,7 +11,7 @@ from dpgen.pipeline import run
 from tests._hydra import compose_cfg
 
 FAST = ["experiment=digits_dpswd", "logger=local", "evaluator=none", "trainer.progress=false",
-        "trainer.deterministic=true", "model.epochs=1", "model.num_projections=20"]
+        "trainer.deterministic=true", "model.epochs=1", "model.dp.num_projections=20"]
 
 
 def test_a_bad_evaluator_setting_fails_before_the_dataset_is_loaded(tmp_path, monkeypatch):
@@ -40,7 +40,7 @@ def test_a_clt_run_carries_its_qualifier_in_results_and_in_the_printed_table(tmp
     """Defect 6: CLT-bound runs printed and stored epsilon with no qualifier."""
     monkeypatch.setenv("COLUMNS", "250")  # one table row per line
     with pytest.warns(UserWarning, match="clt"):
-        res = run(compose_cfg([*FAST, "trainer.max_steps=2", "model.bound=clt"], out_dir=tmp_path))
+        res = run(compose_cfg([*FAST, "trainer.max_steps=2", "model.dp.bound=clt"], out_dir=tmp_path))
     assert res["privacy"]["guarantee"] == "not rigorous (CLT)"
     assert res["train"]["mechanisms"]["projection"]["guarantee"] == "not rigorous (CLT)"
     # the guarantee row of the printed table: the calibrating accountant's epsilon with the label beside it

@@ -42,7 +42,7 @@ def test_digits_run_writes_results_with_finite_downstream_accuracies(tmp_path):
     assert (out / "checkpoints" / "last.pt").exists() and (out / ".hydra" / "config.yaml").exists()
     assert list((out / "wandb").glob("offline-run-*")), "the default logger writes an offline W&B run"
     assert "epsilon spent (PLD: calibrates" in r.stdout and "acc_logreg" in r.stdout  # an 80-column table wraps
-    # provenance that dpgen/reproduce/scoreboard.py stores with the run: the code's commit and the date
+    # provenance that dpgen/reproduce/evidence.py stores with the run: the code's commit and the date
     if (ROOT / ".git").exists():
         assert re.fullmatch(r"[0-9a-f]{4,40}( \+ uncommitted changes)?", res["git_commit"]), res["git_commit"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", res["created_utc"]), res["created_utc"]

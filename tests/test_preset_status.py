@@ -29,6 +29,17 @@ def test_the_guide_shows_the_table_generated_from_the_records():
 
 
 def test_a_preset_without_records_reads_not_run():
-    md = preset_runs.markdown(["a", "b"], {"runs": {"a": {"smoke": {"data": "fixture", "cpu_s": 1.25}}}})
+    md = preset_runs.markdown(["a", "b"], {"runs": {"a": {"smoke": {"data": "fixture", "cpu_s": 1.25}}}}, evidence={})
     assert "| `a` | fixture, 1.2 s CPU | not run | not run |" in md
     assert "| `b` | not run | not run | not run |" in md and "Fast suite: 1 of 2 presets" in md
+
+
+def test_evidence_runs_are_full_or_shortened_by_their_schedule_overrides():
+    store = [{"experiment": "mnist_x", "overrides": ["experiment=mnist_x", "seed=0"], "runtime_s": 60.0},
+             {"experiment": "mnist_x", "overrides": ["experiment=mnist_x", "seed=1"], "runtime_s": 180.0},
+             {"experiment": "mnist_x", "overrides": ["experiment=mnist_x", "model.epochs=2"], "runtime_s": 30.0}]
+    ev = preset_runs.evidence_runs(store)
+    assert ev["mnist_x"]["full"]["wall_s"] == 180.0 and "2 runs" in ev["mnist_x"]["full"]["note"]
+    assert ev["mnist_x"]["shortened"]["wall_s"] == 30.0
+    md = preset_runs.markdown(["mnist_x"], {"runs": {}}, evidence=ev)
+    assert "| `mnist_x` | not run | real, 30 s wall; 1 run in the reproduction evidence | real, 3.0 min wall;" in md

@@ -26,7 +26,7 @@ from dpgen.methods.domain_adaptation import (  # noqa: E402
     SWDAlignment,
 )
 from dpgen.models.da import DigitsClassifier, DigitsFeatureExtractor, DomainDiscriminator  # noqa: E402
-from dpgen.privacy import PrivacyLedger  # noqa: E402
+from dpgen.privacy import PrivacyLedger, ProjectionDP  # noqa: E402
 from dpgen.utils import pick_device
 
 STEPS, WARMUP, REPEATS = 60, 10, 3
@@ -34,7 +34,7 @@ STEPS, WARMUP, REPEATS = 60, 10, 3
 
 def _variants():
     disc = partial(DomainDiscriminator, hidden=100)
-    return {"swd": (SWDAlignment(0.1, 200), False), "dpswd": (DPSWDAlignment(0.5, 200), True),
+    return {"swd": (SWDAlignment(0.1, 200), False), "dpswd": (DPSWDAlignment(0.5, ProjectionDP(200)), True),
             "dann": (DANNAlignment(disc, 0.1), False), "dp_dann": (DPDANNAlignment(disc, 0.1), True)}
 
 

@@ -180,14 +180,14 @@ def dpswd_method(device, preset: str = "mnist"):
     from dpgen.data.base import DataSplits, PrivateSplit, TensorSplit
     from dpgen.methods.dpswd_generator import DPSWDGenerator
     from dpgen.models import ConvCondGen
-    from dpgen.privacy import PrivacyLedger
+    from dpgen.privacy import PrivacyLedger, ProjectionDP
 
     n, side, k = (60000, 28, 1000) if preset == "mnist" else (1347, 8, 200)
     g = torch.Generator().manual_seed(0)
     x, y = torch.rand(n, 1, side, side, generator=g), torch.randint(10, (n,), generator=g)
     data = DataSplits("bench", PrivateSplit(x, y), TensorSplit(x[:10], y[:10]), None, 10, (1, side, side))
     m = DPSWDGenerator(partial(ConvCondGen, d_code=10, hidden=200, channels=(16, 8), kernel_size=5),
-                       num_projections=k, batch_size=100, epochs=100, lr=1e-4, label_mode="partition", private=False)
+                       dp=ProjectionDP(k), batch_size=100, epochs=100, lr=1e-4, label_mode="partition", private=False)
     m.setup(data, PrivacyLedger(10.0, 1e-5), _ctx(device))
     m.projection.set_noise_std(3.0)
     return m

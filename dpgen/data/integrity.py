@@ -5,7 +5,9 @@ The published files' MD5 checksums (hashlib) decide whether a file is damaged:
 * MNIST / Fashion-MNIST: torchvision keeps the MD5 of the ``.gz`` archives (``MNIST.resources``);
   ``KNOWN_FILES`` holds the size and MD5 of the uncompressed ``*-ubyte`` files dpgen reads, i.e. of
   those archives' contents (checked when they were written down);
-* USPS: torchvision's ``USPS.split_list`` MD5s of ``usps.bz2`` / ``usps.t.bz2``.
+* USPS: torchvision's ``USPS.split_list`` MD5s of ``usps.bz2`` / ``usps.t.bz2``;
+* CIFAR-10 batches, SVHN ``.mat`` files, CelebA's list files: torchvision's ``CIFAR10.train_list`` /
+  ``test_list``, ``SVHN.split_list``, ``CelebA.file_list``.
 
 Hashing all of MNIST costs ~0.5 s, so it is not done on every run:
 
@@ -16,8 +18,8 @@ Hashing all of MNIST costs ~0.5 s, so it is not done on every run:
    ``$DPGEN_CACHE_DIR``, else ``~/.cache/dpgen``); later runs only compare those three.
 
 Files of another size (e.g. small test fixtures in the same layout) are compared only when reading
-them fails.  Files without a published checksum (HDF5 USPS, CIFAR, SVHN, CelebA) are named when
-reading them fails.
+them fails.  Files without a published checksum (HDF5 USPS, CelebA's images) are named when reading
+them fails.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,7 +46,8 @@ KNOWN_FILES: dict[tuple[str, str], tuple[int, str]] = {
     ("FashionMNIST/raw", "t10k-labels-idx1-ubyte"): (10_008, "15d484375f8d13e6eb1aabb0c3f46965"),
 }
 MARKER = "verified_data_files.json"
-READ_ERRORS = (RuntimeError, AssertionError, ValueError, OSError, EOFError, IndexError, KeyError)
+READ_ERRORS = (RuntimeError, AssertionError, ValueError, OSError, EOFError, IndexError, KeyError, TypeError,
+               pickle.UnpicklingError)
 
 
 def published_md5(path: Path) -> str | None:
@@ -66,6 +70,9 @@ def _torchvision_md5s() -> dict[str, str]:
 
     out = {name: md5 for cls in (datasets.MNIST, datasets.FashionMNIST) for name, md5 in cls.resources}
     out.update({name: md5 for _, name, md5 in datasets.USPS.split_list.values()})
+    out.update({name: md5 for name, md5 in datasets.CIFAR10.train_list + datasets.CIFAR10.test_list})
+    out.update({name: md5 for _, name, md5 in datasets.SVHN.split_list.values()})
+    out.update({name: md5 for _, md5, name in datasets.CelebA.file_list if not name.endswith(".zip")})
     return out
 
 

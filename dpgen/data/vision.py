@@ -4,7 +4,8 @@ Each reads torchvision's on-disk layout with its own parser (torchvision's datas
 are used only to *fetch* files when ``download=true``; their md5 checks would reject small
 test fixtures).  Images are float32 ``(n, 3, H, W)`` in [0, 1]; labels long ``(n,)``.
 A missing file raises :class:`DatasetNotFoundError` listing the exact expected paths before
-anything is read.
+anything is read; a file that cannot be read (truncated, garbled) is named in one error line, by its
+published MD5 where torchvision keeps one (``data.integrity``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..config import ConfigError
 from .base import DataSplits, require_files
 from .datasets import _finish
+from .integrity import reading
 
 _CELEBA_TRAIN, _CELEBA_VALID, _CELEBA_TEST = 0, 1, 2
 
@@ -47,7 +50,8 @@ def _read_celeba_attr(path: Path, label: str) -> dict[str, int]:
         fh.readline()  # image count
         names = fh.readline().split()
         if label not in names:
-            raise ValueError(f"CelebA attribute '{label}' not found; available: {names}")
+            raise ConfigError(f"dataset.label={label!r} is not a CelebA attribute of {path.name}; choose one of "
+                              f"{', '.join(names)}")
         col = names.index(label)
         out: dict[str, int] = {}
         for line in fh:
@@ -68,7 +72,7 @@ def _load_celeba_images(img_dir: Path, files: list[str], image_size: int) -> tor
                              transforms.ToTensor()])
     x = torch.empty((len(files), 3, image_size, image_size), dtype=torch.float32)  # no 2x peak
     for i, f in enumerate(track(files, description="CelebA", total=len(files))):
-        with Image.open(img_dir / f) as im:
+        with reading([img_dir / f], "celeba"), Image.open(img_dir / f) as im:
             x[i] = tf(im.convert("RGB"))
     return x
 
@@ -91,8 +95,10 @@ def celeba(root: str, download: bool = False, image_size: int = 64, public_fract
         torchvision.datasets.CelebA(str(root), split="all", target_type="attr", download=True)
     require_files("celeba", root, [img_dir, part_file, attr_file])
 
-    partition = _read_celeba_partition(part_file)
-    attrs = _read_celeba_attr(attr_file, label)
+    with reading([part_file], "celeba"):
+        partition = _read_celeba_partition(part_file)
+    with reading([attr_file], "celeba"):
+        attrs = _read_celeba_attr(attr_file, label)
     train = [f for f, p in partition.items() if p == _CELEBA_TRAIN]
     test = [f for f, p in partition.items() if p == _CELEBA_TEST]
     if max_train is not None:
@@ -126,10 +132,10 @@ def _cifar_key(d: dict, key: str):
 def _read_cifar_batches(paths: list[Path]) -> tuple[torch.Tensor, torch.Tensor]:
     xs, ys = [], []
     for p in paths:
-        with open(p, "rb") as fh:
+        with reading([p], "cifar10"), open(p, "rb") as fh:
             d = pickle.load(fh, encoding="bytes")
-        xs.append(np.asarray(_cifar_key(d, "data"), dtype=np.uint8).reshape(-1, 3, 32, 32))
-        ys.append(np.asarray(_cifar_key(d, "labels"), dtype=np.int64).reshape(-1))
+            xs.append(np.asarray(_cifar_key(d, "data"), dtype=np.uint8).reshape(-1, 3, 32, 32))
+            ys.append(np.asarray(_cifar_key(d, "labels"), dtype=np.int64).reshape(-1))
     x = torch.from_numpy(np.concatenate(xs)).float().div(255.0)
     y = torch.from_numpy(np.concatenate(ys)).long()
     return x, y
@@ -177,6 +183,8 @@ def svhn(root: str, download: bool = False, public_fraction: float = 0.0, seed: 
             torchvision.datasets.SVHN(root=str(base), split=split, download=True)
     train, test = base / "train_32x32.mat", base / "test_32x32.mat"
     require_files("svhn", root, [train, test])
-    x_tr, y_tr = _read_svhn_mat(train)
-    x_te, y_te = _read_svhn_mat(test)
+    with reading([train], "svhn"):
+        x_tr, y_tr = _read_svhn_mat(train)
+    with reading([test], "svhn"):
+        x_te, y_te = _read_svhn_mat(test)
     return _finish("svhn", x_tr, y_tr, x_te, y_te, public_fraction, seed, 10)

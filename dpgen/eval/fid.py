@@ -178,7 +178,9 @@ class PackagedInception(nn.Module):
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from torch_fidelity.interpolate_compat_tensorflow import interpolate_bilinear_2d_like_tensorflow1x
+        from torch_fidelity.interpolate_compat_tensorflow import (
+            interpolate_bilinear_2d_like_tensorflow1x,
+        )
 
         x = interpolate_bilinear_2d_like_tensorflow1x(x.float(), size=(299, 299), align_corners=False)
         return self.net((x - 128) / 128)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
+from ..config import ConfigError
 from ..data import DataSplits
 from ..ot import random_directions, sliced_wasserstein
-from ..config import ConfigError
 from .evaluator import GenerativeEvaluator
 
 

@@ -72,6 +72,7 @@ from ..privacy.mechanisms import (
     NoisyGradientSum,
     UnnoisedAccess,
 )
+from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import fixed_size, scale_and_clip
 from ..privacy.sensitivity import l2_sensitivity
 from ..utils import autocast
@@ -151,14 +152,15 @@ class DPSWDAlignment(Alignment):
 
     private = True
 
-    def __init__(self, weight: float = 0.05, num_projections: int = 200, power: float = 2.0, bound: str = "bernstein",
-                 feature_radius: float | None = None, sensitivity_fraction: float = 0.5) -> None:
+    def __init__(self, weight: float = 0.05, dp: ProjectionDP | dict | None = None, power: float = 2.0,
+                 feature_radius: float | None = None) -> None:
         super().__init__(weight)
-        if bound not in ("bernstein", "bernstein_code", "clt", "chernoff"):
-            raise ValueError(f"model.alignment.bound={bound!r} is unknown; choose bernstein, bernstein_code, clt or "
-                             "chernoff")
-        self.k, self.power, self.bound = int(num_projections), float(power), bound
-        self.feature_radius, self.sensitivity_fraction = feature_radius, float(sensitivity_fraction)
+        self.dp = as_projection_dp(dp, ProjectionDP(num_projections=200))  # k, bound, delta share
+        if self.dp.directions != "random":
+            raise ValueError("model.alignment.dp.directions: the DP-SWD adapter draws random directions only; "
+                             "set model.alignment.dp.directions=random")
+        self.k, self.power, self.bound = self.dp.num_projections, float(power), self.dp.bound
+        self.feature_radius = feature_radius
         self.radius, self.batch_size, self.d = 1.0, 0, 0
         # privacy.convention=paper (set by DomainAdaptation): the released code's per-batch 2 max ||g(x)|| scaling
         self.convention: PaperConvention | None = None
@@ -176,9 +178,8 @@ class DPSWDAlignment(Alignment):
             raise ValueError("the dpswd alignment needs accountant.epsilon (use the swd preset for no privacy)")
         # sigma for the real feature dimension and the real number of private batches (DP-SWD paper, σ calibration, corrected)
         self.mechanism = GaussianProjectionRelease(
-            actx.ledger, dim=self.d, num_projections=self.k, steps=actx.private_steps, sample_rate=actx.sample_rate,
-            n_private=actx.n_private, bound=self.bound, sensitivity_fraction=self.sensitivity_fraction,
-            row_diameter=1.0, seed=actx.seed)
+            actx.ledger, dim=self.d, steps=actx.private_steps, sample_rate=actx.sample_rate,
+            n_private=actx.n_private, row_diameter=1.0, seed=actx.seed, **self.dp.release_settings())
         m = self.mechanism
         if self.convention is not None:  # the paper's sigma against the sensitivity it assumes (rows differ by <= 1)
             m.paper_convention = True
@@ -449,7 +450,13 @@ class DomainAdaptation(Method):
         return [] if t < self.warm else [self.alignment.mechanism]
 
     def step(self, t: int) -> dict:
-        """Algorithm 2, one step (module docstring)."""
+        """Domain adaptation, one step (DP-SWD Algorithm 2 for the dpswd alignment)::
+
+            (x_s, y_s) public source batch;  L_c = CE(h(g(x_s)), y_s)                   (1-2, line 7)
+            after warm-up: x_t ~ Poisson(q) private target batch,
+                L = L_c + alignment(g, x_s, x_t)   (the release happens inside)         (3, lines 8-12)
+            (g, h) <- Adam(grad L)                                                      (4, line 13)
+        """
         self.g.train()
         self.h.train()
         idx = torch.randint(len(self.source), (self.batch_size,), generator=self.pub_gen)   # 1. public batch

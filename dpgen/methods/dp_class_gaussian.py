@@ -102,7 +102,10 @@ class DPClassGaussian(GenerativeMethod):
         return 1
 
     def step(self, t: int) -> dict:
-        """The single release: read every private record once (q = 1), encode with the public map, release."""
+        """The single release: every private record read once (q = 1), ``z_i = clip_r((x_i - c) V)`` (public
+        map), then ``M = (w0 n_c, w1 sum_{y_i = c} z_i, w2 sum_{y_i = c} z_i z_i^T)_c + N(0, s^2 I)`` with weights
+        making the sensitivity exactly 1 (``release=moments``; ``projections``: class blocks projected on
+        orthonormal directions, plus noisy counts).  Class Gaussians are post-processing (``sample``)."""
         x, y = self.sampler.sample()
         z = torch.cat([self.rep.encode(x[i:i + self.chunk]) for i in range(0, self._n, self.chunk)])
         self.moments = self.mech.release(z, y)  # THE private release (recorded by the mechanism)

@@ -173,7 +173,8 @@ class DPSGDClassifier(Method):
         return self._steps
 
     def step(self, t: int) -> dict:
-        """Algorithm 1, one step (module docstring)."""
+        """DP-SGD, one step: ``g~ = (sum_{i in B_t} clip_C(grad l(theta; x_i, y_i)) + N(0, s^2 I)) / (q N)``,
+        ``theta <- theta - lr g~`` (B_t a Poisson(q) private batch)."""
         x, y = self.sampler.sample()                                           # 1. private batch
         x, y = self._normalize(x.to(self.device)), y.to(self.device)
         if self.private:

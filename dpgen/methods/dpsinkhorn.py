@@ -172,7 +172,13 @@ class DPSinkhorn(GenerativeMethod):
         return self.steps  # None: until the budget is spent (the loop's allowance)
 
     def step(self, t: int) -> dict:
-        """One generator update (Alg. 1)."""
+        """DP-Sinkhorn, one generator update (Alg. 1)::
+
+            X = G(z) (n + n' samples), Y ~ Poisson(q) private batch
+            L = 2 W_eps(X[0:n], Y) - W_eps(X[0:n], X[n:n+n'])     (semi-debiased)
+            G~ = clip_C(dL/dX[0:n]) + N(0, (2 C sigma)^2)          (THE release, in the backward hook)
+            theta <- Adam(theta, G~ dX/dtheta)                      (post-processing)
+        """
         n, k, dev = self.batch_size, self.num_classes, self.device
         n_extra = extra_rows(n, self.ratio) if self.debias == "semi" else 0
         y_g = torch.randint(max(k, 1), (n,), device=dev)

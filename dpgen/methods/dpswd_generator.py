@@ -77,6 +77,7 @@ from ..privacy.conventions import (
     true_epsilon,
 )
 from ..privacy.mechanisms import GaussianProjectionRelease
+from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import RowMap, class_blocks, fixed_size
 from ..utils import autocast
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
@@ -88,32 +89,24 @@ class DPSWDGenerator(GenerativeMethod):
     name = "DP-SWD"
     release_name = "generator.pt"
 
-    def __init__(self, generator: Callable[..., torch.nn.Module], num_projections: int = 1000, power: float = 2.0,
-                 bound: str = "bernstein", batch_size: int = 100, epochs: int = 100, lr: float = 1e-4,
+    def __init__(self, generator: Callable[..., torch.nn.Module], dp: ProjectionDP | dict | None = None,
+                 power: float = 2.0, batch_size: int = 100, epochs: int = 100, lr: float = 1e-4,
                  betas: tuple[float, float] = (0.9, 0.999), label_mode: str = "concat", label_weight: float = 1.0,
                  center: float | None = None, radius: float | None = None, private: bool = True,
-                 sensitivity_fraction: float = 0.5, feature_map: Callable[..., torch.nn.Module] | None = None,
-                 feature_lr: float = 5e-4, directions: str = "random",
+                 feature_map: Callable[..., torch.nn.Module] | None = None, feature_lr: float = 5e-4,
                  convention: PaperConvention | None = None) -> None:
         self.convention = convention = as_convention(convention)
         if convention is not None and (label_mode == "concat" or feature_map is not None or not private):
             raise ValueError("privacy.convention=paper (raw pixel rows) needs model.label_mode=partition or none, no "
                              "model.feature_map and model.private=true; set privacy.convention=honest otherwise")
         self.make_generator = generator
-        self.k, self.power, self.bound = int(num_projections), float(power), bound
+        self.dp = as_projection_dp(dp, ProjectionDP(num_projections=1000))  # k, bound, directions, delta share
+        self.k, self.power = self.dp.num_projections, float(power)
         self.batch_size, self.epochs, self.lr, self.betas = int(batch_size), int(epochs), float(lr), tuple(betas)
         self.label_mode, self.label_weight = label_mode, float(label_weight)
         self.center, self.radius, self.private = center, radius, bool(private)
-        self.sensitivity_fraction = float(sensitivity_fraction)
-        if not 0.0 < self.sensitivity_fraction < 1.0:
-            raise ValueError(f"model.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
-        if bound not in ("bernstein", "bernstein_code", "clt", "chernoff"):
-            raise ValueError(f"model.bound={bound!r} is unknown; choose bernstein, bernstein_code, clt or chernoff")
         if label_mode not in ("partition", "concat", "none"):
             raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
-        if directions not in ("random", "orthogonal"):
-            raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
-        self.directions = directions
         self.make_feature_map, self.feature_lr = feature_map, float(feature_lr)
         self.fmap: torch.nn.Module | None = None
         self.G: torch.nn.Module | None = None
@@ -158,14 +151,13 @@ class DPSWDGenerator(GenerativeMethod):
         self._steps = self.steps_planned(n_priv)
         self._signature = {"n_private": n_priv, "n_public": 0 if data.public is None else len(data.public),
                            "dataset": data.name, "batch_size": self.batch_size, "epochs": self.epochs, "k": self.k,
-                           "bound": self.bound, "label_mode": self.label_mode, "sampling": ledger.sampling,
-                           "directions": self.directions}
+                           "bound": self.dp.bound, "label_mode": self.label_mode, "sampling": ledger.sampling,
+                           "directions": self.dp.directions}
         # the one private release per step (Alg. 1), sigma from accountant.epsilon before training (DP-SWD paper, σ calibration)
         self.projection = GaussianProjectionRelease(
-            ledger, dim=self._rowmap.out_dim, num_projections=self.k, steps=self._steps,
-            sample_rate=self.sampler.sample_rate, n_private=n_priv, bound=self.bound,
-            sensitivity_fraction=self.sensitivity_fraction, row_diameter=1.0, private=self.private,
-            seed=mechanism_seed(ctx), directions=self.directions)
+            ledger, dim=self._rowmap.out_dim, steps=self._steps,
+            sample_rate=self.sampler.sample_rate, n_private=n_priv, row_diameter=1.0, private=self.private,
+            seed=mechanism_seed(ctx), **self.dp.release_settings())
         if self.convention is not None:  # the paper's sigma, measured against the sensitivity it assumes (diameter 1)
             self.projection.paper_convention = True
             self.projection.fix_noise_std(self.convention.sigma)
@@ -186,7 +178,14 @@ class DPSWDGenerator(GenerativeMethod):
         return self._steps
 
     def step(self, t: int) -> dict:
-        """Algorithm 1, one step (module docstring)."""
+        """DP-SWD, Algorithm 1, one step::
+
+            X_t ~ Poisson(q) private batch, rows r(X_t) of norm <= 1/2    (1-2)
+            U_t: (D, k) fresh unit (or orthonormal) directions            (3)
+            P_t = r(X_t) U_t + Z_t,   Z_t ~ N(0, s^2)   (THE release)     (4)
+            P_s = r(G(z)) U_t + Z_s   (public smoothing, same s)          (5)
+            theta <- Adam(theta, grad SW_2(P_s, P_t))                     (6)
+        """
         if self.fmap is not None:
             self._feature_step()                                               # DP-SWD paper, CelebA generator, public images only
         rows_t = self._private_rows()                                          # 1-2. r(X_t): (B, D) or (C m, D)
@@ -268,7 +267,7 @@ class DPSWDGenerator(GenerativeMethod):
         return {"noise_std": p.noise_std, "noise_multiplier": p.noise_multiplier, "sensitivity": p.sensitivity,
                 "sensitivity_bound": p.bound if self.private else None, "guarantee": p.guarantee,
                 "row_dim": self._rowmap.out_dim, "num_projections": self.k, "label_mode": self.label_mode,
-                "directions": self.directions, "released_rows": self.n_blocks * self.block_rows}
+                "directions": self.dp.directions, "released_rows": self.n_blocks * self.block_rows}
 
     def convention_report(self) -> dict | None:
         """``privacy.convention=paper``: the ε of the releases that ran under the rows' TRUE diameter

@@ -47,6 +47,7 @@ from ..ot.flows import (
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.dpswflow import analytic_gaussian_epsilon
 from ..privacy.mechanisms import OneShotProjectionRelease
+from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks
 from .base import TrainContext, mechanism_seed
 from .latent import LatentMethod
@@ -177,7 +178,14 @@ class DPSWFlowR(_ParticleFlow):
         self._last_drift = float("nan")
 
     def step(self, t: int) -> dict:
-        """Algorithm 1, one step."""
+        """DPSWflow-r, Algorithm 1, one step::
+
+            Y_t ~ Poisson(q) private latent rows (norm <= 1), U_t fresh directions
+            A_t = Y_t U_t + Z_t                       (THE release)
+            F_t^{-1} = quantiles of A_t per direction (Eq. 21)
+            v = drift of X U_t + Z' toward F_t^{-1}   (Eq. 20)
+            X <- X - h v + sqrt(2 lambda h) xi        (Euler-Maruyama)
+        """
         if self.label_mode == "partition":
             return self._partition_step(t)
         with torch.no_grad():
@@ -232,10 +240,10 @@ class DPSWFlow(_ParticleFlow):
     """
 
     name = "DPSWflow"
+    default_dp = ProjectionDP(num_projections=31, bound="chernoff")
 
     def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", block_slack: float = 1.0,
                  **kw) -> None:
-        kw.setdefault("num_projections", 31)
         kw.setdefault("steps", 1500)
         super().__init__(**kw)
         if not block_slack > 0:
@@ -262,11 +270,10 @@ class DPSWFlow(_ParticleFlow):
         self._steps = self.steps_planned(len(data.private))
         n_priv, c_n = len(data.private), data.num_classes
         self.block_rows = math.ceil(self.block_slack * n_priv / c_n) if self.label_mode == "partition" else None
-        self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, num_projections=self.k, bound=self.bound,
-                                                 sensitivity_fraction=self.sensitivity_fraction,
-                                                 calibration=self.calibration, private=self.private,
-                                                 seed=mechanism_seed(ctx), directions=self.directions,
-                                                 class_blocks=self.label_mode == "partition", n_private=n_priv)
+        self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.calibration,
+                                                 private=self.private, seed=mechanism_seed(ctx),
+                                                 class_blocks=self.label_mode == "partition", n_private=n_priv,
+                                                 **self.dp.release_settings())
         self._set_noise(self.one_shot, ledger, 1)
         self.mechanisms = {"one_shot": self.one_shot}
         if self.private and ctx.resume_state is None:  # refuse early if the single release cannot fit

@@ -51,6 +51,7 @@ from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
 from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
+from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import clip_rows, fixed_size, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
 from ..utils import load_checkpoint
@@ -152,21 +153,19 @@ class LatentMethod(GenerativeMethod):
     """Autoencoder set-up, latent rows, private batches, the per-step release and sampling shared by all three."""
 
     kind = "latent"
+    default_dp = ProjectionDP(num_projections=70, bound="chernoff")  # model.dp when none is given
 
     def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
                  ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = None,
-                 num_projections: int = 70, batch_size: int = 250, epochs: int = 35, steps: int | None = None,
-                 bound: str = "chernoff", private: bool = True, noise_std: float = 0.0,
-                 sensitivity_fraction: float = 0.5, label_mode: str = "partition", label_weight: float = 1.0,
-                 latent_scale: float = 1.0, sample_jitter: float = 0.02, directions: str = "random",
+                 dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
+                 steps: int | None = None, private: bool = True, noise_std: float = 0.0, label_mode: str = "partition",
+                 label_weight: float = 1.0, latent_scale: float = 1.0, sample_jitter: float = 0.02,
                  representation: dict | None = None, convention: PaperConvention | dict | None = None) -> None:
         # privacy.convention=paper: the released code's noise (CLT sensitivity at delta/2), labelled, epsilon_true
         self.convention = as_convention(convention)
         if self.convention is not None and not private:
             raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
-        if directions not in ("random", "orthogonal"):
-            raise ValueError(f"model.directions must be 'random' or 'orthogonal', got {directions!r}")
-        self.directions = directions  # orthogonal: exact sensitivity 2 sqrt(ceil(k/d)), no beta
+        self.dp = as_projection_dp(dp, self.default_dp)  # k, bound, directions, delta share (validated there)
         self.make_ae = autoencoder
         if representation is not None and autoencoder is not None:
             raise ValueError("model.representation (a public linear map: pca / dct) replaces the autoencoder: set "
@@ -174,17 +173,14 @@ class LatentMethod(GenerativeMethod):
         self.rep_cfg = None if representation is None else dict(representation)
         self.ae_steps, self.ae_batch_size, self.ae_lr = int(ae_steps), int(ae_batch_size), float(ae_lr)
         self.ae_cache = autoencoder_cache
-        self.k, self.batch_size, self.epochs = int(num_projections), int(batch_size), int(epochs)
+        self.k, self.batch_size, self.epochs = self.dp.num_projections, int(batch_size), int(epochs)
         self.steps = None if steps is None else int(steps)
-        if bound not in ("bernstein", "bernstein_code", "clt", "chernoff"):
-            raise ValueError(f"model.bound={bound!r} is unknown; choose bernstein, bernstein_code, clt or chernoff")
-        self.bound, self.private, self.noise_std_arg = bound, bool(private), float(noise_std)
+        self.private, self.noise_std_arg = bool(private), float(noise_std)
         if self.private and self.noise_std_arg != 0.0:
             raise ValueError("model.noise_std is the smoothing of a NON-private run (model.private=false); a private "
                              "run calibrates the noise from accountant.epsilon: drop model.noise_std")
         if self.noise_std_arg < 0:
             raise ValueError(f"model.noise_std must be >= 0, got {noise_std}")
-        self.sensitivity_fraction = float(sensitivity_fraction)
         if label_mode not in ("partition", "concat", "none"):
             raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
         self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
@@ -214,7 +210,7 @@ class LatentMethod(GenerativeMethod):
         self.device, self.precision = ctx.device, ctx.precision
         self._signature = {"n_private": len(data.private), "dataset": data.name,
                            "n_public": 0 if data.public is None else len(data.public), "batch_size": self.batch_size,
-                           "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.bound,
+                           "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.dp.bound,
                            "label_mode": self.label_mode, "sampling": ledger.sampling, "private": self.private}
         ae_state = (ctx.resume_state or {}).get("autoencoder")
         ae = None
@@ -327,10 +323,8 @@ class LatentMethod(GenerativeMethod):
                                       seed=self._seed)
         self._steps = self.steps_planned(n_priv)
         self.projection = GaussianProjectionRelease(
-            ledger, dim=self.space.dim, num_projections=self.k, steps=self._steps,
-            sample_rate=self.sampler.sample_rate, n_private=n_priv, bound=self.bound,
-            sensitivity_fraction=self.sensitivity_fraction, row_diameter=ROW_DIAMETER, private=self.private,
-            seed=mechanism_seed(ctx), directions=self.directions)
+            ledger, dim=self.space.dim, steps=self._steps, sample_rate=self.sampler.sample_rate, n_private=n_priv,
+            row_diameter=ROW_DIAMETER, private=self.private, seed=mechanism_seed(ctx), **self.dp.release_settings())
         self._set_noise(self.projection, ledger, self._steps)
         self.mechanisms = {"projection": self.projection}
 
@@ -373,7 +367,7 @@ class LatentMethod(GenerativeMethod):
                 **({"paper_sensitivity_dim": self.convention.sensitivity_dim} if self.convention.sensitivity_dim else {}),
                 "sensitivity_stated": mech.sensitivity, **true,
                 "epsilon_true_note": f"the released code's noise (std {mech.noise_std:.4g}) under the rigorous Chernoff "
-                                     f"sensitivity of unit latents in d = {mech.dim} (stated: {self.bound} bound"
+                                     f"sensitivity of unit latents in d = {mech.dim} (stated: {self.dp.bound} bound"
                                      + (f" at dim {self.convention.sensitivity_dim}, as the released code evaluates it"
                                         if self.convention.sensitivity_dim else "") + ")"}
 

@@ -1,6 +1,8 @@
-"""Privacy core: sensitivity bounds, accountants, calibration, sampler and ledger.
+"""Privacy core: the mechanisms (one object per kind of private release: the noise added is the noise
+recorded), the ledger and its accountants, sensitivity bounds and the private sampler.
 
-Imports only numpy/scipy/torch/autodp/dp-accounting: usable without Hydra.
+Imports only numpy/scipy/torch/autodp/dp-accounting: usable without Hydra.  Calibration helpers of
+single papers (``privacy.dpswd``, ``privacy.dpswflow``) stay importable from their own modules.
 """
 from .accountants import (
     SAMPLING_SCHEMES,
@@ -12,10 +14,20 @@ from .accountants import (
     check_epsilon_delta,
 )
 from .bayesian import BayesianAccountant, MomentsAccountant
-from .dpswd import DPSWDNoise, calibrate_dpswd, dpswd_epsilon, dpswd_sensitivity
-from .dpswflow import OneShotNoise, calibrate_flow_r, calibrate_one_shot, moments_accountant_epsilon
+from .dpswd import DPSWDNoise, calibrate_dpswd, dpswd_sensitivity
+from .dpswflow import OneShotNoise
 from .image_gradient import clip_per_row, clip_whole, effective_noise_multiplier, sanitize
 from .ledger import PrivacyLedger
+from .mechanisms import (
+    GaussianProjectionRelease,
+    ImageGradientSanitiser,
+    Mechanism,
+    NoisyGradientSum,
+    OneShotProjectionRelease,
+    UnnoisedAccess,
+)
+from .moments import ClassBlockProjectionRelease, ClassMomentRelease
+from .projection import ProjectionDP
 from .sampler import PrivateSampler
 from .sensitivity import (
     l2_sensitivity,
@@ -28,10 +40,15 @@ from .sensitivity import (
 from .wdp import WassersteinAccountant
 
 __all__ = [
-    "BayesianAccountant", "DPSWDNoise", "MomentsAccountant", "OneShotNoise", "PLDAccountant", "PrivacyLedger",
-    "PrivateSampler", "RDPAccountant", "Release", "SAMPLING_SCHEMES", "WassersteinAccountant", "calibrate", "calibrate_dpswd",
-    "calibrate_flow_r", "calibrate_one_shot", "calibrating_accountant", "check_epsilon_delta", "clip_per_row", "clip_whole",
-    "dpswd_epsilon", "dpswd_sensitivity", "effective_noise_multiplier", "l2_sensitivity",
-    "moments_accountant_epsilon", "sanitize", "split_delta", "squared_sensitivity_bound", "w_bernstein",
-    "w_bernstein_code", "w_clt",
+    # mechanisms: every private release goes through one of these
+    "Mechanism", "GaussianProjectionRelease", "OneShotProjectionRelease", "ImageGradientSanitiser", "NoisyGradientSum",
+    "ClassMomentRelease", "ClassBlockProjectionRelease", "UnnoisedAccess", "ProjectionDP",
+    # the ledger, its accountants and the sampler
+    "PrivacyLedger", "PrivateSampler", "Release", "SAMPLING_SCHEMES", "RDPAccountant", "PLDAccountant",
+    "WassersteinAccountant", "BayesianAccountant", "MomentsAccountant", "calibrate", "calibrating_accountant",
+    "check_epsilon_delta",
+    # sensitivity and noise helpers
+    "DPSWDNoise", "OneShotNoise", "calibrate_dpswd", "dpswd_sensitivity", "l2_sensitivity", "split_delta",
+    "squared_sensitivity_bound", "w_bernstein", "w_bernstein_code", "w_clt", "clip_per_row", "clip_whole",
+    "effective_noise_multiplier", "sanitize",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 # records in the training split of each dataset, as published with it (torchvision's splits)
 KNOWN_TRAIN_SIZES: dict[str, int] = {

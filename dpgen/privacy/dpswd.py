@@ -60,7 +60,7 @@ class DPSWDNoise:
 def _deltas(delta: float, steps: int, delta_split: str, fraction: float) -> tuple[float, float, float]:
     """(beta used in the bound, beta recorded per step, delta for the conversion)."""
     if not 0.0 < fraction < 1.0:
-        raise ValueError(f"model.sensitivity_fraction must be in (0, 1), got {fraction}")
+        raise ValueError(f"model.dp.sensitivity_fraction must be in (0, 1), got {fraction}")
     if delta_split == "union":
         beta = fraction * delta / steps
         return beta, beta, (1.0 - fraction) * delta

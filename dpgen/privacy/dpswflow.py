@@ -114,7 +114,7 @@ def calibrate_one_shot(epsilon: float, delta: float, *, d: int, k: int, bound: s
         raise ValueError(f"model.calibration={calibration!r} is unknown; choose one of "
                          f"{', '.join(ONE_SHOT_CALIBRATIONS)}")
     if not 0.0 < sensitivity_fraction < 1.0:
-        raise ValueError(f"model.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
+        raise ValueError(f"model.dp.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
     beta = sensitivity_fraction * delta
     delta_conv = delta - beta
     sens = one_shot_sensitivity(d, k, beta, bound)

@@ -144,7 +144,7 @@ class PrivacyLedger:
         past = list(self.entries) if history else []
         if self.delta - sum(e.steps * e.delta_per_step for e in past) - steps * delta_per_step <= 0:
             raise ValueError(f"the sensitivity bounds reserve all of accountant.delta={self.delta}; lower "
-                             "model.sensitivity_fraction")
+                             "model.dp.sensitivity_fraction")
 
         def eps(sig: float) -> float:
             e = self._eps(past + [LedgerEntry(sig, sample_rate, steps, delta_per_step)], self.delta, accountant)

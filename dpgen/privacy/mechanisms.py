@@ -244,11 +244,11 @@ class GaussianProjectionRelease(Mechanism):
         super().__init__(ledger, sample_rate=sample_rate, private=private, full_set=full_set, seed=seed,
                          accountant=accountant, bound=bound)
         if bound not in BOUNDS:
-            raise ValueError(f"model.bound={bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
+            raise ValueError(f"model.dp.bound={bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
         if directions not in DIRECTIONS:
             raise ValueError(f"directions={directions!r} is unknown; choose one of {', '.join(DIRECTIONS)}")
         if not 0.0 < sensitivity_fraction < 1.0:
-            raise ValueError(f"model.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
+            raise ValueError(f"model.dp.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
         if steps < 1:
             raise ValueError(f"the number of releases must be >= 1, got {steps}")
         self.dim, self.k, self.steps, self.n_private = int(dim), int(num_projections), int(steps), int(n_private)

@@ -36,11 +36,11 @@ def main(argv: list[str] | None = None) -> int:
                          f"seed={args.seed}", *overrides], run_dir=Path(tmp) / title.split()[2])
             acc = run.results["metrics"]["acc_logreg"]
             ax.imshow(mpimg.imread(run.run_dir / "samples.png"))
-            ax.set_title(f"{title}\nLogReg on real test: {100 * acc:.1f} %", fontsize=10)
+            ax.set_title(f"{title}\nthis run: LogReg on real test {100 * acc:.1f} %", fontsize=10)
             ax.axis("off")
     fig.suptitle("make train (digits_moments: DP class-Gaussian, δ = 1e-4) — synthetic digits, one row per class",
                  fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=80)
     print(f"wrote {args.out}")

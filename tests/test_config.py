@@ -105,6 +105,7 @@ def test_no_preset_restates_a_value_its_defaults_already_give():
         f"{f}:{line}: {key}" for f, line, key in found)
 
 
+@pytest.mark.slow  # the check itself runs on every preset in the fast suite
 def test_the_restatement_check_flags_a_restated_default(tmp_path):
     import shutil
 

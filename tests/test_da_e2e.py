@@ -18,6 +18,7 @@ def _results(out):
     return json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.slow  # the fast suite runs this preset end to end in tests/test_presets_e2e.py
 def test_digits_shift_dpswd_writes_results_with_target_accuracy(tmp_path):
     out = tmp_path / "run"
     r = train(["experiment=digits_shift_dpswd", *FAST, f"hydra.run.dir={out}"])

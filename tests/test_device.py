@@ -177,7 +177,12 @@ def _needs_data(preset: str) -> None:
         pytest.skip(f"no MNIST under {DATA}")
 
 
-@pytest.mark.parametrize("method", sorted(CASES))
+# the latent-space methods share one step path: the fast suite counts DPSWflow-r's; DPSWflow / DPSWgen are `slow`
+SLOW_CASES = {"dpswflow", "dpswgen"}
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_CASES else m
+                                    for m in sorted(CASES)])
 def test_every_method_steps_on_cpu_without_cuda_calls_or_host_syncs(method, tmp_path, monkeypatch):
     preset, overrides, allowed, why = CASES[method]
     _needs_data(preset)

@@ -214,6 +214,7 @@ def test_generators_produce_images_of_the_data_shape_in_minus1_1():
 
 
 # -- end to end ------------------------------------------------------------------------------
+@pytest.mark.slow  # the fast suite runs this preset end to end in tests/test_presets_e2e.py
 def test_digits_dpsinkhorn_run_writes_results_json(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "1", "DPGEN_CACHE_DIR": str(tmp_path / "cache")}

@@ -337,6 +337,7 @@ def test_dpswflow_presets_build_their_method_and_autoencoder(preset):
 
 
 # -- end to end -------------------------------------------------------------------------------
+@pytest.mark.slow  # the fast suite runs this preset end to end in tests/test_presets_e2e.py
 def test_digits_dpswflow_r_preset_writes_results(tmp_path):
     from tests.test_pipeline_e2e import train
 

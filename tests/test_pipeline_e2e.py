@@ -48,6 +48,7 @@ def test_digits_run_writes_results_with_finite_downstream_accuracies(tmp_path):
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", res["created_utc"]), res["created_utc"]
 
 
+@pytest.mark.slow  # a 2-job sweep and its report run in the fast suite in tests/test_submitit_sweep.py
 def test_two_job_multirun_with_joblib_writes_one_results_file_per_job(tmp_path):
     sweep = tmp_path / "sweep"
     r = train(["-m", "experiment=digits_dpswd", "accountant.epsilon=2,8", "hydra/launcher=joblib",
@@ -67,6 +68,7 @@ def test_two_job_multirun_with_joblib_writes_one_results_file_per_job(tmp_path):
     assert (sweep / "privacy_utility.png").exists()
 
 
+@pytest.mark.slow  # resume continuity runs in the fast suite in tests/test_faults.py
 def test_resume_flag_continues_the_ledger_of_a_run_folder(tmp_path):
     out = tmp_path / "run"
     common = ["experiment=digits_dpswd", "logger=local", "evaluator=none", "trainer.progress=false",

@@ -37,6 +37,7 @@ def test_segments_must_increase_and_the_script_owns_max_steps_and_resume(tmp_pat
         sc.load_points(tmp_path)
 
 
+@pytest.mark.slow  # resume continuity runs in the fast suite in tests/test_faults.py
 def test_a_run_in_two_segments_continues_its_ledger(tmp_path, monkeypatch):  # toy data: no data root needed
     monkeypatch.setenv("WANDB_MODE", "offline")
     run = tmp_path / "run"

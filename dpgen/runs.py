@@ -33,7 +33,7 @@ from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
 from .config import ConfigError
-from .utils import atomic_save, load_checkpoint
+from .utils import atomic_save, load_checkpoint, without_keys
 
 STATE_DIR = ".dpgen"  # beside Hydra's .hydra/: the lock, its holder and the run signature
 LOCK_FILE, HOLDER_FILE, SIGNATURE_FILE = "lock", "holder.json", "signature.json"
@@ -56,18 +56,10 @@ def run_signature(cfg: DictConfig) -> dict:
 
     Locations (data roots, caches of public weights) are left out: the same data elsewhere is the same run.
     """
-    sig = {key: _without_roots(OmegaConf.to_container(cfg[key], resolve=True) if isinstance(cfg.get(key), DictConfig)
-                               else cfg.get(key))
+    sig = {key: without_keys(OmegaConf.to_container(cfg[key], resolve=True) if isinstance(cfg.get(key), DictConfig)
+                             else cfg.get(key), LOCATION_KEYS)
            for key in SIGNATURE_KEYS}
     return json.loads(json.dumps(sig, sort_keys=True, default=str))  # as stored in signature.json
-
-
-def _without_roots(node):
-    if isinstance(node, dict):
-        return {k: _without_roots(v) for k, v in node.items() if k not in LOCATION_KEYS}
-    if isinstance(node, list):
-        return [_without_roots(v) for v in node]
-    return node
 
 
 def signature_diff(old: dict, new: dict, limit: int = 3) -> str:

@@ -15,15 +15,9 @@ from torchvision import transforms
 
 from dpgen.data.base import DatasetNotFoundError
 from dpgen.data.vision import celeba, cifar10, svhn
+from tests.fakedata import CELEBA_ATTRS
 
 # ----------------------------------------------------------------------------------- fixtures
-CELEBA_ATTRS = (
-    "5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose "
-    "Black_Hair Blond_Hair Blurry Brown_Hair Bushy_Eyebrows Chubby Double_Chin Eyeglasses Goatee "
-    "Gray_Hair Heavy_Makeup High_Cheekbones Male Mouth_Slightly_Open Mustache Narrow_Eyes No_Beard "
-    "Oval_Face Pale_Skin Pointy_Nose Receding_Hairline Rosy_Cheeks Sideburns Smiling Straight_Hair "
-    "Wavy_Hair Wearing_Earrings Wearing_Hat Wearing_Lipstick Wearing_Necklace Wearing_Necktie Young"
-).split()
 MALE, SMILING = CELEBA_ATTRS.index("Male"), CELEBA_ATTRS.index("Smiling")
 # file -> (partition, Male, Smiling): 3 train, 1 valid, 2 test
 CELEBA_ROWS = {

@@ -20,6 +20,7 @@ import json
 import math
 from pathlib import Path
 
+from ..utils import without_keys
 from .guarantee import NON_PRIVATE, qualifier
 from .ledger import PrivacyLedger
 
@@ -54,13 +55,7 @@ def public_signature(signature: dict, relation: str | None) -> dict:
 
 def public_config(config: dict) -> dict:
     """The composed config without machine paths, the logger and Hydra's own settings."""
-    def strip(node):
-        if isinstance(node, dict):
-            return {k: strip(v) for k, v in node.items() if k not in PATH_KEYS}
-        if isinstance(node, list):
-            return [strip(v) for v in node]
-        return node
-    return strip({k: v for k, v in config.items() if k not in ("paths", "logger", "hydra")})
+    return without_keys({k: v for k, v in config.items() if k not in ("paths", "logger", "hydra")}, PATH_KEYS)
 
 
 def config_hash(config: dict) -> str:

@@ -83,3 +83,12 @@ def json_safe(obj):
     if isinstance(obj, float) and not math.isfinite(obj):
         return "inf" if obj > 0 else ("-inf" if obj < 0 else "nan")
     return obj
+
+
+def without_keys(node, keys: tuple[str, ...]):
+    """A copy of a nested dict / list structure without the dict entries named in ``keys`` (at any depth)."""
+    if isinstance(node, dict):
+        return {k: without_keys(v, keys) for k, v in node.items() if k not in keys}
+    if isinstance(node, list):
+        return [without_keys(v, keys) for v in node]
+    return node

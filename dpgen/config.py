@@ -19,6 +19,8 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from .errors import ConfigError, suggestion
 from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
 from .privacy.conventions import CONVENTIONS, METHODS, NO_CONVENTION, PaperConvention, convention_of
+from .privacy.errors import PrivacySettingError
+from .privacy.noise import Calibrated, FixedMultiplier, NoisePolicy, NotPrivate
 from .utils import check_precision
 from .utils.threads import resolve_threads
 
@@ -163,3 +165,29 @@ def validate_convention(cfg: DictConfig) -> str:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return convention
+
+
+def noise_policy(private: bool, noise_multiplier: float | None = None, noise_std: float = 0.0,
+                 node: str = "model") -> NoisePolicy:
+    """The noise policy of a method's mechanisms from its settings (``privacy.noise``), checked here once.
+
+    ``private=false``: :class:`NotPrivate` (``noise_std`` smooths a non-private run; ``noise_multiplier``
+    is unused); a private run:
+    ``FixedMultiplier(noise_multiplier)`` when a multiplier is given, else ``Calibrated()`` to
+    ``accountant.epsilon``.  ``node`` is where the settings live (``model``, ``model.alignment``).
+    """
+    if not private:  # a noise multiplier is a private run's setting: unused here
+        try:
+            return NotPrivate(float(noise_std))
+        except PrivacySettingError as e:
+            raise ConfigError(f"{node}.noise_std: {e}") from None
+    if noise_std:
+        raise ConfigError(f"{node}.noise_std is the smoothing of a NON-private run ({node}.private=false); a private "
+                          f"run calibrates its noise from accountant.epsilon: drop {node}.noise_std")
+    if noise_multiplier is None:
+        return Calibrated()
+    try:
+        return FixedMultiplier(noise_multiplier)
+    except PrivacySettingError:
+        raise ConfigError(f"{node}.noise_multiplier must be > 0, or null (calibrated to accountant.epsilon), got "
+                          f"{noise_multiplier}") from None

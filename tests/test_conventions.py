@@ -23,6 +23,7 @@ from dpgen.privacy.conventions import (
 )
 from dpgen.privacy.guarantee import PAPER_CONVENTION, RIGOROUS
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
+from dpgen.privacy.noise import FixedStd, PaperNoise
 from dpgen.privacy.projection import ProjectionDP
 
 from ._hydra import CONFIGS, compose_cfg
@@ -84,12 +85,10 @@ def test_paper_convention_rejects_a_missing_noise():
 def test_a_convention_release_is_never_labelled_rigorous():
     led = PrivacyLedger(None, 1e-5, "poisson")
     mech = GaussianProjectionRelease(led, dim=784, num_projections=100, steps=10, sample_rate=0.01, n_private=1000,
-                                     bound="bernstein")
-    assert mech.guarantee == RIGOROUS
-    with pytest.raises(ValueError, match="paper convention"):
-        mech.fix_noise_std(3.0)
-    mech.paper_convention = True
-    mech.fix_noise_std(3.0)
+                                     bound="bernstein", noise=FixedStd(3.0))
+    assert mech.guarantee == RIGOROUS  # a fixed std is accounted against the rows' true sensitivity
+    mech = GaussianProjectionRelease(led, dim=784, num_projections=100, steps=10, sample_rate=0.01, n_private=1000,
+                                     bound="bernstein", noise=PaperNoise(3.0))
     assert mech.noise_std == pytest.approx(3.0) and mech.guarantee == PAPER_CONVENTION
     mech.release(torch.zeros(5, 784), mech.draw_directions())
     assert led.guarantee == PAPER_CONVENTION and led.summary()["guarantee"] == PAPER_CONVENTION

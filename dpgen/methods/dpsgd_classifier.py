@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..config import noise_policy
 from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.bayesian import DEFAULT_CONF, BayesianAccountant, MomentsAccountant
@@ -88,11 +89,9 @@ class DPSGDClassifier(Method):
         self.C = float(clip_norm)
         if not self.C > 0:
             raise ValueError(f"model.clip_norm (clipping bound C) must be > 0, got {clip_norm}")
-        if noise_multiplier is not None and not float(noise_multiplier) > 0:
-            raise ValueError(f"model.noise_multiplier must be > 0 or null (calibrate to accountant.epsilon), "
-                             f"got {noise_multiplier}")
-        self.noise_multiplier_cfg = None if noise_multiplier is None else float(noise_multiplier)
         self.private = bool(private)
+        # null: sigma from accountant.epsilon (RDP) for the whole schedule; a number: fixed (its epsilon reported)
+        self.noise = noise_policy(self.private, noise_multiplier)
         self.name = "DP-SGD" if self.private else "SGD"
         self.mean = torch.tensor(list(normalize_mean), dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(list(normalize_std), dtype=torch.float32).view(1, -1, 1, 1)
@@ -147,11 +146,7 @@ class DPSGDClassifier(Method):
         self._steps = self.steps_planned(n_priv)
         if self.private:  # lines 6-7: the one private release per step
             self.gradient_release = NoisyGradientSum(ledger, clip_norm=self.C, sample_rate=q, expected_batch_size=q * n_priv,
-                                            seed=mechanism_seed(ctx, 2))
-            if self.noise_multiplier_cfg is None:  # sigma from accountant.epsilon (RDP) for the whole schedule
-                self.gradient_release.calibrate(self._steps)
-            else:
-                self.gradient_release.set_noise_multiplier(self.noise_multiplier_cfg)
+                                                     noise=self.noise, steps=self._steps, seed=mechanism_seed(ctx, 2))
         else:  # plain SGD: an un-noised access per step (epsilon = inf)
             self.gradient_release = UnnoisedAccess(ledger, sample_rate=q)
         self.mechanisms = {"gradient": self.gradient_release}

@@ -133,7 +133,7 @@ class PrivacyLedger:
         ``history=True``: the recorded releases are included (calibrating the rest of a run);
         ``history=False``: the ``steps`` releases alone spend the target (a run's noise is fixed
         before its first step, the same on a resume; earlier releases are enforced by the budget
-        stop).  Mechanisms call this (``Mechanism.calibrate``); methods never calibrate themselves.
+        stop).  Mechanisms call this (a ``Calibrated`` noise policy); methods never calibrate themselves.
         """
         if self.target_epsilon is None:
             raise ValueError("calibration needs accountant.epsilon (a number), got null")

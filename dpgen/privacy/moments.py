@@ -72,6 +72,7 @@ from dataclasses import dataclass
 import torch
 
 from .mechanisms import Mechanism
+from .noise import NoisePolicy
 
 RELATIONS = ("add_remove", "replace_one")
 SHRINKAGES = ("pooled_prior", "pooled", "class", "none")
@@ -286,18 +287,18 @@ class ClassMomentRelease(Mechanism):
     """The mechanism object: one Gaussian release of the weighted class-moment vector (sample rate 1).
 
     The relation is the ledger's (Poisson -> add/remove, Delta = 1; without replacement -> replace-one,
-    Delta = sqrt 2): the statistics are sums over records, so they need no public N.  ``calibrate(1)``
-    asks the ledger's accountant; ``release`` adds the noise from the mechanism's own generator and
+    Delta = sqrt 2): the statistics are sums over records, so they need no public N.  A ``Calibrated()``
+    policy asks the ledger's accountant for its one release; ``release`` adds the noise from the mechanism's own generator and
     records itself.
     """
 
     kind = "class_moments"
 
     def __init__(self, ledger, *, n_classes: int, radius: float,
-                 shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), private: bool = True,
+                 noise: NoisePolicy, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),
                  seed: int | None = None, shrinkage: str = "pooled_prior", accountant: str | None = None,
                  prior: torch.Tensor | None = None) -> None:
-        super().__init__(ledger, sample_rate=1.0, private=private, seed=seed, accountant=accountant)
+        super().__init__(ledger, sample_rate=1.0, noise=noise, steps=1, seed=seed, accountant=accountant)
         self.n_classes, self.radius = int(n_classes), float(radius)
         self.shares = tuple(float(x) for x in shares)
         self.weights = moment_weights(self.radius, self.shares)
@@ -374,9 +375,10 @@ class ClassBlockProjectionRelease(Mechanism):
 
     kind = "class_block_projection"
 
-    def __init__(self, ledger, *, n_classes: int, radius: float, block_size: int, count_weight: float | None = None,
-                 private: bool = True, seed: int | None = None, accountant: str | None = None) -> None:
-        super().__init__(ledger, sample_rate=1.0, private=private, full_set=True, seed=seed, accountant=accountant)
+    def __init__(self, ledger, *, n_classes: int, radius: float, block_size: int, noise: NoisePolicy,
+                 count_weight: float | None = None, seed: int | None = None, accountant: str | None = None) -> None:
+        super().__init__(ledger, sample_rate=1.0, noise=noise, steps=1, full_set=True, seed=seed,
+                         accountant=accountant)
         if block_size < 1:
             raise ValueError(f"block size must be >= 1, got {block_size}")
         self.n_classes, self.radius, self.m = int(n_classes), float(radius), int(block_size)

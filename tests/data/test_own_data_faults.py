@@ -13,7 +13,7 @@ from PIL import Image
 
 from dpgen.config import ConfigError
 from dpgen.data.own import arrays, image_folder
-from tests._hydra import compose_cfg
+from tests.helpers.configs import compose_cfg
 
 DECLARED = {"image_size": 8, "channels": 1, "classes": 3}
 

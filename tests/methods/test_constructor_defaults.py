@@ -12,7 +12,7 @@ import pytest
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from tests._hydra import CONFIGS, compose_cfg
+from tests.helpers.configs import CONFIGS, compose_cfg
 
 GROUPS = sorted(p.stem for p in (CONFIGS / "model").glob("*.yaml"))
 NESTED = ("alignment",)  # nested nodes built by the group that are method parts with defaults of their own

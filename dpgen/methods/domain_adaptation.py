@@ -365,8 +365,8 @@ class DomainAdaptation(Method):
     release_name = "da_model.pt"
 
     def __init__(self, feature_extractor: Callable[..., nn.Module], classifier: Callable[..., nn.Module],
-                 alignment: Alignment, batch_size: int = 128, epochs: int = 100, start_align: int = 10,
-                 lr: float = 5e-4, betas: tuple[float, float] = (0.5, 0.999), private: bool = True,
+                 alignment: Alignment, *, lr: float, private: bool, batch_size: int = 128, epochs: int = 100,
+                 start_align: int = 10, betas: tuple[float, float] = (0.5, 0.999),
                  convention: PaperConvention | dict | None = None) -> None:
         if not isinstance(alignment, Alignment):
             raise TypeError(f"model.alignment must instantiate an Alignment, got {type(alignment).__name__}")

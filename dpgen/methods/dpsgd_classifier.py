@@ -79,7 +79,7 @@ class DPSGDClassifier(Method):
     def __init__(self, network: Callable[..., torch.nn.Module], batch_size: int = 1024, epochs: int = 25,
                  lr: float = 0.01, momentum: float = 0.0, clip_norm: float = 1.0,
                  noise_multiplier: float | None = None, private: bool = True,
-                 normalize_mean: Sequence[float] = (0.5,), normalize_std: Sequence[float] = (0.5,),
+                 normalize_mean: Sequence[float] = (0.1307,), normalize_std: Sequence[float] = (0.3081,),
                  microbatch: int = 16, pair_samples: int = 8, pair_mode: str = "add_remove",
                  pair_mask_keep: float = 1.0,
                  wa_order: float = 16.0, wa_beta: float = 32.0, ba_orders: Sequence[int] = (16,),

@@ -93,7 +93,7 @@ class DPSWDGenerator(GenerativeMethod):
 
     def __init__(self, generator: Callable[..., torch.nn.Module], dp: ProjectionDP | dict | None = None,
                  power: float = 2.0, batch_size: int = 100, epochs: int = 100, lr: float = 1e-4,
-                 betas: tuple[float, float] = (0.9, 0.999), label_mode: str = "concat", label_weight: float = 1.0,
+                 betas: tuple[float, float] = (0.9, 0.999), label_mode: str = "partition", label_weight: float = 1.0,
                  center: float | None = None, radius: float | None = None, private: bool = True,
                  feature_map: Callable[..., torch.nn.Module] | None = None, feature_lr: float = 5e-4,
                  convention: PaperConvention | None = None) -> None:

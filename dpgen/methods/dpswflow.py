@@ -243,9 +243,8 @@ class DPSWFlow(_ParticleFlow):
     default_dp = ProjectionDP(num_projections=31, bound="chernoff")
 
     def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", block_slack: float = 1.0,
-                 **kw) -> None:
-        kw.setdefault("steps", 1500)
-        super().__init__(**kw)
+                 steps: int | None = 1500, **kw) -> None:
+        super().__init__(steps=steps, **kw)
         if not block_slack > 0:
             raise ValueError(f"model.block_slack must be > 0 (block size m = ceil(block_slack * N / C)), got "
                              f"{block_slack}")

@@ -158,7 +158,7 @@ class LatentMethod(GenerativeMethod):
     default_dp = ProjectionDP(num_projections=70, bound="chernoff")  # model.dp when none is given
 
     def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
-                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = None,
+                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = "outputs/autoencoders",
                  dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
                  steps: int | None = None, private: bool = True, noise_std: float = 0.0, label_mode: str = "partition",
                  label_weight: float = 1.0, latent_scale: float = 1.0, sample_jitter: float = 0.02,

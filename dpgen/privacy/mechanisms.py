@@ -101,6 +101,8 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
     """
 
     kind: ClassVar[str] = "mechanism"
+    release_formula: ClassVar[str] = ""  # what one release adds, for the kinds table of the docs
+    used_by: ClassVar[str] = ""  # the methods that release through this kind
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -265,6 +267,8 @@ class GaussianProjectionRelease(Mechanism):
     """
 
     kind = "gaussian_projection"
+    release_formula = "`rows @ U + N(0, s^2)`, a fresh U per step"
+    used_by = "DP-SWD generator, DPSWflow-r, DPSWgen, domain adaptation `dpswd`"
 
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, steps: int, sample_rate: float,
                  n_private: int, noise: NoisePolicy, bound: str = "bernstein", sensitivity_fraction: float = 0.5,
@@ -373,6 +377,8 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
     """
 
     kind = "one_shot_projection"
+    release_formula = "`rows @ U + N(0, s^2)` of the whole private set, once (N public)"
+    used_by = "DPSWflow (Algorithm 2)"
 
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, bound: str = "chernoff",
                  sensitivity_fraction: float = 0.5, calibration: str = "rdp", noise: NoisePolicy,
@@ -425,6 +431,8 @@ class ImageGradientSanitiser(Mechanism):
     """
 
     kind = "image_gradient"
+    release_formula = "`clip_C(G) + N(0, (2 C sigma)^2)`, G the loss gradient w.r.t. the generated images"
+    used_by = "DP-Sinkhorn"
 
     def __init__(self, ledger: PrivacyLedger, *, clip_norm: float, n_rows: int, sample_rate: float,
                  noise: NoisePolicy, steps: int | None = None, clip: str = "whole", seed: int | None = None) -> None:
@@ -477,6 +485,8 @@ class NoisyGradientSum(Mechanism):
     """
 
     kind = "noisy_gradient_sum"
+    release_formula = "`(sum_i clip_C(g_i) + N(0, s^2)) / (q N)`"
+    used_by = "DP-SGD classifier, domain adaptation `dp_dann`"
 
     def __init__(self, ledger: PrivacyLedger, *, clip_norm: float, sample_rate: float, expected_batch_size: float,
                  noise: NoisePolicy, steps: int | None = None, seed: int | None = None) -> None:
@@ -531,6 +541,8 @@ class UnnoisedAccess(Mechanism):
     added, the access is recorded with noise multiplier 0, so the run reports epsilon = infinity."""
 
     kind = "unnoised_access"
+    release_formula = "nothing added, recorded with noise multiplier 0 (epsilon = infinity)"
+    used_by = "the non-private baselines"
 
     def __init__(self, ledger: PrivacyLedger, *, sample_rate: float) -> None:
         super().__init__(ledger, sample_rate=sample_rate, noise=NotPrivate(), seed=0)
@@ -541,3 +553,13 @@ class UnnoisedAccess(Mechanism):
     def release(self) -> None:
         """Record one un-noised access (the caller then uses the batch as it is)."""
         self._record()
+
+
+def kinds_table() -> str:
+    """The markdown table of every registered kind (docs/privacy/mechanisms.md shows it, a test keeps it in step)."""
+    from . import moments  # noqa: F401  (its kinds register when it is imported)
+
+    rows = ["| kind | class | one release | used by |", "|---|---|---|---|"]
+    rows += [f"| `{kind}` | `{cls.__name__}` | {cls.release_formula} | {cls.used_by} |"
+             for kind, cls in sorted(MECHANISMS.items()) if cls.__module__.startswith("dpgen.")]
+    return "\n".join(rows) + "\n"

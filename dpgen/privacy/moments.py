@@ -293,6 +293,8 @@ class ClassMomentRelease(Mechanism):
     """
 
     kind = "class_moments"
+    release_formula = "`[w0 n_c, w1 sum z, w2 sum z z^T]_c + N(0, s^2)`, once"
+    used_by = "DP class-Gaussian (`release: moments`)"
 
     def __init__(self, ledger, *, n_classes: int, radius: float,
                  noise: NoisePolicy, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),
@@ -374,6 +376,8 @@ class ClassBlockProjectionRelease(Mechanism):
     """
 
     kind = "class_block_projection"
+    release_formula = "`[w0 n_c, B_c U_c]_c + N(0, s^2)`, fixed-size class blocks, once (N public)"
+    used_by = "DP class-Gaussian (`release: projections`)"
 
     def __init__(self, ledger, *, n_classes: int, radius: float, block_size: int, noise: NoisePolicy,
                  count_weight: float | None = None, seed: int | None = None, accountant: str | None = None) -> None:

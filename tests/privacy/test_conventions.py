@@ -175,8 +175,8 @@ def test_da_batch_max_convention_scales_by_the_private_max_and_reports_infinite_
     g.out_dim, g.feature_bound = 6, math.sqrt(6)
     led = PrivacyLedger(None, 1e-5, "poisson")
     al = DPSWDAlignment(weight=1.0, dp=ProjectionDP(20))
-    DomainAdaptation(feature_extractor=None, classifier=None, alignment=al, epochs=2, start_align=0,
-                     convention={"sigma": 0.5, "epsilon": 10.0})
+    DomainAdaptation(feature_extractor=None, classifier=None, alignment=al, epochs=2, start_align=0, lr=5e-4,
+                     private=True, convention={"sigma": 0.5, "epsilon": 10.0})
     assert al.convention == PaperConvention(0.5, 10.0)
     al.setup(AlignmentContext(g, 1000, 0.008, 50, 8, led, torch.device("cpu"), seed=0))
     assert al.mechanism.noise_std == pytest.approx(0.5) and al.mechanism.guarantee == PAPER_CONVENTION
@@ -187,5 +187,5 @@ def test_da_batch_max_convention_scales_by_the_private_max_and_reports_infinite_
     assert rep["epsilon_true"] == math.inf and rep["sensitivity_true"] == math.inf
     assert rep["epsilon_worst_case_rows"] > led.epsilon() > 0  # all B rows moving: far more than one row
     with pytest.raises(ValueError, match="dpswd alignment"):
-        DomainAdaptation(feature_extractor=None, classifier=None, alignment=SWDAlignment(), private=False,
+        DomainAdaptation(feature_extractor=None, classifier=None, alignment=SWDAlignment(), private=False, lr=5e-4,
                          convention={"sigma": 0.5, "epsilon": 10.0})

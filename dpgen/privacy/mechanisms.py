@@ -277,11 +277,13 @@ class GaussianProjectionRelease(Mechanism):
         super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, full_set=full_set, seed=seed,
                          accountant=accountant, bound=bound)
         if bound not in BOUNDS:
-            raise ValueError(f"model.dp.bound={bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
+            raise PrivacySettingError("bound", f"sensitivity bound {bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
         if directions not in DIRECTIONS:
-            raise ValueError(f"directions={directions!r} is unknown; choose one of {', '.join(DIRECTIONS)}")
+            raise PrivacySettingError("directions", f"directions {directions!r} are unknown; choose one of "
+                                                    f"{', '.join(DIRECTIONS)}")
         if not 0.0 < sensitivity_fraction < 1.0:
-            raise ValueError(f"model.dp.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
+            raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
+                                                              f"{sensitivity_fraction}")
         self.dim, self.k, self.n_private = int(dim), int(num_projections), int(n_private)
         self.row_diameter, self.sensitivity_fraction, self.directions = float(row_diameter), float(
             sensitivity_fraction), directions
@@ -385,7 +387,8 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
                  seed: int | None = None, row_diameter: float = 2.0, directions: str = "random",
                  class_blocks: bool = False, n_private: int = 0) -> None:
         if calibration not in ("rdp", "analytic"):
-            raise ValueError(f"model.calibration={calibration!r}: choose rdp or analytic")
+            raise PrivacySettingError("calibration", f"one-shot calibration {calibration!r} is unknown: choose rdp or "
+                                                     "analytic")
         if class_blocks and n_private < 1:
             raise ValueError("a class-block one-shot release needs the (public) private-set size n_private >= 1")
         super().__init__(ledger, dim=dim, num_projections=num_projections, steps=1, sample_rate=1.0,
@@ -438,9 +441,9 @@ class ImageGradientSanitiser(Mechanism):
                  noise: NoisePolicy, steps: int | None = None, clip: str = "whole", seed: int | None = None) -> None:
         super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, seed=seed)
         if clip not in CLIP_MODES:
-            raise ValueError(f"model.clip={clip!r} is unknown; choose one of {CLIP_MODES}")
+            raise PrivacySettingError("clip", f"clip mode {clip!r} is unknown; choose one of {CLIP_MODES}")
         if clip_norm <= 0:
-            raise ValueError(f"model.clip_norm (C) must be > 0, got {clip_norm}")
+            raise PrivacySettingError("clip_norm", f"the clip norm C must be > 0, got {clip_norm}")
         self.clip_norm, self.n_rows, self.clip = float(clip_norm), int(n_rows), clip
 
     def sensitivity_under(self, relation: str) -> float:

@@ -71,6 +71,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import PrivacySettingError
 from .mechanisms import Mechanism
 from .noise import NoisePolicy
 
@@ -83,7 +84,7 @@ def moment_weights(radius: float, shares: tuple[float, float, float] = (1 / 3, 1
     if radius <= 0:
         raise ValueError(f"radius must be > 0, got {radius}")
     if len(shares) != 3 or min(shares) < 0 or sum(shares) <= 0:
-        raise ValueError(f"model.moment_shares must be three non-negative numbers, got {shares}")
+        raise PrivacySettingError("moment_shares", f"the moment shares must be three non-negative numbers, got {shares}")
     tot = float(sum(shares))
     a0, a1, a2 = (math.sqrt(s / tot) for s in shares)
     return a0, a1 / radius, a2 / radius**2
@@ -256,7 +257,8 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
     shape of ``pooled_prior`` (None: isotropic).  Eigenvalues end floored at ``eig_floor``.
     """
     if shrinkage not in SHRINKAGES:
-        raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
+        raise PrivacySettingError("shrinkage", f"shrinkage {shrinkage!r} is unknown; choose one of "
+                                               f"{', '.join(SHRINKAGES)}")
     w0, w1, w2 = weights
     c = v.shape[0]
     n = (v[:, 0] / w0).clamp_min(1.0)
@@ -305,7 +307,8 @@ class ClassMomentRelease(Mechanism):
         self.shares = tuple(float(x) for x in shares)
         self.weights = moment_weights(self.radius, self.shares)
         if shrinkage not in SHRINKAGES:
-            raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
+            raise PrivacySettingError("shrinkage", f"shrinkage {shrinkage!r} is unknown; choose one of "
+                                                   f"{', '.join(SHRINKAGES)}")
         self.shrinkage, self.prior = shrinkage, prior  # prior: (K,) public variance shape (None: isotropic)
 
     def sensitivity_under(self, relation: str) -> float:

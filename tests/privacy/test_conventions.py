@@ -72,11 +72,11 @@ def test_row_maps_of_the_conventions():
 
 
 def test_paper_convention_rejects_a_missing_noise():
-    with pytest.raises(ValueError, match="privacy.paper_sigma"):
+    with pytest.raises(ValueError, match="sigma"):
         PaperConvention(0.0, 10.0)
-    with pytest.raises(ValueError, match="privacy.paper_epsilon"):
+    with pytest.raises(ValueError, match="epsilon"):
         PaperConvention(1.0, 0.0)
-    with pytest.raises(ValueError, match="privacy.paper_sensitivity_dim"):
+    with pytest.raises(ValueError, match="sensitivity dimension"):
         PaperConvention(1.0, 10.0, 0)
 
 

@@ -79,7 +79,7 @@ def test_one_calibrating_accountant_chosen_from_the_sampling(sampling, calibrate
 
 
 def test_pld_calibration_needs_poisson_sampling():
-    with pytest.raises(ValueError, match="calibrate_with"):
+    with pytest.raises(ValueError, match="PLD accountant needs Poisson"):
         PrivacyLedger(5.0, 1e-5, "without_replacement", calibrate_with="pld")
 
 

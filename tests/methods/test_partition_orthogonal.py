@@ -117,6 +117,7 @@ def _dpswd(tmp_path, **kw):
     from dpgen.models import ConvCondGen
 
     kw.setdefault("dp", ProjectionDP(64))
+    kw.setdefault("label_mode", "concat")
     m = DPSWDGenerator(generator=partial(ConvCondGen, d_code=4, hidden=32), batch_size=30, epochs=2, lr=1e-3, **kw)
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
                        checkpoint_every=5, progress=False, deterministic=True, max_steps=6)

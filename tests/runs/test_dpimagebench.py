@@ -136,3 +136,9 @@ def test_train_py_with_the_dpimagebench_evaluator_on_cpu(tmp_path):
     assert "shortened protocol: 1 epoch(s)" in r.stdout and "not covered by the privacy guarantee" in r.stdout
     card = json.loads((out / "privacy_card.json").read_text())
     assert card["dataset"]["validation_held_out"]["size"] == 300
+
+
+def test_only_the_evaluator_reads_private_records_outside_the_guarantee():
+    callers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "dpgen").rglob("*.py")
+                     if "read_outside_guarantee(" in p.read_text())
+    assert callers == ["dpgen/data/base.py", "dpgen/eval/dpimagebench.py"], callers

@@ -141,7 +141,7 @@ def _cell_text(ev: dict, ref: str) -> str:
     text = (f"{_pct(m.get('acc_dpimagebench_val_mean'))} ± {_pct(m.get('acc_dpimagebench_val_std'))} / "
             f"{_pct(m.get('acc_dpimagebench_syn_mean'))} ± {_pct(m.get('acc_dpimagebench_syn_std'))}"
             + ("" if fid is None else f"; FID {fid:.1f}"))
-    return f"{text} ({'full' if full else 'shortened'}) [{ref}]"
+    return f"{text} ({'full protocol' if full else 'shortened protocol, see'} [{ref}])"
 
 
 def render_block(evidence: list[dict]) -> str:
@@ -165,8 +165,8 @@ def render_block(evidence: list[dict]) -> str:
               "Each cell: test accuracy (%) mean ± std over the classifiers, selected on the **sensitive validation "
               "split — not covered by the privacy guarantee** (as the benchmark reports it) / selected on the "
               "**held-out synthetic images — covered** (post-processing); FID against the sensitive training images "
-              "(**reads sensitive data**); *full* or *shortened* protocol (the run's label below says what was "
-              "shortened); [bN] is the run below. Shortened numbers are not comparable with the published rows.", "",
+              "(**reads sensitive data**); *full protocol* or *shortened protocol* (the run's label below says "
+              "what was shortened); [bN] is the run below. Shortened numbers are not comparable with the published rows.", "",
               "| family | public data | MNIST ε = 1 | MNIST ε = 10 | F-MNIST ε = 1 | F-MNIST ε = 10 |",
               "|---|---|---|---|---|---|"]
     not_run = []

@@ -100,7 +100,8 @@ def cell_of(ev: dict) -> tuple[Family, str, float] | None:
 
 def extra_overrides(ev: dict, family: Family, dataset: str) -> list[str]:
     """The run's overrides beyond the cell's command (its shortenings and other changes)."""
-    base = {"evaluator=dpimagebench", f"dataset.validation_size={VALIDATION_SIZE}", *family.presets[dataset][1]}
+    base = {"evaluator=dpimagebench", f"dataset.validation_size={VALIDATION_SIZE}", f"dataset={dataset}",
+            *family.presets[dataset][1]}
     return [o for o in effective_overrides(ev) if o not in base and not o.startswith("accountant.epsilon=")]
 
 

@@ -70,8 +70,12 @@ def _finite(x: float | None) -> float | str | None:
 
 def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict, dataset: str, n_private: int,
                noisy_count: float | None = None, public_data: list[str] | None = None, code_version: str | None = None,
-               release_file: str | None = None, convention: dict | None = None, export: dict | None = None) -> dict:
-    """The card of a release, from the ledger that ran (``n_private`` is used only under replace-one)."""
+               release_file: str | None = None, convention: dict | None = None, export: dict | None = None,
+               validation_held_out: int | None = None) -> dict:
+    """The card of a release, from the ledger that ran (``n_private`` is used only under replace-one).
+
+    ``validation_held_out``: the number of sensitive images cut off the training split before any private
+    step (``dataset.validation_size``; a setting, public); the release never saw them."""
     relation = ledger.relation
     calibrating = ledger.calibrating_accountant
     eps = {name: _finite(ledger.epsilon(accountant=name)) for name in ("rdp", "pld")}
@@ -80,7 +84,12 @@ def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict,
         "method": method,
         "preset": preset,
         "config_hash": config_hash(config),
-        "dataset": {"name": dataset, "size": dataset_size(relation, n_private, noisy_count)},
+        "dataset": {"name": dataset, "size": dataset_size(relation, n_private, noisy_count),
+                    **({"validation_held_out": {
+                        "size": int(validation_held_out),
+                        "note": "sensitive images held out of the training split (seed 0) before any private step: "
+                                "the release never saw them; an evaluation that selects on them reads private "
+                                "data outside this guarantee"}} if validation_held_out else {})},
         "privacy": {
             "epsilon": eps[calibrating],
             "delta": ledger.delta,
@@ -142,6 +151,11 @@ def _does_not_cover(card: dict, test_fraction: float | None = None) -> list[str]
         "The set of labels and the image shape/value range: treated as public facts; labels of private records are "
         "protected only as part of the record.",
     ]
+    held = card["dataset"].get("validation_held_out")
+    if held:
+        items.append(f"The {held['size']} sensitive validation images held out of the training split: the release "
+                     "never saw them, so they are not protected by it; evaluations that read them (a model "
+                     "selection on them, as DPImageBench's) are outside this guarantee.")
     if card["privacy"]["neighbouring_relation"] == "add_remove" and any(
             m["sample_rate"] < 1.0 for m in card["privacy"]["mechanisms"]):
         items.append("The sample rate and the number of steps were set from the private set size N before training, "
@@ -178,6 +192,8 @@ def card_markdown(card: dict) -> str:
         f"| private releases | {p['releases']} |",
         f"| noise | {mech} |",
         f"| dataset | {card['dataset']['name']}: {n} |",
+        *([f"| validation held out | {card['dataset']['validation_held_out']['size']} sensitive images, never seen "
+           "by the release |"] if card["dataset"].get("validation_held_out") else []),
         f"| public data | {', '.join(card['public_data']) or 'none'} |",
         f"| config hash | `{card['config_hash']}` |",
         f"| code version | {card['code_version'] or 'unknown'} |",

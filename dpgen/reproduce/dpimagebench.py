@@ -190,7 +190,7 @@ def render_block(evidence: list[dict]) -> str:
         lines += [f"- **[{ref}]** {family.name}, {DATASETS[dataset][0]}, ε = {eps:g} (δ = "
                   f"{(ev.get('privacy') or {}).get('delta')}, {(ev.get('privacy') or {}).get('guarantee')}); "
                   f"seed {ev.get('seed')}; run time {'—' if runtime is None else f'{runtime / 60:.0f} min'} "
-                  f"(training and evaluation, CPU); code {ev.get('git_commit')}, {ev.get('date_utc')}",
+                  f"(wall clock, training and evaluation, on a shared 2-core CPU); code {ev.get('git_commit')}, {ev.get('date_utc')}",
                   f"    - command: `{ev.get('command')}`",
                   f"    - schedule: {m.get('dpimagebench_protocol')}",
                   f"    - selected epochs: {m.get('dpimagebench_val_selected_epochs')} (sensitive validation), "

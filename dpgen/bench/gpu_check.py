@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import re
@@ -146,9 +147,11 @@ def measure(family: str, device: str, precision: str, steps: int, warmup: int, r
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(dev)
     rec: dict = {}
+    t0 = time.perf_counter()
     with timed_steps(warmup, steps, rec), bf16_forwards(rec):
         res = run(cfg)
     out = {"steps": int(res["train"]["train_steps"]), "epsilon": float(res["privacy"]["epsilon"]),
+           "run_s": time.perf_counter() - t0,
            "bf16_forwards": rec["bf16_forwards"],
            "peak_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None}
     if rec.get("timed_steps"):
@@ -222,7 +225,10 @@ def nccl(work: Path, steps: int, timeout_s: int, n_devices: int) -> dict:
     one = _train([sys.executable, "train.py", *args, f"hydra.run.dir={work / 'nccl-1'}"], work / "nccl-1", timeout_s)
     two = _train([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py",
                   *args, f"hydra.run.dir={work / 'nccl-2'}"], work / "nccl-2", timeout_s)
-    return {"command": f"torchrun --nproc-per-node 2 train.py {' '.join(args)}", "one": one, "two": two}
+    out = {"command": f"torchrun --nproc-per-node 2 train.py {' '.join(args)}", "one": one, "two": two}
+    if "epsilon" in one and "epsilon" in two and not math.isclose(one["epsilon"], two["epsilon"], rel_tol=1e-9):
+        out["error"] = f"ε differs: {one['epsilon']!r} on one process, {two['epsilon']!r} on two"
+    return out
 
 
 # -- the plan and the report --------------------------------------------------------------------
@@ -250,13 +256,15 @@ def _rate(m: dict | None, precision: str = "32") -> str:
         return "not run"
     if "error" in m:
         return "failed"
+    if "skipped" in m:
+        return "skipped ‡"
     if precision == "bf16" and not m.get("bf16_forwards"):
         return "no bf16 forward †"
     return _num(m.get("steps_per_s"))
 
 
 def _mem(m: dict | None, precision: str = "32") -> str:
-    if not m or "error" in m or (precision == "bf16" and not m.get("bf16_forwards")):
+    if not m or "error" in m or "skipped" in m or (precision == "bf16" and not m.get("bf16_forwards")):
         return "—"
     return _num(m.get("peak_mib"))
 
@@ -291,21 +299,24 @@ def render(report: dict) -> str:
             f"| family | CPU fp32 steps/s | {dev} fp32 steps/s | {dev} bf16 steps/s | {dev} fp32 / CPU | "
             f"peak MiB fp32 | peak MiB bf16 | ε spent (CPU / fp32 / bf16) |",
             "|---|---|---|---|---|---|---|---|"]
-    errors, no_bf16 = [], []
+    errors, no_bf16, skipped = [], [], False
     for name, runs in fam.items():
         label = FAMILIES[name][0] if name in FAMILIES else name
         cpu, f32, b16 = runs.get("cpu/32"), runs.get(f"{dev}/32"), runs.get(f"{dev}/bf16")
-        eps = " / ".join("—" if not m or "error" in m else f"{m['epsilon']:.4f}" for m in (cpu, f32, b16))
+        eps = " / ".join("—" if not m or "error" in m or "skipped" in m else f"{m['epsilon']:.4f}" for m in (cpu, f32, b16))
         out.append(f"| {label} | {_rate(cpu)} | {_rate(f32)} | {_rate(b16, 'bf16')} | {_speedup(cpu, f32)} | "
                    f"{_mem(f32)} | {_mem(b16, 'bf16')} | {eps} |")
         errors += [f"{label}, {key}: {m['error']}" for key, m in runs.items() if m and "error" in m]
-        if b16 and "error" not in b16 and not b16.get("bf16_forwards"):
+        skipped |= any("skipped" in m for m in runs.values() if m)
+        if b16 and "error" not in b16 and "skipped" not in b16 and not b16.get("bf16_forwards"):
             no_bf16.append(label)
     out.append("")
     if no_bf16:
         out.append(f"† `trainer.precision=bf16` ran, but no module forward produced bfloat16: {', '.join(no_bf16)} "
                    "autocast no model forward (their steps are float32 whatever the setting), so no bf16 figure is "
                    "given for them.\n")
+    if skipped:
+        out.append("‡ Not run: the check's time budget (`--budget-s`) was spent before this run's turn.\n")
     out.append("Compositions:\n")
     out += [f"* {FAMILIES[n][0] if n in FAMILIES else n}: `{' '.join(FAMILIES[n][1]) if n in FAMILIES else ''}`"
             for n in fam]
@@ -317,6 +328,8 @@ def render(report: dict) -> str:
         out.append("Not run (`--skip-demo`).\n")
     elif "error" in d:
         out.append(f"`{d['command']}` **failed**: {d['error']}\n")
+    elif "skipped" in d:
+        out.append(f"`{d['command']}`: skipped, {d['skipped']}.\n")
     else:
         mets = ", ".join(f"{k} {v:.4g}" for k, v in d["metrics"].items())
         out.append(f"`{d['command']}`: finished on {d['device']} in {d['wall_s']:.1f} s (whole process: start-up, "
@@ -334,13 +347,16 @@ def render(report: dict) -> str:
             out.append(f"| {label} | {_num(m.get('steps_per_s'))} | {_num(m.get('epsilon'), '{:.6f}')} | "
                        f"{('failed: ' + m['error']) if 'error' in m else ''} |")
         out.append("")
+        if "error" in n:
+            out.append(f"**Failed:** {n['error']}.\n")
     if errors:
         out += ["## Failures\n", *[f"* {e}" for e in errors], ""]
     return "\n".join(out)
 
 
 def failed(report: dict) -> bool:
-    parts = [report.get("tests"), report.get("demo"), *(report.get("nccl") or {}).values()]
+    nccl_ = report.get("nccl") or {}
+    parts = [report.get("tests"), report.get("demo"), nccl_, *nccl_.values()]
     parts += [m for runs in report["families"].values() for m in runs.values()]
     return any(isinstance(p, dict) and "error" in p for p in parts)
 
@@ -371,6 +387,11 @@ def run_check(args) -> dict:
                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                              "steps": args.steps, "warmup": args.warmup},
                     "families": {}}
+    over = {"skipped": f"the check's time budget (--budget-s {args.budget_s}) was spent"}
+
+    def in_budget() -> bool:
+        return time.perf_counter() - t0 < args.budget_s
+
     if not args.skip_tests:
         print("[gpu-check] CUDA-marked tests", flush=True)
         report["tests"] = cuda_tests(args.part_timeout)
@@ -383,6 +404,9 @@ def run_check(args) -> dict:
                 key = f"{device}/{precision}"
                 if key in runs:  # --device cpu: the CPU fp32 run is the device's
                     continue
+                if not in_budget():
+                    runs[key] = dict(over)
+                    continue
                 print(f"[gpu-check] {FAMILIES[name][0]} on {device}, precision {precision}", flush=True)
                 run_dir = work / f"{name}-{device}-{precision}"
                 runs[key] = _guarded(lambda n=name, d=device, p=precision, r=run_dir: measure(n, d, p, args.steps,
@@ -390,10 +414,11 @@ def run_check(args) -> dict:
                 shutil.rmtree(run_dir, ignore_errors=True)
         if not args.skip_demo:
             print("[gpu-check] default demo", flush=True)
-            report["demo"] = demo(args.device, work, args.part_timeout)
+            report["demo"] = demo(args.device, work, args.part_timeout) if in_budget() else \
+                {"command": f"python train.py trainer.device={args.device}", **over}
         if dev.type == "cuda":
             print("[gpu-check] 2-process NCCL", flush=True)
-            report["nccl"] = nccl(work, args.steps, args.part_timeout, n_devices)
+            report["nccl"] = nccl(work, args.steps, args.part_timeout, n_devices) if in_budget() else dict(over)
     report["meta"]["wall_s"] = time.perf_counter() - t0
     return report
 
@@ -407,6 +432,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated subset of: " + ", ".join(FAMILIES))
     ap.add_argument("--skip-tests", action="store_true", help="do not run the CUDA-marked tests")
     ap.add_argument("--skip-demo", action="store_true", help="do not run the default demo")
+    ap.add_argument("--budget-s", type=int, default=420, help="start no new part after this many seconds (default "
+                    "420: the check ends within 8 minutes on one H100); what is left is reported as skipped")
     ap.add_argument("--part-timeout", type=int, default=180, help="seconds allowed to the tests, the demo and each NCCL run")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the markdown report (default docs/benchmarks-gpu.md)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw measurements as JSON")

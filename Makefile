@@ -41,7 +41,7 @@ gpu-check: $(STAMP)
 	$(BIN)/python -m dpgen.bench.gpu_check $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check dpgen research tests train.py
+	$(BIN)/ruff check dpgen scripts tests train.py
 
 ## the documentation site (mkdocs-material) into site/; strict: a broken link or anchor fails the build
 docs: $(STAMP)

@@ -34,7 +34,7 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/dpgen bench --out docs/benchmarks.md
 
-## the prepared GPU check (about 5 min on one H100): CUDA-marked tests, every private family on cuda in fp32
+## the prepared GPU check (no new part starts after 7 min): CUDA-marked tests, every private family on cuda in fp32
 ## and bf16 beside the CPU, the default demo, 2-process NCCL with two GPUs -> docs/benchmarks-gpu.md;
 ## `make gpu-check ARGS=--dry-run` lists what it would run (any machine)
 gpu-check: $(STAMP)

@@ -4,7 +4,7 @@
     python -m dpgen.bench.gpu_check --dry-run        # anywhere: lists what it would run, runs nothing
     python -m dpgen.bench.gpu_check --device cpu --steps 4 --families dpsgd_classifier --out report.md
 
-What it runs, in this order (about 5 minutes on one H100; each part is bounded):
+What it runs, in this order (no new part starts after ``--budget-s``, 420 s; each subprocess has a timeout):
 
 1. the CUDA-marked tests (``pytest -m cuda``);
 2. a short training of every private family through the real pipeline (``dpgen.pipeline.run``, a
@@ -206,7 +206,8 @@ def _train(cmd: list[str], run_dir: Path, timeout_s: int) -> dict:
     timings = json.loads((run_dir / "private_timings.json").read_text()) if (run_dir / "private_timings.json").is_file() else {}
     steps, t = res["train"]["train_steps"], timings.get("train.train_time_s")
     return {"wall_s": wall, "epsilon": res["privacy"]["epsilon"], "steps": steps, "device": res.get("device"),
-            "metrics": {k: v for k, v in res.get("metrics", {}).items() if isinstance(v, int | float)},
+            "metrics": {k: v for k, v in res.get("metrics", {}).items()
+                        if (k.startswith("acc_") or k == "fid") and isinstance(v, int | float)},
             "steps_per_s": steps / t if t else None}
 
 
@@ -312,9 +313,9 @@ def render(report: dict) -> str:
             no_bf16.append(label)
     out.append("")
     if no_bf16:
-        out.append(f"† `trainer.precision=bf16` ran, but no module forward produced bfloat16: {', '.join(no_bf16)} "
-                   "autocast no model forward (their steps are float32 whatever the setting), so no bf16 figure is "
-                   "given for them.\n")
+        out.append(f"† `trainer.precision=bf16` ran, but no module forward produced bfloat16 in: {', '.join(no_bf16)}. "
+                   "These families autocast no model forward: their steps are float32 whatever the setting, so no "
+                   "bf16 figure is given for them.\n")
     if skipped:
         out.append("‡ Not run: the check's time budget (`--budget-s`) was spent before this run's turn.\n")
     out.append("Compositions:\n")
@@ -392,6 +393,9 @@ def run_check(args) -> dict:
     def in_budget() -> bool:
         return time.perf_counter() - t0 < args.budget_s
 
+    def timeout() -> int:  # a subprocess part ends at most a minute after the budget
+        return max(30, min(args.part_timeout, int(args.budget_s + 60 - (time.perf_counter() - t0))))
+
     if not args.skip_tests:
         print("[gpu-check] CUDA-marked tests", flush=True)
         report["tests"] = cuda_tests(args.part_timeout)
@@ -414,11 +418,11 @@ def run_check(args) -> dict:
                 shutil.rmtree(run_dir, ignore_errors=True)
         if not args.skip_demo:
             print("[gpu-check] default demo", flush=True)
-            report["demo"] = demo(args.device, work, args.part_timeout) if in_budget() else \
+            report["demo"] = demo(args.device, work, timeout()) if in_budget() else \
                 {"command": f"python train.py trainer.device={args.device}", **over}
         if dev.type == "cuda":
             print("[gpu-check] 2-process NCCL", flush=True)
-            report["nccl"] = nccl(work, args.steps, args.part_timeout, n_devices) if in_budget() else dict(over)
+            report["nccl"] = nccl(work, args.steps, timeout(), n_devices) if in_budget() else dict(over)
     report["meta"]["wall_s"] = time.perf_counter() - t0
     return report
 

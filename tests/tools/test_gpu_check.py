@@ -76,7 +76,7 @@ def test_the_report_writer_puts_every_figure_in_its_cell():
     assert rows["DP-Sinkhorn"] == ["1.5", "failed", "90.0", "—", "—", "300.0", "1.2500 / — / 1.2500"]
     assert "**NVIDIA H100 80GB HBM3** (1 visible)" in md and "torch 2.5.0, CUDA 12.4" in md
     assert "`pytest -m cuda`: 12 passed in 40.1s" in md
-    assert "† `trainer.precision=bf16` ran, but no module forward produced bfloat16: DP-SGD classifier" in md
+    assert "† `trainer.precision=bf16` ran, but no module forward produced bfloat16 in: DP-SGD classifier." in md
     assert "* DP-Sinkhorn, cuda/32: RuntimeError: boom" in md
     assert "finished on cuda in 31.5 s" in md and "acc_logreg 0.917" in md
     assert "Skipped: 1 CUDA device visible" in md
@@ -103,3 +103,15 @@ def test_asking_for_cuda_without_one_is_one_error_line(capsys):
     assert main(["--skip-tests"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --device cuda but torch sees no CUDA device"), err
+
+
+def test_the_nccl_section_shows_both_runs_and_a_differing_epsilon_fails_the_check(monkeypatch, tmp_path):
+    runs = iter([{"steps_per_s": 100.0, "epsilon": 1.25}, {"steps_per_s": 180.0, "epsilon": 1.5}])
+    monkeypatch.setattr(gpu_check, "_train", lambda cmd, run_dir, timeout_s: next(runs))
+    n = gpu_check.nccl(tmp_path, 40, 60, n_devices=2)
+    assert n["error"] == "ε differs: 1.25 on one process, 1.5 on two"
+    md = render({**_fake(), "nccl": n})
+    assert "| 1 | 100.0 | 1.250000 |  |" in md and "| 2 (NCCL) | 180.0 | 1.500000 |  |" in md
+    assert "**Failed:** ε differs" in md and gpu_check.failed({**_fake(), "families": {}, "nccl": n})
+    assert gpu_check.nccl(tmp_path, 40, 60, n_devices=1) == {
+        "skipped": "1 CUDA device visible; the 2-process NCCL run needs 2"}

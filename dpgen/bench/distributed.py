@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -43,10 +44,19 @@ def steps_per_s(cmd: list[str], run_dir: Path, timeout_s: int = 600) -> float:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
     if r.returncode != 0:
-        raise RuntimeError(f"exit {r.returncode}: " + " ".join((r.stderr or r.stdout).strip().splitlines()[-2:])[:300])
+        raise RuntimeError(failure_line(r))
     res = json.loads((run_dir / "results.json").read_text())
     timings = json.loads((run_dir / "private_timings.json").read_text())
     return res["train"]["train_steps"] / timings["train.train_time_s"]
+
+
+def failure_line(r: subprocess.CompletedProcess) -> str:
+    """Why a finished ``train.py`` / torchrun process failed, in one line: its ``error:`` line, else the last
+    line naming an exception (torchrun's own report around it says only which rank failed)."""
+    lines = [ln.strip() for ln in (r.stderr + "\n" + r.stdout).splitlines() if ln.strip()]
+    picked = ([ln for ln in lines if ln.startswith("error:")][:1] or
+              [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception)\b", ln)][-1:] or lines[-1:] or [""])
+    return f"exit {r.returncode}: {picked[0][:300]}"
 
 
 def compare(preset: str, steps: int, device: str, nproc: int, tmp: Path) -> tuple[float, float]:

@@ -201,7 +201,9 @@ def _train(cmd: list[str], run_dir: Path, timeout_s: int) -> dict:
         return {"error": f"did not finish within {timeout_s} s"}
     wall = time.perf_counter() - t0
     if r.returncode != 0:
-        return {"error": f"exit {r.returncode}: " + " ".join((r.stderr or r.stdout).strip().splitlines()[-3:])[:400]}
+        from dpgen.bench.distributed import failure_line
+
+        return {"error": failure_line(r)}
     res = json.loads((run_dir / "results.json").read_text())
     timings = json.loads((run_dir / "private_timings.json").read_text()) if (run_dir / "private_timings.json").is_file() else {}
     steps, t = res["train"]["train_steps"], timings.get("train.train_time_s")

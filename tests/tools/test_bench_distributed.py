@@ -34,3 +34,14 @@ def test_rows_give_the_ratio_in_one_run_and_say_why_a_side_was_not_measured(monk
     assert sgd.startswith("10.0 vs 18.0 steps/s: ×1.80")
     assert swd == "not measured: exit 1: no process group"
     assert calls[:2 * distributed.REPEATS] == ["1", "2"] * distributed.REPEATS  # alternating
+
+
+def test_a_failed_run_is_told_by_its_error_line_not_torchrun_s_banner():
+    import subprocess
+
+    banner = "=" * 60 + "\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n" + "=" * 60
+    r = subprocess.CompletedProcess([], 1, stdout="", stderr="[rank0]: Traceback ...\nRuntimeError: gloo: connection "
+                                    "closed by peer\n" + banner)
+    assert distributed.failure_line(r) == "exit 1: RuntimeError: gloo: connection closed by peer"
+    r = subprocess.CompletedProcess([], 2, stdout="", stderr="error: trainer.device=cuda but no CUDA device\n" + banner)
+    assert distributed.failure_line(r) == "exit 2: error: trainer.device=cuda but no CUDA device"

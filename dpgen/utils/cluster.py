@@ -8,7 +8,8 @@ task function once per task and sets none of them.  :func:`export_submitit_envir
 variables from submitit's own description of the job (``submitit.helpers.TorchDistributedEnvironment``:
 rank = the task's global rank, world size = the job's number of tasks, address = the job's first node,
 port = ``MASTER_PORT`` if set, else one derived from the job id), so both launchers start the process group
-the same way.
+the same way.  Set ``MASTER_PORT`` in the job's environment to choose the port (e.g. when the derived one
+is taken).
 """
 
 from __future__ import annotations
@@ -28,5 +29,6 @@ def export_submitit_environment() -> bool:
 
     if JobEnvironment().num_tasks < 2:
         return False
-    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    # overwrite: a MASTER_PORT the user set is the port (TorchDistributedEnvironment reads it); RANK is not set
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     return True

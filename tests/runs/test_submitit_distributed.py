@@ -41,6 +41,9 @@ def test_a_task_of_a_two_task_submitit_job_gets_the_torchrun_variables(monkeypat
     _local_task(monkeypatch, ntasks=2, rank=0)
     assert export_submitit_environment() and os.environ["RANK"] == "0"
     assert os.environ["MASTER_PORT"] == env["MASTER_PORT"], "every task of the job meets on the same port"
+    _local_task(monkeypatch, ntasks=2, rank=1)
+    monkeypatch.setenv("MASTER_PORT", "29555")  # the user's choice of port stands
+    assert export_submitit_environment() and os.environ["MASTER_PORT"] == "29555" and os.environ["RANK"] == "1"
 
 
 def test_one_task_no_submitit_or_torchrun_already_there_change_nothing(monkeypatch):
@@ -63,8 +66,11 @@ def test_a_two_task_submitit_job_is_one_run_folder_with_the_one_process_epsilon(
     from tests.test_pipeline_e2e import train
 
     sweep = tmp_path / "sweep"
+    with socket.socket() as s:  # a free port: the one derived from the job id may be another program's
+        s.bind(("", 0))
+        port = s.getsockname()[1]
     r = train(["-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=5",
-               *SHORT, f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job"])
+               *SHORT, f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job"], env_extra={"MASTER_PORT": str(port)})
     assert r.returncode == 0, r.stderr[-3000:]
     logs = sorted(p.name for p in (sweep / ".submitit").glob("*/*_log.out"))
     assert len(logs) == 2 and logs[0].endswith("_0_log.out") and logs[1].endswith("_1_log.out"), logs  # two tasks ran

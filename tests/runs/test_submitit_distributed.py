@@ -22,8 +22,9 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK
 
 
 def _local_task(monkeypatch, ntasks: int, rank: int) -> None:
-    for var in TORCHRUN_VARS:
-        monkeypatch.delenv(var, raising=False)
+    for var in TORCHRUN_VARS:  # set, then deleted: monkeypatch then removes what the export writes (no leak)
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     for var, value in {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "4242", "SUBMITIT_LOCAL_NTASKS": ntasks,
                        "SUBMITIT_LOCAL_JOB_NUM_NODES": 1, "SUBMITIT_LOCAL_NODEID": 0, "SUBMITIT_LOCAL_GLOBALID": rank,
@@ -44,6 +45,14 @@ def test_a_task_of_a_two_task_submitit_job_gets_the_torchrun_variables(monkeypat
     _local_task(monkeypatch, ntasks=2, rank=1)
     monkeypatch.setenv("MASTER_PORT", "29555")  # the user's choice of port stands
     assert export_submitit_environment() and os.environ["MASTER_PORT"] == "29555" and os.environ["RANK"] == "1"
+
+
+def test_the_exported_variables_do_not_outlive_the_test():
+    before = {v: os.environ.get(v) for v in TORCHRUN_VARS}
+    with pytest.MonkeyPatch.context() as mp:
+        _local_task(mp, ntasks=2, rank=1)
+        assert export_submitit_environment() and os.environ["RANK"] == "1"
+    assert {v: os.environ.get(v) for v in TORCHRUN_VARS} == before  # else a later train.py would inherit RANK
 
 
 def test_one_task_no_submitit_or_torchrun_already_there_change_nothing(monkeypatch):

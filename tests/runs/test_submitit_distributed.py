@@ -72,7 +72,7 @@ SHORT = ["experiment=digits_dpsgd", "logger=local", "evaluator=none", "trainer.p
 @pytest.mark.slow
 def test_a_two_task_submitit_job_is_one_run_folder_with_the_one_process_epsilon(tmp_path):
     pytest.importorskip("dpgen.privacy.distributed", reason="the distributed run (torch.distributed) is not in this checkout")
-    from tests.test_pipeline_e2e import train
+    from tests.helpers.runs import train
 
     sweep = tmp_path / "sweep"
     with socket.socket() as s:  # a free port: the one derived from the job id may be another program's

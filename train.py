@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -19,8 +20,16 @@ def main(cfg: DictConfig) -> float | None:
     from dpgen.utils.cluster import export_submitit_environment
 
     export_submitit_environment()  # a submitit job of several tasks: one distributed run, as under torchrun
+    from dpgen.interrupt import RunInterrupted
+
     try:
         results = run(cfg)
+    except RunInterrupted as stop:  # results so far are in results.json, labelled incomplete; the checkpoint is whole
+        print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
+              "incomplete); run the same command again to continue", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.exit_code)  # the folder is released and every file closed: skip the interpreter's slow teardown
     except Exception as err:
         message = user_error(err)
         if message is None:  # a bug keeps its traceback

@@ -80,6 +80,8 @@ def _remove_untouched_run_dir() -> None:
         return
     from dpgen.runs import STATE_DIR, in_use
 
+    from dpgen.preflight import CREATED
+
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if not run_dir.is_dir() or in_use(run_dir):  # another run's folder (a refused second start): never touched
         return
@@ -90,6 +92,9 @@ def _remove_untouched_run_dir() -> None:
             continue
         return
     shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in CREATED:  # e.g. outputs/<experiment>/: made for this run, now empty
+        if parent != run_dir.resolve() and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
 
 
 if __name__ == "__main__":

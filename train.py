@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -16,9 +17,19 @@ CONFIGS = Path(__file__).resolve().parent / "configs"
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     from dpgen.pipeline import run
+    from dpgen.utils.cluster import export_submitit_environment
+
+    export_submitit_environment()  # a submitit job of several tasks: one distributed run, as under torchrun
+    from dpgen.interrupt import RunInterrupted
 
     try:
         results = run(cfg)
+    except RunInterrupted as stop:  # results so far are in results.json, labelled incomplete; the checkpoint is whole
+        print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
+              "incomplete); run the same command again to continue", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.exit_code)  # the folder is released and every file closed: skip the interpreter's slow teardown
     except Exception as err:
         message = user_error(err)
         if message is None:  # a bug keeps its traceback
@@ -73,6 +84,8 @@ def _remove_untouched_run_dir() -> None:
         return
     from dpgen.runs import STATE_DIR, in_use
 
+    from dpgen.preflight import CREATED
+
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if not run_dir.is_dir() or in_use(run_dir):  # another run's folder (a refused second start): never touched
         return
@@ -83,6 +96,9 @@ def _remove_untouched_run_dir() -> None:
             continue
         return
     shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in CREATED:  # e.g. outputs/<experiment>/: made for this run, now empty
+        if parent != run_dir.resolve() and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
 
 
 if __name__ == "__main__":

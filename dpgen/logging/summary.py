@@ -196,9 +196,10 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
         for key in ("private_steps", "sampling", "neighbouring_relation", "noise_multiplier", "sensitivity_bound"):
             if key in p:
                 rows.append(("privacy", key.replace("_", " "), fmt(p[key])))
-    for key, value in grouped["utility"].items():
-        rows.append(("utility", key, fmt(value)))
     prov = grouped["provenance"]
+    for key, value in grouped["utility"].items():  # every FID with the size of its reference set
+        n_ref = prov.get("fid_n_reference") if key == "fid" else None
+        rows.append(("utility", key, fmt(value) + (f"  (on {n_ref} reference images)" if n_ref is not None else "")))
     shown = ("experiment", "dataset", "n_private", "device")
     for key in shown:
         if key in prov:
@@ -218,7 +219,9 @@ def print_summary(results: dict, console=None) -> None:
     from rich.text import Text
 
     console = console or Console()
-    table = Table(title=f"{results.get('experiment', 'run')} — results", show_header=True)
+    overrides = [o for o in results.get("overrides") or [] if not o.startswith(("experiment=", "hydra."))]
+    title = f"{results.get('experiment', 'run')} — results" + (f" ({', '.join(overrides)})" if overrides else "")
+    table = Table(title=title, show_header=True)  # a sweep's jobs: one title each
     table.add_column("group")
     table.add_column("quantity")
     table.add_column("value")

@@ -82,9 +82,8 @@ def _remove_untouched_run_dir() -> None:
 
     if not HydraConfig.initialized():
         return
-    from dpgen.runs import STATE_DIR, in_use
-
     from dpgen.preflight import CREATED
+    from dpgen.runs import STATE_DIR, in_use
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if not run_dir.is_dir() or in_use(run_dir):  # another run's folder (a refused second start): never touched

@@ -1,6 +1,6 @@
 """Ratios against anchors, every figure timed directly in the same run.
 
-* calibration: the previous search (bisection from [0, 1] with RDP) vs ``privacy.calibrate`` (PLD
+* calibration: the previous search (bisection from [0, 1] with RDP) vs ``privacy.calibration.calibrate`` (PLD
   for Poisson; log-log secant + Brent on cached evaluations), and the noise each needs;
 * the ledger's budget-stop search: exponential + binary search vs the interpolation search;
 * DPSWflow-r transport map at 30,000 particles: the literal three-call form vs the one-sort form;
@@ -20,6 +20,7 @@ import time
 import torch
 
 from dpgen.privacy import accountants as acc  # noqa: E402
+from dpgen.privacy.calibration import calibrate, largest_steps_within  # noqa: E402
 
 REPEATS, MAX_SPREAD = 5, 1.5
 
@@ -90,12 +91,12 @@ def calibration_rows() -> list[tuple[str, str]]:
     for label, q, steps, delta in (("mnist_dpswd (q = 100/60000, 60,000 steps, δ_conv = 5e-6)", 100 / 60000, 60000, 5e-6),
                                    ("digits_dpswd (q = 32/1347, 8,420 steps, δ_conv = 5e-5)", 32 / 1347, 8420, 5e-5)):
         s_old = _old_calibrate(10.0, delta, q, steps)
-        s_rdp = acc.calibrate(10.0, delta, q, steps, "poisson", accountant="rdp")
-        s_pld = acc.calibrate(10.0, delta, q, steps, "poisson", accountant="pld")
+        s_rdp = calibrate(10.0, delta, q, steps, "poisson", accountant="rdp")
+        s_pld = calibrate(10.0, delta, q, steps, "poisson", accountant="pld")
         t_old = _times(lambda: _old_calibrate(10.0, delta, q, steps), repeats=1, warmup=0)  # noqa: B023
-        t_rdp = _times(lambda: acc.calibrate(10.0, delta, q, steps, "poisson", accountant="rdp"),  # noqa: B023
+        t_rdp = _times(lambda: calibrate(10.0, delta, q, steps, "poisson", accountant="rdp"),  # noqa: B023
                        repeats=3, warmup=0, clear=clear)
-        t_pld = _times(lambda: acc.calibrate(10.0, delta, q, steps, "poisson", accountant="pld"),  # noqa: B023
+        t_pld = _times(lambda: calibrate(10.0, delta, q, steps, "poisson", accountant="pld"),  # noqa: B023
                        repeats=3, warmup=0, clear=clear)
         out += [(f"calibration {label}: before (RDP, bisection from [0, 1]; one run)", f"{_fmt(t_old)}, σ = {s_old:.4f}"),
                 (f"calibration {label}: RDP, secant + Brent", f"{_fmt(t_rdp)}, σ = {s_rdp:.4f} "
@@ -104,7 +105,7 @@ def calibration_rows() -> list[tuple[str, str]]:
                  f"{_fmt(t_pld)}, σ = {s_pld:.4f}: {100 * (1 - s_pld / s_rdp):.1f} % less noise than RDP "
                  f"({_ratio(t_old, t_pld)} faster than before)")]
         t_a_old = _times(lambda: _old_allowance("pld", s_pld, q, 10.0, delta), repeats=1, warmup=0)  # noqa: B023
-        t_a_new = _times(lambda: acc.largest_steps_within(  # noqa: B023
+        t_a_new = _times(lambda: largest_steps_within(  # noqa: B023
             lambda s: acc.PLDAccountant()._epsilon([acc.Release(s_pld, q, s)], delta), 10.0),  # noqa: B023
             repeats=1, warmup=0, clear=clear)
         out.append((f"budget-stop search {label}, PLD: exponential + binary vs interpolation",

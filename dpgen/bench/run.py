@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from dpgen.ot import dp_sliced_wasserstein, random_directions  # noqa: E402
-from dpgen.privacy import calibrate_dpswd  # noqa: E402
+from dpgen.privacy import dpswd_noise  # noqa: E402
 from dpgen.utils.misc import device_name, synchronize
 
 
@@ -67,7 +67,7 @@ def bench_loss(device: torch.device, n: int = 1000, d: int = 784, k: int = 1000)
 
 def bench_calibration() -> list[tuple[str, str]]:
     t = time.perf_counter()
-    noise = calibrate_dpswd(10.0, 1e-5, d=794, k=1000, sample_rate=100 / 60000, steps=60000, bound="bernstein",
+    noise = dpswd_noise(10.0, 1e-5, d=794, k=1000, sample_rate=100 / 60000, steps=60000, bound="bernstein",
                             partners=60001)
     dt = time.perf_counter() - t
     return [("σ calibration, mnist_dpswd as train.py does it (auto: PLD for Poisson, 60000 steps, β/(N+1))",

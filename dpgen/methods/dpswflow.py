@@ -45,7 +45,7 @@ from ..ot.flows import (
     smoothed_projections,
 )
 from ..privacy import PrivacyLedger, PrivateSampler
-from ..privacy.dpswflow import analytic_gaussian_epsilon
+from ..privacy.accountants import analytic_gaussian_epsilon
 from ..privacy.mechanisms import OneShotProjectionRelease
 from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks

@@ -27,13 +27,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .accountants import (
-    Release,
-    calibrate,
-    calibrating_accountant,
-    check_epsilon_delta,
-    make_accountant,
-)
+from .accountants import Release, calibrating_accountant, check_epsilon_delta, make_accountant
+from .calibration import calibrate
 from .errors import PrivacySettingError
 from .sensitivity import l2_sensitivity
 
@@ -83,13 +78,13 @@ def dpswd_sensitivity(d: int, k: int, delta: float, steps: int, bound: str = "be
     return l2_sensitivity(k, d, beta / partners, bound, row_diameter), beta_step, delta_conv
 
 
-def calibrate_dpswd(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
-                    bound: str = "bernstein", sampling: str = "poisson", delta_split: str = "union",
-                    sensitivity_fraction: float = 0.5, row_diameter: float = 1.0, partners: int = 1,
-                    accountant: str = "auto") -> DPSWDNoise:
+def dpswd_noise(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
+                bound: str = "bernstein", sampling: str = "poisson", delta_split: str = "union",
+                sensitivity_fraction: float = 0.5, row_diameter: float = 1.0, partners: int = 1,
+                accountant: str = "auto") -> DPSWDNoise:
     """Smallest projection-noise std such that ``steps`` DP-SWD releases are (epsilon, delta)-DP.
 
-    Calibrated by ``privacy.accountants.calibrate`` under ``accountant`` (``auto``: PLD for Poisson
+    The multiplier is ``privacy.calibration.calibrate``'s under ``accountant`` (``auto``: PLD for Poisson
     sampling, RDP/autodp for sampling without replacement — pass the ledger's
     ``calibrating_accountant`` so the budget stop uses the same one), never overshooting ``epsilon``.
     """

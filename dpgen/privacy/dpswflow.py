@@ -5,11 +5,11 @@ differ by at most 2: the DP-SWD sensitivity of ``X -> X U`` is ``2 sqrt(w(k, d, 
 (``ROW_DIAMETER = 2``, the "factor 2" of DPSWflow paper, sensitivity).
 
 * DPSWflow-r and DPSWgen release one noisy projected *subsampled* batch per step: a subsampled
-  Gaussian mechanism composed over the steps; calibrate with ``calibrate_dpswd(..., row_diameter=2)``
-  (re-exported here as :func:`calibrate_flow_r`).
+  Gaussian mechanism composed over the steps; its noise is ``dpswd_noise(..., row_diameter=2)``
+  (:func:`flow_r_noise`).
 * DPSWflow (Algorithm 2) releases the noisy projections of the *whole* private set **once**:
   a single Gaussian mechanism (no subsampling, replace-one neighbours, N public):
-  :func:`calibrate_one_shot`.
+  :func:`one_shot_noise`.
 * :func:`moments_accountant_epsilon` is the Abadi et al. moments accountant of the released code
   (integer orders, with or without its accumulation bug, DPSWflow paper, accounting of DPSWflow-r / DPSWgen), used only to reproduce the
   paper's sigma <-> epsilon pairs (``dpgen/reproduce/dpswflow_sigma_table.py``).
@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-from .accountants import RDPAccountant, check_epsilon_delta
-from .dpswd import DPSWDNoise, calibrate_dpswd
+from .accountants import check_epsilon_delta
+from .calibration import calibrate
+from .dpswd import DPSWDNoise, dpswd_noise
 from .errors import PrivacySettingError
 from .sensitivity import l2_sensitivity, w_clt
 
@@ -34,16 +35,16 @@ ROW_DIAMETER = 2.0  # unit-norm latents: ||x - x'|| <= 2 (DPSWflow paper, sensit
 ONE_SHOT_CALIBRATIONS = ("rdp", "analytic", "classic")
 
 
-def calibrate_flow_r(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
-                     bound: str = "chernoff", sampling: str = "poisson", sensitivity_fraction: float = 0.5,
-                     partners: int = 1, accountant: str = "auto") -> DPSWDNoise:
+def flow_r_noise(epsilon: float, delta: float, *, d: int, k: int, sample_rate: float, steps: int,
+                 bound: str = "chernoff", sampling: str = "poisson", sensitivity_fraction: float = 0.5,
+                 partners: int = 1, accountant: str = "auto") -> DPSWDNoise:
     """DPSWflow-r / DPSWgen: ``steps`` subsampled releases of ``Y U + Z`` on unit-norm rows (DPSWflow paper, accounting of DPSWflow-r / DPSWgen).
 
     Union-bound delta split (``privacy.dpswd``, ``"union"``) with row diameter 2.
     """
-    return calibrate_dpswd(epsilon, delta, d=d, k=k, sample_rate=sample_rate, steps=steps, bound=bound,
-                           sampling=sampling, delta_split="union", sensitivity_fraction=sensitivity_fraction,
-                           row_diameter=ROW_DIAMETER, partners=partners, accountant=accountant)
+    return dpswd_noise(epsilon, delta, d=d, k=k, sample_rate=sample_rate, steps=steps, bound=bound,
+                       sampling=sampling, delta_split="union", sensitivity_fraction=sensitivity_fraction,
+                       row_diameter=ROW_DIAMETER, partners=partners, accountant=accountant)
 
 
 # -- one-shot Gaussian mechanism (Algorithm 2) -------------------------------------------------
@@ -63,46 +64,19 @@ class OneShotNoise:
         return asdict(self)
 
 
-def classic_gaussian_multiplier(epsilon: float, delta: float) -> float:
-    """``c / epsilon`` with ``c = sqrt(2 ln(1.25 / delta))`` (Dwork & Roth Thm A.1; proven for eps < 1)."""
-    check_epsilon_delta(epsilon, delta)
-    return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
-
-
-def analytic_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """Exact epsilon of one Gaussian mechanism at ``delta`` (Balle & Wang 2018, autodp)."""
-    from autodp import dp_bank
-
-    if noise_multiplier <= 0:
-        return math.inf
-    return float(dp_bank.get_eps_ana_gaussian(noise_multiplier, delta))
-
-
-def analytic_gaussian_multiplier(epsilon: float, delta: float, rel_tol: float = 1e-6) -> float:
-    """Smallest noise multiplier with exact epsilon <= ``epsilon`` (bisection; never overshoots)."""
-    check_epsilon_delta(epsilon, delta)
-    lo, hi = 1e-4, 1.0
-    while analytic_gaussian_epsilon(hi, delta) > epsilon:
-        lo, hi = hi, 2 * hi
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if analytic_gaussian_epsilon(mid, delta) > epsilon else (lo, mid)
-    return hi
-
-
 def one_shot_sensitivity(d: int, k: int, delta_sensitivity: float, bound: str = "chernoff") -> float:
     """``S = 2 sqrt(w(k, d, beta))`` for the single release of ``Y U`` (DPSWflow paper, sensitivity)."""
     return l2_sensitivity(k, d, delta_sensitivity, bound, ROW_DIAMETER)
 
 
-def calibrate_one_shot(epsilon: float, delta: float, *, d: int, k: int, bound: str = "chernoff",
-                       calibration: str = "rdp", sensitivity_fraction: float = 0.5) -> OneShotNoise:
+def one_shot_noise(epsilon: float, delta: float, *, d: int, k: int, bound: str = "chernoff",
+                   calibration: str = "rdp", sensitivity_fraction: float = 0.5) -> OneShotNoise:
     """Noise std of the single Gaussian release of Algorithm 2 (DPSWflow paper, one-shot release of Alg. 2).
 
     delta is split once (Prop. 2): ``beta = f delta`` for the sensitivity bound, ``(1 - f) delta``
     for the conversion.  ``calibration``:
 
-    * ``rdp`` (runs' default): the RDP accountant the ledger uses (``RDPAccountant``, q = 1,
+    * ``rdp`` (runs' default): the RDP accountant the ledger uses (q = 1,
       one step), so the run's reported ``epsilon_rdp`` is <= the target;
     * ``analytic``: the exact Gaussian mechanism (Balle & Wang 2018); smaller noise, certified
       by the ledger's PLD accountant (exact for one Gaussian) but not by its RDP one;
@@ -120,19 +94,15 @@ def calibrate_one_shot(epsilon: float, delta: float, *, d: int, k: int, bound: s
     beta = sensitivity_fraction * delta
     delta_conv = delta - beta
     sens = one_shot_sensitivity(d, k, beta, bound)
-    if calibration == "rdp":
-        mult = RDPAccountant("poisson").calibrate(epsilon, delta_conv, 1.0, 1)
-    elif calibration == "analytic":
-        mult = analytic_gaussian_multiplier(epsilon, delta_conv)
-    else:
-        mult = classic_gaussian_multiplier(epsilon, delta_conv)
+    # "rdp": one step at q = 1 under the RDP accountant; "analytic" to 1e-6 like the exact epsilon it inverts
+    mult = calibrate(epsilon, delta_conv, accountant=calibration, rel_tol=1e-6 if calibration == "analytic" else 1e-3)
     return OneShotNoise(mult * sens, mult, sens, beta, delta_conv, calibration, d, k, bound)
 
 
 def paper_one_shot_sigma(epsilon: float, delta: float, d: int, k: int) -> float:
     """The released code's ``get_sigma``: ``c S / eps`` with the CLT bound at delta/2 (DPSWflow paper, one-shot release of Alg. 2)."""
     s = ROW_DIAMETER * math.sqrt(w_clt(k, d, delta / 2.0))
-    return classic_gaussian_multiplier(epsilon, delta / 2.0) * s
+    return calibrate(epsilon, delta / 2.0, accountant="classic") * s
 
 
 def paper_flow_noise_std(noise_multiplier: float, d: int, k: int, delta: float) -> float:
@@ -171,14 +141,3 @@ def moments_accountant_epsilon(noise_multiplier: float, q: float, steps: int, de
         mom = np.cumsum(mom)
     lam = np.arange(1, max_order + 1, dtype=float)
     return float(np.min((mom + math.log(1.0 / delta)) / lam))
-
-
-def multiplier_for_epsilon(epsilon_fn, epsilon: float, lo: float = 0.05, hi: float = 50.0,
-                           rel_tol: float = 1e-5) -> float:
-    """Bisection: smallest noise multiplier with ``epsilon_fn(sigma) <= epsilon`` (decreasing fn)."""
-    if epsilon_fn(hi) > epsilon:
-        raise ValueError(f"epsilon {epsilon} not reachable with noise multiplier <= {hi}")
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if epsilon_fn(mid) > epsilon else (lo, mid)
-    return hi

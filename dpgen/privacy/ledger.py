@@ -44,9 +44,8 @@ from .accountants import (
     calibrating_accountant,
     check_epsilon_delta,
     check_sampling,
-    largest_steps_within,
-    solve_noise_multiplier,
 )
+from .calibration import calibrate, largest_steps_within
 from .errors import PrivacySettingError
 from .guarantee import DATA_DEPENDENT, LABELS, RIGOROUS, combine
 
@@ -144,17 +143,13 @@ class PrivacyLedger:
             raise ValueError(f"unknown accountant {accountant!r}; choose rdp or pld")
         steps = int(steps)
         past = list(self.entries) if history else []
-        if self.delta - sum(e.steps * e.delta_per_step for e in past) - steps * delta_per_step <= 0:
+        # the conversion's delta, as ``_eps`` computes it for these releases (union bound over the reservations)
+        delta_conv = self.delta - sum([e.steps * e.delta_per_step for e in past] + [steps * delta_per_step])
+        if delta_conv <= 0:
             raise PrivacySettingError("sensitivity_fraction", f"the sensitivity bounds reserve all of delta = "
                                                               f"{self.delta}; lower the share of delta they take")
-
-        def eps(sig: float) -> float:
-            e = self._eps(past + [LedgerEntry(sig, sample_rate, steps, delta_per_step)], self.delta, accountant)
-            if e is None:
-                raise ValueError("the PLD accountant needs accountant.sampling=poisson")
-            return e
-
-        sigma = solve_noise_multiplier(eps, self.target_epsilon, what=f"sample_rate={sample_rate}, steps={steps}")
+        sigma = calibrate(self.target_epsilon, delta_conv, sample_rate, steps, self.sampling, accountant,
+                          history=self._releases(past))
         self._planned = {(sigma, float(sample_rate), float(delta_per_step)): steps}
         return sigma
 

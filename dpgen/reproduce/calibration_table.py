@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rich.progress import track
 
-from dpgen.privacy import calibrate_dpswd  # noqa: E402
+from dpgen.privacy import dpswd_noise  # noqa: E402
 
 START, END = "<!-- calibration-table:start -->", "<!-- calibration-table:end -->"
 
@@ -57,16 +57,16 @@ def compute() -> list[dict]:
         q = b / n
         steps_paper = (n // b + 1) * epochs
         code_bound = "bernstein_code" if bound == "bernstein" else "clt"
-        paper = calibrate_dpswd(10.0, delta, d=d_paper, k=k, sample_rate=q, steps=steps_paper, bound=code_bound,
+        paper = dpswd_noise(10.0, delta, d=d_paper, k=k, sample_rate=q, steps=steps_paper, bound=code_bound,
                                 sampling="without_replacement", delta_split="published")
-        corrected = calibrate_dpswd(10.0, delta, d=d_true, k=k, sample_rate=q, steps=steps_true or steps_paper,
+        corrected = dpswd_noise(10.0, delta, d=d_true, k=k, sample_rate=q, steps=steps_true or steps_paper,
                                     bound=code_bound, sampling="without_replacement", delta_split="prop2")
         d_run, n_run = DPGEN.get(name, (d_true, n))
         steps_run = math.ceil(n_run / b) * epochs if name in DPGEN else (steps_true or math.ceil(n / b) * epochs)
         run_kw = dict(d=d_run, k=k, sample_rate=b / n_run, steps=steps_run, sampling="poisson", delta_split="union",
                       partners=n_run + 1)
-        dpgen = calibrate_dpswd(10.0, delta, bound=bound, **run_kw)
-        chern = calibrate_dpswd(10.0, delta, bound="chernoff", **run_kw)
+        dpgen = dpswd_noise(10.0, delta, bound=bound, **run_kw)
+        chern = dpswd_noise(10.0, delta, bound="chernoff", **run_kw)
         out.append(dict(sigma_chernoff=chern.noise_std, name=name, delta=delta, d_paper=d_paper, d_true=d_true, k=k, n=n, epochs=epochs, b=b,
                         sigma_paper=s_paper, sigma_ours=paper.noise_std, rel=paper.noise_std / s_paper - 1,
                         mult=paper.noise_multiplier, steps_paper=steps_paper, steps_true=steps_true or steps_paper,

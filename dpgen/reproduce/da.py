@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 from dpgen.logging.timings import load_results  # noqa: E402
-from dpgen.privacy import RDPAccountant, Release, calibrate_dpswd  # noqa: E402
+from dpgen.privacy import RDPAccountant, Release, dpswd_noise  # noqa: E402
 
 START, END = "<!-- da:start -->", "<!-- da:end -->"
 TASKS = {"mnist_usps": "M→U", "usps_mnist": "U→M"}
@@ -79,10 +79,10 @@ def corrected_sigma(task: str, epochs: int, start_align: int) -> tuple[float, fl
     """(paper preset sigma, corrected preset sigma) for the paper's schedule (calibration_table.py's rows)."""
     n, b, k = PAPER_N[task], 128, 200
     q = b / n
-    paper = calibrate_dpswd(10.0, 1e-5, d=784, k=k, sample_rate=q, steps=(n // b + 1) * 100, bound="bernstein_code",
+    paper = dpswd_noise(10.0, 1e-5, d=784, k=k, sample_rate=q, steps=(n // b + 1) * 100, bound="bernstein_code",
                             sampling="without_replacement", delta_split="published")
     src_batches = {"mnist_usps": 469, "usps_mnist": 59}[task]  # the released loop: one private batch per source batch
-    corr = calibrate_dpswd(10.0, 1e-5, d=320, k=k, sample_rate=q, steps=src_batches * 90, bound="bernstein_code",
+    corr = dpswd_noise(10.0, 1e-5, d=320, k=k, sample_rate=q, steps=src_batches * 90, bound="bernstein_code",
                            sampling="without_replacement", delta_split="prop2")
     return paper.noise_std, corr.noise_std
 

@@ -15,11 +15,11 @@ steps; moments accountant over integer orders 1..32 (DPSWgen 1..30); conversion 
 from __future__ import annotations
 
 from dpgen.privacy import RDPAccountant, Release  # noqa: E402
+from dpgen.privacy.accountants import analytic_gaussian_epsilon  # noqa: E402
+from dpgen.privacy.calibration import calibrate  # noqa: E402
 from dpgen.privacy.dpswflow import (  # noqa: E402
-    analytic_gaussian_epsilon,
-    calibrate_one_shot,
     moments_accountant_epsilon,
-    multiplier_for_epsilon,
+    one_shot_noise,
     paper_flow_noise_std,
     paper_one_shot_sigma,
 )
@@ -43,8 +43,8 @@ def subsampled_rows() -> list[dict]:
         bug = moments_accountant_epsilon(sigma, q, steps, delta, order, accumulate_bug=True)
         ok = moments_accountant_epsilon(sigma, q, steps, delta, order)
         rdp = RDPAccountant("poisson").epsilon_of([Release(sigma, q, steps)], delta)
-        need = multiplier_for_epsilon(lambda s, q=q, steps=steps, delta=delta, order=order:
-                                      moments_accountant_epsilon(s, q, steps, delta, order), eps)
+        need = calibrate(eps, delta, accountant=lambda s, q=q, steps=steps, delta=delta, order=order:
+                         moments_accountant_epsilon(s, q, steps, delta, order), rel_tol=1e-5)
         out.append({"case": case, "sigma": sigma, "eps": eps, "steps": steps, "q": q, "bug": bug, "ma": ok,
                     "rdp": rdp, "sigma_needed": need, "noise_std": paper_flow_noise_std(sigma, d, k, delta)})
     return out
@@ -55,12 +55,12 @@ def one_shot_rows() -> list[dict]:
     for name, d, k, delta in ONE_SHOT:
         for eps in (10, 5):
             paper = paper_one_shot_sigma(eps, delta, d, k)
-            classic = calibrate_one_shot(eps, delta, d=d, k=k, bound="clt", calibration="classic")
+            classic = one_shot_noise(eps, delta, d=d, k=k, bound="clt", calibration="classic")
             row = {"case": name, "d": d, "k": k, "delta": delta, "eps": eps, "paper_sigma": paper,
                    "paper_exact_eps": analytic_gaussian_epsilon(classic.noise_multiplier, classic.delta_conversion)}
             for cal in ("analytic", "rdp"):
                 for bound in ("clt", "chernoff"):
-                    row[f"{cal}_{bound}"] = calibrate_one_shot(eps, delta, d=d, k=k, bound=bound,
+                    row[f"{cal}_{bound}"] = one_shot_noise(eps, delta, d=d, k=k, bound=bound,
                                                                calibration=cal).noise_std
             out.append(row)
     return out

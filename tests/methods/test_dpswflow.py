@@ -16,11 +16,11 @@ from dpgen.methods import DPSWFlow, DPSWFlowR, DPSWGen, TrainContext, loop
 from dpgen.methods.latent import LatentSpace
 from dpgen.models.autoencoder import LatentMLPGen, LiutkusAutoencoder
 from dpgen.privacy import PrivacyLedger
+from dpgen.privacy.accountants import analytic_gaussian_epsilon
 from dpgen.privacy.dpswflow import (
-    analytic_gaussian_epsilon,
-    calibrate_flow_r,
-    calibrate_one_shot,
+    flow_r_noise,
     moments_accountant_epsilon,
+    one_shot_noise,
     paper_flow_noise_std,
     paper_one_shot_sigma,
 )
@@ -216,7 +216,7 @@ def test_dpswflow_r_accounting_matches_the_configured_schedule(data, tmp_path):
     assert ledger.entries == ledger.entries[:1]  # one kind of release, merged
     e = ledger.entries[0]
     assert e.sample_rate == pytest.approx(64 / n)
-    noise = calibrate_flow_r(6.0, 1e-4, d=m.space.dim, k=40, sample_rate=64 / n, steps=planned, partners=n + 1)
+    noise = flow_r_noise(6.0, 1e-4, d=m.space.dim, k=40, sample_rate=64 / n, steps=planned, partners=n + 1)
     assert e.noise_multiplier == pytest.approx(noise.noise_multiplier)
     assert out["noise_std"] == pytest.approx(noise.noise_std)
     assert ledger.delta_reserved == pytest.approx(0.5e-4)
@@ -238,13 +238,13 @@ def test_one_shot_calibration_and_the_papers_classic_sigma():
     assert paper_one_shot_sigma(5, 1e-5, 8, 31) == pytest.approx(5.466, abs=2e-3)
     assert paper_one_shot_sigma(10, 1e-6, 48, 250) == pytest.approx(2.957, abs=2e-3)
     assert paper_flow_noise_std(0.67, 8, 70, 1e-5) == pytest.approx(5.05, abs=0.01)
-    classic = calibrate_one_shot(10.0, 1e-5, d=8, k=31, bound="clt", calibration="classic")
+    classic = one_shot_noise(10.0, 1e-5, d=8, k=31, bound="clt", calibration="classic")
     assert analytic_gaussian_epsilon(classic.noise_multiplier, classic.delta_conversion) > 10.0  # not valid at eps 10
     for cal in ("rdp", "analytic"):
-        n = calibrate_one_shot(10.0, 1e-5, d=8, k=31, bound="chernoff", calibration=cal)
+        n = one_shot_noise(10.0, 1e-5, d=8, k=31, bound="chernoff", calibration=cal)
         assert analytic_gaussian_epsilon(n.noise_multiplier, n.delta_conversion) <= 10.0 + 1e-6
     led = PrivacyLedger(10.0, 1e-5)
-    n = calibrate_one_shot(10.0, 1e-5, d=8, k=31, calibration="rdp")
+    n = one_shot_noise(10.0, 1e-5, d=8, k=31, calibration="rdp")
     led.record(n.noise_multiplier, 1.0, 1, n.delta_sensitivity)
     assert 9.9 <= led.epsilon(accountant="rdp") <= 10.0 and led.epsilon() <= 10.0
 

@@ -13,9 +13,10 @@ from dpgen.privacy import (
     RDPAccountant,
     Release,
     calibrate,
-    calibrate_dpswd,
+    dpswd_noise,
 )
-from dpgen.privacy.accountants import largest_steps_within, make_accountant, solve_noise_multiplier
+from dpgen.privacy.accountants import analytic_gaussian_epsilon, make_accountant
+from dpgen.privacy.calibration import largest_steps_within
 from dpgen.privacy.dpswd import dpswd_epsilon
 
 # Table 4 (eps = 10): name, delta, d, k, N, epochs, B, sigma (paper), bound
@@ -38,7 +39,7 @@ def _paper_steps(n: int, b: int, epochs: int) -> int:
 @pytest.mark.parametrize("row", TABLE4, ids=[r[0] for r in TABLE4])
 def test_calibrated_sigma_reproduces_table4_with_paper_preset(row):
     name, delta, d, k, n, epochs, b, sigma_paper, bound = row
-    noise = calibrate_dpswd(10.0, delta, d=d, k=k, sample_rate=b / n, steps=_paper_steps(n, b, epochs),
+    noise = dpswd_noise(10.0, delta, d=d, k=k, sample_rate=b / n, steps=_paper_steps(n, b, epochs),
                             bound=bound, sampling="without_replacement", delta_split="published")
     assert noise.noise_std == pytest.approx(sigma_paper, rel=0.02)
 
@@ -50,7 +51,7 @@ CORRECTED = [("U-M", 10000, 4.80, 0.915), ("M-U", 7468, 5.43, 1.035)]
 @pytest.mark.parametrize("name,n,s_bern,s_clt", CORRECTED, ids=[c[0] for c in CORRECTED])
 def test_prop2_split_reproduces_2023_corrected_sigmas(name, n, s_bern, s_clt):
     for bound, target in (("bernstein_code", s_bern), ("clt", s_clt)):
-        noise = calibrate_dpswd(10.0, 1e-5, d=784, k=200, sample_rate=128 / n, steps=_paper_steps(n, 128, 100),
+        noise = dpswd_noise(10.0, 1e-5, d=784, k=200, sample_rate=128 / n, steps=_paper_steps(n, 128, 100),
                                 bound=bound, sampling="without_replacement", delta_split="prop2")
         assert noise.noise_std == pytest.approx(target, rel=0.01)
 
@@ -71,7 +72,7 @@ def test_auto_calibrates_with_pld_for_poisson_and_rdp_without_replacement():
     q, steps = 0.01, 2000
     assert calibrate(5.0, 1e-5, q, steps, "poisson") == calibrate(5.0, 1e-5, q, steps, "poisson", accountant="pld")
     assert calibrate(5.0, 1e-5, q, steps, "without_replacement") == \
-        RDPAccountant("without_replacement").calibrate(5.0, 1e-5, q, steps)
+        calibrate(5.0, 1e-5, q, steps, "without_replacement", accountant="rdp")
     with pytest.raises(ValueError, match="PLD accountant needs Poisson sampling"):
         calibrate(5.0, 1e-5, q, steps, "without_replacement", accountant="pld")
 
@@ -90,9 +91,9 @@ def test_root_search_never_returns_a_sigma_above_target(p, c, target, kink, gues
 
     if eps(1e6) > target:  # unreachable: a clear error instead
         with pytest.raises(ValueError, match="cannot be reached"):
-            solve_noise_multiplier(eps, target, sigma_max=1e6)
+            calibrate(target, 1e-5, accountant=eps, sigma_max=1e6)
         return
-    sig = solve_noise_multiplier(eps, target, rel_tol=rel_tol, sigma_max=1e6, sigma_guess=guess)
+    sig = calibrate(target, 1e-5, accountant=eps, rel_tol=rel_tol, sigma_max=1e6, sigma_guess=guess)
     assert eps(sig) <= target
     # the true root sits in [sig / (1 + 2 rel_tol), sig]: slightly less noise is above the target
     assert eps(sig / (1 + 2 * rel_tol)) > target or sig <= 1e-3 * (1 + 2 * rel_tol)
@@ -111,7 +112,7 @@ def test_integer_step_search_finds_the_last_step_within_budget(root, p, guess):
 
 def test_dpswd_forward_epsilon_matches_calibration_target():
     kw = dict(d=794, k=1000, sample_rate=100 / 60000, steps=60000, bound="bernstein")
-    noise = calibrate_dpswd(5.0, 1e-5, **kw)
+    noise = dpswd_noise(5.0, 1e-5, **kw)
     assert dpswd_epsilon(noise.noise_std, 1e-5, **kw) <= 5.0
     assert noise.delta_sensitivity_per_step * 60000 + noise.delta_conversion == pytest.approx(1e-5)
 
@@ -155,4 +156,14 @@ def test_unknown_sampling_scheme_is_rejected():
 
 def test_unreachable_target_raises_clear_error():
     with pytest.raises(ValueError, match="cannot be reached"):
-        RDPAccountant().calibrate(1e-4, 1e-5, 1.0, 10**6, sigma_max=10.0)
+        calibrate(1e-4, 1e-5, 1.0, 10**6, accountant="rdp", sigma_max=10.0)
+
+
+def test_one_gaussian_calibrations_are_exact_or_the_classic_formula_and_refuse_a_subsampled_run():
+    sig = calibrate(1.0, 1e-5, accountant="analytic", rel_tol=1e-6)
+    assert analytic_gaussian_epsilon(sig, 1e-5) <= 1.0 < analytic_gaussian_epsilon(sig * (1 - 2e-6), 1e-5)
+    assert calibrate(0.5, 1e-5, accountant="classic") == pytest.approx(math.sqrt(2 * math.log(1.25e5)) / 0.5)
+    assert calibrate(1.0, 1e-5, accountant="analytic") < calibrate(1.0, 1e-5, accountant="classic")
+    for name in ("analytic", "classic"):
+        with pytest.raises(ValueError, match="one Gaussian release"):
+            calibrate(1.0, 1e-5, 0.01, 100, accountant=name)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from dpgen.privacy import PrivacyLedger, calibrate_dpswd, l2_sensitivity
+from dpgen.privacy import PrivacyLedger, dpswd_noise, l2_sensitivity
 from dpgen.privacy.guarantee import CLT, NON_PRIVATE, RIGOROUS, combine, guarantee_label
 from dpgen.privacy.mechanisms import (
     GaussianProjectionRelease,
@@ -29,7 +29,7 @@ def _proj(ledger, **kw):
 def test_projection_noise_std_matches_the_calibration_over_many_releases():
     led = PrivacyLedger(5.0, 1e-4)
     m = _proj(led)
-    ref = calibrate_dpswd(5.0, 1e-4, d=20, k=10, sample_rate=0.1, steps=50, bound="chernoff", partners=101)
+    ref = dpswd_noise(5.0, 1e-4, d=20, k=10, sample_rate=0.1, steps=50, bound="chernoff", partners=101)
     assert m.noise_std == pytest.approx(ref.noise_std, rel=1e-9)
     assert m.noise_multiplier == pytest.approx(ref.noise_multiplier, rel=1e-12)
     rows, u = torch.zeros(400, 20), torch.nn.functional.normalize(torch.randn(20, 10), dim=0)

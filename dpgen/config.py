@@ -19,6 +19,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from .errors import ConfigError, suggestion
 from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
 from .privacy.conventions import CONVENTIONS, METHODS, NO_CONVENTION, PaperConvention, convention_of
+from .privacy.delta import check_delta, known_record_bound
 from .privacy.errors import PrivacySettingError
 from .privacy.noise import Calibrated, FixedMultiplier, NoisePolicy, NotPrivate
 from .utils import check_precision
@@ -109,8 +110,6 @@ def validate(cfg: DictConfig) -> None:
     if isinstance(resume, str) and resume not in ("auto", "true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")
     from .logging.run_logger import check_wandb
-    from .privacy.delta import check_delta_of_config
-
     check_delta_of_config(cfg)  # δ < 1/N when the dataset config bounds N (before any data is loaded)
 
     check_wandb(cfg.logger.get("wandb"))  # WANDB_MODE (environment) wins; online needs a W&B login
@@ -202,7 +201,25 @@ PRIVACY_SETTINGS = {
     "moment_shares": "model.moment_shares", "shrinkage": "model.shrinkage", "noise_multiplier": "model.noise_multiplier",
     "noise_std": "model.noise_std", "smoothing_std": "model.noise_std", "paper_sigma": "privacy.paper_sigma",
     "paper_epsilon": "privacy.paper_epsilon", "stated_dim": "privacy.paper_sensitivity_dim",
+    "data_dependent_reports": "accountant.data_dependent_reports", "batch_size": "model.batch_size",
+    "label_mode": "model.label_mode", "radius": "model.radius", "wa_order": "model.wa_order",
 }
+
+
+def check_delta_of_config(cfg, n: int | None = None) -> None:
+    """δ < 1/N for a private run: N = ``n`` (the loaded private split) or, before loading (``n=None``),
+    the dataset config's known bound (no check when there is none).  Refused as ``accountant.delta``."""
+    if not cfg.model.get("private", True):
+        return
+    try:
+        if n is None:
+            bound = known_record_bound(cfg.dataset)
+            if bound is not None:
+                check_delta(cfg.accountant.delta, bound, bound=True)
+            return
+        check_delta(cfg.accountant.delta, n)
+    except PrivacySettingError as e:
+        raise privacy_setting_error(e) from None
 
 
 def privacy_setting_error(e: PrivacySettingError) -> ConfigError:

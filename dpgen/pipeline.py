@@ -20,7 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from .config import validate
+from .config import check_delta_of_config, privacy_setting_error, validate
 from .eval.evaluator import evaluate_run
 from .export.release import release_info
 from .interrupt import RunInterrupted, stop_on_signals
@@ -29,7 +29,7 @@ from .methods import loop
 from .methods.base import TrainContext
 from .privacy.card import n_is_public
 from .privacy.conventions import PaperConvention
-from .privacy.delta import check_delta_of_config
+from .privacy.errors import PrivacySettingError
 from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, pick_device, seed_everything
 from .utils.threads import apply_threads
@@ -38,7 +38,10 @@ from .utils.threads import apply_threads
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
     with claim_run_folder(cfg, log=Console(stderr=True).log) as folder:  # one owner; resume or refuse (runs.py)
-        return _run(cfg, folder)
+        try:
+            return _run(cfg, folder)
+        except PrivacySettingError as e:  # the privacy core names its setting; the config layer names the key
+            raise privacy_setting_error(e) from None
 
 
 class _SoFar:

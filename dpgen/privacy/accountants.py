@@ -89,10 +89,9 @@ class Accountant(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         if state["sampling"] != self.sampling:
-            raise ValueError(
-                f"checkpoint was accounted with sampling={state['sampling']!r} but this run uses "
-                f"{self.sampling!r}; resume with the same accountant.sampling"
-            )
+            raise PrivacySettingError("sampling", f"cannot resume: the checkpoint was accounted with "
+                                                  f"sampling={state['sampling']!r} but this run uses "
+                                                  f"{self.sampling!r}; resume with the same sampling")
         self.history = [Release(**r) for r in state["history"]]
 
     # -- queries -------------------------------------------------------------------------
@@ -182,10 +181,9 @@ class PLDAccountant(Accountant):
     def __init__(self, sampling: str = "poisson", value_discretization_interval: float = 1e-3) -> None:
         super().__init__(sampling)
         if self.sampling != "poisson":
-            raise ValueError(
-                "the PLD accountant (dp-accounting) supports Poisson sampling only; "
-                "use accountant.sampling=poisson or the RDP accountant for sampling without replacement"
-            )
+            raise PrivacySettingError("sampling", "the PLD accountant (dp-accounting) supports Poisson sampling "
+                                                  "only; use Poisson sampling, or the RDP accountant for sampling "
+                                                  "without replacement")
         self.value_discretization_interval = value_discretization_interval
 
     def _cache_key(self) -> tuple:

@@ -161,9 +161,10 @@ def _does_not_cover(card: dict, test_fraction: float | None = None) -> list[str]
         items.append("The sample rate and the number of steps were set from the private set size N before training, "
                      "as in standard DP-SGD practice; they are published here and reveal N.")
     if card["privacy"]["neighbouring_relation"] == "add_remove" and test_fraction is not None:
-        items.append(f"The test split was held out of the same records (dataset.test_fraction={test_fraction:g}): its "
-                     "size, published with the evaluation (e.g. the FID reference size), reveals the number of records "
-                     f"to within about {1 / test_fraction:.0f}. Give a separate dataset.test_path to keep them apart.")
+        items.append(f"The test split was held out of the same records (the dataset's test_fraction, "
+                     f"{test_fraction:g}): its size, published with the evaluation (e.g. the FID reference size), "
+                     f"reveals the number of records to within about {1 / test_fraction:.0f}. Give the dataset a "
+                     "separate test_path to keep them apart.")
     return items
 
 

@@ -1,6 +1,7 @@
 """δ must be below 1/N (N = private records): a larger δ allows a mechanism that publishes a whole record.
 
-A run with ``accountant.delta >= 1/N`` is refused (``ConfigError``), never run with a weaker label:
+A run with ``delta >= 1/N`` is refused (``PrivacySettingError`` on ``delta``; the config layer names
+``accountant.delta``), never run with a weaker label:
 
 1. before any data is loaded, when the dataset config fixes an upper bound on N — the size of the
    dataset's training split, a published fact of the dataset (``KNOWN_TRAIN_SIZES``), or a size the
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ConfigError
+from .errors import PrivacySettingError
 
 # records in the training split of each dataset, as published with it (torchvision's splits)
 KNOWN_TRAIN_SIZES: dict[str, int] = {
@@ -58,22 +59,10 @@ def check_delta(delta: float, n: int, bound: bool = False) -> None:
     if n < 1 or float(delta) < 1.0 / n:
         return
     if bound:
-        raise ConfigError(f"accountant.delta={float(delta):g} is not below 1/N = {1.0 / n:.2e} for N = at most {n} "
-                          "private records (the dataset's training split): such a δ allows publishing whole records; "
-                          f"fix: accountant.delta={example_delta(n):g} (or smaller)")
-    raise ConfigError(f"accountant.delta={float(delta):g} is not below 1/N for this private set (N, the number of "
-                      "private records, is not printed: it is private data): such a δ allows publishing whole "
-                      "records; fix: a smaller accountant.delta, well below 1/N for your own count of records")
-
-
-def check_delta_of_config(cfg, n: int | None = None) -> None:
-    """δ < 1/N for a private run: N = ``n`` (the loaded private split) or, before loading (``n=None``),
-    the dataset config's known bound (no check when there is none)."""
-    if not cfg.model.get("private", True):
-        return
-    if n is None:
-        bound = known_record_bound(cfg.dataset)
-        if bound is not None:
-            check_delta(cfg.accountant.delta, bound, bound=True)
-        return
-    check_delta(cfg.accountant.delta, n)
+        raise PrivacySettingError("delta", f"delta={float(delta):g} is not below 1/N = {1.0 / n:.2e} for N = at most "
+                                           f"{n} private records (the dataset's training split): such a δ allows "
+                                           f"publishing whole records; fix: delta={example_delta(n):g} (or smaller)")
+    raise PrivacySettingError("delta", f"delta={float(delta):g} is not below 1/N for this private set (N, the number "
+                                       "of private records, is not printed: it is private data): such a δ allows "
+                                       "publishing whole records; fix: a smaller delta, well below 1/N for your own "
+                                       "count of records")

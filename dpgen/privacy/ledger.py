@@ -115,9 +115,9 @@ class PrivacyLedger:
         if name in ("rdp", "pld"):
             raise ValueError(f"reported accountant name {name!r} clashes with the calibrating accountants")
         if not self.data_dependent_reports:
-            raise ValueError(f"the {name!r} accountant is computed from un-noised private statistics and would be "
-                             "published outside the guarantee: set accountant.data_dependent_reports=true to report "
-                             "it (the run is then labelled 'not DP: data-dependent reports')")
+            raise PrivacySettingError("data_dependent_reports", f"the {name!r} accountant is computed from un-noised "
+                                      "private statistics and would be published outside the guarantee: set it to "
+                                      "true to report it (the run is then labelled 'not DP: data-dependent reports')")
         self.reported[name] = accountant
         if name in self._pending_reported:
             accountant.load_state_dict(self._pending_reported.pop(name))
@@ -169,7 +169,7 @@ class PrivacyLedger:
         if relation not in RELATIONS:
             raise ValueError(f"unknown neighbouring relation {relation!r}; choose one of {', '.join(RELATIONS)}")
         if sample_rate < 1.0 and relation != relation_of_sampling(self.sampling):
-            raise ValueError(f"a release subsampled with accountant.sampling={self.sampling} is accounted under "
+            raise ValueError(f"a release subsampled with {self.sampling} sampling is accounted under "
                              f"{relation_of_sampling(self.sampling)} neighbours, not {relation}")
         if guarantee not in LABELS:
             raise ValueError(f"unknown guarantee label {guarantee!r}")
@@ -257,7 +257,7 @@ class PrivacyLedger:
             extra = [LedgerEntry(e.noise_multiplier, e.sample_rate, s, e.delta_per_step) for e in per_step]
             e = self._eps(self.entries + extra, self.delta, accountant)
             if e is None:
-                raise ValueError("the PLD accountant needs accountant.sampling=poisson")
+                raise PrivacySettingError("sampling", "the PLD accountant needs Poisson sampling")
             return e
 
         if at_most is not None and at_most >= 1 and eps(at_most) <= self.target_epsilon:
@@ -343,23 +343,21 @@ class PrivacyLedger:
         would silently mix two budgets (the noise was calibrated for the old one): refused, naming
         the setting.
         """
-        for key, setting in (("target_epsilon", "accountant.epsilon"), ("delta", "accountant.delta"),
-                             ("sampling", "accountant.sampling")):
+        for key in ("target_epsilon", "delta", "sampling"):
             if state[key] != getattr(self, key):
-                raise ValueError(
-                    f"cannot resume: the checkpoint was accounted with {setting}={state[key]!r} but this run has "
-                    f"{setting}={getattr(self, key)!r}; resume with {setting}={state[key]!r} (or start a new run "
-                    "folder)"
-                )
+                raise PrivacySettingError(key, f"cannot resume: the checkpoint was accounted with {key}={state[key]!r} "
+                                               f"but this run has {key}={getattr(self, key)!r}; resume with "
+                                               f"{key}={state[key]!r} (or start a new run folder)")
         old_reports = bool(state.get("data_dependent_reports", bool(state.get("reported"))))
         if old_reports != self.data_dependent_reports:
-            raise ValueError(f"checkpoint ledger has data_dependent_reports={old_reports} but this run has "
-                             f"{self.data_dependent_reports}; resume with accountant.data_dependent_reports="
-                             f"{str(old_reports).lower()}")
+            raise PrivacySettingError("data_dependent_reports", f"cannot resume: the checkpoint ledger has "
+                                      f"data_dependent_reports={old_reports} but this run has "
+                                      f"{self.data_dependent_reports}; resume with {str(old_reports).lower()}")
         saved = state.get("calibrate_with")  # absent in checkpoints written before the setting existed
         if saved is not None and calibrating_accountant(self.sampling, saved) != self.calibrating_accountant:
-            raise ValueError(f"checkpoint ledger has accountant.calibrate_with={saved!r} but this run has "
-                             f"{self.calibrate_with!r}; resume with the same setting")
+            raise PrivacySettingError("calibrate_with", f"cannot resume: the checkpoint ledger has calibrate_with="
+                                                        f"{saved!r} but this run has {self.calibrate_with!r}; resume "
+                                                        "with the same setting")
         self.entries = [LedgerEntry(**e) for e in state["entries"]]
         self._allowance_cache = {}
         pending = dict(state.get("reported", {}))

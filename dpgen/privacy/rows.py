@@ -27,6 +27,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .errors import PrivacySettingError
+
 
 def clip_rows(r: torch.Tensor, max_norm: float) -> torch.Tensor:
     """``(n, D) -> (n, D)``: each row scaled to norm <= ``max_norm`` (rows already inside are unchanged).
@@ -83,13 +85,13 @@ class RowMap:
     def __init__(self, dim: int, n_classes: int, value_range: tuple[float, float], center: float | None,
                  radius: float | None, label_mode: str, label_weight: float) -> None:
         if label_mode not in ("concat", "none"):
-            raise ValueError(f"model.label_mode must be 'concat' or 'none', got {label_mode!r}")
+            raise PrivacySettingError("label_mode", f"the label mode must be 'concat' or 'none', got {label_mode!r}")
         lo, hi = value_range
         self.center = (lo + hi) / 2.0 if center is None else float(center)
         worst = max(abs(lo - self.center), abs(hi - self.center)) * math.sqrt(dim)
         self.radius = worst if radius is None else float(radius)
         if self.radius <= 0:
-            raise ValueError(f"model.radius must be > 0, got {radius}")
+            raise PrivacySettingError("radius", f"the row radius must be > 0, got {radius}")
         self.label_mode, self.n_classes = label_mode, n_classes
         self.label_weight = float(label_weight)
         self.out_dim = dim + (n_classes if label_mode == "concat" else 0)

@@ -1,7 +1,7 @@
 """The private sampler: the only way a method reaches private records.
 
 It draws batches exactly as the accountant assumes, chosen by the same config value
-(``accountant.sampling``):
+(the accountant's ``sampling``):
 
 * ``poisson``: each of the ``N`` records is included independently with probability
   ``q = batch_size / N`` (batch size is Binomial(N, q));
@@ -19,8 +19,8 @@ from typing import Protocol
 
 import torch
 
-from ..errors import ConfigError
 from .accountants import check_sampling
+from .errors import PrivacySettingError
 
 
 class PrivateSource(Protocol):
@@ -36,11 +36,13 @@ class PrivateSampler:
         self.source = source
         self.n = len(source)
         if batch_size < 1:
-            raise ConfigError(f"model.batch_size={batch_size}: a batch needs at least one record; set model.batch_size>=1")
+            raise PrivacySettingError("batch_size", f"a batch needs at least one record, got a batch size of {batch_size}; "
+                                                    "use 1 or more")
         if batch_size > self.n:  # N is private under add/remove: not in the message
-            raise ConfigError(f"model.batch_size={batch_size} is larger than the private training split, so a batch cannot "
-                              "be filled (the number of private records is not printed: it is private data); fix: a "
-                              "smaller model.batch_size, or more training records")
+            raise PrivacySettingError("batch_size", f"the batch size {batch_size} is larger than the private training "
+                                                    "split, so a batch cannot be filled (the number of private records "
+                                                    "is not printed: it is private data); fix: a smaller batch size, or "
+                                                    "more training records")
         self.batch_size = int(batch_size)
         self.sampling = check_sampling(sampling)
         self.generator = torch.Generator().manual_seed(int(seed))
@@ -68,6 +70,8 @@ class PrivateSampler:
 
     def load_state_dict(self, state: dict) -> None:
         if state["sampling"] != self.sampling:
-            raise ValueError("checkpoint sampler used a different accountant.sampling")
+            raise PrivacySettingError("sampling", f"cannot resume: the checkpoint's batches were drawn with "
+                                                  f"{state['sampling']} sampling but this run uses {self.sampling}; "
+                                                  "resume with the same sampling")
         self.generator.set_state(state["generator"])
         self.draws = int(state["draws"])

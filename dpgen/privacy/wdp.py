@@ -30,6 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.special import gammaln, hyp1f1
 
+from .errors import PrivacySettingError
+
 ArrayLike = float | Sequence[float] | np.ndarray
 
 # ----------------------------------------------------------------------------------- Table 1
@@ -210,8 +212,9 @@ class WassersteinAccountant:
 
     def load_state_dict(self, state: dict) -> None:
         if (state["order"], state["beta"]) != (self.order, self.beta):
-            raise ValueError(f"checkpoint WA has order={state['order']}, beta={state['beta']} but this run has "
-                             f"order={self.order}, beta={self.beta}; resume with the same model.wa_order/wa_beta")
+            raise PrivacySettingError("wa_order", f"cannot resume: the checkpoint's WA has order={state['order']}, "
+                                                  f"beta={state['beta']} but this run has order={self.order}, "
+                                                  f"beta={self.beta}; resume with the same order and beta")
         self.total_loss = float(state["total_loss"])
         self.steps = int(state["steps"])
         self.history = [float(v) for v in state["history"]]

@@ -71,6 +71,7 @@ def test_a_batch_size_the_private_split_cannot_fill_is_one_error_without_the_cou
     with pytest.raises(ConfigError) as err:
         run(cfg)
     message = str(err.value)
-    assert message.startswith("model.batch_size=100 is larger than the private training split") and "\n" not in message
+    assert message.startswith("model.batch_size: the batch size 100 is larger than the private training split")
+    assert "\n" not in message
     assert not re.search(r"\b(7|8|9)\b", message)  # N (and N + 1, the total) are not printed
     assert not (tmp_path / "run" / "checkpoints").exists()  # refused before any private step

@@ -100,7 +100,7 @@ def test_delta_not_below_one_over_n_is_refused_before_loading(tmp_path):
     # no MNIST under this data root: the δ error comes first, so nothing was loaded
     r = train(["experiment=mnist_dpswd", "accountant.delta=1e-4", f"paths.data_root={tmp_path}",
                f"hydra.run.dir={tmp_path / 'run'}"])
-    assert_user_error(r, tmp_path / "run", "accountant.delta=0.0001", "N = at most 60000", "fix: accountant.delta=1e-05")
+    assert_user_error(r, tmp_path / "run", "accountant.delta: delta=0.0001", "N = at most 60000", "fix: delta=1e-05")
 
 
 @pytest.mark.usefixtures("data_root")

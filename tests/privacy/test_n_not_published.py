@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
+from dpgen.config import privacy_setting_error
 from dpgen.privacy.delta import check_delta, example_delta
 from tests.helpers.configs import compose_cfg
 
@@ -51,7 +52,7 @@ def test_a_poisson_run_publishes_no_exact_record_count_and_its_card_says_what_re
     partners = results["train"]["mechanisms"]["projection"]["partners"]
     assert partners == "N + 1"  # the formula, not the number
     notes = " ".join(card["does_not_cover"])
-    assert "dataset.test_fraction=0.25" in notes and "reveals the number of records" in notes
+    assert "the dataset's test_fraction, 0.25" in notes and "reveals the number of records" in notes
     assert "sample rate" in notes  # q = B / N is published and reveals N: said so
 
 
@@ -59,12 +60,12 @@ def test_delta_refusals_print_no_private_count_and_the_docs_quote_them_as_the_co
     troubleshooting = (ROOT / "docs" / "guides" / "troubleshooting.md").read_text()
     with pytest.raises(ValueError) as public:
         check_delta(0.01, 1347, bound=True)  # the digits' public bound
-    assert f"`{public.value}`" in troubleshooting
+    assert f"`{privacy_setting_error(public.value)}`" in troubleshooting  # the line the user sees
     with pytest.raises(ValueError) as refused:
         check_delta(0.05, 35)  # the exact private N: never printed
-    private = str(refused.value)
+    private = str(privacy_setting_error(refused.value))
     assert "35" not in private and str(1 / 35)[:5] not in private and f"{example_delta(35):g}" not in private
-    quoted = re.search(r"`(accountant\.delta=… is not below 1/N for this private set[^`]*)…`", troubleshooting)
+    quoted = re.search(r"`(accountant\.delta: delta=… is not below 1/N for this private set[^`]*)…`", troubleshooting)
     assert quoted and private.replace("0.05", "…", 1).startswith(quoted.group(1).rstrip())
     own = (ROOT / "docs" / "guides" / "own-data.md").read_text()
     assert "warns" not in own and "refuses" in own  # dpgen refuses δ >= 1/N; it never only warns

@@ -66,7 +66,7 @@ def test_sampler_state_round_trip_reproduces_batches():
 
 def test_sample_rate_is_batch_over_n():
     assert PrivateSampler(_source(400), 20, "poisson").sample_rate == pytest.approx(0.05)
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(ValueError, match="batch size 11 is larger"):
         PrivateSampler(_source(10), 11, "poisson")
 
 

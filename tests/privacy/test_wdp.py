@@ -170,7 +170,7 @@ def test_wa_state_dict_roundtrip_and_mismatch_error():
     wa2 = WassersteinAccountant(16, 32)
     wa2.load_state_dict(wa.state_dict())
     assert wa2.epsilon(1e-5) == wa.epsilon(1e-5) and wa2.steps == 1
-    with pytest.raises(ValueError, match="wa_order"):
+    with pytest.raises(ValueError, match="same order and beta"):
         WassersteinAccountant(8, 32).load_state_dict(wa.state_dict())
 
 

@@ -7,13 +7,13 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from dpgen.config import ConfigError
+from dpgen.config import ConfigError, check_delta_of_config
 from dpgen.data import integrity
 from dpgen.data.base import DatasetNotFoundError
 from dpgen.errors import DataFileError, UserError
 from dpgen.logging.run_logger import check_wandb, wandb_mode
 from dpgen.preflight import preflight
-from dpgen.privacy.delta import check_delta_of_config, example_delta, known_record_bound
+from dpgen.privacy.delta import example_delta, known_record_bound
 
 
 def test_user_errors_share_one_base_class():
@@ -40,7 +40,7 @@ def test_known_record_bound_needs_no_data(dataset, bound):
 
 def test_delta_at_or_above_one_over_n_is_refused_before_and_after_loading():
     digits = {"_target_": "dpgen.data.datasets.digits"}
-    with pytest.raises(ConfigError, match=r"accountant.delta=0.001 .*N = at most 1347.*fix: accountant.delta=0.0001"):
+    with pytest.raises(ConfigError, match=r"accountant.delta: delta=0.001 .*N = at most 1347.*fix: delta=0.0001"):
         check_delta_of_config(_cfg(digits, 1e-3))
     check_delta_of_config(_cfg(digits, 1e-4))
     check_delta_of_config(_cfg(digits, 1e-3, private=False))  # a non-private run has no δ to honour

@@ -60,7 +60,7 @@ def compose(overrides: list[str], run_dir: str | Path | None = None):
 def train(overrides: list[str] | None = None, run_dir: str | Path | None = None) -> Run:
     """Train in this process, as ``python train.py <overrides>`` does; returns the :class:`Run`.
 
-    A user's mistake raises ``dpgen.config.ConfigError`` (or ``DatasetNotFoundError``) with the fix in its message.
+    A user's mistake raises ``dpgen.errors.ConfigError`` (or ``DatasetNotFoundError``) with the fix in its message.
     """
     from .pipeline import run
 

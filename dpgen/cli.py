@@ -82,17 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         sub = argparse.ArgumentParser(prog=f"dpgen {name}", description=COMMANDS[name][1])
         module.add_arguments(sub)
         return int(module.run(sub.parse_args(rest)) or 0)
-    return int(_with_prog(f"dpgen {name}", module.main, rest) or 0)
+    from .utils import with_prog
 
+    return int(with_prog(f"dpgen {name}", module.main, rest) or 0)
 
-def _with_prog(prog: str, fn, *args):
-    """Call ``fn`` with ``sys.argv[0]`` set to ``prog``, so that its argparse usage lines name the command."""
-    saved = sys.argv[0]
-    sys.argv[0] = prog
-    try:
-        return fn(*args)
-    finally:
-        sys.argv[0] = saved
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
 from .privacy.card import n_is_public
-from .privacy.conventions import PaperConvention
+from .privacy.conventions import paper_convention
 from .privacy.delta import check_delta_of_config
 from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, pick_device, seed_everything
@@ -52,7 +52,7 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
     console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
     # settings first: a bad model / evaluator / accountant setting fails before the data is loaded
-    convention = _paper_convention(cfg)  # privacy.convention=paper: the paper's noise (dpgen/privacy/conventions.py)
+    convention = paper_convention(cfg.get("privacy"))  # privacy.convention=paper: the paper's noise (dpgen/privacy/conventions.py)
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
@@ -101,16 +101,6 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
         logger.finish()
     print_summary(results)  # privacy | utility | provenance (dpgen/logging/summary.py)
     return results
-
-
-def _paper_convention(cfg: DictConfig) -> PaperConvention | None:
-    """``PaperConvention(paper_sigma, paper_epsilon, paper_sensitivity_dim)`` when ``privacy.convention=paper`` (validated), else None."""
-    pc = cfg.get("privacy") or {}
-    if pc.get("convention", "honest") != "paper":
-        return None
-    sigma, dim = pc.get("paper_sigma"), pc.get("paper_sensitivity_dim")
-    return PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon")),
-                           None if dim is None else int(dim))
 
 
 def _overrides() -> list[str]:

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .export.release import Release, find_release, load_release
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from .paths import CONFIGS
 
 __all__ = ["Run", "train", "load_release", "Release"]
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from pathlib import Path
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -26,6 +25,7 @@ from .export.release import release_info
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
+from .paths import ROOT
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.delta import check_delta_of_config
@@ -115,7 +115,7 @@ def _code_version() -> str | None:
     tracked files differ from it; None outside a git checkout (an installed package)."""
     import subprocess
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=10)

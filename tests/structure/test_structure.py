@@ -10,6 +10,8 @@ import functools
 import inspect
 from pathlib import Path
 
+import pytest
+
 import dpgen.privacy as privacy
 from dpgen.privacy.mechanisms import Mechanism
 
@@ -143,3 +145,14 @@ def test_the_privacy_package_exports_every_mechanism():
 
 def _subclasses(cls: type) -> set[type]:
     return {s for c in cls.__subclasses__() for s in {c, *_subclasses(c)}}
+
+
+def test_the_wheel_lists_every_package_and_ships_the_configs():
+    """pyproject.toml lists the packages (a mapped folder is not discovered): every one of dpgen/, plus
+    configs/ as dpgen.configs (Hydra's pkg:// search path of an installed wheel)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    setup = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {".".join(p.parent.relative_to(PKG.parent).parts) for p in PKG.rglob("__init__.py")}
+    assert set(setup["packages"]) == packages | {"dpgen.configs"}
+    assert setup["package-dir"] == {"dpgen.configs": "configs"} and (PKG.parent / "configs" / "__init__.py").is_file()

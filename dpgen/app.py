@@ -21,7 +21,9 @@ from .paths import HYDRA_CONFIGS
 @hydra.main(config_path=HYDRA_CONFIGS, config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     from .pipeline import run
+    from .utils.cluster import export_submitit_environment
 
+    export_submitit_environment()  # a submitit job of several tasks: one distributed run, as under torchrun
     try:
         results = run(cfg)
     except Exception as err:

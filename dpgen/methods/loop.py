@@ -188,7 +188,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
 
     t0, done, values, stopped = time.time(), start, ({} if ck is None else ck.get("values", {})), False
     watch = FiniteWatch()
-    bar = progress_bar(method.name, ctx)
+    bar = progress_bar(method.name, ctx, transient=True)  # its clock times private steps: never left in a log
     with bar:
         task = bar.add_task("train", total=end, completed=start, info="")
         for t in range(start, end):

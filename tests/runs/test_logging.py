@@ -140,7 +140,7 @@ def test_wandb_charts_are_keyed_by_epsilon_and_summary_is_grouped(tmp_path, fake
     assert not any(k.endswith("_time_s") or "runtime" in k for k in s)  # timings depend on private batch sizes
     assert s["utility/acc_logreg"] == 0.7 and s["provenance/fid_n_generated"] == 2000
     assert "utility/fid_n_generated" not in s
-    assert (tmp_path / "wandb_run_id").read_text().strip() == "fakeid01"
+    assert (tmp_path / "wandb_run_id").read_text().strip() == run.kwargs["id"] == run.id
 
 
 def test_resume_continues_the_wandb_run_and_accumulates_runtime(tmp_path, fake_wandb):
@@ -155,16 +155,19 @@ def test_resume_continues_the_wandb_run_and_accumulates_runtime(tmp_path, fake_w
     second.log_summary(results)
     second.finish()
     assert fake_wandb[1].kwargs["id"] == fake_wandb[0].id and fake_wandb[1].kwargs["resume"] == "allow"
-    assert fake_wandb[0].kwargs["id"] is None
+    assert fake_wandb[0].kwargs["resume"] is None
     assert results["runtime_s"] == pytest.approx(40.0) and results["runtime_segments_s"] == [30.0, 10.0]
     assert "runtime_s" not in json.loads((tmp_path / "results.json").read_text())  # private: not published
     assert json.loads((tmp_path / "private_timings.json").read_text())["segments_s"] == [30.0, 10.0]
     third = RunLogger(tmp_path, run_config=cfg, wandb={"mode": "offline"})  # not a resume: a new run, new clock
     third.log_summary(r := {"experiment": "e", "metrics": {}, "privacy": {}, "runtime_s": 5.0})
-    assert fake_wandb[2].kwargs["id"] is None and r["runtime_s"] == 5.0
+    third.finish()
+    assert fake_wandb[2].kwargs["id"] != fake_wandb[0].id and fake_wandb[2].kwargs["resume"] is None
+    assert r["runtime_s"] == 5.0
 
 
 def test_non_private_metrics_are_charted_by_step_not_by_infinite_epsilon(tmp_path, fake_wandb):
     logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
     logger.log_metrics({"loss": 1.0, "epsilon": float("inf")}, step=1)
+    logger.finish()
     assert "loss" not in fake_wandb[0].defined

@@ -47,7 +47,8 @@ def test_groups_separate_utility_from_provenance():
     g = group_results(PRIVATE)
     assert set(g["utility"]) == {"acc_logreg", "acc_mlp", "fid"}
     assert {"fid_extractor", "fid_n_generated", "fid_extractor_cache", "eval_time_s", "fid_extractor_accuracy",
-            "runtime_s", "train_steps"} <= set(g["provenance"])
+            "train_steps"} <= set(g["provenance"])
+    assert "runtime_s" not in g["provenance"]  # wall-clock time: private (private_timings.json)
     assert g["privacy"]["guarantee"] == "rigorous" and g["privacy"]["target_epsilon"] == 10.0
     assert metric_family("acc_target") == "target accuracy (DA)" and metric_family("swd_to_test") == \
         "sliced Wasserstein" and metric_family("test_accuracy") == "accuracy" and metric_family("n_test") is None
@@ -66,7 +67,7 @@ def test_console_table_shows_the_label_beside_epsilon_in_three_groups():
     other = next(ln for ln in out.splitlines() if "9.9900" in ln)
     assert "RDP, another accountant" in other and "not the run's ε" in other
     assert sum("8.2800" in ln for ln in out.splitlines()) == 1  # no second PLD row
-    assert "run time (s, private" in out
+    assert "private_timings.json" in out and "88" not in out  # the run time is private: never printed
     for group in ("privacy", "utility", "provenance"):
         assert group in out
     assert "target epsilon" in out and "acc_logreg" in out

@@ -21,3 +21,20 @@ CONFIG_PACKAGE = "dpgen.configs"  # the wheel's copy of configs/
 IN_CHECKOUT = (ROOT / "configs" / "train.yaml").is_file() and (ROOT / "pyproject.toml").is_file()
 CONFIGS = ROOT / "configs" if IN_CHECKOUT else PACKAGE / "configs"  # a folder either way (a wheel installs files)
 HYDRA_CONFIGS = str(CONFIGS) if IN_CHECKOUT else f"pkg://{CONFIG_PACKAGE}"  # Hydra's config_path
+
+
+def code_version() -> str | None:
+    """``git rev-parse --short HEAD`` of the checkout holding this package, ``+ uncommitted changes`` when
+    tracked files differ from it; None outside a git checkout (an installed package)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")

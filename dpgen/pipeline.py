@@ -25,7 +25,7 @@ from .export.release import release_info
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
-from .paths import ROOT
+from .paths import code_version
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.delta import check_delta_of_config
@@ -72,7 +72,7 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
                            precision=check_precision(cfg.trainer.get("precision", 32)),
                            release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
-                                                                  method, led, _code_version(), run_dir))
+                                                                  method, led, code_version(), run_dir))
         train_metrics = loop.train(method, data, ledger, ctx)
         metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
         privacy = ledger.summary()
@@ -93,7 +93,7 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
             "precision": ctx.precision,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
-            "git_commit": _code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/evidence.py)
+            "git_commit": code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/evidence.py)
             "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
         }
         logger.log_summary(results)
@@ -108,21 +108,3 @@ def _overrides() -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def _code_version() -> str | None:
-    """``git rev-parse --short HEAD`` of the checkout holding this package, ``+ uncommitted changes`` when
-    tracked files differ from it; None outside a git checkout (an installed package)."""
-    import subprocess
-
-    root = ROOT
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")

@@ -34,7 +34,7 @@ FLOORS: list[tuple[set[str], str]] = [
 ]
 # the privacy core and the maths stand on the ground floor only (no Hydra, no logging, no data layer)
 CORE = {"ot": {"errors", "utils"}, "privacy": {"errors", "utils", "ot"}}
-PIPELINE_USERS = {"app", "api", "cli"}
+PIPELINE_USERS = {"app", "api", "cli", "bench"}  # bench: the GPU check times whole runs
 
 
 def _floor(part: str) -> int:

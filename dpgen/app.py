@@ -8,6 +8,7 @@ installed wheel ships as the package ``dpgen.configs`` (Hydra's ``pkg://`` searc
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -24,8 +25,16 @@ def main(cfg: DictConfig) -> float | None:
     from .utils.cluster import export_submitit_environment
 
     export_submitit_environment()  # a submitit job of several tasks: one distributed run, as under torchrun
+    from .interrupt import RunInterrupted
+
     try:
         results = run(cfg)
+    except RunInterrupted as stop:  # results so far are in results.json, labelled incomplete; the checkpoint is whole
+        print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
+              "incomplete); run the same command again to continue", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.exit_code)  # the folder is released and every file closed: skip the interpreter's slow teardown
     except Exception as err:
         message = user_error(err)
         if message is None:  # a bug keeps its traceback
@@ -74,6 +83,7 @@ def _remove_untouched_run_dir() -> None:
 
     if not HydraConfig.initialized():
         return
+    from .preflight import CREATED
     from .runs import STATE_DIR, in_use
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -86,6 +96,9 @@ def _remove_untouched_run_dir() -> None:
             continue
         return
     shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in CREATED:  # e.g. outputs/<experiment>/: made for this run, now empty
+        if parent != run_dir.resolve() and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
 
 
 def run_app(argv: list[str]) -> int:

@@ -20,7 +20,7 @@ ARCHITECTURE = PKG.parent / "docs" / "ARCHITECTURE.md"
 
 # floor -> (the parts of dpgen on it, what they are); a part imports only parts on lower floors
 FLOORS: list[tuple[set[str], str]] = [
-    ({"errors", "paths", "utils"}, "user errors, where files are, small torch helpers: no dpgen import"),
+    ({"errors", "interrupt", "paths", "utils"}, "user errors, stop signals, where files are, small torch helpers"),
     ({"ot"}, "optimal transport maths"),
     ({"privacy"}, "mechanisms, bounds, accountants, ledger, sampler"),
     ({"data", "models", "logging", "runs", "preflight"}, "datasets, networks, run logger, run folders"),

@@ -55,9 +55,13 @@ def user_error(err: BaseException) -> str | None:
     """The one-line message of a user's mistake (a :class:`dpgen.errors.UserError`: a bad setting,
     missing or damaged data, W&B not logged in), printed without a traceback; None for anything else.
     Hydra wraps errors raised while instantiating a target: unwrap them."""
+    from .config import privacy_setting_error
     from .errors import UserError, one_line
+    from .privacy.errors import PrivacySettingError
 
     cause = _unwrap(err)
+    if isinstance(cause, PrivacySettingError):  # the privacy core's words: the config layer names the key
+        cause = privacy_setting_error(cause)
     return one_line(str(cause)) if isinstance(cause, UserError) else None
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +12,9 @@ from hydra.core.global_hydra import GlobalHydra
 
 from dpgen.config import privacy_setting_error
 from dpgen.privacy.delta import check_delta, example_delta
+from tests.helpers import ROOT
 from tests.helpers.configs import compose_cfg
 
-ROOT = Path(__file__).resolve().parents[2]
 N_TOTAL = 47  # records in dataset.path: 12 held out as the test split (test_fraction 0.25), N = 35 private
 
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from dpgen.config import ConfigError, check_delta_of_config
+from dpgen.config import check_delta_of_config
 from dpgen.data import integrity
 from dpgen.data.base import DatasetNotFoundError
-from dpgen.errors import DataFileError, UserError
+from dpgen.errors import ConfigError, DataFileError, UserError
 from dpgen.logging.run_logger import check_wandb, wandb_mode
 from dpgen.preflight import preflight
 from dpgen.privacy.delta import example_delta, known_record_bound

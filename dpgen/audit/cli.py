@@ -207,7 +207,7 @@ def audit_conventions(runs: int, seed: int, only: tuple[str, ...] = CONVENTIONS)
                                      preset="DP-SWD paper (MNIST)")
         res.append(r.asdict())
     # DP-SGD sum under replace-one adjacency accounted with sensitivity C (instead of 2C): what DP-DANN's
-    # alignment does on main with accountant.sampling=without_replacement (RDPAccountant.calibrate(...)
+    # alignment does on main with accountant.sampling=without_replacement (calibrate(..., accountant="rdp")
     # with the multiplier of an add/remove sum); sigma = 2 so the claim is moderate.
     grads = torch.randn(8, 16, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     for claimed_sens, label in () if "dpdann" not in only else ((2.0, "honest: replace-one accounted with 2C"),

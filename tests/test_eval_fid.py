@@ -87,6 +87,21 @@ def test_fid_matches_scipy_frechet_distance_in_float64(extractor):
     assert frechet_distance(real, fake, ext, batch_size=37) == pytest.approx(expected, rel=1e-3)
 
 
+def test_fid_is_torchmetrics_frechet_inception_distance_bit_for_bit(extractor):
+    """frechet_distance runs torchmetrics' float64 operations without importing torchmetrics."""
+    from torchmetrics.image.fid import FrechetInceptionDistance
+
+    ext, plan, _ = extractor
+    real = plan.ref.x
+    fake = (plan.train.x[:200] + 0.1 * torch.randn(200, 1, 8, 8, generator=torch.Generator().manual_seed(0))).clamp(0, 1)
+    for batch_size in (500, 37):
+        metric = FrechetInceptionDistance(feature=ext, normalize=True, reset_real_features=True)
+        for x, is_real in ((real, True), (fake, False)):
+            for i in range(0, x.shape[0], batch_size):
+                metric.update(x[i:i + batch_size], real=is_real)
+        assert frechet_distance(real, fake, ext, batch_size=batch_size) == float(metric.compute())
+
+
 def test_missing_inception_weights_raise_a_clear_error():
     with pytest.raises(InceptionUnavailableError, match="evaluator.fid.inception_weights"):
         InceptionFeatures("/nonexistent/weights-inception.pth")

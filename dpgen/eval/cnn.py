@@ -73,7 +73,7 @@ class Adam:
 
     @torch.no_grad()
     def step(self) -> None:
-        for i, (p, m, v) in enumerate(zip(self.params, self.exp_avg, self.exp_avg_sq)):
+        for i, (p, m, v) in enumerate(zip(self.params, self.exp_avg, self.exp_avg_sq, strict=True)):
             if p.grad is None:
                 continue
             self.steps[i] += 1

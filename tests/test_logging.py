@@ -174,10 +174,55 @@ def test_resume_continues_the_wandb_run_and_accumulates_runtime(tmp_path, fake_w
     assert json.loads((tmp_path / "private_timings.json").read_text())["segments_s"] == [30.0, 10.0]
     third = RunLogger(tmp_path, run_config=cfg, wandb={"mode": "offline"})  # not a resume: a new run, new clock
     third.log_summary(r := {"experiment": "e", "metrics": {}, "privacy": {}, "runtime_s": 5.0})
+    third.finish()
     assert fake_wandb[2].kwargs["id"] is None and r["runtime_s"] == 5.0
 
 
 def test_non_private_metrics_are_charted_by_step_not_by_infinite_epsilon(tmp_path, fake_wandb):
     logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
     logger.log_metrics({"loss": 1.0, "epsilon": float("inf")}, step=1)
+    logger.finish()
     assert "loss" not in fake_wandb[0].defined
+
+
+def test_wandb_starts_in_the_background_and_logs_in_order(tmp_path, fake_wandb, monkeypatch):
+    """An offline W&B run starts on a background thread (its start-up overlaps the run); every call keeps its order."""
+    import threading
+
+    wandb = sys.modules["wandb"]
+    release, threads = threading.Event(), []
+    init = wandb.init
+
+    def slow_init(**kwargs):
+        threads.append(threading.current_thread())
+        assert release.wait(10)
+        return init(**kwargs)
+
+    monkeypatch.setattr(wandb, "init", slow_init)
+    logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
+    for step in range(1, 4):  # returns at once although wandb.init has not finished
+        logger.log_metrics({"loss": 1.0 / step, "epsilon": 0.1 * step}, step=step)
+    assert not fake_wandb and not (tmp_path / "wandb_run_id").exists()
+    release.set()
+    logger.finish()
+    assert threads and threads[0] is not threading.main_thread()
+    assert [step for _, step in fake_wandb[0].logged] == [1, 2, 3] and fake_wandb[0].finished
+    assert (tmp_path / "wandb_run_id").read_text().strip() == "fakeid01"
+
+
+def test_wandb_online_without_login_stops_the_logger_at_once(tmp_path, fake_wandb, monkeypatch):
+    from dpgen.config import ConfigError
+
+    wandb = sys.modules["wandb"]
+
+    class UsageError(Exception):
+        pass
+
+    def init(**kwargs):
+        raise UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(wandb, "errors", types.SimpleNamespace(UsageError=UsageError), raising=False)
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    with pytest.raises(ConfigError, match="wandb login"):
+        RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "online"})

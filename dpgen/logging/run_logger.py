@@ -240,33 +240,70 @@ class WandbSink:
     * at the end the utility metrics are logged once at the final ε (``eval/<metric>``), so a
       sweep's runs give one point each on a chart keyed by ε;
     * the jobs of a Hydra multirun share one group (``group: null``);
-    * ``resume_id``: continue that W&B run (a resumed run folder) instead of starting a new one.
+    * ``resume_id``: continue that W&B run (a resumed run folder) instead of starting a new one;
+      ``on_start(run_id)`` is called once the W&B run exists (the run logger records its id for a resume).
+
+    Every W&B call (``import wandb``, ``wandb.init``, each log, ``finish``) runs in order on one background
+    thread, so W&B's start-up (seconds: its import and its service process) overlaps the run instead of
+    delaying it; what is logged, and in which order, is unchanged.  An online run waits for ``wandb.init`` at
+    once (a login or network problem stops the run before any data is read); an error of a later call is
+    raised by the next call, at the latest by :meth:`finish`.
     """
 
     def __init__(self, run_dir: str | Path, config: dict, mode: str = "offline", project: str = "dpgen",
                  entity: str | None = None, group: str | None = None, name: str | None = None,
-                 tags: list[str] | None = None, resume_id: str | None = None) -> None:
+                 tags: list[str] | None = None, resume_id: str | None = None, on_start=None) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         mode = wandb_mode(mode)
-        import wandb
-
         auto_group, auto_name = _hydra_group_and_name(config.get("experiment_name"))
-        self._wandb = wandb
         self._defined: set[str] = set()
-        try:
-            self.run = wandb.init(project=project, entity=entity, group=group or auto_group, name=name or auto_name,
-                                  tags=tags, mode=mode, dir=str(run_dir), config=config, reinit="finish_previous",
-                                  id=resume_id, resume="allow" if resume_id else None,
-                                  settings=wandb.Settings(silent=True, console="off"))
-        except wandb.errors.UsageError as err:  # a login check_wandb could not see coming
-            if "api key" not in str(err).lower():
-                raise
-            from ..config import ConfigError
+        self._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpgen-wandb")
+        self._pending: list = []
 
-            raise ConfigError(NOT_LOGGED_IN) from None
-        self.run.define_metric(EPSILON_KEY, summary="max")
+        def start() -> None:
+            import wandb
+
+            self._wandb = wandb
+            try:
+                self.run = wandb.init(project=project, entity=entity, group=group or auto_group,
+                                      name=name or auto_name, tags=tags, mode=mode, dir=str(run_dir), config=config,
+                                      reinit="finish_previous", id=resume_id, resume="allow" if resume_id else None,
+                                      settings=wandb.Settings(silent=True, console="off"))
+            except wandb.errors.UsageError as err:  # a login check_wandb could not see coming
+                if "api key" not in str(err).lower():
+                    raise
+                from ..config import ConfigError
+
+                raise ConfigError(NOT_LOGGED_IN) from None
+            self.run.define_metric(EPSILON_KEY, summary="max")
+            if on_start is not None:
+                on_start(self.run.id)
+
+        self._submit(start)
+        if mode == "online":
+            try:
+                self._wait()
+            except BaseException:
+                self._calls.shutdown(wait=False)
+                raise
+
+    def _submit(self, call) -> None:
+        """Queue ``call`` behind the earlier W&B calls; first raise the error of an earlier call that failed."""
+        done = [f for f in self._pending if f.done()]
+        self._pending = [f for f in self._pending if not f.done()]
+        for f in done:
+            f.result()
+        self._pending.append(self._calls.submit(call))
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
 
     @property
     def run_id(self) -> str:
+        self._wait()
         return self.run.id
 
     def _define(self, keys) -> None:
@@ -278,32 +315,45 @@ class WandbSink:
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         row = {k: v for k, v in metrics.items() if v is not None}
         eps = row.get(EPSILON_KEY)
-        if isinstance(eps, (int, float)) and np.isfinite(eps):  # non-private runs (ε = ∞) chart by step
-            self._define(row)
-        self.run.log(row, step=step)
+        charted = isinstance(eps, (int, float)) and np.isfinite(eps)  # non-private runs (ε = ∞) chart by step
+
+        def log() -> None:
+            if charted:
+                self._define(row)
+            self.run.log(row, step=step)
+
+        self._submit(log)
 
     def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None:
-        grid = image_grid(images.detach().float().cpu().clamp(0, 1), nrow=nrow)
+        pixels = to_uint8_image(image_grid(images.detach().float().cpu().clamp(0, 1), nrow=nrow))
         key = f"samples/{name.removeprefix('samples_')}" if name.startswith("samples_") else name
-        self.run.log({key: self._wandb.Image(to_uint8_image(grid), caption=name)}, step=step)
+        self._submit(lambda: self.run.log({key: self._wandb.Image(pixels, caption=name)}, step=step))
 
     def log_summary(self, results: dict[str, Any]) -> None:
         safe = json_safe(results)
-        grouped = safe.get("summary") or json_safe(group_results(results))
+        grouped = _flatten(safe.get("summary") or json_safe(group_results(results)))
         eps = (results.get("privacy") or {}).get(EPSILON_KEY)
         points = {f"eval/{k}": float(v) for k, v in (results.get("metrics") or {}).items()
                   if metric_family(k, v) is not None and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        if points and isinstance(eps, (int, float)) and np.isfinite(eps):
-            self._define(points)
-            self.run.log({**points, EPSILON_KEY: float(eps)})
-        for k, v in _flatten(grouped).items():
-            self.run.summary[k] = v
-        for key in ("experiment", "dataset"):
-            if key in safe:
-                self.run.summary[key] = safe[key]
+        charted = bool(points) and isinstance(eps, (int, float)) and np.isfinite(eps)
+        names = {key: safe[key] for key in ("experiment", "dataset") if key in safe}
+
+        def log() -> None:
+            if charted:
+                self._define(points)
+                self.run.log({**points, EPSILON_KEY: float(eps)})
+            for k, v in {**grouped, **names}.items():
+                self.run.summary[k] = v
+
+        self._submit(log)
 
     def finish(self) -> None:
-        self.run.finish()
+        """Finish the W&B run after every queued call; raises the first error of any of them."""
+        try:
+            self._submit(lambda: self.run.finish() if hasattr(self, "run") else None)
+            self._wait()
+        finally:
+            self._calls.shutdown(wait=True)
 
 
 def split_private_timings(results: dict[str, Any]) -> tuple[dict, dict]:
@@ -365,8 +415,8 @@ class RunLogger:
             id_file = source / WANDB_ID_FILE if source is not None else None
             if id_file is not None and id_file.is_file():
                 resume_id = id_file.read_text().strip() or None
-            sink = WandbSink(run_dir, run_config or {}, resume_id=resume_id, **wandb)
-            (self.run_dir / WANDB_ID_FILE).write_text(sink.run_id + "\n")
+            sink = WandbSink(run_dir, run_config or {}, resume_id=resume_id,
+                             on_start=lambda run_id: (self.run_dir / WANDB_ID_FILE).write_text(run_id + "\n"), **wandb)
             self.sinks.append(sink)
 
     # -- run time over restarts (private) -------------------------------------------------

@@ -1,4 +1,4 @@
-"""Fréchet distance of synthetic vs real images with torchmetrics' ``FrechetInceptionDistance``.
+"""Fréchet distance of synthetic vs real images (the computation of torchmetrics' ``FrechetInceptionDistance``).
 
 Two feature extractors (``evaluator.fid.extractor``):
 
@@ -66,8 +66,8 @@ def default_cache_dir() -> Path:
 
 
 class DomainFeatures(nn.Module):
-    """Wraps a trained :class:`SmallCNN` for torchmetrics: ``forward(x: (n, C, H, W) in [0, 1])`` ->
-    ``(n, num_features)`` float64 penultimate features; ``num_features`` set for torchmetrics."""
+    """Wraps a trained :class:`SmallCNN` as an FID feature extractor: ``forward(x: (n, C, H, W) in [0, 1])`` ->
+    ``(n, num_features)`` float64 penultimate features."""
 
     def __init__(self, cnn: SmallCNN) -> None:
         super().__init__()

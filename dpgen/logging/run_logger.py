@@ -21,6 +21,7 @@ import csv
 import io
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,10 @@ class WandbSink:
     * ``resume_id``: continue that W&B run (a resumed run folder whose earlier segment was sent)
       instead of starting a new one; the id is written to ``wandb_run_id`` when the run is sent.
     * nothing recorded (a run refused before its first logged step): no W&B run at all.
+
+    W&B's start-up (its import, and ``wandb.setup()``: the service process a run connects to) is done
+    on a background thread while the run trains and evaluates, so ``finish()`` only opens, fills and
+    closes the run: no W&B run exists and nothing is recorded before then.
     """
 
     def __init__(self, run_dir: str | Path, config: dict, mode: str = "offline", project: str = "dpgen",
@@ -269,6 +274,9 @@ class WandbSink:
         self._images: list[tuple[str, np.ndarray, str, int | None]] = []
         self._summary: dict | None = None
         self.run = None
+        self._prepared = threading.Thread(target=_prepare_wandb, name="dpgen-wandb-setup", daemon=True)
+        if self.mode != "disabled":
+            self._prepared.start()
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         self._rows.setdefault(int(step), {}).update({k: v for k, v in metrics.items() if v is not None})
@@ -285,6 +293,8 @@ class WandbSink:
         """Open the W&B run, send everything recorded, close it (once)."""
         if self.run is not None or not (self._rows or self._images or self._summary is not None):
             return
+        if self._prepared.is_alive():
+            self._prepared.join()
         import wandb
 
         (self.run_dir / WANDB_ID_FILE).write_text(self.run_id + "\n")
@@ -335,6 +345,19 @@ class WandbSink:
         for key in ("experiment", "dataset"):
             if key in safe:
                 self.run.summary[key] = safe[key]
+
+
+def _prepare_wandb() -> None:
+    """Import W&B and start its service process (``wandb.setup()``, public API: it creates no run and records
+    nothing), plus the module every ``wandb.init`` imports, so that the run's ``finish()`` does not wait for
+    them.  Any failure is left for ``wandb.init`` itself to report."""
+    try:
+        import wandb
+
+        wandb.setup()
+        import wandb.sdk.launch.inputs.internal  # noqa: F401 - imported by every wandb.init (launch job inputs)
+    except Exception:  # noqa: BLE001 - a speed-up only: wandb.init reports any real problem
+        pass
 
 
 def new_wandb_id() -> str:

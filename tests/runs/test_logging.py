@@ -184,3 +184,18 @@ def test_non_private_metrics_are_charted_by_step_not_by_infinite_epsilon(tmp_pat
     logger.log_metrics({"loss": 1.0, "epsilon": float("inf")}, step=1)
     logger.finish()
     assert "loss" not in fake_wandb[0].defined
+
+
+def test_wandb_starts_up_in_the_background_and_opens_no_run_before_finish(tmp_path, fake_wandb, monkeypatch):
+    """W&B's import and service start overlap the run on another thread; the run itself is opened only by finish()."""
+    import threading
+
+    calls = []
+    monkeypatch.setattr(sys.modules["wandb"], "setup", lambda: calls.append(("setup", threading.current_thread(),
+                                                                             len(fake_wandb))), raising=False)
+    logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
+    logger.log_metrics({"loss": 1.0, "epsilon": 0.5}, step=1)
+    assert not fake_wandb  # nothing sent while the run goes on
+    logger.finish()
+    assert calls and calls[0][1] is not threading.main_thread() and calls[0][2] == 0  # setup before any run
+    assert len(fake_wandb) == 1 and fake_wandb[0].finished

@@ -29,8 +29,8 @@ import torch
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..config import ConfigError
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..utils import pick_device
 from .downstream import PROTOCOLS, downstream_accuracy, torch_clf_settings
 from .fid import (

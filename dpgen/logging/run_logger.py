@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from ..utils import json_safe
 from .summary import group_results, metric_family
 from .timings import LEGACY_RUNTIME_FILE, PRIVATE_NOTE, PRIVATE_TIMINGS, write_private
@@ -87,8 +88,6 @@ def save_png(images: torch.Tensor, path: str | Path, nrow: int = 10) -> None:
 def wandb_mode(configured: str) -> str:
     """The W&B mode a run uses: ``WANDB_MODE`` from the environment wins over ``logger.wandb.mode`` (as
     W&B itself documents), e.g. ``WANDB_MODE=offline python train.py ...`` on a machine without network."""
-    from ..config import ConfigError
-
     if configured not in WANDB_MODES:  # checked even when the environment overrides it
         raise ConfigError(f"logger.wandb.mode={configured!r} is not a W&B mode; use online, offline or disabled")
     env = os.environ.get("WANDB_MODE", "").strip().lower()
@@ -119,8 +118,6 @@ NOT_LOGGED_IN = ("W&B is online (logger.wandb.mode=online or WANDB_MODE=online) 
 
 def check_wandb(wandb_cfg) -> None:
     """Before any data is loaded: the W&B mode is valid, and an online run has a W&B login."""
-    from ..config import ConfigError
-
     if wandb_cfg is None:
         return
     if wandb_mode(wandb_cfg.get("mode", "offline")) == "online" and wandb_logged_in() is False:
@@ -305,8 +302,6 @@ class WandbSink:
         except wandb.errors.UsageError as err:  # a login check_wandb could not see coming
             if "api key" not in str(err).lower():
                 raise
-            from ..config import ConfigError
-
             raise ConfigError(NOT_LOGGED_IN) from None
         self._wandb, self._defined, self._stamp = wandb, set(), float(time.time())
         self.run.define_metric(EPSILON_KEY, summary="max")

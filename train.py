@@ -1,4 +1,7 @@
-"""dpgen entry point: ``python train.py experiment=<dataset>_<method> [overrides]``."""
+"""dpgen entry point: ``python train.py experiment=<dataset>_<method> [overrides]``.
+
+One run on N processes: ``torchrun --nproc-per-node N train.py ...`` or ``dpgen train --nproc N ...``
+(docs/guides/distributed.md); rank 0 prints the errors and writes the one run folder."""
 
 from __future__ import annotations
 
@@ -20,13 +23,17 @@ def main(cfg: DictConfig) -> float | None:
     try:
         results = run(cfg)
     except Exception as err:
-        message = user_error(err)
+        from dpgen.privacy import distributed
+        from dpgen.utils.dist import peer_failure
+
+        message = user_error(err) or peer_failure(_unwrap(err))
         if message is None:  # a bug keeps its traceback
             raise
         if _is_multirun():  # a sweep reports through Hydra: the user's error itself, not Hydra's wrapper of it
             raise _unwrap(err) from None
-        _remove_untouched_run_dir()
-        print(f"error: {message}", file=sys.stderr)
+        if distributed.is_main():  # several processes: one error line, one folder (rank 0's)
+            _remove_untouched_run_dir()
+            print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     metric = cfg.get("optimized_metric")
     if metric is None:
@@ -88,4 +95,7 @@ if __name__ == "__main__":
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
+    from dpgen.utils.dist import run_dir_overrides
+
+    sys.argv += run_dir_overrides(sys.argv[1:], CONFIGS / "hydra" / "default.yaml")  # torchrun: one folder for all ranks
     main()

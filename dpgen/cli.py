@@ -38,11 +38,26 @@ TRAIN_SCRIPT = Path(__file__).resolve().parents[1] / "train.py"
 
 
 def train(argv: list[str]) -> int:
-    """Run the Hydra application of ``train.py`` with ``argv`` as its command line."""
+    """Run the Hydra application of ``train.py`` with ``argv`` as its command line.
+
+    ``--nproc N`` (N > 1): one run on N processes, ``torchrun --standalone --nproc-per-node N train.py ...``
+    (``dpgen.utils.dist.launch``; gloo on CPU, NCCL on GPUs)."""
     if not TRAIN_SCRIPT.is_file():
         print(f"error: {TRAIN_SCRIPT} not found: `dpgen train` runs from a checkout of the repository "
               "(pip install -e .)", file=sys.stderr)
         return 2
+    nproc, argv = _nproc(argv)
+    if nproc is None:
+        return 2
+    if nproc > 1:
+        from dpgen.preflight import preflight
+        from dpgen.utils.dist import launch
+
+        problem = preflight(argv)  # once, before N processes start
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        return launch(TRAIN_SCRIPT, argv, nproc)
     saved = sys.argv
     sys.argv = [str(TRAIN_SCRIPT), *argv]
     try:
@@ -53,6 +68,24 @@ def train(argv: list[str]) -> int:
     finally:
         sys.argv = saved
     return 0
+
+
+def _nproc(argv: list[str]) -> tuple[int | None, list[str]]:
+    """``--nproc N`` / ``--nproc=N`` taken out of ``argv`` (default 1); None after printing the error line."""
+    rest, nproc, i = [], 1, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--nproc" or arg.startswith("--nproc="):
+            value = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in arg else 2
+            if not value.isdigit() or int(value) < 1:
+                print(f"error: dpgen train --nproc takes a number of processes >= 1, got {value!r}", file=sys.stderr)
+                return None, argv
+            nproc = int(value)
+            continue
+        rest.append(arg)
+        i += 1
+    return nproc, rest
 
 
 def parser() -> argparse.ArgumentParser:

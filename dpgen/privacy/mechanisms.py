@@ -33,6 +33,14 @@ NoisyGradientSum               ``(sum_i clip_C(g_i) + N(0, s^2)) / (q N)``   DP-
 UnnoisedAccess                 nothing added, recorded with multiplier 0     non-private baselines
 =============================  ===========================================  =========================
 
+Several processes (``torchrun``; :mod:`dpgen.privacy.distributed`): a release is the single-process
+release of the global batch, whatever the number of processes W.  Sums of clipped contributions
+(``NoisyGradientSum``, ``ClassMomentRelease``) are summed over the ranks first and noised once, on rank
+0, then broadcast (:meth:`Mechanism.noised_sum`); projected rows (``GaussianProjectionRelease``) are
+noised where they are computed, each released row once, then gathered.  The noise generators, the
+directions and the calibrated multiplier are rank 0's, so the ledger (which every rank keeps
+identically and rank 0 writes) records exactly the single-process entries.
+
 Adding a kind: subclass :class:`Mechanism`, set ``kind``, implement ``sensitivity_under`` for both
 relations and a ``release`` that computes the clipped quantity, adds ``self.noise(shape)`` and
 calls ``self._record()``; put whatever fixes the sensitivity in ``_config`` (checked on resume).
@@ -41,7 +49,6 @@ calls ``self._record()``; put whatever fixes the sensitivity in ``_config`` (che
 from __future__ import annotations
 
 import math
-import secrets
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -50,6 +57,7 @@ from typing import ClassVar
 import torch
 
 from ..ot.sliced import orthogonal_directions, random_directions
+from . import distributed
 from .dpsgd import clip_per_sample, clipped_sum
 from .guarantee import guarantee_label, qualifier
 from .image_gradient import CLIP_MODES, clip_per_row, clip_whole
@@ -101,7 +109,9 @@ class Mechanism(ABC):
         self._multiplier = 0.0
         self._sensitivity: dict[str, float] = {}
         self.releases = 0
-        self.generator = torch.Generator().manual_seed(secrets.randbits(63) if seed is None else int(seed))
+        # several processes: rank 0's seed on every rank (the generators draw the same numbers everywhere)
+        self.generator = torch.Generator().manual_seed(
+            distributed.shared_secret() if seed is None else int(distributed.broadcast_object(int(seed))))
 
     # -- sensitivity and noise ---------------------------------------------------------
     @abstractmethod
@@ -143,6 +153,7 @@ class Mechanism(ABC):
             raise ValueError("a non-private mechanism is not calibrated")
         mult = self.ledger.calibrate(self.sample_rate, int(steps), self.beta, accountant=self.accountant,
                                      history=False)
+        mult = float(distributed.broadcast_object(mult))  # rank 0's ledger decides (identical on every rank)
         self._multiplier, self.noise_std = mult, mult * self.sensitivity
         return mult
 
@@ -168,6 +179,32 @@ class Mechanism(ABC):
             return None
         z = torch.randn(tuple(shape), generator=self.generator, dtype=like.dtype)
         return self.noise_std * z.to(like.device)
+
+    def noised_sum(self, parts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Sums of clipped per-record contributions -> the same sums plus ``N(0, noise_std^2)`` on every entry.
+
+        One process: ``part + noise`` for each part, drawn in order from this mechanism's generator.
+        Several processes: each rank holds the sums over ITS records; they are summed over the ranks
+        (the sum of the global batch, un-noised only inside the process group), the noise is drawn ONCE,
+        on rank 0, from this generator in the same order, and the result is broadcast.  So the released
+        tensor is the single-process release of the global batch: its sensitivity (one record moves one
+        contribution, wherever it is read) and its noise are the single-process ones.  Noising on every
+        rank before the sum would add W independent draws (variance W times too large, a different
+        release); noising only after the sum on rank 0 adds exactly the calibrated noise.
+        """
+        if not distributed.active():
+            return [p if (z := self.noise(p.shape, p)) is None else p + z for p in parts]
+        sizes = [p.numel() for p in parts]
+        flat = distributed.all_reduce_sum(torch.cat([p.reshape(-1) for p in parts]))
+        if distributed.is_main():
+            chunks = list(flat.split(sizes))
+            for i, (c, p) in enumerate(zip(chunks, parts, strict=True)):
+                z = self.noise(p.shape, c)
+                if z is not None:
+                    chunks[i] = c + z.reshape(-1)
+            flat = torch.cat(chunks)
+        flat = distributed.broadcast(flat)
+        return [c.reshape(p.shape) for c, p in zip(flat.split(sizes), parts, strict=True)]
 
     def _record(self) -> None:
         """One release of this mechanism in the ledger (only ``release`` calls it)."""
@@ -287,22 +324,32 @@ class GaussianProjectionRelease(Mechanism):
         return l2_sensitivity(self.k, dim, self.beta / self.partners(relation), self.bound, self.row_diameter)
 
     def draw_directions(self, device: torch.device | str | None = None) -> torch.Tensor:
-        """Fresh ``U: (D, k)`` of this release's kind (secret: torch's global RNG, reseeded by the method)."""
+        """Fresh ``U: (D, k)`` of this release's kind (secret: torch's global RNG, reseeded by the method);
+        several processes: rank 0's, so every rank projects on the same directions."""
         if self.directions == "orthogonal":
-            return orthogonal_directions(self.dim, self.k, device=device)
-        return random_directions(self.dim, self.k, device=device)
+            return distributed.broadcast(orthogonal_directions(self.dim, self.k, device=device))
+        return distributed.broadcast(random_directions(self.dim, self.k, device=device))
 
     def release(self, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``rows: (B, D)`` (already bounded by a row map), ``u: (D, k)`` -> ``(B, k) = rows @ u + N(0, s^2)``.
 
         The only way private rows leave: noised, and recorded in the ledger in the same call.
+
+        Several processes: ``rows`` is the whole released batch on every rank (the row maps
+        ``privacy.rows.fixed_size`` / ``class_blocks`` gather the ranks' rows first, so the fixed-size
+        layout is the single-process one); rank r projects and noises its contiguous part of the rows and
+        the noisy parts are gathered.  Each released row is noised once, by one rank, with the entries the
+        single-process release would have drawn for it (every rank draws the whole noise matrix from the
+        same generator and keeps its part), so the released ``(B, k)`` matrix, its sensitivity (one
+        record moves one row) and the ledger entry are the single-process ones.
         """
         if rows.shape[1] != self.dim or u.shape != (self.dim, self.k):
             raise ValueError(f"projection release expects rows (B, {self.dim}) and directions ({self.dim}, {self.k}), "
                              f"got {tuple(rows.shape)} and {tuple(u.shape)}")
-        p = rows.detach() @ u
-        z = self.noise(p.shape, p)
-        out = p if z is None else p + z
+        lo, hi = distributed.shard_bounds(rows.shape[0])
+        p = rows.detach()[lo:hi] @ u
+        z = self.noise((rows.shape[0], self.k), p)
+        out = distributed.all_gather_rows(p if z is None else p + z[lo:hi])
         self._record()
         return out
 
@@ -492,10 +539,9 @@ class NoisyGradientSum(Mechanism):
                     total[k] += v
         if total is None:
             raise ValueError("release() needs at least one chunk of per-sample gradients (it may be empty)")
-        out = {}
-        for k, s in total.items():                                                  # line 7: noise on the SUM
-            z = self.noise(s.shape, s)
-            out[k] = (s if z is None else s + z) / self.expected_batch_size        # / public q N
+        # line 7: noise on the SUM (several processes: summed over the ranks, noised once; noised_sum)
+        noisy = self.noised_sum(list(total.values()))
+        out = {k: s / self.expected_batch_size for k, s in zip(total, noisy, strict=True)}  # / public q N
         self._record()
         return out
 

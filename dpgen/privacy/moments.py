@@ -71,6 +71,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import distributed
 from .mechanisms import Mechanism
 
 RELATIONS = ("add_remove", "replace_one")
@@ -289,6 +290,11 @@ class ClassMomentRelease(Mechanism):
     Delta = sqrt 2): the statistics are sums over records, so they need no public N.  ``calibrate(1)``
     asks the ledger's accountant; ``release`` adds the noise from the mechanism's own generator and
     records itself.
+
+    Several processes: each rank passes the codes of its part of the private set; the weighted
+    moment vectors are summed over the ranks (the vector of the whole set: the same function of the
+    same records, so the same sensitivity) and noised once, on rank 0, then broadcast
+    (``Mechanism.noised_sum``): the released vector is the single-process one.
     """
 
     kind = "class_moments"
@@ -316,8 +322,7 @@ class ClassMomentRelease(Mechanism):
             raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
         z = z.double()
         v = class_moment_vector(z, y, self.n_classes, self.weights)
-        noise = self.noise(v.shape, v)
-        v = v if noise is None else v + noise
+        v = self.noised_sum([v])[0]  # several processes: summed over the ranks, noised once on rank 0
         self._record()
         k = z.shape[1]
         floor = 1e-6 * self.radius**2 / k if eig_floor is None else eig_floor
@@ -370,6 +375,10 @@ class ClassBlockProjectionRelease(Mechanism):
     ``M_c = U_c (P_c^T P_c - m sigma^2 I) U_c^T`` (the KNOWN noise variance removed), then
     ``mu_c = s_c / n_c^``, ``Sigma_c = M_c / n_c^ - mu_c mu_c^T`` projected onto the PSD cone.
     The padding rows are zeros, so they add nothing to ``s_c`` or ``M_c``.
+
+    Several processes: the ranks' codes are gathered first (the blocks are cut from the whole set), then
+    every rank computes the single-process release from the same generator (rank 0's seed): the same
+    blocks, directions and noise, one draw of each.
     """
 
     kind = "class_block_projection"
@@ -403,7 +412,7 @@ class ClassBlockProjectionRelease(Mechanism):
             raise RuntimeError("ClassBlockProjectionRelease is a single release")
         if z.shape[0] and float(z.norm(dim=1).max()) > self.radius * (1 + 1e-6):
             raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
-        z = z.double()
+        z, y = distributed.all_gather_rows(z.double()), distributed.all_gather_rows(y)
         k = z.shape[1]
         b, counts = self.blocks(z, y)
         us = torch.stack([orthogonal_matrix(k, self.generator) for _ in range(self.n_classes)])  # (C, K, K)

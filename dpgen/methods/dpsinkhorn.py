@@ -132,7 +132,8 @@ class DPSinkhorn(GenerativeMethod):
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device, self.num_classes, self.precision = ctx.device, data.num_classes, ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
-        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx))
+        # the released gradient couples the whole batch: several processes read the whole batch (split=False)
+        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx), split=False)
         self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=self.clip_norm, n_rows=self.batch_size,
                                                 sample_rate=self.sampler.sample_rate, clip=self.clip,
                                                 private=self.private, seed=mechanism_seed(ctx))

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from ..data import DataSplits, PrivateSplit
 from ..data.representations import build_representation
-from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy import PrivacyLedger, PrivateSampler, distributed
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
 from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
@@ -302,8 +302,9 @@ class LatentMethod(GenerativeMethod):
         n = len(data.private)
         x, y = PrivateSampler(data.private, n, "without_replacement", seed=seed).sample()
         rows = torch.cat([self.space.rows(x[i:i + chunk].to(self.device), y[i:i + chunk].to(self.device)).cpu()
-                          for i in range(0, n, chunk)])
-        return PrivateSplit(rows, y)
+                          for i in range(0, x.shape[0], chunk)])
+        # several processes: each rank encoded its part; the encoded set is the whole set, in order, on every rank
+        return PrivateSplit(distributed.all_gather_rows(rows), distributed.all_gather_rows(y))
 
     def _private_rows(self) -> torch.Tensor:
         """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release)."""

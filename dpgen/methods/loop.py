@@ -73,7 +73,8 @@ class Budget:
             return 2**62 if at_most is None else at_most
         kinds = {m.accountant for m in private}  # the accountant(s) that calibrated these releases
         accountant = kinds.pop() if len(kinds) == 1 else self.ledger.calibrating_accountant
-        allowed = self.ledger.allowance_for([m.ledger_entry() for m in private], accountant, at_most)
+        allowed = (self.ledger.allowance_for([m.ledger_entry() for m in private], accountant, at_most)
+                   if distributed.is_main() else None)
         return int(distributed.broadcast_object(allowed))  # several processes: rank 0's ledger decides
 
     def allows(self, mechs: list[Mechanism], remaining: int) -> bool:
@@ -173,6 +174,14 @@ def _same_state_as_rank0(method: Method) -> None:
     set_rng_state(state["rng"])
 
 
+def _same_rng_as_rank0() -> None:
+    """Several processes: rank 0's global RNG state on every rank (after a step whose private part drew
+    from it in proportion to the rank's part of the batch, e.g. dropout masks of per-sample gradients),
+    so the next step's public draws (generator inputs, directions, public batches) are the same everywhere."""
+    if distributed.active():
+        set_rng_state(distributed.broadcast_object(rng_state() if distributed.is_main() else None))
+
+
 def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, values: dict,
                 ctx: TrainContext) -> None:
     """Atomic; a failed write (disk full) is one error line and leaves the previous checkpoint intact.
@@ -240,6 +249,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
                 stopped = True
                 break
             values = method.step(t)
+            _same_rng_as_rank0()
             budget.spent(mechs)
             _check_finite(values, t)
             watch.update(values, t)

@@ -152,8 +152,8 @@ class Mechanism(ABC):
         if not self.private:
             raise ValueError("a non-private mechanism is not calibrated")
         mult = self.ledger.calibrate(self.sample_rate, int(steps), self.beta, accountant=self.accountant,
-                                     history=False)
-        mult = float(distributed.broadcast_object(mult))  # rank 0's ledger decides (identical on every rank)
+                                     history=False) if distributed.is_main() else None
+        mult = float(distributed.broadcast_object(mult))  # several processes: rank 0's ledger calibrates
         self._multiplier, self.noise_std = mult, mult * self.sensitivity
         return mult
 
@@ -194,8 +194,12 @@ class Mechanism(ABC):
         """
         if not distributed.active():
             return [p if (z := self.noise(p.shape, p)) is None else p + z for p in parts]
+        return self.noised_once(distributed.all_reduce_sum(torch.cat([p.reshape(-1) for p in parts])), parts)
+
+    def noised_once(self, flat: torch.Tensor, parts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Several processes: ``flat`` (the concatenated ``parts``, the same on every rank) plus noise drawn
+        once, on rank 0, from this generator in the order of ``parts``; broadcast; split back like ``parts``."""
         sizes = [p.numel() for p in parts]
-        flat = distributed.all_reduce_sum(torch.cat([p.reshape(-1) for p in parts]))
         if distributed.is_main():
             chunks = list(flat.split(sizes))
             for i, (c, p) in enumerate(zip(chunks, parts, strict=True)):
@@ -441,6 +445,10 @@ class ImageGradientSanitiser(Mechanism):
       batch (add, remove or replace a record) moves it by <= 2C: sensitivity 2C, multiplier sigma.
     * ``clip="per_row"`` (the paper's Alg. 1): each of the n rows in the C-ball and every row
       depends on every record: sensitivity 2C sqrt(n), multiplier sigma / sqrt(n) (Thm. 4.1).
+
+    Several processes: G is not a sum over records (the transport plan couples the whole batch), so
+    every rank reads the whole global batch (``PrivateSampler(split=False)``), computes the same G, and
+    the clipped G is noised once, on rank 0, and broadcast: the single-process release.
     """
 
     kind = "image_gradient"
@@ -479,8 +487,11 @@ class ImageGradientSanitiser(Mechanism):
             # non-finite entries -> 0 (a public rule; unconditional: testing first would be a host sync per step)
             g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
             g = clip_whole(g, self.clip_norm) if self.clip == "whole" else clip_per_row(g, self.clip_norm)
-            z = self.noise(g.shape, g)
-            g = g if z is None else g + z
+            if distributed.active():  # every rank computed g from the whole batch: noised once on rank 0, broadcast
+                g = self.noised_once(g.reshape(-1), [g])[0]
+            else:
+                z = self.noise(g.shape, g)
+                g = g if z is None else g + z
         self._record()
         return g
 

@@ -40,9 +40,12 @@ class PrivateSource(Protocol):
 
 
 class PrivateSampler:
-    """Draws private batches ``(x, y)`` from a private source according to ``sampling``."""
+    """Draws private batches ``(x, y)`` from a private source according to ``sampling``.
 
-    def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0) -> None:
+    ``split=False``: with several processes, every rank reads the whole batch (for a release computed
+    from the whole batch at once, noised once by its mechanism); the default gives each rank its part."""
+
+    def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0, split: bool = True) -> None:
         self.source = source
         self.n = len(source)
         if not 1 <= batch_size <= self.n:
@@ -54,6 +57,8 @@ class PrivateSampler:
         # several processes: rank 0's seed on every rank (the same global batches, module docstring)
         self.generator = torch.Generator().manual_seed(int(distributed.broadcast_object(int(seed))))
         self.draws = 0
+        # False: every rank reads the whole batch (a release that is not per record, e.g. DP-Sinkhorn's gradient)
+        self.split = bool(split)
 
     @property
     def sample_rate(self) -> float:
@@ -70,7 +75,8 @@ class PrivateSampler:
 
     def sample_indices(self) -> torch.Tensor:
         """Indices of this process's part of one private batch (all of it with one process; maybe empty)."""
-        return distributed.shard(self.global_indices())
+        idx = self.global_indices()
+        return distributed.shard(idx) if self.split else idx
 
     def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One private batch ``(x: (b, ...), y: (b,))``."""

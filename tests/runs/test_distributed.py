@@ -11,7 +11,12 @@ single-process reference with the same seeds and compares:
 * a projection release and a class-moment release equal the single-process ones (same noise draws);
 * training (DP-SGD, the class-Gaussian default, DP-SWD; trainer.deterministic=true): epsilon, delta,
   sigma and the ledger equal the single-process run's to 1e-9; with the noise switched off one step's
-  parameters equal the single-process step's to 1e-6, and every rank holds the same parameters.
+  parameters equal the single-process step's to 1e-6, and every rank holds the same parameters;
+* the other private families (DP-Sinkhorn, DPSWflow-r, DPSWgen, DPSWflow, the DP-SWD adapter, DP-DANN)
+  the same way, in one more pair of processes (slow suite).
+
+Launching through torchrun, one run folder, a killed rank and resuming on another number of
+processes: ``test_distributed_runs.py``.
 """
 
 from __future__ import annotations
@@ -37,10 +42,22 @@ from dpgen.privacy.rows import class_blocks, fixed_size
 WORLD = 2
 N, Q, DRAWS = 1000, 0.05, 300          # sampler
 SIGMA, C, DIM, REPEATS = 2.0, 1.0, 40, 300  # noise-once check
-PRESETS = {  # family -> (experiment, overrides): a few steps of each on the bundled 8x8 digits
-    "dpsgd": ("digits_dpsgd", ["model.batch_size=32", "model.network.channels=[4,4]", "model.network.hidden=[8,8]"]),
+PRESETS = {  # family -> (experiment, overrides): a few steps of each on the bundled 8x8 digits (fast suite)
+    "dpsgd": ("digits_dpsgd", ["model.batch_size=32", "model.epochs=1", "accountant.calibrate_with=rdp", "model.network.channels=[4,4]",
+                               "model.network.hidden=[8,8]"]),
     "class_gaussian": ("digits_moments", []),
-    "dpswd": ("digits_dpswd", ["model.dp.num_projections=20"]),
+    "dpswd": ("digits_dpswd", ["model.dp.num_projections=20", "model.epochs=1"]),
+}
+MORE_PRESETS = {  # the other private families (slow suite: one more pair of processes)
+    "dpsinkhorn": ("digits_dpsinkhorn", ["model.steps=20", "model.generator.hidden=8"]),
+    "dpswflow_r": ("digits_dpswflow_r", ["model.ae_steps=5", "model.epochs=1", "model.dp.num_projections=20"]),
+    "dpswd_adapter": ("digits_shift_dpswd", ["model.epochs=1", "model.start_align=0"]),
+    # dropout 0 in g: its masks in the per-sample pass are drawn per rank (the released sum is still one draw)
+    "dp_dann": ("digits_shift_dp_dann", ["model.epochs=1", "model.start_align=0", "++model.feature_extractor.dropout=0.0"]),
+    "dpswgen": (None, ["dataset=digits", "model=dpswgen", "model.autoencoder=null", "model.epochs=1",
+                         "model.representation={kind:dct,n_components:8}", "model.dp.num_projections=20"]),
+    "dpswflow": (None, ["dataset=digits", "model=dpswflow", "model.autoencoder=null", "model.steps=5",
+                          "model.representation={kind:dct,n_components:8}"]),
 }
 STEPS = 3
 
@@ -111,8 +128,8 @@ def _train(family: str, out: Path, noise: bool, steps: int) -> dict:
 
     from tests._hydra import compose_cfg
 
-    experiment, extra = PRESETS[family]
-    cfg = compose_cfg([f"experiment={experiment}", "trainer.deterministic=true", *extra], out_dir=out)
+    experiment, extra = {**PRESETS, **MORE_PRESETS}[family]
+    cfg = compose_cfg([f"experiment={experiment}" if experiment else "~experiment", "trainer.deterministic=true", *extra], out_dir=out)
     method = instantiate(cfg.model, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
     data = instantiate(cfg.dataset)
@@ -151,13 +168,17 @@ def _checks(rank: int, out: Path) -> dict:
     return res
 
 
-def _rank_main(rank: int, port: int, out: Path) -> None:
+def _more_checks(rank: int, out: Path) -> dict:
+    return {family: _train(family, out / family / str(rank), noise=True, steps=STEPS) for family in MORE_PRESETS}
+
+
+def _rank_main(rank: int, port: int, out: Path, checks=_checks) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD),
                       LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=120))
     try:
-        torch.save(_checks(rank, out), out / f"rank{rank}.pt")
+        torch.save(checks(rank, out), out / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -168,13 +189,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _two_and_one(out: Path, checks) -> tuple[list[dict], dict]:
+    """(what each of the 2 ranks computed, what one process computes with the same seeds)."""
+    mp.spawn(_rank_main, args=(_free_port(), out, checks), nprocs=WORLD, join=True)
+    ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    return ranks, checks(0, out / "single")
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> tuple[list[dict], dict]:
-    """(what each of the 2 ranks released, what one process releases with the same seeds)."""
-    out = tmp_path_factory.mktemp("distributed")
-    mp.spawn(_rank_main, args=(_free_port(), out), nprocs=WORLD, join=True)
-    ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
-    return ranks, _checks(0, out / "single")
+    return _two_and_one(tmp_path_factory.mktemp("distributed"), _checks)
+
+
+@pytest.fixture(scope="module")
+def two_ranks_more(tmp_path_factory) -> tuple[list[dict], dict]:
+    return _two_and_one(tmp_path_factory.mktemp("distributed_more"), _more_checks)
 
 
 # ---------------------------------------------------------------------------- the sampler
@@ -219,9 +248,7 @@ def test_projection_and_moment_releases_equal_the_single_process_ones(two_ranks)
 
 
 # ---------------------------------------------------------------------------- training
-@pytest.mark.parametrize("family", list(PRESETS))
-def test_epsilon_delta_sigma_and_ledger_equal_the_single_process_run(two_ranks, family):
-    ranks, single = two_ranks
+def _same_run(ranks: list[dict], single: dict, family: str) -> None:
     one = single[family]
     for r in ranks:
         got = r[family]
@@ -240,6 +267,17 @@ def test_epsilon_delta_sigma_and_ledger_equal_the_single_process_run(two_ranks, 
                     torch.testing.assert_close(ranks[1][family]["release"][name][k], ranks[0][family]["release"][name][k],
                                                rtol=0, atol=0)  # every rank holds the same model
                     torch.testing.assert_close(ranks[0][family]["release"][name][k], v, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", list(PRESETS))
+def test_epsilon_delta_sigma_and_ledger_equal_the_single_process_run(two_ranks, family):
+    _same_run(*two_ranks, family)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(MORE_PRESETS))
+def test_every_other_private_family_is_the_single_process_run(two_ranks_more, family):
+    _same_run(*two_ranks_more, family)
 
 
 def test_one_step_without_noise_equals_the_single_process_step(two_ranks):

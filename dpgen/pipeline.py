@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .config import validate
+from .errors import ConfigError
 from .eval.evaluator import evaluate_run
 from .export.release import release_info
 from .logging import SilentLogger
@@ -51,6 +52,10 @@ class OtherRank(SystemExit):
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
     dist.init_from_env()  # torchrun / submitit: one of several processes (a no-op otherwise)
+    if distributed.active() and cfg.accountant.get("data_dependent_reports", False):
+        raise ConfigError("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
+                          "per-record gradients of the whole batch in one process: run it on one process (without "
+                          "--nproc / torchrun)")
     if not distributed.is_main():  # rank 0 owns the folder; the others learn its decision
         decision = distributed.broadcast_object(None)
         if decision is None:

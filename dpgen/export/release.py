@@ -99,7 +99,8 @@ def release_info(cfg: dict, data, method, ledger, code_version: str | None, run_
                       config=cfg, dataset=data.name, n_private=len(data.private),
                       noisy_count=released_count(method), public_data=public_data_used(cfg, data),
                       code_version=code_version, release_file=method.release_name,
-                      convention=method.convention_report())
+                      convention=method.convention_report(),
+                      validation_held_out=None if getattr(data, "validation", None) is None else len(data.validation))
     write_card(card, run_dir)
     return {"dpgen": {"config": public_config(cfg), "data": public_facts(data, method, cfg.get("dataset"))}, "privacy_card": card}
 

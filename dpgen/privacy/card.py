@@ -69,8 +69,12 @@ def _finite(x: float | None) -> float | str | None:
 
 def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict, dataset: str, n_private: int,
                noisy_count: float | None = None, public_data: list[str] | None = None, code_version: str | None = None,
-               release_file: str | None = None, convention: dict | None = None, export: dict | None = None) -> dict:
-    """The card of a release, from the ledger that ran (``n_private`` is used only under replace-one)."""
+               release_file: str | None = None, convention: dict | None = None, export: dict | None = None,
+               validation_held_out: int | None = None) -> dict:
+    """The card of a release, from the ledger that ran (``n_private`` is used only under replace-one).
+
+    ``validation_held_out``: the number of sensitive images cut off the training split before any private
+    step (``dataset.validation_size``; a setting, public); the release never saw them."""
     relation = ledger.relation
     calibrating = ledger.calibrating_accountant
     eps = {name: _finite(ledger.epsilon(accountant=name)) for name in ("rdp", "pld")}
@@ -79,7 +83,12 @@ def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict,
         "method": method,
         "preset": preset,
         "config_hash": config_hash(config),
-        "dataset": {"name": dataset, "size": dataset_size(relation, n_private, noisy_count)},
+        "dataset": {"name": dataset, "size": dataset_size(relation, n_private, noisy_count),
+                    **({"validation_held_out": {
+                        "size": int(validation_held_out),
+                        "note": "sensitive images held out of the training split (seed 0) before any private step: "
+                                "the release never saw them; an evaluation that selects on them reads private "
+                                "data outside this guarantee"}} if validation_held_out else {})},
         "privacy": {
             "epsilon": eps[calibrating],
             "delta": ledger.delta,
@@ -103,8 +112,17 @@ def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict,
         **({"export": export} if export else {}),
     }
     card["covers"] = _covers(card, non_private)
-    card["does_not_cover"] = _does_not_cover(card)
+    card["does_not_cover"] = _does_not_cover(card, held_out_fraction(config))
     return card
+
+
+def held_out_fraction(config: dict) -> float | None:
+    """``dataset.test_fraction`` when the test split is held out of the same records (else None)."""
+    frac = (config.get("dataset") or {}).get("test_fraction")
+    try:
+        return float(frac) if frac is not None and 0.0 < float(frac) < 1.0 else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _covers(card: dict, non_private: bool) -> str:
@@ -123,7 +141,7 @@ def _covers(card: dict, non_private: bool) -> str:
     return text
 
 
-def _does_not_cover(card: dict) -> list[str]:
+def _does_not_cover(card: dict, test_fraction: float | None = None) -> list[str]:
     items = [
         "The choice of hyper-parameters (the preset, the noise and clipping settings): they are assumed fixed a priori; "
         "tuning them on the private data would cost privacy that this card does not count.",
@@ -132,10 +150,19 @@ def _does_not_cover(card: dict) -> list[str]:
         "The set of labels and the image shape/value range: treated as public facts; labels of private records are "
         "protected only as part of the record.",
     ]
+    held = card["dataset"].get("validation_held_out")
+    if held:
+        items.append(f"The {held['size']} sensitive validation images held out of the training split: the release "
+                     "never saw them, so they are not protected by it; evaluations that read them (a model "
+                     "selection on them, as DPImageBench's) are outside this guarantee.")
     if card["privacy"]["neighbouring_relation"] == "add_remove" and any(
             m["sample_rate"] < 1.0 for m in card["privacy"]["mechanisms"]):
         items.append("The sample rate and the number of steps were set from the private set size N before training, "
                      "as in standard DP-SGD practice; they are published here and reveal N.")
+    if card["privacy"]["neighbouring_relation"] == "add_remove" and test_fraction is not None:
+        items.append(f"The test split was held out of the same records (dataset.test_fraction={test_fraction:g}): its "
+                     "size, published with the evaluation (e.g. the FID reference size), reveals the number of records "
+                     f"to within about {1 / test_fraction:.0f}. Give a separate dataset.test_path to keep them apart.")
     return items
 
 
@@ -164,6 +191,8 @@ def card_markdown(card: dict) -> str:
         f"| private releases | {p['releases']} |",
         f"| noise | {mech} |",
         f"| dataset | {card['dataset']['name']}: {n} |",
+        *([f"| validation held out | {card['dataset']['validation_held_out']['size']} sensitive images, never seen "
+           "by the release |"] if card["dataset"].get("validation_held_out") else []),
         f"| public data | {', '.join(card['public_data']) or 'none'} |",
         f"| config hash | `{card['config_hash']}` |",
         f"| code version | {card['code_version'] or 'unknown'} |",

@@ -1,6 +1,7 @@
 """The ``dpgen`` console command.
 
     dpgen train experiment=mnist_dpswd accountant.epsilon=5     # = python train.py ... (Hydra overrides)
+    dpgen train --nproc 2 experiment=mnist_dpsgd                 # one run on 2 processes (torchrun)
     dpgen sample outputs/digits_moments/<run> --n 10000 --out synth.npz
     dpgen evaluate outputs/digits_moments/<run>                  # evaluate a run again from its release
     dpgen presets --method dpswd                                 # list presets
@@ -24,7 +25,7 @@ from pathlib import Path
 
 # name -> (module, one line for `dpgen --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("dpgen.cli", "train an experiment preset: Hydra overrides, as `python train.py ...`"),
+    "train": ("dpgen.cli", "train an experiment preset: Hydra overrides, as `python train.py ...` (--nproc N: N processes)"),
     "sample": ("dpgen.export.cli", "sample a synthetic dataset from a run's release, with its privacy card"),
     "evaluate": ("dpgen.eval.cli", "evaluate a finished run again from its release (public data only, no privacy cost)"),
     "presets": ("dpgen.presets", "list the experiment presets (filter by --method / --dataset); check them"),

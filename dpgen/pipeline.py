@@ -33,9 +33,9 @@ from .logging import SilentLogger
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
+from .privacy import distributed
 from .privacy.card import n_is_public
 from .privacy.conventions import PaperConvention
-from .privacy import distributed
 from .privacy.delta import check_delta_of_config
 from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, dist, pick_device, seed_everything

@@ -207,6 +207,9 @@ class Mechanism(ABC):
                 if z is not None:
                     chunks[i] = c + z.reshape(-1)
             flat = torch.cat(chunks)
+        else:  # the same draws, discarded: every rank's generator stays in rank 0's state (checkpoints, resume)
+            for p in parts:
+                self.noise(p.shape, torch.empty(0, dtype=flat.dtype))
         flat = distributed.broadcast(flat)
         return [c.reshape(p.shape) for c, p in zip(flat.split(sizes), parts, strict=True)]
 

@@ -126,7 +126,7 @@ def _train(family: str, out: Path, noise: bool, steps: int) -> dict:
     """A few deterministic steps of a preset through the training loop; what a rank holds at the end."""
     from hydra.utils import instantiate
 
-    from tests._hydra import compose_cfg
+    from tests.helpers.configs import compose_cfg
 
     experiment, extra = {**PRESETS, **MORE_PRESETS}[family]
     cfg = compose_cfg([f"experiment={experiment}" if experiment else "~experiment", "trainer.deterministic=true", *extra], out_dir=out)

@@ -19,8 +19,9 @@ from tests.helpers.runs import FAST, train
 pytestmark = pytest.mark.slow  # each starts 2 + 1 Python processes of a whole run
 
 DPGEN = [sys.executable, "-c", "import sys; from dpgen.cli import main; sys.exit(main())"]
+TRAINER = [a for a in FAST if a.startswith("trainer.")]  # the classifier evaluator has no generative settings
 SHORT_DPSGD = ["experiment=digits_dpsgd", "model.epochs=1", "model.batch_size=128", "logger=local",
-               "trainer.deterministic=true", *FAST]
+               "trainer.deterministic=true", *TRAINER]
 
 
 def _env() -> dict:
@@ -77,11 +78,14 @@ def _rank_pid(root: int, rank: int) -> int | None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the rank's process through /proc")
-def test_a_killed_rank_ends_the_run_with_one_error_line_and_a_folder_that_resumes_on_one_process(tmp_path):
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_a_killed_or_hung_rank_ends_the_run_with_one_error_line_and_a_folder_that_resumes_on_one_process(tmp_path,
+                                                                                                     fault):
     run = tmp_path / "run"
-    args = ["experiment=digits_dpsgd", "model.epochs=10", "model.batch_size=64", "logger=local", *FAST,
+    args = ["experiment=digits_dpsgd", "model.epochs=10", "model.batch_size=64", "logger=local", *TRAINER,
             "trainer.max_steps=null", "trainer.checkpoint_every=2", f"hydra.run.dir={run}"]
-    proc = subprocess.Popen([*DPGEN, "train", "--nproc", "2", *args], cwd=tmp_path, env=_env(),
+    env = {**_env(), "DPGEN_DIST_TIMEOUT": "20"}  # a hung rank is given up after 20 s
+    proc = subprocess.Popen([*DPGEN, "train", "--nproc", "2", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     checkpoint = run / "checkpoints" / "last.pt"
     deadline = time.time() + 600
@@ -89,8 +93,8 @@ def test_a_killed_rank_ends_the_run_with_one_error_line_and_a_folder_that_resume
         time.sleep(0.5)
     pid = _rank_pid(proc.pid, 1)
     assert checkpoint.exists() and pid is not None, "the run never checkpointed"
-    os.kill(pid, signal.SIGKILL)
-    _, err = proc.communicate(timeout=300)  # bounded: torchrun ends the other rank
+    os.kill(pid, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
+    _, err = proc.communicate(timeout=300)  # bounded: torchrun ends the other rank (the hung one after the timeout)
     assert proc.returncode != 0
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err[-3000:]

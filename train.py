@@ -6,6 +6,7 @@ One run on N processes: ``torchrun --nproc-per-node N train.py ...`` or ``dpgen 
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -24,11 +25,14 @@ def main(cfg: DictConfig) -> float | None:
         results = run(cfg)
     except Exception as err:
         from dpgen.privacy import distributed
-        from dpgen.utils.dist import peer_failure
+        from dpgen.utils.dist import LAUNCHER_ENV, PEER_LOST, peer_failure
 
-        message = user_error(err) or peer_failure(_unwrap(err))
+        peer = peer_failure(_unwrap(err))
+        message = user_error(err) or peer
         if message is None:  # a bug keeps its traceback
             raise
+        if peer is not None and os.environ.get(LAUNCHER_ENV):  # `dpgen train --nproc` reports it, once
+            raise SystemExit(PEER_LOST) from None
         if _is_multirun():  # a sweep reports through Hydra: the user's error itself, not Hydra's wrapper of it
             raise _unwrap(err) from None
         if distributed.is_main():  # several processes: one error line, one folder (rank 0's)
@@ -93,7 +97,8 @@ if __name__ == "__main__":
 
     problem = preflight(sys.argv[1:])  # a bad preset / key / run folder: one line, before Hydra makes a folder
     if problem is not None:
-        print(f"error: {problem}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # torchrun: every rank finds it, rank 0 says it
+            print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
     from dpgen.utils.dist import run_dir_overrides
 

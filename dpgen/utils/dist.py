@@ -29,6 +29,8 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 TIMEOUT_ENV = "DPGEN_DIST_TIMEOUT"
+LAUNCHER_ENV = "DPGEN_LAUNCHER"  # set by `dpgen train --nproc`: it reports a lost process itself
+PEER_LOST = 3  # exit status of a rank whose collective failed because another rank died or hung
 
 
 def requested() -> bool:
@@ -120,19 +122,26 @@ def launch(script: Path, argv: list[str], nproc: int) -> int:
     from torch.distributed.run import run as torchrun
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun would set it with a warning
+    os.environ[LAUNCHER_ENV] = "1"
     logging.getLogger("torch.distributed").setLevel(logging.CRITICAL)  # torchrun's report: replaced below
     args = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={nproc}", str(script), *argv])
     try:
         torchrun(args)
     except ChildFailedError as err:
-        failures = err.failures.values()
+        failures = list(err.failures.values())
         if any(f.exitcode == 2 for f in failures):  # a rank printed the run's error line
             return 2
-        first = err.get_first_failure()[1]
-        how = (f"was killed by {signal.Signals(-first.exitcode).name}" if first.exitcode < 0
-               else f"exited with status {first.exitcode}")
-        print(f"error: process {first.local_rank} of {nproc} {how}, so the run ended; its folder keeps the last "
-              "checkpoint: resume it with the same command plus hydra.run.dir=<run folder> trainer.resume=true",
+        # the first failure; at the same second a process that died before one that lost it
+        first = min(failures, key=lambda f: (f.timestamp, f.exitcode == PEER_LOST))
+        if first.exitcode == PEER_LOST:
+            what = (f"a process of this {nproc}-process run stopped answering (no reply within {TIMEOUT_ENV}="
+                    f"{timeout_s():g} s) or lost its connection")
+        elif first.exitcode < 0:
+            what = f"process {first.local_rank} of {nproc} was killed by {signal.Signals(-first.exitcode).name}"
+        else:
+            what = f"process {first.local_rank} of {nproc} exited with status {first.exitcode}"
+        print(f"error: {what}, so the run ended; its folder keeps the last checkpoint: resume it with the same "
+              "command plus hydra.run.dir=<run folder> trainer.resume=true (on any number of processes)",
               file=sys.stderr)
         return 1
     return 0

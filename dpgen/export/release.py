@@ -201,11 +201,13 @@ class Release:
         x, y_out = method.sample(int(n), y)
         return x.float(), y_out.long()
 
-    def export(self, out: str | Path, n: int, labels=None, seed: int | None = None) -> list[Path]:
-        """Sample and write ``out`` (.npz, a PNG folder, or .pt for a model) with the privacy card beside it."""
+    def export(self, out: str | Path, n: int, labels=None, seed: int | None = None, force: bool = False) -> list[Path]:
+        """Sample and write ``out`` (.npz, a PNG folder, or .pt for a model) with its own privacy card
+        (``synth.npz`` -> ``synth.card.json`` / ``.md``; inside a folder export); an existing export or card is
+        replaced only with ``force``."""
         from .formats import export
 
-        return export(self, Path(out), n, labels, seed)
+        return export(self, Path(out), n, labels, seed, force)
 
 
 def load_release(path: str | Path) -> Release:

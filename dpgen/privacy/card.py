@@ -2,8 +2,9 @@
 
 ``build_card(ledger, ...)`` reads everything privacy-related from the ledger that ran (its entries,
 its epsilon under every accountant, its relation and sampling), so the card cannot disagree with
-the accounting; ``card_markdown`` renders it for a person; ``write_card`` puts both files
-(``privacy_card.json``, ``privacy_card.md``) in a folder, beside a release or an export.
+the accounting; ``card_markdown`` renders it for a person; ``write_card`` writes both files:
+``privacy_card.json`` / ``.md`` beside a run's release, ``<export>.card.json`` / ``.md`` beside an
+export file (``card_paths``), ``privacy_card.json`` / ``.md`` inside a folder export.
 
 The size of the private set.  Under the add/remove relation the number N of private records is
 itself protected (a neighbouring dataset has N ± 1 records), so an exact N never appears in a card,
@@ -205,11 +206,21 @@ def card_markdown(card: dict) -> str:
     return "\n".join(lines)
 
 
-def write_card(card: dict, folder: str | Path) -> tuple[Path, Path]:
-    """Write ``privacy_card.json`` and ``privacy_card.md`` into ``folder``; returns both paths."""
+def card_paths(export: str | Path) -> tuple[Path, Path]:
+    """The card files of an export: ``synth.npz`` -> ``synth.card.json`` / ``synth.card.md`` beside it (so
+    exports sharing a folder keep one card each); a folder export holds ``privacy_card.json`` / ``.md``."""
+    export = Path(export)
+    if export.suffix == "":
+        return export / CARD_JSON, export / CARD_MD
+    return export.with_name(f"{export.stem}.card.json"), export.with_name(f"{export.stem}.card.md")
+
+
+def write_card(card: dict, folder: str | Path, paths: tuple[Path, Path] | None = None) -> tuple[Path, Path]:
+    """Write the card as JSON and Markdown: ``paths`` (see :func:`card_paths`), else ``privacy_card.json`` and
+    ``privacy_card.md`` in ``folder`` (the card of a run's release); returns both paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    js, md = folder / CARD_JSON, folder / CARD_MD
+    js, md = paths or (folder / CARD_JSON, folder / CARD_MD)
     js.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n")
     md.write_text(card_markdown(card))
     return js, md

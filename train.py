@@ -23,8 +23,20 @@ def main(cfg: DictConfig) -> float | None:
     from dpgen.utils.cluster import export_submitit_environment
 
     export_submitit_environment()  # a submitit job of several tasks: one distributed run, as under torchrun
+    from dpgen.interrupt import RunInterrupted
+
     try:
         results = run(cfg)
+    except RunInterrupted as stop:  # results so far are in results.json, labelled incomplete; the checkpoint is whole
+        from dpgen.privacy import distributed
+        from dpgen.utils.dist import LAUNCHER_ENV
+
+        if distributed.is_main() and not os.environ.get(LAUNCHER_ENV):  # `dpgen train --nproc` says it, once
+            print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
+                  "incomplete); run the same command again to continue", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.exit_code)  # the folder is released and every file closed: skip the interpreter's slow teardown
     except Exception as err:
         from dpgen.privacy import distributed
         from dpgen.utils.dist import LAUNCHER_ENV, PEER_LOST, peer_failure

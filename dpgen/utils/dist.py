@@ -117,6 +117,7 @@ def launch(script: Path, argv: list[str], nproc: int) -> int:
 
     A rank's own ``error:`` line is the run's; a rank that died without one (killed, out of memory)
     gives one line here instead of torchrun's report."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser
     from torch.distributed.run import run as torchrun
@@ -127,12 +128,19 @@ def launch(script: Path, argv: list[str], nproc: int) -> int:
     args = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={nproc}", str(script), *argv])
     try:
         torchrun(args)
+    except (KeyboardInterrupt, SignalException) as stop:  # Ctrl-C / SIGTERM: the ranks stop and write what they have
+        name = getattr(stop, "sigval", signal.SIGINT)
+        print(f"stopped by {signal.Signals(name).name}: the checkpoint is intact and results.json holds the results "
+              "so far (marked incomplete); run the same command again to continue", file=sys.stderr)
+        return 128 + int(name)
     except ChildFailedError as err:
         failures = list(err.failures.values())
         if any(f.exitcode == 2 for f in failures):  # a rank printed the run's error line
             return 2
-        # the first failure; at the same second a process that died before one that lost it
-        first = min(failures, key=lambda f: (f.timestamp, f.exitcode == PEER_LOST))
+        # the first failure; at the same second a process that died before one that lost the others or was
+        # stopped by torchrun (status 128 + SIGTERM) because of it
+        stopped = (PEER_LOST, 128 + signal.SIGTERM, 128 + signal.SIGINT)
+        first = min(failures, key=lambda f: (f.timestamp, f.exitcode >= 0, f.exitcode in stopped))
         if first.exitcode == PEER_LOST:
             what = (f"a process of this {nproc}-process run stopped answering (no reply within {TIMEOUT_ENV}="
                     f"{timeout_s():g} s) or lost its connection")

@@ -28,8 +28,8 @@ from rich.console import Console
 from .config import validate
 from .errors import ConfigError
 from .eval.evaluator import evaluate_run
-from .interrupt import RunInterrupted, stop_on_signals
 from .export.release import release_info
+from .interrupt import RunInterrupted, stop_on_signals
 from .logging import SilentLogger
 from .logging.summary import print_summary
 from .methods import loop

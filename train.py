@@ -64,9 +64,13 @@ def user_error(err: BaseException) -> str | None:
     """The one-line message of a user's mistake (a :class:`dpgen.errors.UserError`: a bad setting,
     missing or damaged data, W&B not logged in), printed without a traceback; None for anything else.
     Hydra wraps errors raised while instantiating a target: unwrap them."""
+    from dpgen.config import privacy_setting_error
     from dpgen.errors import UserError, one_line
+    from dpgen.privacy.errors import PrivacySettingError
 
     cause = _unwrap(err)
+    if isinstance(cause, PrivacySettingError):  # the privacy core's words: the config layer names the key
+        cause = privacy_setting_error(cause)
     return one_line(str(cause)) if isinstance(cause, UserError) else None
 
 
@@ -92,6 +96,7 @@ def _remove_untouched_run_dir() -> None:
 
     if not HydraConfig.initialized():
         return
+    from dpgen.preflight import CREATED
     from dpgen.runs import STATE_DIR, in_use
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -104,6 +109,9 @@ def _remove_untouched_run_dir() -> None:
             continue
         return
     shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in CREATED:  # e.g. outputs/<experiment>/: made for this run, now empty
+        if parent != run_dir.resolve() and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from dpgen.privacy.rows import RowMap, fixed_size
 
 def _method(**kw) -> DPSWDGenerator:
     base = dict(generator=partial(ConvCondGen, d_code=4, hidden=32), dp=ProjectionDP(50), batch_size=32, epochs=2,
-                lr=1e-3)
+                lr=1e-3, label_mode="concat")
     base.update(kw)
     return DPSWDGenerator(**base)
 

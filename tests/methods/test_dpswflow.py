@@ -178,24 +178,29 @@ def test_dpswgen_paper_convention_noise_follows_the_stated_sensitivity_dimension
         assert mech.noise_std < paper_flow_noise_std(0.67, d, 40, 1e-4) / 3
         assert rep["sensitivity_true"] > 3 * rep["sensitivity_stated"]
         assert rep["epsilon_true"] > 3 * ledger.epsilon()
-        assert mech.describe()["stated_sensitivity_dim"] == 1024 and mech._config()["stated_dim"] == 1024
+        assert mech.describe()["stated_sensitivity_dim"] == 1024 and mech._config()["noise"]["stated_dim"] == 1024
     else:
-        assert "stated_dim" not in mech._config()
+        assert mech._config()["noise"]["stated_dim"] is None
 
 
 def test_a_stated_sensitivity_dimension_is_a_paper_convention_only():
-    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+    """Only the PaperNoise policy carries a stated dimension, and only a projection release takes one."""
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease, NoisyGradientSum
+    from dpgen.privacy.noise import PaperNoise
     from dpgen.privacy.sensitivity import l2_sensitivity
 
-    mech = GaussianProjectionRelease(PrivacyLedger(None, 1e-5), dim=8, num_projections=70, steps=100,
-                                     sample_rate=0.01, n_private=1000, bound="clt", row_diameter=2.0)
-    own = mech.sensitivity
-    with pytest.raises(ValueError, match="paper convention"):
-        mech.set_stated_dim(1024)
-    mech.paper_convention = True
+    def proj(noise):
+        return GaussianProjectionRelease(PrivacyLedger(None, 1e-5), dim=8, num_projections=70, steps=100,
+                                         sample_rate=0.01, n_private=1000, bound="clt", row_diameter=2.0, noise=noise)
+
+    own = proj(PaperNoise(1.0)).sensitivity
     with pytest.raises(ValueError, match="positive integer"):
-        mech.set_stated_dim(0)
-    mech.set_stated_dim(1024)
+        PaperNoise(1.0, stated_dim=0)
+    with pytest.raises(ValueError, match="no stated sensitivity dimension"):
+        NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=1.0, sample_rate=0.01, expected_batch_size=10.0,
+                         noise=PaperNoise(1.0, stated_dim=1024))
+    mech = proj(PaperNoise(1.0, stated_dim=1024))
+    assert mech.paper_convention and mech.noise_multiplier == pytest.approx(1.0 / mech.sensitivity)
     beta = mech.beta / mech.partners(mech.relation)
     assert mech.sensitivity == pytest.approx(l2_sensitivity(70, 1024, beta, "clt", 2.0)) and mech.sensitivity < own / 5
 

@@ -15,6 +15,7 @@ from dpgen.methods import TrainContext, loop
 from dpgen.methods.base import Method
 from dpgen.privacy import PrivacyLedger, PrivateSampler
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
+from dpgen.privacy.noise import Calibrated
 from tests.helpers import ROOT
 
 METHODS = ROOT / "dpgen" / "methods"
@@ -48,12 +49,11 @@ class _Toy(Method):
         self.steps, self.nan_at = steps, nan_at
 
     def setup(self, data, ledger, ctx):
-        torch.manual_seed(ctx.seed)  # directions: the global RNG (restored by the loop on a resume)
+        torch.manual_seed(ctx.seed)  # fixed_size's subset: the global RNG (restored by the loop on a resume)
         self.sampler = PrivateSampler(data, 8, ledger.sampling, seed=ctx.seed)
         self.mech = GaussianProjectionRelease(ledger, dim=4, num_projections=3, steps=self.steps,
                                               sample_rate=self.sampler.sample_rate, n_private=len(data),
-                                              bound="chernoff", seed=ctx.seed + 1)
-        self.mech.calibrate(self.steps)
+                                              bound="chernoff", seed=ctx.seed + 1, noise=Calibrated())
         self.mechanisms = {"projection": self.mech}
         self.w = torch.zeros(3)
 
@@ -65,7 +65,7 @@ class _Toy(Method):
         from dpgen.privacy.rows import clip_rows, fixed_size
 
         x, _ = self.sampler.sample()
-        u = torch.nn.functional.normalize(torch.randn(4, 3), dim=0)
+        u = self.mech.draw_directions()  # the mechanism's own directions generator (checkpointed)
         a = self.mech.release(fixed_size(clip_rows(x, 0.5), 8), u)
         self.w = self.w + a.mean(0)
         return {"w_norm": float("nan") if t == self.nan_at else float(self.w.norm())}

@@ -37,6 +37,7 @@ from dpgen.methods.base import TrainContext
 from dpgen.privacy import PrivacyLedger, PrivateSampler, distributed
 from dpgen.privacy.mechanisms import GaussianProjectionRelease, Mechanism, NoisyGradientSum
 from dpgen.privacy.moments import ClassMomentRelease
+from dpgen.privacy.noise import FixedMultiplier
 from dpgen.privacy.rows import class_blocks, fixed_size
 
 WORLD = 2
@@ -92,16 +93,15 @@ def _sampler_draws(sampling: str, batch: int) -> list[torch.Tensor]:
 
 
 def _sum_releases(parts: list[torch.Tensor]) -> torch.Tensor:
-    mech = NoisyGradientSum(_ledger(), clip_norm=C, sample_rate=Q, expected_batch_size=1.0, seed=3)
-    mech.set_noise_multiplier(SIGMA)
+    mech = NoisyGradientSum(_ledger(), clip_norm=C, sample_rate=Q, expected_batch_size=1.0, seed=3,
+                            noise=FixedMultiplier(SIGMA))
     return torch.stack([mech.release([{"w": p} for p in parts])["w"] for _ in range(REPEATS)])
 
 
 def _projection_release(rows: torch.Tensor, labels: torch.Tensor) -> dict:
-    torch.manual_seed(5)  # the global RNG: the cut of fixed_size / class_blocks and the directions
+    torch.manual_seed(5)  # the global RNG: the cut of fixed_size / class_blocks
     mech = GaussianProjectionRelease(_ledger(), dim=rows.shape[1], num_projections=4, steps=1, sample_rate=Q,
-                                     n_private=N, seed=9)
-    mech.set_noise_multiplier(1.0)
+                                     n_private=N, seed=9, noise=FixedMultiplier(1.0))
     batch = fixed_size(rows, 16)
     blocks = class_blocks(rows, labels, 3, 4)
     u = mech.draw_directions()
@@ -110,8 +110,7 @@ def _projection_release(rows: torch.Tensor, labels: torch.Tensor) -> dict:
 
 
 def _moment_release(z: torch.Tensor, y: torch.Tensor) -> dict:
-    mech = ClassMomentRelease(_ledger(), n_classes=3, radius=1.0, seed=4, shrinkage="none")
-    mech.set_noise_multiplier(0.5)
+    mech = ClassMomentRelease(_ledger(), n_classes=3, radius=1.0, seed=4, shrinkage="none", noise=FixedMultiplier(0.5))
     m = mech.release(z, y)
     return {"counts": m.counts, "means": m.means, "covariances": m.covariances}
 

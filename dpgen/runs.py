@@ -32,7 +32,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
-from .config import ConfigError
+from .errors import ConfigError
 from .utils import atomic_save, load_checkpoint, without_keys
 
 STATE_DIR = ".dpgen"  # beside Hydra's .hydra/: the lock, its holder and the run signature

@@ -47,6 +47,7 @@ from .accountants import (
     largest_steps_within,
     solve_noise_multiplier,
 )
+from .errors import PrivacySettingError
 from .guarantee import DATA_DEPENDENT, LABELS, RIGOROUS, combine
 
 RELATIONS: tuple[str, ...] = ("add_remove", "replace_one")
@@ -133,18 +134,19 @@ class PrivacyLedger:
         ``history=True``: the recorded releases are included (calibrating the rest of a run);
         ``history=False``: the ``steps`` releases alone spend the target (a run's noise is fixed
         before its first step, the same on a resume; earlier releases are enforced by the budget
-        stop).  Mechanisms call this (``Mechanism.calibrate``); methods never calibrate themselves.
+        stop).  Mechanisms call this (a ``Calibrated`` noise policy); methods never calibrate themselves.
         """
         if self.target_epsilon is None:
-            raise ValueError("calibration needs accountant.epsilon (a number), got null")
+            raise PrivacySettingError("target_epsilon", "calibrating the noise needs a target epsilon (a number), "
+                                                        "got None")
         accountant = self.calibrating_accountant if accountant is None else accountant
         if accountant not in ACCOUNTANTS:
             raise ValueError(f"unknown accountant {accountant!r}; choose rdp or pld")
         steps = int(steps)
         past = list(self.entries) if history else []
         if self.delta - sum(e.steps * e.delta_per_step for e in past) - steps * delta_per_step <= 0:
-            raise ValueError(f"the sensitivity bounds reserve all of accountant.delta={self.delta}; lower "
-                             "model.dp.sensitivity_fraction")
+            raise PrivacySettingError("sensitivity_fraction", f"the sensitivity bounds reserve all of delta = "
+                                                              f"{self.delta}; lower the share of delta they take")
 
         def eps(sig: float) -> float:
             e = self._eps(past + [LedgerEntry(sig, sample_rate, steps, delta_per_step)], self.delta, accountant)

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import runpy
 import sys
-from pathlib import Path
 
 # name -> (module, one line for `dpgen --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -35,40 +33,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("dpgen.bench.run", "benchmarks against the reference libraries -> docs/benchmarks.md"),
 }
 
-TRAIN_SCRIPT = Path(__file__).resolve().parents[1] / "train.py"
-
-
 def train(argv: list[str]) -> int:
-    """Run the Hydra application of ``train.py`` with ``argv`` as its command line.
+    """Run the Hydra application of one training run (:mod:`dpgen.app`) with ``argv`` as its command line.
 
-    ``--nproc N`` (N > 1): one run on N processes, ``torchrun --standalone --nproc-per-node N train.py ...``
+    ``--nproc N`` (N > 1): one run on N processes, ``torchrun --standalone --nproc-per-node N -m dpgen train ...``
     (``dpgen.utils.dist.launch``; gloo on CPU, NCCL on GPUs)."""
-    if not TRAIN_SCRIPT.is_file():
-        print(f"error: {TRAIN_SCRIPT} not found: `dpgen train` runs from a checkout of the repository "
-              "(pip install -e .)", file=sys.stderr)
-        return 2
+    from .app import run_app
+
     nproc, argv = _nproc(argv)
     if nproc is None:
         return 2
     if nproc > 1:
-        from dpgen.preflight import preflight
-        from dpgen.utils.dist import launch
+        from .preflight import preflight
+        from .utils.dist import launch
 
         problem = preflight(argv)  # once, before N processes start
         if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-        return launch(TRAIN_SCRIPT, argv, nproc)
-    saved = sys.argv
-    sys.argv = [str(TRAIN_SCRIPT), *argv]
-    try:
-        runpy.run_path(str(TRAIN_SCRIPT), run_name="__main__")
-    except SystemExit as exit_:
-        code = exit_.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    finally:
-        sys.argv = saved
-    return 0
+        return launch(argv, nproc)
+    return run_app(argv)
 
 
 def _nproc(argv: list[str]) -> tuple[int | None, list[str]]:
@@ -116,17 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         sub = argparse.ArgumentParser(prog=f"dpgen {name}", description=COMMANDS[name][1])
         module.add_arguments(sub)
         return int(module.run(sub.parse_args(rest)) or 0)
-    return int(_with_prog(f"dpgen {name}", module.main, rest) or 0)
+    from .utils import with_prog
 
+    return int(with_prog(f"dpgen {name}", module.main, rest) or 0)
 
-def _with_prog(prog: str, fn, *args):
-    """Call ``fn`` with ``sys.argv[0]`` set to ``prog``, so that its argparse usage lines name the command."""
-    saved = sys.argv[0]
-    sys.argv[0] = prog
-    try:
-        return fn(*args)
-    finally:
-        sys.argv[0] = saved
 
 
 if __name__ == "__main__":

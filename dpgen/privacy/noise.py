@@ -12,7 +12,7 @@ policy                 the noise of each release
                        is built count too (a second phase calibrated on what is left of the budget)
 ``FixedMultiplier(m)`` std = ``m * sensitivity``; the epsilon it gives is reported (the budget stop holds)
 ``FixedStd(s)``        std = ``s``, multiplier = ``s / sensitivity``; the epsilon it gives is reported
-``PaperNoise(s)``     a paper's fixed std measured against the sensitivity the paper STATES (optionally
+``PaperNoise(s)``      a paper's fixed std measured against the sensitivity the paper STATES (optionally
                        at another dimension, ``stated_dim``); every release is labelled "paper convention"
 ``NotPrivate(s)``      no accounted noise (epsilon = infinity); ``s`` > 0 smooths a non-private run
 =====================  ==========================================================================

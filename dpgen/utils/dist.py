@@ -112,8 +112,8 @@ def peer_failure(err: BaseException) -> str | None:
 
 
 # ---------------------------------------------------------------------------- the launcher
-def launch(script: Path, argv: list[str], nproc: int) -> int:
-    """``dpgen train --nproc N ...``: ``torchrun --standalone --nproc-per-node N train.py ...`` (torch.distributed.run).
+def launch(argv: list[str], nproc: int) -> int:
+    """``dpgen train --nproc N ...``: ``torchrun --standalone --nproc-per-node N -m dpgen train ...`` (torch.distributed.run).
 
     A rank's own ``error:`` line is the run's; a rank that died without one (killed, out of memory)
     gives one line here instead of torchrun's report."""
@@ -125,7 +125,7 @@ def launch(script: Path, argv: list[str], nproc: int) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun would set it with a warning
     os.environ[LAUNCHER_ENV] = "1"
     logging.getLogger("torch.distributed").setLevel(logging.CRITICAL)  # torchrun's report: replaced below
-    args = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={nproc}", str(script), *argv])
+    args = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "dpgen", "train", *argv])
     try:
         torchrun(args)
     except (KeyboardInterrupt, SignalException) as stop:  # Ctrl-C / SIGTERM: the ranks stop and write what they have

@@ -75,7 +75,9 @@ from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
 from ..utils import autocast
+from ..config import ConfigError
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
+from .warm_start import WarmTarget, as_warm_start
 
 
 class DPSinkhorn(GenerativeMethod):
@@ -90,7 +92,10 @@ class DPSinkhorn(GenerativeMethod):
                  debias: str = "semi", debias_ratio: float = 0.4, embed_multiplier: float = 15.0,
                  clip_norm: float = 0.5, noise_multiplier: float | None = 1.1, clip: str = "whole",
                  private: bool = True, representation: dict | None = None,
-                 sinkhorn_backend: str = "tensorized") -> None:
+                 sinkhorn_backend: str = "tensorized", warm_start: dict | None = None) -> None:
+        self.warm_start = as_warm_start(warm_start)  # methods.warm_start: run by the loop
+        if self.warm_start is not None and not private:
+            raise ConfigError("model.warm_start spends a share of a private budget: drop model.private=false")
         if cost not in COSTS:
             raise ValueError(f"model.cost={cost!r} is unknown; choose one of {COSTS}")
         if debias not in DEBIAS:
@@ -220,6 +225,17 @@ class DPSinkhorn(GenerativeMethod):
         if self.basis is None:
             return x
         return (x.flatten(1) - self.center) @ self.basis
+
+    def warm_target(self) -> WarmTarget:
+        """The warm-up fits ``G`` on images in [−1, 1] (the generator's output scale; public value range)."""
+        lo, hi = self._range
+
+        def rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return ((x - lo) / (hi - lo) * 2.0 - 1.0).flatten(1)
+
+        def generate(y: torch.Tensor) -> torch.Tensor:
+            return self.G(self.G.latent(y.shape[0], device=self.device), y).float().flatten(1)
+        return WarmTarget(rows=rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     def progress_info(self, values: dict) -> str:
         return f"loss {values['loss']:.4f}" if "loss" in values else f"|released grad| {values['released_grad_norm']:.3f}"

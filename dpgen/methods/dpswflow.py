@@ -49,8 +49,10 @@ from ..privacy.dpswflow import analytic_gaussian_epsilon
 from ..privacy.mechanisms import OneShotProjectionRelease
 from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks
+from ..config import ConfigError
 from .base import TrainContext, mechanism_seed
 from .latent import LatentMethod
+from .warm_start import WarmTarget
 
 
 class _ParticleFlow(LatentMethod):
@@ -218,6 +220,16 @@ class DPSWFlowR(_ParticleFlow):
     def train_summary(self) -> dict:
         return {**super().train_summary(), "sample_rate": self.projection.sample_rate}
 
+    def warm_target(self) -> WarmTarget:
+        """The warm-up puts the particles on latent rows of samples of the released class Gaussians (one sample
+        per particle, of the particle's class; balanced labels without partition)."""
+        labels = (self.particle_labels if self.particle_labels is not None
+                  else torch.arange(self.n_particles) % self.space.n_classes)
+
+        def place(rows: torch.Tensor) -> None:
+            self.X = rows.to(self.device)
+        return WarmTarget(rows=self.space.rows, device=self.device, labels=labels, place=place)
+
 
 # ---------------------------------------------------------------------------------------------
 class DPSWFlow(_ParticleFlow):
@@ -246,6 +258,10 @@ class DPSWFlow(_ParticleFlow):
                  **kw) -> None:
         kw.setdefault("steps", 1500)
         super().__init__(**kw)
+        if self.warm_start is not None:
+            raise ConfigError("model.warm_start is for DPSWflow-r and DPSWgen: DPSWflow's one release of the whole "
+                              "set is replace-one (N public) and cannot be composed with the add/remove moment "
+                              "release in one ledger; use experiment=<dataset>_dpswflow_r, or model/warm_start=null")
         if not block_slack > 0:
             raise ValueError(f"model.block_slack must be > 0 (block size m = ceil(block_slack * N / C)), got "
                              f"{block_slack}")

@@ -55,8 +55,10 @@ from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import clip_rows, fixed_size, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
 from ..utils import load_checkpoint
+from ..config import ConfigError
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .loop import progress_bar, save_public_artifact
+from .warm_start import as_warm_start
 
 
 class LatentSpace:
@@ -160,9 +162,14 @@ class LatentMethod(GenerativeMethod):
                  dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
                  steps: int | None = None, private: bool = True, noise_std: float = 0.0, label_mode: str = "partition",
                  label_weight: float = 1.0, latent_scale: float = 1.0, sample_jitter: float = 0.02,
-                 representation: dict | None = None, convention: PaperConvention | dict | None = None) -> None:
+                 representation: dict | None = None, convention: PaperConvention | dict | None = None,
+                 warm_start: dict | None = None) -> None:
         # privacy.convention=paper: the released code's noise (CLT sensitivity at delta/2), labelled, epsilon_true
         self.convention = as_convention(convention)
+        self.warm_start = as_warm_start(warm_start)  # methods.warm_start: run by the loop
+        if self.warm_start is not None and (self.convention is not None or not private):
+            raise ConfigError("model.warm_start spends a share of an honest private budget: drop "
+                              "privacy.convention=paper / model.private=false, or model/warm_start=null")
         if self.convention is not None and not private:
             raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
         self.dp = as_projection_dp(dp, self.default_dp)  # k, bound, directions, delta share (validated there)

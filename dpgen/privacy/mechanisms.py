@@ -132,17 +132,20 @@ class Mechanism(ABC):
             raise ValueError("a fixed noise std outside a paper convention: calibrate() or set_noise_multiplier()")
         self.set_noise_multiplier(float(noise_std) / self.sensitivity)
 
-    def calibrate(self, steps: int) -> float:
-        """Set the noise so that ``steps`` releases spend at most the target epsilon.
+    def calibrate(self, steps: int, epsilon: float | None = None) -> float:
+        """Set the noise so that ``steps`` releases, composed with the releases ALREADY in the ledger, spend at
+        most the target epsilon (``epsilon``: a smaller target, e.g. the share of a run's first phase).
 
-        ``ledger.calibrate`` with this release's beta and accountant, without the ledger's history:
-        the noise of a run is fixed before its first step and is the same on a resume; releases
-        recorded earlier are enforced by the loop's budget stop.  Returns the noise multiplier.
+        ``ledger.calibrate`` with this release's beta and accountant and the ledger's history.  Mechanisms are
+        calibrated in ``setup``, before the first step; the loop restores a resumed run's ledger only after
+        ``setup``, so the history counted is the same on a resume: none, or the releases of an earlier phase
+        (the warm start's moment release, ``methods.warm_start``) put back before ``setup``.  Releases of the
+        run itself are enforced by the loop's budget stop.  Returns the noise multiplier.
         """
         if not self.private:
             raise ValueError("a non-private mechanism is not calibrated")
         mult = self.ledger.calibrate(self.sample_rate, int(steps), self.beta, accountant=self.accountant,
-                                     history=False)
+                                     history=True, epsilon=epsilon)
         self._multiplier, self.noise_std = mult, mult * self.sensitivity
         return mult
 

@@ -161,10 +161,12 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     if warm is not None:
         if ck is not None and "warm_start" in ck:
             warm.restore(ck["warm_start"], data, ledger, ctx)  # the release and the phase-1 ledger, no release
+            if "method" not in ck:  # killed before the warm-up ended: set up and warm up as the run would have
+                set_rng_state(ck["rng"])
         else:
             warm.release(data, ledger, ctx)                     # THE moment release (recorded), then saved at once
-            write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict()},
-                             ctx.checkpoint_path)
+            write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict(),
+                              "rng": rng_state()}, ctx.checkpoint_path)
     method.setup(data, ledger, ctx)  # mechanisms calibrated for what the ledger's history leaves
     signature = {"method": type(method).__name__, **method.signature()}
     if warm is not None:

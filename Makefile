@@ -35,7 +35,7 @@ bench: $(STAMP)
 	$(BIN)/dpgen bench --out docs/benchmarks.md
 
 lint: $(STAMP)
-	$(BIN)/ruff check dpgen research tests train.py
+	$(BIN)/ruff check dpgen scripts tests train.py
 
 ## the documentation site (mkdocs-material) into site/; strict: a broken link or anchor fails the build
 docs: $(STAMP)

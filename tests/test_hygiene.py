@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ["dpgen", "configs", "docs", "research", "tests", "README.md", "train.py", "Makefile", "mkdocs.yml",
+PATHS = ["dpgen", "configs", "docs", "scripts", "tests", "README.md", "train.py", "Makefile", "mkdocs.yml",
          "pyproject.toml", ":(exclude)tests/test_hygiene.py"]  # this file holds the patterns and samples
 FORBIDDEN = {
     "an issue number": r"issue[- ]?#?[0-9]+",

@@ -157,7 +157,7 @@ def test_a_non_private_run_never_reproduces_a_private_number():
 
 
 def test_explained_needs_a_measured_number_and_is_used_only_outside_the_tolerance():
-    note = registry.Explained("the layout costs 17 points (75.2 vs 92.2)", "python research/x.py")
+    note = registry.Explained("the layout costs 17 points (75.2 vs 92.2)", "python scripts/x.py")
     row = _row(True, explained=note)
     assert render.verdict(row, [_ev(0.5)])[0] == "explained by measurement"
     assert render.verdict(row, [_ev(0.9)])[0] == "reproduced (within tolerance)"

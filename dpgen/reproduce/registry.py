@@ -111,14 +111,14 @@ TABLES = (
           "protocol (its `finalize_result.py`: 60,000 samples, generated pixels below 0 set to −1 on the [−1, 1] "
           "scale, early-stopped torch LogReg / MLP); that protocol on the REAL training images gives LogReg / MLP "
           "92.3 / 97.7 on MNIST and 84.0 / 88.4 on F-MNIST against the paper's real-data rows 92.2 / 97.5 and "
-          "84.5 / 88.2 (`python research/real_data_protocol.py --dataset mnist --dataset fashion_mnist`)."),
+          "84.5 / 88.2 (`python scripts/real_data_protocol.py --dataset mnist --dataset fashion_mnist`)."),
     Table("dpswflow-t1", "DPSWflow (Sebag et al.), Table 1 — FID at ε = ∞ / 10 / 5",
           "FID of 10,000 samples (paper: Inception, unconditional, mean of 5 runs); tolerance +10; "
           "the offline domain FID is shown but not comparable, so each row is judged by its domain-FID ratio "
           "to the paired ε = ∞ run (same autoencoder). Caveat, measured: the runs so far use "
           "a short public autoencoder (`model.ae_steps=1200 model.ae_batch_size=64`; the paper trains 10⁶ "
           "steps), whose reconstructions of the real test set already have domain FID 82.8 on MNIST and 54.6 on F-MNIST "
-          "(`python research/ae_fid_floor.py <run folder>`; the ε = ∞ DPSWflow-r runs are at 97.3 and 55.8). That "
+          "(`python scripts/ae_fid_floor.py <run folder>`; the ε = ∞ DPSWflow-r runs are at 97.3 and 55.8). That "
           "floor is shared by both sides of a ratio and pulls it toward 1, i.e. it favours a \"reproduced\" "
           "verdict; the ratios are evidence about the flow, not a measurement of the paper's Inception FIDs. "
           "DPSWgen's paper cells run the released trainer's 35 generator steps (20 at ε = 5) and are shown with "

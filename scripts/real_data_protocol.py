@@ -6,7 +6,7 @@ samples.  Running both of dpgen's protocols (``evaluator.protocol``: ``sklearn``
 checks that the ``torch`` protocol is the paper's (it should land on the paper's real-data numbers) and
 shows what each protocol gives a perfect generator, so a synthetic-data score can be read against it::
 
-    python research/real_data_protocol.py --dataset mnist --dataset fashion_mnist
+    python scripts/real_data_protocol.py --dataset mnist --dataset fashion_mnist
 
 This is a reference measurement of the evaluation protocol, not a release: it reads the training images
 directly (torchvision layout under ``$DPGEN_DATA_ROOT``) and reports only test accuracies; no run of

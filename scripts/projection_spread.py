@@ -24,7 +24,7 @@ averaged here over ``--directions`` uniform random unit directions (seeded, publ
 
 Usage (about 20 s on one core)::
 
-    DPGEN_DATA_ROOT=data python research/projection_spread.py
+    DPGEN_DATA_ROOT=data python scripts/projection_spread.py
 """
 
 from __future__ import annotations

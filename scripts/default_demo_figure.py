@@ -1,6 +1,6 @@
 """The README's picture: the default preset (digits_moments) at ε = 1, 10 and ∞, one row per class.
 
-    python research/default_demo_figure.py [--out docs/img/default_demo_eps.png] [--seed 0]
+    python scripts/default_demo_figure.py [--out docs/img/default_demo_eps.png] [--seed 0]
 
 Trains the default three times (a few seconds each) into a temporary folder and draws each run's
 ``samples.png`` with its LogReg accuracy on the real test split.  Synthetic images only.

@@ -7,7 +7,7 @@ must grow as sigma shrinks (sigma -> 0 releases the gradient); WA's epsilon shri
 because Theorem 2 bounds W_mu with the independent coupling, whose cost is dominated by the noise
 itself (W_t ~ sqrt(2) sigma C (P E|N(0,1)|^16)^{1/16}).
 
-    python research/wdp_noise_monotonicity.py
+    python scripts/wdp_noise_monotonicity.py
 """
 
 from __future__ import annotations

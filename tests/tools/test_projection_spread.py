@@ -1,4 +1,4 @@
-"""research/projection_spread.py: the per-projection spread it reports (docs/reproduction/dp-swd.md)."""
+"""scripts/projection_spread.py: the per-projection spread it reports (docs/reproduction/dp-swd.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-_spec = importlib.util.spec_from_file_location("projection_spread", Path(__file__).resolve().parents[1] / "projection_spread.py")
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "projection_spread.py"
+_spec = importlib.util.spec_from_file_location("projection_spread", SCRIPT)
 ps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ps)
 

@@ -1,6 +1,6 @@
 """Signal per released coordinate of the DPSWflow rows (codes / r), measured on the PUBLIC half of MNIST only.
 
-``python research/dpswflow_signal_noise.py [--root DATA]``: for the PCA-64 (public 0.9-quantile radius) and
+``python scripts/dpswflow_signal_noise.py [--root DATA]``: for the PCA-64 (public 0.9-quantile radius) and
 DCT-100 (centre 0, worst-case radius 28) representations of docs/utility.md, the per-coordinate
 within-class std and the spread of the class means of the rows, to set beside the released noise std.
 No private record is read.

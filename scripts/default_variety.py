@@ -1,7 +1,7 @@
 """Per-class variety of the default demo (DP class-Gaussian on the 8x8 digits, ε = 10): three covariance
 post-processings of the SAME noisy release, over three seeds.
 
-    python research/default_variety.py [--seeds 0 1 2] [--eps 10] [--out research/default_variety.md]
+    python scripts/default_variety.py [--seeds 0 1 2] [--eps 10] [--out scripts/default_variety.md]
 
 ``model.shrinkage=class`` (the class's own spikes only) against ``pooled`` (class spikes completed by the pooled
 within-class spikes) and ``pooled_prior`` (``pooled`` completed by the DCT's public 1/f^2 prior spectrum scaled to

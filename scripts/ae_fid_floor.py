@@ -7,7 +7,7 @@ runs, with the same extractor and reference set as the run's own FID (read from 
 reader can tell the autoencoder's share of an FID from the flow's.  Public data only: the test split
 (reconstructed and as reference) and the run's released, public-trained autoencoder.
 
-    python research/ae_fid_floor.py outputs/flow/mnist_dpswflow_r_inf [more run folders]
+    python scripts/ae_fid_floor.py outputs/flow/mnist_dpswflow_r_inf [more run folders]
 """
 
 from __future__ import annotations

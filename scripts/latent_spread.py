@@ -6,7 +6,7 @@ the mean per-coordinate standard deviation, the mean distance to their own mean 
 generator that collapsed to one mode has a spread near 0 while the public latents' is not.  Public data
 and released weights only.
 
-    python research/latent_spread.py outputs/flow/mnist_dpswgen_inf outputs/flow/mnist_dpswgen_paper10
+    python scripts/latent_spread.py outputs/flow/mnist_dpswgen_inf outputs/flow/mnist_dpswgen_paper10
 """
 
 from __future__ import annotations

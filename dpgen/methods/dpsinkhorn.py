@@ -70,12 +70,12 @@ import torch
 
 from ..data import DataSplits
 from ..data.representations import build_representation
+from ..errors import ConfigError
 from ..ot.sinkhorn import COSTS, DEBIAS, EntropicOT, embed, extra_rows, sinkhorn_generator_loss
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
 from ..utils import autocast
-from ..config import ConfigError
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start
 

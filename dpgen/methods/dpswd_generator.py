@@ -67,6 +67,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import (
@@ -80,7 +81,6 @@ from ..privacy.mechanisms import GaussianProjectionRelease
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import RowMap, class_blocks, fixed_size
 from ..utils import autocast
-from ..config import ConfigError
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start
 

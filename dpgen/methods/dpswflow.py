@@ -36,6 +36,7 @@ import math
 import torch
 
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..logging.plots import particles_scatter
 from ..ot.flows import (
     empirical_quantiles,
@@ -49,7 +50,6 @@ from ..privacy.dpswflow import analytic_gaussian_epsilon
 from ..privacy.mechanisms import OneShotProjectionRelease
 from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks
-from ..config import ConfigError
 from .base import TrainContext, mechanism_seed
 from .latent import LatentMethod
 from .warm_start import WarmTarget

@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
 from ..privacy.rows import class_blocks
 from ..utils import autocast
-from ..config import ConfigError
 from .base import TrainContext
 from .latent import LatentMethod
 from .warm_start import WarmTarget

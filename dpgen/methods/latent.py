@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from ..data import DataSplits, PrivateSplit
 from ..data.representations import build_representation
+from ..errors import ConfigError
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
@@ -55,7 +56,6 @@ from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import clip_rows, fixed_size, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
 from ..utils import load_checkpoint
-from ..config import ConfigError
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .loop import progress_bar, save_public_artifact
 from .warm_start import as_warm_start

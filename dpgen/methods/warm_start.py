@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import ConfigError
 from ..data import DataSplits
 from ..data.representations import Representation
+from ..errors import ConfigError
 from ..ot.sliced import random_directions, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
 from ..privacy.moments import ClassMoments
@@ -141,7 +141,9 @@ class WarmStart:
                 "num_projections": self.num_projections}
 
     def _moment_method(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext):
-        from .dp_class_gaussian import DPClassGaussian  # the class-Gaussian's own release, shared, not copied
+        from .dp_class_gaussian import (
+            DPClassGaussian,  # the class-Gaussian's own release, shared, not copied
+        )
 
         if ledger.target_epsilon is None:
             raise ConfigError("model.warm_start spends a share of accountant.epsilon: set accountant.epsilon (a number)")

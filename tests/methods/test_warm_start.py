@@ -10,11 +10,19 @@ from functools import partial
 import pytest
 import torch
 
-from dpgen.config import ConfigError
 from dpgen.data.base import PrivateSplit
 from dpgen.data.datasets import digits
+from dpgen.errors import ConfigError
 from dpgen.logging import RunLogger
-from dpgen.methods import DPSinkhorn, DPSWDGenerator, DPSWFlow, DPSWFlowR, DPSWGen, TrainContext, loop
+from dpgen.methods import (
+    DPSinkhorn,
+    DPSWDGenerator,
+    DPSWFlow,
+    DPSWFlowR,
+    DPSWGen,
+    TrainContext,
+    loop,
+)
 from dpgen.methods import warm_start as ws
 from dpgen.models import ConvCondGen
 from dpgen.models.autoencoder import LatentMLPGen, LiutkusAutoencoder

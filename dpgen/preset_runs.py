@@ -2,7 +2,7 @@
 
 ``docs/guides/preset_runs.yaml`` records, per preset, the runs made on the development machine:
 
-* ``smoke``     — the fast test suite's end-to-end run (``tests/test_presets_e2e.py``): a few steps, a
+* ``smoke``     — the fast test suite's end-to-end run (``tests/e2e/test_presets_e2e.py``): a few steps, a
   shrunk evaluator, capped splits; ``cpu_s`` is the CPU time of that run;
 * ``shortened`` — the preset with a shorter schedule (``overrides``);
 * ``full``      — the preset's own schedule and evaluator.

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import shared_data_root
+
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
@@ -38,14 +39,6 @@ def hermetic_caches(tmp_path_factory):
             os.environ.pop(var, None)
         else:
             os.environ[var] = old
-
-
-def shared_data_root() -> Path | None:
-    env = os.environ.get("DPGEN_DATA_ROOT")
-    for cand in ([Path(env)] if env else []) + [ROOT.parent / "shared" / "data"]:
-        if cand.is_dir():
-            return cand
-    return None
 
 
 @pytest.fixture

@@ -115,9 +115,20 @@ def _class_folders(root: Path, names: list[str], setting: str) -> list[Path]:
     return [root / n for n in names]
 
 
-def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-                  and not p.name.startswith("."))
+def _image_files(folder: Path, setting: str) -> list[Path]:
+    """The image files of one class folder (hidden files such as .DS_Store are skipped); any other file is
+    an error: silently skipping it could drop records the user meant to protect or to train on."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not any(part.startswith(".")
+                                                                        for part in p.relative_to(folder).parts))
+    other = [p for p in files if p.suffix.lower() not in IMAGE_SUFFIXES]
+    if other:
+        raise ConfigError(f"{setting}: {other[0]} is not an image file (dpgen reads {', '.join(IMAGE_SUFFIXES)}); "
+                          "move it out of the class folders")
+    if not files:
+        raise ConfigError(f"{setting}: the class folder {folder} holds no images; a declared class without images "
+                          "cannot be trained or tested (it would be sampled as noise); add its images, or leave the "
+                          "class out of dataset.classes")
+    return files
 
 
 def read_image(path: Path, shape: tuple[int, int, int], pixel_range: tuple[float, float], resize: bool) -> np.ndarray:
@@ -149,7 +160,9 @@ def read_image(path: Path, shape: tuple[int, int, int], pixel_range: tuple[float
     a = np.asarray(im, dtype=np.float64)
     a = a[None] if a.ndim == 2 else np.transpose(a, (2, 0, 1))
     lo, hi = pixel_range
-    if not np.isfinite(a).all() or a.min() < lo or a.max() > hi:
+    if not np.isfinite(a).all():
+        raise ConfigError(f"{path}: holds a NaN or an infinite pixel value; fix or remove the image")
+    if a.min() < lo or a.max() > hi:
         raise ConfigError(f"{path}: has pixel values outside the declared dataset.pixel_range=[{lo:g}, {hi:g}]; "
                           "fix the image or declare the range your format stores (8-bit images: [0, 255])")
     return a
@@ -160,11 +173,9 @@ def read_image_folder(root: Path, names: list[str], shape: tuple[int, int, int],
     """Every image of the declared class folders: ``x (n, C, H, W)`` in [0, 1], ``y (n,)``."""
     files, labels = [], []
     for k, folder in enumerate(_class_folders(root, names, setting)):
-        found = _image_files(folder)
+        found = _image_files(folder, setting)
         files += found
         labels += [k] * len(found)
-    if not files:
-        raise ConfigError(f"{setting}: no images ({', '.join(IMAGE_SUFFIXES[:4])}, ...) under {root}/<class>/")
     x = torch.empty((len(files), *shape), dtype=torch.float32)
     for i, f in enumerate(files):
         x[i] = to_unit(read_image(f, shape, pixel_range, resize), *pixel_range)
@@ -241,13 +252,26 @@ def check_arrays(x: np.ndarray, y: np.ndarray, where: str, shape: tuple[int, int
     flat = x.reshape(x.shape[0], -1)
     bad = ~(np.isfinite(flat).all(1) & (flat.min(1, initial=lo) >= lo) & (flat.max(1, initial=hi) <= hi))
     if bad.any():
-        raise ConfigError(f"{where}: record {int(np.argmax(bad))} (and {int(bad.sum()) - 1} more) has values outside the "
-                          f"declared dataset.pixel_range=[{lo:g}, {hi:g}]; fix the data or declare the range it is "
-                          "stored in")
+        first = int(np.argmax(bad))
+        if not np.isfinite(flat[first]).all():
+            raise ConfigError(f"{where}: record {first} holds a NaN or an infinite value; fix or remove the record "
+                              "(dpgen maps nothing: a non-finite pixel has no place in the declared range)")
+        raise ConfigError(f"{where}: record {first} has values outside the declared dataset.pixel_range=[{lo:g}, "
+                          f"{hi:g}]; fix the data or declare the range it is stored in")
     if y.size and (y.min() < 0 or y.max() >= n_classes):
         raise ConfigError(f"{where}: labels must be in 0..{n_classes - 1} (dataset.classes declares {n_classes}); "
                           f"record {int(np.argmax((y < 0) | (y >= n_classes)))} is not")
     return x
+
+
+def check_every_class(y: torch.Tensor, names: list[str], where: str) -> None:
+    """Every declared class has at least one record (else it would be trained on nothing and sampled as noise)."""
+    present = set(torch.unique(y).tolist())
+    missing = [n for k, n in enumerate(names) if k not in present]
+    if missing:
+        raise ConfigError(f"{where}: no record has the declared class(es) {missing[:5]}; a declared class without "
+                          "records cannot be trained or tested (it would be sampled as noise); add its records, or "
+                          "leave the class out of dataset.classes")
 
 
 def arrays(path: str, image_size, channels: int, classes, pixel_range, test_path: str | None = None,
@@ -261,7 +285,9 @@ def arrays(path: str, image_size, channels: int, classes, pixel_range, test_path
     def read(p: str, setting: str) -> tuple[torch.Tensor, torch.Tensor]:
         x, y, where = load_arrays(Path(p), setting)
         x = check_arrays(x, y, where, shape, rng, len(names))
-        return to_unit(x, *rng), torch.from_numpy(y.astype(np.int64))
+        y = torch.from_numpy(y.astype(np.int64))
+        check_every_class(y, names, where)
+        return to_unit(x, *rng), y
 
     x, y = read(path, "dataset.path")
     if test_path is not None:
@@ -275,8 +301,8 @@ def arrays(path: str, image_size, channels: int, classes, pixel_range, test_path
 def hold_out(x: torch.Tensor, y: torch.Tensor, fraction: float):
     """A fixed-seed ``fraction`` of the records as PUBLIC test data: ``((x, y) kept, (x, y) test)``."""
     n_test = int(round(fraction * x.shape[0]))
-    if not 0 < n_test < x.shape[0]:
-        raise ConfigError(f"dataset.test_fraction={fraction} leaves no test or no training records of {x.shape[0]}; "
+    if not 0 < n_test < x.shape[0]:  # the record count is private: not in the message
+        raise ConfigError(f"dataset.test_fraction={fraction} leaves no test or no training records; "
                           "give dataset.test_path instead")
     perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(_TEST_SEED))
     te, tr = perm[:n_test], perm[n_test:]

@@ -137,6 +137,7 @@ def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
 
     from ..logging import RunLogger
     from ..logging.summary import group_results
+    from ..logging.timings import add_private_timings
     from ..utils import json_safe, pick_device, seed_everything
     from .evaluator import evaluate_run
 
@@ -158,6 +159,8 @@ def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
     evaluator.check(data)
     method = load_method(cfg, data, run_dir, device)
     metrics = evaluate_run(evaluator, method, data, RunLogger(run_dir), seed, run_dir)
+    timings = {f"evaluate.{k}": metrics.pop(k) for k in [k for k in metrics if k.endswith("_time_s")]}
+    add_private_timings(run_dir, timings)  # wall-clock times stay private (dpgen.logging.timings)
     results.update({"metrics": metrics, "evaluated": {
         "by": "dpgen evaluate", "overrides": overrides, "device": str(device),
         "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}})

@@ -9,9 +9,10 @@ wall time of every segment so that the run time covers them all.
 
 Wall-clock timings of a private run (run time, training time, steps/s) depend on the private
 (Poisson) batch sizes, so they are an un-noised function of private data: they never go to
-``results.json``, ``metrics.csv`` or W&B.  ``private_timings.json`` in the run folder holds them, for
-the operator only (like ``checkpoints/``, it is not to be published); the console summary shows
-the run time on the operator's terminal.
+``results.json``, ``metrics.csv``, W&B or the console.  ``private_timings.json`` in the run folder
+holds them, for the operator only (mode 0600; like ``checkpoints/``, it is not to be published).
+W&B receives the run after it has ended (:class:`WandbSink`), so its own time stamps time nothing
+private.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 from ..utils import json_safe
 from .summary import group_results, metric_family
-from .timings import LEGACY_RUNTIME_FILE, PRIVATE_NOTE, PRIVATE_TIMINGS
+from .timings import LEGACY_RUNTIME_FILE, PRIVATE_NOTE, PRIVATE_TIMINGS, write_private
 
 EPSILON_KEY = "epsilon"  # the x axis of the W&B charts: the calibrating accountant's ε spent (the run's ε)
 WANDB_ID_FILE = "wandb_run_id"
@@ -206,39 +207,87 @@ def _hydra_group_and_name(experiment: str | None) -> tuple[str | None, str | Non
 class WandbSink:
     """Weights & Biases run: config, metrics, the ε-spent curve, synthetic grids, grouped summary.
 
+    **Sent after the run, not during it.**  W&B stamps every logged row with its wall-clock time
+    (``_timestamp``, ``_runtime``) and samples system metrics while a run is open: during training
+    those are the step timings of a private run, which depend on the private batch sizes.  So the
+    sink only records what it is given; ``finish()`` (the end of the run, also after an error)
+    opens the W&B run, sends the rows of ``metrics.csv`` (the whole history of the run folder, each
+    step once, also across resumed segments), the image grids and the summary, every row stamped
+    with one and the same ``_timestamp``, system metrics off, and closes it.  Its ``_runtime`` is the
+    upload's duration.
+
     * every logged metric is charted against ``epsilon`` (the calibrating accountant's ε spent;
       ``define_metric(step_metric=...)``), and ``epsilon`` itself against the step (the ε-spent curve);
     * at the end the utility metrics are logged once at the final ε (``eval/<metric>``), so a
       sweep's runs give one point each on a chart keyed by ε;
     * the jobs of a Hydra multirun share one group (``group: null``);
-    * ``resume_id``: continue that W&B run (a resumed run folder) instead of starting a new one.
+    * ``resume_id``: continue that W&B run (a resumed run folder whose earlier segment was sent)
+      instead of starting a new one; the id is written to ``wandb_run_id`` when the run is sent.
+    * nothing recorded (a run refused before its first logged step): no W&B run at all.
     """
 
     def __init__(self, run_dir: str | Path, config: dict, mode: str = "offline", project: str = "dpgen",
                  entity: str | None = None, group: str | None = None, name: str | None = None,
                  tags: list[str] | None = None, resume_id: str | None = None) -> None:
-        mode = wandb_mode(mode)
+        self.mode = wandb_mode(mode)
+        auto_group, auto_name = _hydra_group_and_name(config.get("experiment_name"))
+        self.run_dir, self.config = Path(run_dir), config
+        self._init = {"project": project, "entity": entity, "group": group or auto_group, "name": name or auto_name,
+                      "tags": tags}
+        self.resumed = resume_id is not None
+        self.run_id = resume_id or new_wandb_id()
+        self._rows: dict[int, dict] = {}  # step -> metrics of this segment (metrics.csv is read at the end)
+        self._images: list[tuple[str, np.ndarray, str, int | None]] = []
+        self._summary: dict | None = None
+        self.run = None
+
+    def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
+        self._rows.setdefault(int(step), {}).update({k: v for k, v in metrics.items() if v is not None})
+
+    def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None:
+        from torchvision.utils import make_grid
+
+        grid = make_grid(images.detach().float().cpu().clamp(0, 1), nrow=nrow, padding=2, pad_value=1.0)
+        key = f"samples/{name.removeprefix('samples_')}" if name.startswith("samples_") else name
+        self._images.append((key, to_uint8_image(grid), name, step))
+
+    def log_summary(self, results: dict[str, Any]) -> None:
+        self._summary = results
+
+    def finish(self) -> None:
+        """Open the W&B run, send everything recorded, close it (once)."""
+        if self.run is not None or not (self._rows or self._images or self._summary is not None):
+            return
         import wandb
 
-        auto_group, auto_name = _hydra_group_and_name(config.get("experiment_name"))
-        self._wandb = wandb
-        self._defined: set[str] = set()
+        (self.run_dir / WANDB_ID_FILE).write_text(self.run_id + "\n")
         try:
-            self.run = wandb.init(project=project, entity=entity, group=group or auto_group, name=name or auto_name,
-                                  tags=tags, mode=mode, dir=str(run_dir), config=config, reinit="finish_previous",
-                                  id=resume_id, resume="allow" if resume_id else None,
-                                  settings=wandb.Settings(silent=True, console="off"))
+            self.run = wandb.init(**self._init, mode=self.mode, dir=str(self.run_dir), config=self.config,
+                                  reinit="finish_previous", id=self.run_id, resume="allow" if self.resumed else None,
+                                  settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
         except wandb.errors.UsageError as err:  # a login check_wandb could not see coming
             if "api key" not in str(err).lower():
                 raise
             from ..config import ConfigError
 
             raise ConfigError(NOT_LOGGED_IN) from None
+        self._wandb, self._defined, self._stamp = wandb, set(), float(time.time())
         self.run.define_metric(EPSILON_KEY, summary="max")
+        first = int(getattr(self.run, "starting_step", 0) or 0) if self.resumed else 0  # rows W&B already has
+        rows = {**read_metrics_csv(self.run_dir / "metrics.csv"), **self._rows}
+        for step in sorted(s for s in rows if s >= first):
+            self._log(rows[step], step)
+        for key, arr, caption, step in self._images:
+            self._log({key: wandb.Image(arr, caption=caption)}, step if step is not None and step >= first else None)
+        if self._summary is not None:
+            self._send_summary(self._summary)
+        self.run.finish()
 
-    @property
-    def run_id(self) -> str:
-        return self.run.id
+    def _log(self, row: dict, step: int | None) -> None:
+        eps = row.get(EPSILON_KEY)
+        if isinstance(eps, (int, float)) and np.isfinite(eps):  # non-private runs (ε = ∞) chart by step
+            self._define(row)
+        self.run.log({**row, "_timestamp": self._stamp}, **({"step": step} if step is not None else {}))
 
     def _define(self, keys) -> None:
         for key in keys:
@@ -246,49 +295,61 @@ class WandbSink:
                 self.run.define_metric(key, step_metric=EPSILON_KEY)
                 self._defined.add(key)
 
-    def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
-        row = {k: v for k, v in metrics.items() if v is not None}
-        eps = row.get(EPSILON_KEY)
-        if isinstance(eps, (int, float)) and np.isfinite(eps):  # non-private runs (ε = ∞) chart by step
-            self._define(row)
-        self.run.log(row, step=step)
-
-    def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None:
-        from torchvision.utils import make_grid
-
-        grid = make_grid(images.detach().float().cpu().clamp(0, 1), nrow=nrow, padding=2, pad_value=1.0)
-        key = f"samples/{name.removeprefix('samples_')}" if name.startswith("samples_") else name
-        self.run.log({key: self._wandb.Image(to_uint8_image(grid), caption=name)}, step=step)
-
-    def log_summary(self, results: dict[str, Any]) -> None:
+    def _send_summary(self, results: dict[str, Any]) -> None:
         safe = json_safe(results)
         grouped = safe.get("summary") or json_safe(group_results(results))
         eps = (results.get("privacy") or {}).get(EPSILON_KEY)
         points = {f"eval/{k}": float(v) for k, v in (results.get("metrics") or {}).items()
                   if metric_family(k, v) is not None and isinstance(v, (int, float)) and not isinstance(v, bool)}
         if points and isinstance(eps, (int, float)) and np.isfinite(eps):
-            self._define(points)
-            self.run.log({**points, EPSILON_KEY: float(eps)})
+            self._log({**points, EPSILON_KEY: float(eps)}, None)
         for k, v in _flatten(grouped).items():
             self.run.summary[k] = v
         for key in ("experiment", "dataset"):
             if key in safe:
                 self.run.summary[key] = safe[key]
 
-    def finish(self) -> None:
-        self.run.finish()
+
+def new_wandb_id() -> str:
+    """A fresh W&B run id (8 characters of [a-z0-9], W&B's own form)."""
+    import secrets
+    import string
+
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
+def read_metrics_csv(path: Path) -> dict[int, dict]:
+    """``metrics.csv`` as {step: {column: value}}: numbers as floats, empty cells dropped."""
+    if not path.is_file():
+        return {}
+    rows: dict[int, dict] = {}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            step = _step_of(row)
+            if step is None:
+                continue
+            rows[step] = {k: _number(v) for k, v in row.items() if k != "step" and k is not None and v not in ("", None)}
+    return rows
+
+
+def _number(text: str):
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def split_private_timings(results: dict[str, Any]) -> tuple[dict, dict]:
     """(a copy of ``results`` without wall-clock timings, the timings): ``runtime_s``,
-    ``runtime_segments_s`` and every ``train.*_time_s`` (the training time depends on the private
-    batch sizes).  The copy is what results.json and W&B receive."""
+    ``runtime_segments_s`` and every ``*_time_s`` of ``train`` (the training time depends on the private
+    batch sizes) and of ``metrics`` (the evaluation's).  The copy is what results.json and W&B receive."""
     public = {k: v for k, v in results.items() if k not in ("runtime_s", "runtime_segments_s")}
     timings = {k: results[k] for k in ("runtime_s", "runtime_segments_s") if k in results}
-    train = results.get("train")
-    if isinstance(train, dict):
-        public["train"] = {k: v for k, v in train.items() if not k.endswith("_time_s")}
-        timings.update({f"train.{k}": v for k, v in train.items() if k.endswith("_time_s")})
+    for group in ("train", "metrics"):
+        values = results.get(group)
+        if isinstance(values, dict):
+            public[group] = {k: v for k, v in values.items() if not k.endswith("_time_s")}
+            timings.update({f"{group}.{k}": v for k, v in values.items() if k.endswith("_time_s")})
     return public, timings
 
 
@@ -338,9 +399,7 @@ class RunLogger:
             id_file = source / WANDB_ID_FILE if source is not None else None
             if id_file is not None and id_file.is_file():
                 resume_id = id_file.read_text().strip() or None
-            sink = WandbSink(run_dir, run_config or {}, resume_id=resume_id, **wandb)
-            (self.run_dir / WANDB_ID_FILE).write_text(sink.run_id + "\n")
-            self.sinks.append(sink)
+            self.sinks.append(WandbSink(run_dir, run_config or {}, resume_id=resume_id, **wandb))
 
     # -- run time over restarts (private) -------------------------------------------------
     @staticmethod
@@ -358,10 +417,8 @@ class RunLogger:
         """Write ``private_timings.json``: every segment's wall time (+ ``extra`` timings); the segments."""
         segments = [*self._previous_segments, float(current)]
         self._timings.update(extra or {})
-        tmp = self.run_dir / (PRIVATE_TIMINGS + ".tmp")
-        tmp.write_text(json.dumps({"note": PRIVATE_NOTE, "segments_s": segments, "runtime_s": float(sum(segments)),
-                                   **self._timings}, indent=2))
-        os.replace(tmp, self.run_dir / PRIVATE_TIMINGS)
+        write_private(self.run_dir / PRIVATE_TIMINGS, json.dumps(
+            {"note": PRIVATE_NOTE, "segments_s": segments, "runtime_s": float(sum(segments)), **self._timings}, indent=2))
         return segments
 
     # -- the interface ---------------------------------------------------------------------
@@ -392,7 +449,7 @@ class RunLogger:
         ``summary`` holds the privacy | utility | provenance grouping of what is published."""
         current = float(results.get("runtime_s", time.time() - self._t0))
         public, timings = split_private_timings(results)
-        segments = self._write_segments(current, {k: v for k, v in timings.items() if k.startswith("train.")})
+        segments = self._write_segments(current, {k: v for k, v in timings.items() if "." in k})
         if len(segments) > 1:
             results["runtime_segments_s"] = segments
             results["runtime_s"] = float(sum(segments))

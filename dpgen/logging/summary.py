@@ -1,6 +1,6 @@
 """The run summary, grouped as privacy | utility | provenance (console table, results.json, W&B).
 
-``results.json`` keeps its flat keys (``metrics``, ``privacy``, ``train``, ``runtime_s`` ...: scripts
+``results.json`` keeps its flat keys (``metrics``, ``privacy``, ``train``, ``overrides`` ...: scripts
 and tests read them); :func:`group_results` adds a ``summary`` view with three groups:
 
 * **privacy** — the guarantee label, ε spent (``epsilon``: the calibrating accountant's, the run's
@@ -9,8 +9,8 @@ and tests read them); :func:`group_results` adds a ``summary`` view with three g
 * **utility** — the metrics a user came for (downstream / test / target accuracy, FID, sliced
   Wasserstein distance ...): every numeric metric that is not provenance;
 * **provenance** — how the numbers were produced: counts, extractor, cache paths, overrides, device
-  (no wall-clock timings of training: they depend on the private batch sizes, see
-  ``dpgen.logging.run_logger.PRIVATE_TIMINGS``).  Never plotted (``dpgen/report.py`` lists them in a second table).
+  (no wall-clock timings: they depend on the private batch sizes and stay in
+  ``private_timings.json``, see ``dpgen.logging.timings``).  Never plotted (``dpgen/report.py`` lists them in a second table).
 
 The guarantee label is the run's own statement: ``results["privacy"]["guarantee"]`` if the
 ledger wrote one, else the ``guarantee`` field the method reports in its train metrics, mapped to
@@ -129,9 +129,8 @@ def group_results(results: dict) -> dict:
     provenance.update({k: v for k, v in metrics.items() if k not in utility})
     provenance.update({f"train_{k}" if not k.startswith("train") else k: v for k, v in train.items()
                        if k not in _MECHANISM_KEYS and k != "guarantee"})
-    for key in ("runtime_s", "runtime_segments_s", "overrides"):
-        if key in results:
-            provenance[key] = results[key]
+    if "overrides" in results:
+        provenance["overrides"] = results["overrides"]
     return {"privacy": privacy, "utility": utility, "provenance": provenance}
 
 
@@ -207,12 +206,8 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
     for key, value in prov.items():  # the evaluator's counts, extractor, reference set, cache
         if key not in shown and (key.startswith("fid_") or key.startswith("n_")):
             rows.append(("provenance", key, fmt(value)))
-    if results.get("runtime_s") is not None:  # the operator's console only: never in results.json (private)
-        segments = results.get("runtime_segments_s") or []
-        runtime = fmt(results["runtime_s"])
-        if len(segments) > 1:
-            runtime += f"  ({len(segments)} segments: {', '.join(f'{s:.0f}' for s in segments)})"
-        rows.append(("provenance", "run time (s, private: not in results.json)", runtime))
+    if results.get("runtime_s") is not None:  # a run's own summary: its timings are private, kept in a file only
+        rows.append(("provenance", "wall-clock timings", "private: private_timings.json in the run folder (not shown)"))
     return rows
 
 

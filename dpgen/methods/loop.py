@@ -23,7 +23,7 @@
 
 Host syncs: ``step`` may return 0-d tensors (e.g. ``loss.detach()``); the loop copies them to the
 host only at the log cadence and at the end, so a step on an accelerator never waits for the device
-(``tests/test_device.py`` counts the syncs per step).
+(``tests/runs/test_device.py`` counts the syncs per step).
 
 Checkpoint ``checkpoints/last.pt`` = {step, signature, method, ledger, mechanisms, sampler, rng, values}: it
 holds RNG states and is as sensitive as the data; the release artefact is what may be published.
@@ -208,7 +208,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
 
     t0, done, values, stopped = time.time(), start, ({} if ck is None else ck.get("values", {})), False
     watch = FiniteWatch()
-    bar = progress_bar(method.name, ctx)
+    bar = progress_bar(method.name, ctx, transient=True)  # its clock times private steps: never left in a log
     with bar:
         task = bar.add_task("train", total=end, completed=start, info="")
         for t in range(start, end):

@@ -103,8 +103,17 @@ def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict,
         **({"export": export} if export else {}),
     }
     card["covers"] = _covers(card, non_private)
-    card["does_not_cover"] = _does_not_cover(card)
+    card["does_not_cover"] = _does_not_cover(card, held_out_fraction(config))
     return card
+
+
+def held_out_fraction(config: dict) -> float | None:
+    """``dataset.test_fraction`` when the test split is held out of the same records (else None)."""
+    frac = (config.get("dataset") or {}).get("test_fraction")
+    try:
+        return float(frac) if frac is not None and 0.0 < float(frac) < 1.0 else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _covers(card: dict, non_private: bool) -> str:
@@ -123,7 +132,7 @@ def _covers(card: dict, non_private: bool) -> str:
     return text
 
 
-def _does_not_cover(card: dict) -> list[str]:
+def _does_not_cover(card: dict, test_fraction: float | None = None) -> list[str]:
     items = [
         "The choice of hyper-parameters (the preset, the noise and clipping settings): they are assumed fixed a priori; "
         "tuning them on the private data would cost privacy that this card does not count.",
@@ -136,6 +145,10 @@ def _does_not_cover(card: dict) -> list[str]:
             m["sample_rate"] < 1.0 for m in card["privacy"]["mechanisms"]):
         items.append("The sample rate and the number of steps were set from the private set size N before training, "
                      "as in standard DP-SGD practice; they are published here and reveal N.")
+    if card["privacy"]["neighbouring_relation"] == "add_remove" and test_fraction is not None:
+        items.append(f"The test split was held out of the same records (dataset.test_fraction={test_fraction:g}): its "
+                     "size, published with the evaluation (e.g. the FID reference size), reveals the number of records "
+                     f"to within about {1 / test_fraction:.0f}. Give a separate dataset.test_path to keep them apart.")
     return items
 
 

@@ -76,7 +76,7 @@ def clipped_sum(grads: Grads, max_norm: float) -> tuple[Grads, torch.Tensor]:
     """``sum_i g_i * min(1, C / ||g_i||)`` per parameter (lines 6-7 before the noise), without
     materialising the clipped per-sample tensors: one weighted sum (``tensordot`` of the ``(b,)``
     scales with ``(b, *shape)``) per parameter.  Same maths as summing :func:`clip_per_sample`'s output
-    (float rounding aside; ``tests/test_dpsgd.py`` checks it).  Returns (sums ``{name: shape}``, norms)."""
+    (float rounding aside; ``tests/privacy/test_dpsgd.py`` checks it).  Returns (sums ``{name: shape}``, norms)."""
     norms = per_sample_norms(grads)
     scale = clip_scale(norms, max_norm)
     return {k: torch.tensordot(scale.to(g.dtype), g, dims=1) for k, g in grads.items()}, norms

@@ -270,6 +270,14 @@ class GaussianProjectionRelease(Mechanism):
         """How many difference vectors the bound must hold for at one release (see the class docstring)."""
         return self.n_private + 1 if relation == "add_remove" else 1
 
+    def public_partners(self) -> int | str:
+        """``partners`` as results.json may show it: the number under replace-one (N is public), else the
+        formula, whose N is the private record count (not published under add/remove)."""
+        n = self.partners(self.relation)
+        if self.relation != "add_remove" or n == 1:
+            return n
+        return "2 (N + 1)" if n == 2 * (self.n_private + 1) else "N + 1"
+
     def set_stated_dim(self, dim: int) -> None:
         """``privacy.paper_sensitivity_dim``: the dimension a paper's code plugs into the projection bound
         when it is not the rows' own (the released DPSWgen latent trainer uses C·W² = 1024 for 8-d latents).
@@ -318,7 +326,7 @@ class GaussianProjectionRelease(Mechanism):
         return {**super().describe(), "row_dim": self.dim, "num_projections": self.k,
                 "sensitivity_bound": self.bound,  # None with orthogonal directions: the sensitivity is exact
                 "row_diameter": self.row_diameter,
-                "partners": self.partners(self.relation) if self.private and self.directions == "random" else None,
+                "partners": self.public_partners() if self.private and self.directions == "random" else None,
                 "directions": self.directions, "releases_planned": self.steps,
                 **({"stated_sensitivity_dim": self._stated_dim} if self._stated_dim else {})}
 

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import torch
 
+from ..errors import ConfigError
 from .accountants import check_sampling
 
 
@@ -34,10 +35,12 @@ class PrivateSampler:
     def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0) -> None:
         self.source = source
         self.n = len(source)
-        if not 1 <= batch_size <= self.n:
-            raise ValueError(
-                f"batch_size must be in [1, N={self.n}] for the private split, got {batch_size}"
-            )
+        if batch_size < 1:
+            raise ConfigError(f"model.batch_size={batch_size}: a batch needs at least one record; set model.batch_size>=1")
+        if batch_size > self.n:  # N is private under add/remove: not in the message
+            raise ConfigError(f"model.batch_size={batch_size} is larger than the private training split, so a batch cannot "
+                              "be filled (the number of private records is not printed: it is private data); fix: a "
+                              "smaller model.batch_size, or more training records")
         self.batch_size = int(batch_size)
         self.sampling = check_sampling(sampling)
         self.generator = torch.Generator().manual_seed(int(seed))

@@ -42,7 +42,7 @@ def on_host(t: torch.Tensor) -> bool:
 
     Code that branches on a tensor's value only to save work (an early exit, a rare fix-up) takes
     that branch only when this holds; on an accelerator it runs the branch-free form, so a step
-    never waits for the device.  tests/test_device.py patches it to False to exercise those paths on CPU.
+    never waits for the device.  tests/runs/test_device.py patches it to False to exercise those paths on CPU.
     """
     return t.device.type == "cpu"
 

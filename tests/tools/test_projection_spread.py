@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "projection_spread.py"
+from tests.helpers import ROOT
+
+SCRIPT = ROOT / "scripts" / "projection_spread.py"
 _spec = importlib.util.spec_from_file_location("projection_spread", SCRIPT)
 ps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ps)

@@ -1,0 +1,43 @@
+"""ProjectionDP: the projection methods' DP settings, one validated object built from ``model.dp``."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.utils import instantiate
+
+from dpgen.privacy import ProjectionDP
+from dpgen.privacy.projection import as_projection_dp
+from tests.helpers.configs import compose_cfg
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(num_projections=0), "model.dp.num_projections"),
+    (dict(num_projections=10, bound="lemma3"), "model.dp.bound"),
+    (dict(num_projections=10, directions="haar"), "model.dp.directions"),
+    (dict(num_projections=10, sensitivity_fraction=1.0), "model.dp.sensitivity_fraction"),
+])
+def test_invalid_settings_are_refused_naming_the_key(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ProjectionDP(**bad)
+
+
+def test_a_mapping_or_nothing_gives_the_same_object():
+    default = ProjectionDP(70, bound="chernoff")
+    assert as_projection_dp(None, default) is default
+    assert as_projection_dp({"_target_": "x", "num_projections": 70, "bound": "chernoff"}, default) == default
+    assert default.release_settings() == {"num_projections": 70, "bound": "chernoff", "directions": "random",
+                                          "sensitivity_fraction": 0.5}
+
+
+@pytest.mark.parametrize("preset,k,bound,directions", [
+    ("digits_dpswd", 200, "chernoff", "random"),
+    ("mnist_dpswd_partition", 784, "bernstein", "orthogonal"),
+    ("mnist_dpswflow", 31, "chernoff", "random"),
+    ("mnist_dpswgen_paper", 70, "clt", "random"),
+    ("digits_shift_dpswd", 200, "bernstein", "random"),
+])
+def test_presets_build_one_projection_dp_object(preset, k, bound, directions):
+    cfg = compose_cfg([f"experiment={preset}"])
+    model = cfg.model.alignment if "alignment" in cfg.model else cfg.model
+    dp = instantiate(model.dp)
+    assert dp == ProjectionDP(k, bound=bound, directions=directions)

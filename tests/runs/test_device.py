@@ -1,0 +1,301 @@
+"""GPU readiness without a GPU.
+
+* static: no module under ``dpgen/`` calls ``.cuda(`` or hard-codes a "cuda" device outside the
+  device-resolution helper (``dpgen.utils.misc.pick_device``);
+* behavioural: every method runs a few steps of its real preset (composed with ``tests/helpers/configs.py``,
+  then shrunk) through the real pipeline and loop on CPU while ``torch.Tensor.cuda`` raises, and
+  the host syncs (``item``, ``tolist``, ``cpu``, ``numpy``, ``bool``/``float``/``int`` of a tensor)
+  made between two consecutive non-logging steps are counted: the allowance per method is below
+  (``SYNCS_PER_STEP``), each one documented;
+* ``trainer.precision=bf16``: a generator method completes, and every tensor a mechanism releases
+  is float32 (autocast wraps model forwards only, never the privacy maths).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpgen.methods import loop
+from dpgen.pipeline import run
+from dpgen.privacy.mechanisms import Mechanism
+from tests.helpers import ROOT
+from tests.helpers.configs import compose_cfg
+
+DATA = Path(__import__("os").environ.get("DPGEN_DATA_ROOT", ROOT.parent / "shared" / "data"))
+
+# -- (a) static ------------------------------------------------------------------------------
+DEVICE_HELPER = ("dpgen/utils/misc.py", "pick_device")  # the one place that may name "cuda"
+CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
+
+
+def _cuda_uses(path: Path) -> list[str]:
+    """``x.cuda(...)`` calls, and "cuda"/"cuda:N" given as a device (``device=``, ``torch.device(...)``,
+    ``.to(...)``, or compared with a device's type), outside :data:`DEVICE_HELPER`."""
+    tree = ast.parse(path.read_text())
+    rel = path.relative_to(ROOT).as_posix()
+    parent = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        if rel == DEVICE_HELPER[0] and isinstance(node, ast.FunctionDef) and node.name == DEVICE_HELPER[1]:
+            allowed |= {id(n) for n in ast.walk(node)}
+    bad = []
+    for node in ast.walk(tree):
+        if id(node) in allowed:
+            continue
+        up = parent.get(id(node))
+        if isinstance(node, ast.Attribute) and node.attr == "cuda" and isinstance(up, ast.Call) and up.func is node:
+            bad.append(f"{rel}:{node.lineno}: .cuda() call")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and CUDA_STRING.match(node.value):
+            as_device = (isinstance(up, ast.keyword) and up.arg == "device") or (isinstance(up, ast.Compare) and any(
+                isinstance(x, ast.Attribute) and x.attr == "type" for x in [up.left, *up.comparators])) or (
+                isinstance(up, ast.Call) and getattr(up.func, "attr", getattr(up.func, "id", "")) in {"device", "to"})
+            if as_device:
+                bad.append(f"{rel}:{node.lineno}: hard-coded device {node.value!r}")
+    return bad
+
+
+def test_scanner_finds_cuda_calls_and_device_strings(tmp_path):
+    pkg = ROOT / "dpgen" / "_scan_probe.py"
+    try:
+        pkg.write_text('import torch\nx = torch.zeros(1).cuda()\ny = torch.zeros(1, device="cuda")\n'
+                       'z = torch.device("cuda:0")\nok = torch.cuda.is_available()\nstate = {"cuda": 1}\ngpu = x.device.type == "cuda"\n')
+        found = _cuda_uses(pkg)
+    finally:
+        pkg.unlink()
+    assert len(found) == 4 and ".cuda() call" in found[0], found
+
+
+def test_no_cuda_calls_or_hard_coded_cuda_devices_in_dpgen():
+    bad = [b for p in sorted((ROOT / "dpgen").rglob("*.py")) for b in _cuda_uses(p)]
+    assert not bad, "device-agnostic code takes trainer.device (ctx.device / tensor.device):\n" + "\n".join(bad)
+
+
+# -- (b) behavioural ---------------------------------------------------------------------------
+TORCH = Path(torch.__file__).resolve().parent
+# Counted: every call except torch's own internals (e.g. Adam reads its step counter, which torch
+# keeps on the host even for CUDA parameters) and the private sampler, which draws
+# Poisson batches of the host-resident data set on the host (its output is then moved to the device).
+HOST_SIDE = {"sampler.py"}
+SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
+
+# (preset, overrides shrinking it, host syncs allowed per non-logging step, why)
+SHRINK_AE = ["model.ae_steps=3", "model.ae_batch_size=32", "model.autoencoder_cache=null"]
+CASES = {
+    "dpswd_generator": ("digits_dpswd", [], 0, ""),
+    "dpsinkhorn": ("digits_dpsinkhorn", ["model.batch_size=32"], 2,
+                   "GeomLoss needs the epsilon-scaling `diameter` as a python float (ot/sinkhorn.py: one "
+                   "float() of the max cost per OT term; two terms in the semi-debiased loss)"),
+    "dpswflow_r": ("digits_dpswflow_r", ["model.n_particles=200", "model.num_percentiles=50"], 0, ""),
+    "dpswflow": ("mnist_dpswflow", [*SHRINK_AE, "model.n_particles=200", "model.num_percentiles=50",
+                                    "model.steps=8"], 0, ""),
+    "dpswgen": ("mnist_dpswgen", [*SHRINK_AE, "model.batch_size=64"], 0, ""),
+    "da_swd": ("digits_shift_swd", ["model.batch_size=32", "model.start_align=0"], 0, ""),
+    "da_dpswd": ("digits_shift_dpswd", ["model.batch_size=32", "model.start_align=0"], 0, ""),
+    "da_dann": ("digits_shift_dann", ["model.batch_size=32", "model.start_align=0"], 0, ""),
+    "da_dp_dann": ("digits_shift_dp_dann", ["model.batch_size=32", "model.start_align=0"], 0, ""),
+    "dpsgd_classifier": ("digits_dpsgd", ["model.batch_size=32"], 0, ""),
+    "dp_class_gaussian": ("digits_moments", [], None, "one step in all: the single release (nothing per step to count)"),
+}
+STEPS = 6
+
+
+class SyncCounter:
+    """Counts host syncs between consecutive ``method.step`` calls (the loop's work after step t
+    belongs to interval t); intervals that end in a logging or checkpoint step are reported apart."""
+
+    def __init__(self) -> None:
+        self.active, self.count, self.per_step, self.where = False, 0, [], []
+
+    def install(self, monkeypatch) -> None:
+        for name in SYNC_METHODS:
+            orig = getattr(torch.Tensor, name)
+            monkeypatch.setattr(torch.Tensor, name, self._wrap(orig, name))
+
+        def no_cuda(self, *a, **k):
+            raise AssertionError("torch.Tensor.cuda() was called: create tensors on ctx.device instead")
+
+        monkeypatch.setattr(torch.Tensor, "cuda", no_cuda)
+        # the accelerator code paths: value-dependent shortcuts (utils.misc.on_host) are off
+        import dpgen.ot.flows
+        import dpgen.utils.misc
+
+        for mod in (dpgen.utils.misc, dpgen.ot.flows):
+            monkeypatch.setattr(mod, "on_host", lambda t: False)
+        counter, train = self, loop.train
+
+        def counted_train(method, data, ledger, ctx):
+            step = method.step
+
+            def wrapped(t):
+                if counter.active:
+                    counter.per_step.append(counter.count)
+                counter.active, counter.count = True, 0
+                return step(t)
+
+            method.step = wrapped
+            try:
+                return train(method, data, ledger, ctx)
+            finally:
+                if counter.active:
+                    counter.per_step.append(counter.count)
+                counter.active = False
+
+        monkeypatch.setattr(loop, "train", counted_train)  # the pipeline calls loop.train
+
+    def _wrap(self, orig, name):
+        counter = self
+
+        def f(t, *a, **k):
+            if counter.active:
+                caller = sys._getframe(1)
+                path = Path(caller.f_code.co_filename).resolve()
+                if TORCH not in path.parents and path.name not in HOST_SIDE:
+                    counter.count += 1
+                    counter.where.append((name, f"{path}:{caller.f_lineno}"))
+            return orig(t, *a, **k)
+
+        return f
+
+
+def _cfg(preset: str, overrides: list[str], tmp_path: Path, log_every: int):
+    cfg = compose_cfg([f"experiment={preset}", "logger=local", "evaluator=none", "trainer.progress=false",
+                       "trainer.device=cpu", f"trainer.max_steps={STEPS}", f"trainer.log_every={log_every}",
+                       f"trainer.checkpoint_every={10 * STEPS}", "trainer.deterministic=true", *overrides],
+                      out_dir=tmp_path / "run", data_root=DATA)
+    return cfg
+
+
+def _needs_data(preset: str) -> None:
+    if preset.startswith(("mnist", "fmnist")) and not (DATA / "MNIST").exists():
+        pytest.skip(f"no MNIST under {DATA}")
+
+
+# the latent-space methods share one step path: the fast suite counts DPSWflow-r's; DPSWflow / DPSWgen are `slow`
+SLOW_CASES = {"dpswflow", "dpswgen"}
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_CASES else m
+                                    for m in sorted(CASES)])
+def test_every_method_steps_on_cpu_without_cuda_calls_or_host_syncs(method, tmp_path, monkeypatch):
+    preset, overrides, allowed, why = CASES[method]
+    _needs_data(preset)
+    counter = SyncCounter()
+    counter.install(monkeypatch)
+    res = run(_cfg(preset, overrides, tmp_path, log_every=STEPS))  # logs (and syncs) only after the last step
+    assert res["train"]["train_steps"] >= 1
+    if allowed is None:  # a one-release method: no step loop
+        assert res["train"]["train_steps"] == len(counter.per_step) == 1, why
+        return
+    # interval t = [start of step t, start of step t+1): the last one holds the log / final checkpoint
+    hot = counter.per_step[:-1]
+    if method == "dpswflow":
+        hot = hot[1:]  # step 0 is the one-shot release (Alg. 2 line 1-3), not a per-step cost
+    assert hot, "too few steps to measure"
+    worst = max(hot)
+    detail = "\n".join(f"  {n} at {w}" for n, w in dict.fromkeys(counter.where))
+    assert worst <= allowed, (f"{method}: {worst} host syncs in a non-logging step (allowed {allowed}: {why or 'none'})"
+                              f"; first ones:\n{detail}")
+
+
+def test_the_sync_counter_catches_a_sync_in_a_step(tmp_path, monkeypatch):
+    """The counting test can fail: a step that reads its loss with .item() is caught."""
+    import dpgen.methods.dpswd_generator as mod
+
+    step = mod.DPSWDGenerator.step
+
+    def syncing_step(self, t):
+        out = step(self, t)
+        return {"loss": out["loss"].item()}
+
+    monkeypatch.setattr(mod.DPSWDGenerator, "step", syncing_step)
+    counter = SyncCounter()
+    counter.install(monkeypatch)
+    run(_cfg("digits_dpswd", [], tmp_path, log_every=STEPS))
+    assert min(counter.per_step[:-1]) >= 1
+
+
+# -- (c) mixed precision -----------------------------------------------------------------------
+def _all_subclasses(cls):
+    for c in cls.__subclasses__():
+        yield c
+        yield from _all_subclasses(c)
+
+
+@pytest.mark.parametrize("preset,overrides", [("digits_dpswd", []), ("digits_dpsinkhorn", ["model.batch_size=32"]),
+                                              ("digits_shift_dpswd", ["model.batch_size=32", "model.start_align=0"])])
+def test_bf16_run_completes_and_every_release_is_float32(preset, overrides, tmp_path, monkeypatch):
+    released: list[torch.dtype] = []
+    autocast_on: list[bool] = []
+    import dpgen.privacy  # noqa: F401  (every mechanism class is defined)
+
+    for cls in {Mechanism, *_all_subclasses(Mechanism)}:
+        if "release" not in vars(cls):
+            continue
+        orig = vars(cls)["release"]
+
+        def rel(self, *a, _orig=orig, **k):
+            autocast_on.append(torch.is_autocast_enabled("cpu"))
+            out = _orig(self, *a, **k)
+            for v in (out.values() if isinstance(out, dict) else [out]):
+                if isinstance(v, torch.Tensor) and v.is_floating_point():
+                    released.append(v.dtype)
+            return out
+
+        monkeypatch.setattr(cls, "release", rel)
+    forwards: list[torch.dtype] = []
+
+    def hook(module, args, out):
+        if isinstance(out, torch.Tensor):
+            forwards.append(out.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    try:
+        res = run(_cfg(preset, [*overrides, "trainer.precision=bf16"], tmp_path, log_every=3))
+    finally:
+        handle.remove()
+    assert res["precision"] == "bf16" and res["train"]["train_steps"] == STEPS
+    assert released and set(released) == {torch.float32}, set(released)
+    assert not any(autocast_on), "a mechanism released inside an autocast region"
+    assert torch.bfloat16 in forwards, "bf16 was requested but no forward ran in bfloat16"
+    ck = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)
+    params = [v for v in ck["method"].values() if isinstance(v, dict)]
+    assert all(t.dtype == torch.float32 for d in params for t in d.values()
+               if isinstance(t, torch.Tensor) and t.is_floating_point()), "weights stay float32 (autocast only)"
+
+
+def test_precision_must_be_32_or_bf16(tmp_path):
+    from dpgen.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="trainer.precision"):
+        validate(compose_cfg(["trainer.precision=fp16"], out_dir=tmp_path))
+
+
+
+def test_a_nan_tensor_value_is_raised_at_the_next_check_with_its_step():
+    from dpgen.methods.base import NonFiniteLossError
+    from dpgen.methods.loop import FiniteWatch
+
+    w = FiniteWatch()
+    for t in range(6):
+        w.update({"loss": torch.tensor(float("nan") if t in (3, 4) else 1.0), "note": 2.0}, t)
+    with pytest.raises(NonFiniteLossError, match="step 3"):
+        w.check()
+    ok = FiniteWatch()
+    ok.update({"loss": torch.tensor(1.0)}, 0)
+    ok.check()
+
+
+def test_class_blocks_gathers_the_same_rows_as_a_boolean_mask():
+    from dpgen.privacy.rows import class_blocks, fixed_size
+
+    rows, labels = torch.randn(40, 3), torch.randint(3, (40,), generator=torch.Generator().manual_seed(1))
+    for m in (20, 5):  # padding only / random subsets (the same generator draws in the same order)
+        g = torch.Generator().manual_seed(0)
+        want = torch.cat([fixed_size(rows[labels == c], m, g) for c in range(3)])
+        assert torch.equal(class_blocks(rows, labels, 3, m, torch.Generator().manual_seed(0)), want)

@@ -1,0 +1,53 @@
+"""The documentation site builds in mkdocs' strict mode: a broken link, anchor or nav entry fails the build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.helpers import ROOT
+
+
+def build(project: Path, site: Path) -> subprocess.CompletedProcess:
+    """``mkdocs build --strict`` of ``project``'s mkdocs.yml into ``site`` (mkdocs-material is a dev dependency)."""
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                          cwd=project, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
+def test_the_site_builds_strictly(tmp_path):
+    r = build(ROOT, tmp_path / "site")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "site" / "index.html").is_file()
+    assert (tmp_path / "site" / "reproduction" / "dp-swd" / "index.html").is_file()
+
+
+def test_every_nav_page_exists():
+    def pages(node):
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            for v in node.values():
+                yield from pages(v)
+        else:
+            for v in node:
+                yield from pages(v)
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    missing = [p for p in pages(nav) if not (ROOT / "docs" / p).is_file()]
+    assert not missing, missing
+
+
+def test_a_broken_link_fails_the_build(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "docs", project / "docs", ignore=shutil.ignore_patterns("runs", "*.png"))
+    shutil.copy(ROOT / "mkdocs.yml", project / "mkdocs.yml")
+    page = project / "docs" / "getting-started.md"
+    page.write_text(page.read_text() + "\n[a page that does not exist](no-such-page.md)\n")
+    r = build(project, tmp_path / "site")
+    assert r.returncode != 0 and "no-such-page.md" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from dpgen.reproduce.claims import CLAIMS, Claim, text
 from dpgen.reproduce.evidence import _flatten, _neutral, load_store, match_reason
-from tests._hydra import compose_cfg
+from tests.helpers.configs import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 

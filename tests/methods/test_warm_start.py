@@ -232,3 +232,14 @@ def test_dpswflow_one_shot_and_bad_shares_are_refused_before_any_data():
             _dpswd(warm={**WARM, "epsilon_share": share})
     with pytest.raises(ConfigError, match="kind"):
         _dpswd(warm={**WARM, "kind": "pca"})
+
+
+def test_a_method_without_a_warm_start_is_refused_by_the_config_check():
+    from dpgen.config import validate
+    from tests.helpers.configs import compose_cfg
+
+    validate(compose_cfg(["experiment=mnist_dpswd_partition", "model/warm_start=class_gaussian"]))
+    for exp in ("mnist_moments", "mnist_dpswflow"):
+        prefix = "+" if exp == "mnist_moments" else ""
+        with pytest.raises(ConfigError, match="model/warm_start is for"):
+            validate(compose_cfg([f"experiment={exp}", f"{prefix}model/warm_start=class_gaussian"]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import fields
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -238,8 +239,9 @@ def test_a_method_without_a_warm_start_is_refused_by_the_config_check():
     from dpgen.config import validate
     from tests.helpers.configs import compose_cfg
 
-    validate(compose_cfg(["experiment=mnist_dpswd_partition", "model/warm_start=class_gaussian"]))
+    out = Path("unused-output")
+    validate(compose_cfg(["experiment=mnist_dpswd_partition", "model/warm_start=class_gaussian"], out_dir=out))
     for exp in ("mnist_moments", "mnist_dpswflow"):
         prefix = "+" if exp == "mnist_moments" else ""
         with pytest.raises(ConfigError, match="model/warm_start is for"):
-            validate(compose_cfg([f"experiment={exp}", f"{prefix}model/warm_start=class_gaussian"]))
+            validate(compose_cfg([f"experiment={exp}", f"{prefix}model/warm_start=class_gaussian"], out_dir=out))

@@ -46,6 +46,7 @@ _WARM = ("model/warm_start=class_gaussian", "model.warm_start.representation.n_c
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("mnist-moments", Cell("mnist_moments", EVAL), docs=("README.md", "docs/utility.md"), min_runs=3),
+    Claim("mnist-moments-eps5", Cell("mnist_moments", (*EVAL, "accountant.epsilon=5"))),
     Claim("mnist-dpswd-ot-short", Cell("mnist_dpswd_partition", (*EVAL, *_SHORT))),
     *(Claim(f"mnist-dpswd-warm{int(100 * s)}-short",
             Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, f"model.warm_start.epsilon_share={s}")))

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install train test test-all bench lint docs reproduce reproduce-calibration clean
+.PHONY: install train test test-all bench gpu-check lint docs reproduce reproduce-calibration clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,12 @@ test-all: $(STAMP)
 ## benchmarks: writes docs/benchmarks.md
 bench: $(STAMP)
 	$(BIN)/dpgen bench --out docs/benchmarks.md
+
+## the prepared GPU check (no new part starts after 7 min): CUDA-marked tests, every private family on cuda in fp32
+## and bf16 beside the CPU, the default demo, 2-process NCCL with two GPUs -> docs/benchmarks-gpu.md;
+## `make gpu-check ARGS=--dry-run` lists what it would run (any machine)
+gpu-check: $(STAMP)
+	$(BIN)/python -m dpgen.bench.gpu_check $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check dpgen scripts tests train.py

@@ -16,7 +16,9 @@ CONFIGS = Path(__file__).resolve().parent / "configs"
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     from dpgen.pipeline import run
+    from dpgen.utils.cluster import export_submitit_environment
 
+    export_submitit_environment()  # a submitit job of several tasks: one distributed run, as under torchrun
     try:
         results = run(cfg)
     except Exception as err:

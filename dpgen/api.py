@@ -6,7 +6,7 @@
     run.results["privacy"]["epsilon"], run.release                       # results.json, the release file
     rel = load_release(run.release)                                      # or any run folder / release file
     x, y = rel.sample(1000, labels="balanced", seed=0)                   # (n, C, H, W) floats, (n,) labels
-    rel.export("synth.npz", n=10000, seed=0)                             # + privacy_card.json / .md beside it
+    rel.export("synth.npz", n=10000, seed=0)                             # + synth.card.json / .md beside it
 """
 
 from __future__ import annotations

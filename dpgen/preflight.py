@@ -214,4 +214,30 @@ def writable_folder_problem(folder: Path, setting: str) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         what = "the run folder" if existing == path else f"the run folder {folder}: its parent"
         return f"cannot write {what} {existing} (permission denied or read-only); {fix}"
+    return _probe(path, existing, folder, fix)
+
+
+def _probe(path: Path, existing: Path, folder: Path, fix: str) -> str | None:
+    """Create the folder and a file in it, as the run will, then remove what the probe made: the OS has the
+    last word (``os.access`` cannot see every read-only mount, ACL or special file system)."""
+    import tempfile
+
+    made: list[Path] = []
+    try:
+        for p in reversed([path, *path.parents]):
+            if p == existing or p in existing.parents or p.exists():
+                continue
+            p.mkdir()
+            made.append(p)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".dpgen-probe-"):
+            pass
+    except OSError as e:
+        where = e.filename or path
+        return f"cannot create the run folder {folder}: {e.strerror or type(e).__name__} ({where}); {fix}"
+    finally:
+        for p in reversed(made):
+            try:
+                p.rmdir()
+            except OSError:
+                pass
     return None

@@ -37,6 +37,7 @@ from .utils import atomic_save, load_checkpoint, without_keys
 
 STATE_DIR = ".dpgen"  # beside Hydra's .hydra/: the lock, its holder and the run signature
 LOCK_FILE, HOLDER_FILE, SIGNATURE_FILE = "lock", "holder.json", "signature.json"
+LOCATIONS_FILE = "locations.json"  # where the run found its data: `dpgen evaluate` reads it there again
 CHECKPOINT = Path("checkpoints") / "last.pt"
 # the settings a run folder's work depends on; trainer.*, evaluator.*, logger.* may change between segments
 SIGNATURE_KEYS = ("experiment_name", "seed", "dataset", "model", "accountant", "privacy")
@@ -170,6 +171,7 @@ def claim_run_folder(cfg: DictConfig, log: Callable[[str], None] = print) -> Run
         _remove_partial_writes(run_dir)
         folder.resume_from = _decide(cfg, run_dir, folder.notes)
         _write_json(run_dir / STATE_DIR / SIGNATURE_FILE, run_signature(cfg))
+        _write_json(run_dir / STATE_DIR / LOCATIONS_FILE, run_locations(cfg))
         _keep_hydra_record(folder.hydra_record, run_dir)
     except BaseException:
         _put_back_hydra_record(run_dir)  # a refused start leaves the folder's record as its run wrote it
@@ -179,6 +181,26 @@ def claim_run_folder(cfg: DictConfig, log: Callable[[str], None] = print) -> Run
     for note in folder.notes:
         log(note)
     return folder
+
+
+def run_locations(cfg: DictConfig) -> dict:
+    """Where this run reads from, resolved: the data root and the folder it was started in (relative data
+    paths start there).  Kept in the run folder only (``.dpgen/locations.json``), never in a release or card."""
+    from hydra.core.hydra_config import HydraConfig
+
+    out = {"cwd": str(HydraConfig.get().runtime.cwd) if HydraConfig.initialized() else os.getcwd()}
+    try:
+        root = (cfg.get("paths") or {}).get("data_root")
+    except Exception:  # noqa: BLE001 - an interpolation that cannot be resolved here: nothing to record
+        root = None
+    if root is not None:
+        out["data_root"] = str(Path(out["cwd"], str(root)).resolve())
+    return out
+
+
+def read_locations(run_dir: Path) -> dict:
+    """``run_locations`` as the run recorded them ({} for a folder written before they were recorded)."""
+    return _read_json(Path(run_dir) / STATE_DIR / LOCATIONS_FILE) or {}
 
 
 def _hydra_record(cfg: DictConfig, run_dir: Path) -> dict[Path, str]:

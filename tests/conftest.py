@@ -47,3 +47,17 @@ def data_root() -> Path:
     if root is None:
         pytest.skip("no shared data root: set DPGEN_DATA_ROOT to a folder with MNIST/ (CI uses ../shared/data)")
     return root
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` need a CUDA device: skipped without one (``make gpu-check`` runs them on a GPU)."""
+    cuda = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if not cuda:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (make gpu-check runs the cuda-marked tests on a GPU)")
+    for item in cuda:
+        item.add_marker(skip)

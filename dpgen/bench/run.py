@@ -105,13 +105,16 @@ def bench_training(device: torch.device, steps: int = 200) -> list[tuple[str, st
              f"fit incl. calibration {dt:.1f} s)")]
 
 
+NOT_PLUGINS = ("run", "gpu_check")  # this driver, and `make gpu-check` (its own report, docs/benchmarks-gpu.md)
+
+
 def _plugins(only: set[str] | None = None):
     """Every benchmark module ``dpgen/bench/<name>.py`` (or only those named), imported: ``[(name, module)]``."""
     import importlib
 
     mods = []
     for path in sorted(Path(__file__).resolve().parent.glob("[a-z]*.py")):
-        if path.stem == "run" or (only is not None and path.stem not in only):
+        if path.stem in NOT_PLUGINS or (only is not None and path.stem not in only):
             continue
         mods.append((path.stem, importlib.import_module(f"{__package__}.{path.stem}")))
     return mods

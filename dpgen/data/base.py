@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 
 
 class DatasetNotFoundError(UserError, FileNotFoundError):
@@ -73,6 +73,21 @@ class PrivateSplit:
     def _gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.__x[idx], self.__y[idx]
 
+    def read_outside_guarantee(self, purpose: str, n: int | None = None) -> TensorSplit:
+        """A copy of the records (all, or a fixed seed-0 subset of ``n``) for an EVALUATION that reads private
+        data outside the privacy guarantee, e.g. DPImageBench's FID against the sensitive training images.
+
+        Never called by a method or a release: only by an evaluator whose every result says, in its label,
+        that it reads sensitive data and is not covered (``purpose`` names the reading, for the reader of the
+        code).  Nothing it returns may reach a release, a checkpoint or a card."""
+        if not purpose:
+            raise ValueError("read_outside_guarantee needs its purpose")
+        idx = torch.arange(len(self))
+        if n is not None and n < len(self):
+            idx = torch.randperm(len(self), generator=torch.Generator().manual_seed(0))[:n]
+        x, y = self._gather(idx)
+        return TensorSplit(x.clone(), y.clone())
+
     def __repr__(self) -> str:  # never print records
         return f"PrivateSplit(n={len(self)}, shape={self.feature_shape})"
 
@@ -91,11 +106,38 @@ class DataSplits:
     num_classes: int
     image_shape: tuple[int, int, int]
     value_range: tuple[float, float] = (0.0, 1.0)
+    # sensitive images held out of the training split before any private step (``dataset.validation_size``):
+    # never seen by the private method; read only by an evaluator's model selection, which the privacy
+    # guarantee does not cover (DPImageBench's protocol, :mod:`dpgen.eval.dpimagebench`)
+    validation: TensorSplit | None = None
 
     @property
     def dim(self) -> int:
         c, h, w = self.image_shape
         return c * h * w
+
+
+VALIDATION_SEED = 0  # DPImageBench cuts its validation split with seed 0, whatever the run's seed
+
+
+def split_validation(x: torch.Tensor, y: torch.Tensor, validation_size: int | None
+                     ) -> tuple[torch.Tensor, torch.Tensor, TensorSplit | None]:
+    """Cut ``validation_size`` sensitive images off the training split: ``(x_train, y_train, validation)``.
+
+    The cut is DPImageBench's (Gong et al., CCS 2025, ``data/dataset_loader.py``): ``torch.manual_seed(0)``
+    then ``random_split(train, [n - v, v])``, i.e. one ``randperm(n)`` of a generator seeded 0 whose first
+    ``n - v`` indices train and last ``v`` validate; the same images whatever the run's seed.  ``None`` or 0:
+    no cut.  The validation images never reach the private split, so the private method never sees them.
+    """
+    if not validation_size:
+        return x, y, None
+    n, v = int(x.shape[0]), int(validation_size)
+    if not 0 < v < n:
+        raise ConfigError(f"dataset.validation_size={v}: must be between 1 and {n - 1} (the training split has {n} "
+                          "images; a public fact of the dataset), or null for no validation split")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(VALIDATION_SEED))
+    train, val = perm[:n - v], perm[n - v:]
+    return x[train], y[train], TensorSplit(x[val], y[val])
 
 
 def split_public_private(x: torch.Tensor, y: torch.Tensor, public_fraction: float, seed: int,

@@ -12,21 +12,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import DataSplits, TensorSplit, require_files, split_public_private
+from .base import DataSplits, TensorSplit, require_files, split_public_private, split_validation
 from .integrity import read_mnist_like, reading
 
 _MNIST_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
 
 
-def _finish(name, x_tr, y_tr, x_te, y_te, public_fraction, seed, num_classes, public_max=None) -> DataSplits:
+def _finish(name, x_tr, y_tr, x_te, y_te, public_fraction, seed, num_classes, public_max=None,
+            validation_size=None) -> DataSplits:
+    # the sensitive validation images leave the training split first, before the public / private cut
+    x_tr, y_tr, validation = split_validation(x_tr, y_tr, validation_size)
     public, private = split_public_private(x_tr, y_tr, public_fraction, seed, public_max)
     return DataSplits(name=name, private=private, test=TensorSplit(x_te, y_te), public=public,
-                      num_classes=num_classes, image_shape=tuple(x_tr.shape[1:]))
+                      num_classes=num_classes, image_shape=tuple(x_tr.shape[1:]), validation=validation)
 
 
 def digits(root: str | None = None, public_fraction: float = 0.0, seed: int = 0,
-           test_fraction: float = 0.25, **_: object) -> DataSplits:
+           test_fraction: float = 0.25, validation_size: int | None = None, **_: object) -> DataSplits:
     """scikit-learn's bundled 8x8 handwritten digits (1797 images; no download).
 
     Deterministic stratified train/test split (``random_state=0``); pixel values /16 -> [0, 1].
@@ -39,29 +42,32 @@ def digits(root: str | None = None, public_fraction: float = 0.0, seed: int = 0,
     y = ds.target.astype(np.int64)
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=0, stratify=y)
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
-    return _finish("digits", t(x_tr)[:, None], t(y_tr), t(x_te)[:, None], t(y_te), public_fraction, seed, 10)
+    return _finish("digits", t(x_tr)[:, None], t(y_tr), t(x_te)[:, None], t(y_te), public_fraction, seed, 10,
+                   validation_size=validation_size)
 
 
 def _torchvision_mnist_like(cls_name: str, folder: str, name: str, root: str, download: bool,
-                            public_fraction: float, seed: int) -> DataSplits:
+                            public_fraction: float, seed: int, validation_size: int | None = None) -> DataSplits:
     root = str(root)
     if not download:
         require_files(name, root, [Path(root) / folder / "raw" / f for f in _MNIST_FILES])
     tr, te = read_mnist_like(cls_name, folder, name, root, download)  # a damaged file: named, with the fix
     f = lambda d: d.data.float().div(255.0)[:, None]  # noqa: E731
-    return _finish(name, f(tr), tr.targets.long(), f(te), te.targets.long(), public_fraction, seed, 10)
+    return _finish(name, f(tr), tr.targets.long(), f(te), te.targets.long(), public_fraction, seed, 10,
+                   validation_size=validation_size)
 
 
-def mnist(root: str, download: bool = False, public_fraction: float = 0.0, seed: int = 0, **_: object) -> DataSplits:
+def mnist(root: str, download: bool = False, public_fraction: float = 0.0, seed: int = 0,
+          validation_size: int | None = None, **_: object) -> DataSplits:
     """MNIST 28x28 (torchvision layout ``<root>/MNIST/raw/``)."""
-    return _torchvision_mnist_like("MNIST", "MNIST", "mnist", root, download, public_fraction, seed)
+    return _torchvision_mnist_like("MNIST", "MNIST", "mnist", root, download, public_fraction, seed, validation_size)
 
 
 def fashion_mnist(root: str, download: bool = False, public_fraction: float = 0.0, seed: int = 0,
-                  **_: object) -> DataSplits:
+                  validation_size: int | None = None, **_: object) -> DataSplits:
     """Fashion-MNIST 28x28 (torchvision layout ``<root>/FashionMNIST/raw/``)."""
     return _torchvision_mnist_like("FashionMNIST", "FashionMNIST", "fashion_mnist", root, download,
-                                   public_fraction, seed)
+                                   public_fraction, seed, validation_size)
 
 
 def usps(root: str, download: bool = False, public_fraction: float = 0.0, seed: int = 0,

@@ -3,7 +3,8 @@
     dpgen evaluate outputs/digits_moments/2026-11-25_16-00-00
     dpgen evaluate multirun/mnist_dpswd/<sweep>/0_accountant.epsilon=1 evaluator.fid.enabled=false
 
-The method is rebuilt from the run folder's composed config (``.hydra/config.yaml``) and its weights-only
+The method is rebuilt from the run folder's composed config (``.hydra/config.yaml``, with the data root the run
+recorded in ``.dpgen/locations.json``) and its weights-only
 release (``release.pt``); the dataset is loaded to rebuild its PUBLIC splits (test, and public when the
 preset has one) and its private split is dropped before the method is built: the method and the
 evaluator never read a private record, so re-evaluation is post-processing of the release and costs no
@@ -40,27 +41,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import ConfigError
-    from ..data.base import DatasetNotFoundError
+    from hydra.errors import InstantiationException
+
+    from ..errors import UserError, one_line
 
     try:
         results = evaluate(args.run_dir, list(args.overrides))
-    except (EvaluateError, ConfigError, DatasetNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - a user's fault is one line; anything else keeps its traceback
+        cause = e.__cause__ if isinstance(e, InstantiationException) and e.__cause__ is not None else e
+        if not isinstance(cause, (EvaluateError, UserError)):
+            raise
+        print(f"error: {one_line(str(cause))}", file=sys.stderr)
         return 2
-    if "privacy" in results:
-        from ..logging.summary import print_summary
+    from ..logging.summary import print_summary
 
-        print_summary(results)
-    else:  # a run that stopped before writing results.json: no privacy section to show
-        print(json.dumps(results["metrics"], indent=2, default=str))
+    print_summary(results)
     return 0
 
 
 def load_run_config(run_dir: Path, overrides: list[str]):
-    """The run's composed config with its Hydra-runtime paths filled in (this folder, the data root) and
-    ``overrides`` applied."""
+    """The run's composed config with its Hydra-runtime paths filled in and ``overrides`` applied: the
+    output folder is ``run_dir``; the data root is the one the run recorded (``.dpgen/locations.json``)
+    unless ``paths.data_root=`` is given (folders written before it was recorded: ``$DPGEN_DATA_ROOT``, else
+    ``./data``); relative dataset paths start from the folder the run was started in."""
     from omegaconf import OmegaConf
+
+    from ..runs import read_locations
 
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
@@ -71,8 +77,14 @@ def load_run_config(run_dir: Path, overrides: list[str]):
         raise EvaluateError(f"cannot override {', '.join(bad)} when re-evaluating: only evaluator.*, paths.data_root and "
                             "trainer.device may change (anything else would not be the trained model)")
     cfg = OmegaConf.load(path)
+    where = read_locations(run_dir)
     cfg.paths.output_dir = str(run_dir)
-    cfg.paths.data_root = os.environ.get("DPGEN_DATA_ROOT", str(Path.cwd() / "data"))
+    cfg.paths.data_root = where.get("data_root") or os.environ.get("DPGEN_DATA_ROOT", str(Path.cwd() / "data"))
+    started_in = Path(where.get("cwd") or Path.cwd())
+    for key in ("path", "test_path"):  # own data: relative to the folder the run was started in
+        value = cfg.dataset.get(key)
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            cfg.dataset[key] = str(started_in / value)
     return OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
 
 
@@ -121,6 +133,28 @@ def load_method(cfg, data, run_dir: Path, device: torch.device):
     return method
 
 
+def privacy_of_run(cfg, run_dir: Path, method) -> dict:
+    """The privacy section of results.json from the run's final checkpoint: its ledger's summary, as the
+    pipeline writes it (reads the ledger only, no private record)."""
+    from hydra.utils import instantiate
+
+    from ..runs import CHECKPOINT, read_checkpoint
+
+    path = run_dir / CHECKPOINT
+    if not path.is_file():
+        raise EvaluateError(f"{run_dir} has no results.json and no {CHECKPOINT}: the privacy this run spent cannot be "
+                            f"read, so its metrics would be published without it; resume the run in place "
+                            f"(hydra.run.dir={run_dir}) to finish it")
+    ledger = instantiate(cfg.accountant, _convert_="all")
+    ledger.load_state_dict(read_checkpoint(path)["ledger"])
+    privacy = ledger.summary()
+    paper = (cfg.get("privacy") or {}).get("convention", "honest") == "paper"
+    privacy["convention"] = "paper" if paper else "honest"
+    if paper:
+        privacy.update(method.convention_report() or {})
+    return privacy
+
+
 class _NullLogger:
     """A method's setup may log public images (e.g. autoencoder reconstructions); re-evaluation drops them."""
 
@@ -166,8 +200,9 @@ def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
         "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}})
     results.setdefault("experiment", cfg.get("experiment_name", "run"))
     results.setdefault("dataset", data.name)
-    if "privacy" in results:
-        results["summary"] = group_results(results)
+    if "privacy" not in results:  # a run stopped before its results.json: the ledger in its checkpoint says
+        results["privacy"] = privacy_of_run(cfg, run_dir, method)
+    results["summary"] = group_results(results)
     tmp = results_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(json_safe(results), indent=2, sort_keys=True))
     os.replace(tmp, results_path)

@@ -45,8 +45,9 @@ from .fid import (
 )
 
 _FID_DEFAULTS = {"enabled": False, "extractor": "inception", "fallback": None, "n_fid": 10000,
-                 "inception_weights": None, "cache_dir": None, "min_public": 1000, "batch_size": 500,
-                 "domain": {}}
+                 "inception_weights": None, "cache_dir": None, "min_public": 1000, "min_reference": 1000,
+                 "batch_size": 500, "domain": {}}
+INCEPTION_FEATURES = 2048  # pool3 features of the standard FID
 _CNN_DEFAULTS = {"epochs": 10, "batch_size": 128, "lr": 1e-3, "patience": 3, "min_steps": 0}
 
 
@@ -90,6 +91,7 @@ class GenerativeEvaluator:
                                  + (" or null (no fallback)" if key == "fallback" else ""))
         self.domain_settings = DomainSettings(**self.fid["domain"])
         self.device = device
+        self.fid_off: str | None = None  # why check(data) switched the FID off (it cannot be measured on this data)
 
     # ------------------------------------------------------------------------------------
     def __call__(self, method, data: DataSplits, logger, seed: int = 0) -> dict:
@@ -102,7 +104,7 @@ class GenerativeEvaluator:
             self._grids(method, k, logger)
         metrics: dict = {}
         self.last_metrics = metrics  # what was computed so far, if a later metric fails (evaluate_run)
-        fid_on = bool(self.fid["enabled"]) and is_image and int(self.fid["n_fid"]) > 0
+        fid_on = bool(self.fid["enabled"]) and is_image and int(self.fid["n_fid"]) > 0 and self.fid_off is None
         n_clf = self.n_synthetic if self.classifiers else 0
         n_gen = max(n_clf, int(self.fid["n_fid"]) if fid_on else 0)
         if n_gen > 0:
@@ -125,6 +127,8 @@ class GenerativeEvaluator:
             metrics["downstream_protocol"] = self.protocol
         if fid_on:
             metrics.update(self._fid(x_syn[: int(self.fid["n_fid"])], data, device, console))
+        elif self.fid_off is not None:
+            metrics["fid_skipped"] = self.fid_off
         metrics["eval_time_s"] = time.time() - t0
         return metrics
 
@@ -150,15 +154,29 @@ class GenerativeEvaluator:
                 raise ConfigError(f"evaluator.n_synthetic={self.n_synthetic} is fewer than the {data.num_classes} "
                                   f"classes of {data.name!r}: the classifiers need every class; set evaluator.n_synthetic"
                                   f">={data.num_classes} (or evaluator.classifiers=[])")
+        if self.classifiers and self.n_synthetic > 0:
+            missing = sorted(set(range(data.num_classes)) - set(torch.unique(data.test.y).tolist()))
+            if missing:
+                raise ConfigError(f"dataset {data.name!r}: the test split has no image of class(es) {missing[:10]}, so the "
+                                  "downstream accuracy would not test them; give a test split with every class "
+                                  "(own data: dataset.test_path, or a larger dataset.test_fraction) or set "
+                                  "evaluator.classifiers=[]")
+        self.fid_off = None
         if fid_on and data.image_shape[1] > 1:
-            if self._fid_extractor_plan() == "domain":
+            extractor = self._fid_extractor_plan()
+            if extractor == "domain":
                 try:
-                    plan_domain_split(data, int(self.fid["min_public"]))
+                    n_ref = len(plan_domain_split(data, int(self.fid["min_public"])).ref)
                 except ValueError as e:
                     raise ConfigError(f"evaluator.fid (domain extractor): {e}") from None
-            elif len(data.test) < 2:
-                raise ConfigError(f"dataset {data.name!r}: the test split has {len(data.test)} image(s); the Inception "
-                                  "FID compares against it and needs at least 2; set evaluator.fid.enabled=false")
+                dim = self.domain_settings.num_features
+            else:
+                n_ref, dim = len(data.test), INCEPTION_FEATURES
+            if n_ref <= dim:  # the reference covariance (dim x dim) would be singular: no FID to measure
+                self.fid_off = (f"FID switched off: its reference set would have {n_ref} images, no more than the {dim} "
+                                f"features of the {extractor} extractor, so their covariance cannot be estimated; "
+                                "give a larger test split, or set evaluator.fid.enabled=false")
+                Console(stderr=True).log(self.fid_off)
 
     def _fid_extractor_plan(self) -> str:
         """The extractor the FID will use: ``inception`` when its weights are available, else the allowed
@@ -223,6 +241,11 @@ class GenerativeEvaluator:
             ref = plan.ref.x
         console.log(f"[eval] FID ({used} features): {x_fake.shape[0]} generated vs {ref.shape[0]} reference images")
         value = frechet_distance(ref, x_fake, extractor, batch_size=int(self.fid["batch_size"]), device=device)
+        floor = int(self.fid["min_reference"])
+        if ref.shape[0] < floor:
+            info["fid_note"] = (f"FID on {ref.shape[0]} reference images, below evaluator.fid.min_reference={floor}: "
+                                "biased upward and noisy; compare it only with FIDs on the same reference size")
+            console.log(f"[eval] warning: {info['fid_note']}")
         return {"fid": value, "fid_extractor": used, "fid_n_generated": int(x_fake.shape[0]),
                 "fid_n_reference": int(ref.shape[0]), **info}
 

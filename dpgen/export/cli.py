@@ -1,7 +1,9 @@
 """``dpgen sample <run folder | release file> --n N [--labels ...] [--seed S] --out synth.npz | <folder> | model.pt``.
 
 Reads only the weights-only release (never ``checkpoints/``), samples with no private data and no
-privacy cost, and writes the export with ``privacy_card.json`` / ``privacy_card.md`` beside it.
+privacy cost, and writes the export with its own privacy card (``synth.npz`` -> ``synth.card.json`` /
+``synth.card.md``; a PNG folder holds ``privacy_card.json`` / ``.md``).  An existing export or card is
+replaced only with ``--force``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: fresh randomness)")
     parser.add_argument("--out", required=True,
                         help="synth.npz (x in the dataset's pixel format, y), a folder (PNG per class, "
-                             "ImageFolder layout), or model.pt (copy the released weights: classifiers)")
+                             "ImageFolder layout), or model.pt (copy the released weights: classifiers); its card is "
+                             "written beside it as <name>.card.json / .md (inside a folder)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing export and its card (a folder only if it holds a previous export)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         release = load_release(args.release)
-        paths = release.export(args.out, args.n, parse_labels(args.labels), args.seed)
+        paths = release.export(args.out, args.n, parse_labels(args.labels), args.seed, force=args.force)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

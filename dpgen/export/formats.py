@@ -1,5 +1,7 @@
 """Writing an export: ``.npz`` (x in the dataset's pixel format, y), a PNG folder per class
-(torchvision ``ImageFolder`` layout), or a model's weights (``.pt``), each with the privacy card beside it."""
+(torchvision ``ImageFolder`` layout), or a model's weights (``.pt``), each with its own privacy card:
+``synth.npz`` -> ``synth.card.json`` / ``synth.card.md`` beside it, a folder holds ``privacy_card.json`` / ``.md``.
+Nothing is replaced without ``force`` (``--force``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
-from ..privacy.card import write_card
+from ..privacy.card import CARD_JSON, card_paths, write_card
 from .labels import class_weights, describe
 
 
@@ -50,39 +52,63 @@ def save_png_folder(folder: Path, x: torch.Tensor, y: torch.Tensor, value_range,
         count[label] += 1
 
 
-def export(release, out: Path, n: int, labels=None, seed: int | None = None) -> list[Path]:
-    """Write the export ``out`` and its card; returns the written paths (data first)."""
+def check_out(out: Path, force: bool) -> None:
+    """An export never replaces a file, a folder or a card without ``--force`` (and a folder only when it
+    holds a previous export: its card)."""
+    cards = [p for p in card_paths(out) if p.exists()]
+    if out.suffix == "":
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {out} is a file, not a folder; choose a new folder for a PNG export")
+        if out.is_dir() and any(out.iterdir()):
+            if not force:
+                raise ConfigError(f"--out {out} is a folder that is not empty: choose a new folder, or pass --force to "
+                                  "replace a previous export there")
+            if not cards:
+                raise ConfigError(f"--out {out} is a folder that is not empty and holds no export of dpgen (no "
+                                  f"{CARD_JSON}): --force replaces only a previous export; choose a new folder")
+        return
+    if force:
+        return
+    taken = [str(p) for p in ([out] if out.exists() else []) + cards]
+    if taken:
+        raise ConfigError(f"--out {out}: {', '.join(taken)} already exist(s); choose another name, or pass --force to "
+                          "replace the export and its card")
+
+
+def export(release, out: Path, n: int, labels=None, seed: int | None = None, force: bool = False) -> list[Path]:
+    """Write the export ``out`` and its own card (:func:`card_paths`); returns the written paths (data first)."""
     if out.suffix == ".pt":
+        check_out(out, force)
         return _export_model(release, out)
     if not release.is_generator:
         release.method()  # raises the "not a generator" error
     if out.suffix not in ("", ".npz"):
         raise ConfigError(f"--out {out}: write a .npz file or a folder (PNG images per class); .pt copies a model")
-    if out.suffix == "" and out.exists() and any(out.iterdir()):
-        raise ConfigError(f"--out {out} is a folder that is not empty: choose a new folder")
+    check_out(out, force)
     x, y = release.sample(n, labels, seed)
     facts = release.data
     if out.suffix == ".npz":
         out.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(out, x=to_storage(x, facts["value_range"], facts["storage"]), y=y.numpy().astype(np.int64))
         lo, hi = facts["storage"]["range"]
-        card_dir, fmt = out.parent, f"npz: x {facts['storage']['dtype']} {lo:g}..{hi:g} (n, H, W[, C]), y int64"
+        fmt = f"npz: x {facts['storage']['dtype']} {lo:g}..{hi:g} (n, H, W[, C]), y int64"
     else:
+        if out.is_dir():  # --force over a previous export (check_out): its images and card go
+            shutil.rmtree(out)
         save_png_folder(out, x, y, facts["value_range"], folder_names(release.num_classes, facts.get("class_names")))
-        card_dir, fmt = out, "PNG folder per class (torchvision ImageFolder)"
+        fmt = "PNG folder per class (torchvision ImageFolder)"
     plan = describe(labels) + (f" ({class_weights(release)[1]})" if labels == "proportional" else "")
     card = {**release.card, "export": {"file": out.name, "n": int(n), "labels": plan, "format": fmt,
                                         "source_release": release.path.name,
                                         "note": "sampled from the release: post-processing, no further privacy cost"}}
-    return [out, *write_card(card, card_dir)]
+    return [out, *write_card(card, out.parent, card_paths(out))]
 
 
 def _export_model(release, out: Path) -> list[Path]:
-    """Copy the release's weights to ``out`` with the card beside it (for classifiers; a generator may too)."""
+    """Copy the release's weights to ``out`` with its card beside it (for classifiers; a generator may too)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.resolve() != release.path.resolve():
         shutil.copyfile(release.path, out)
     card = {**release.card, "export": {"file": out.name, "format": "the released weights (torch .pt)",
                                         "source_release": release.path.name}}
-    return [out, *write_card(card, out.parent)]
-
+    return [out, *write_card(card, out.parent, card_paths(out))]

@@ -99,7 +99,8 @@ def release_info(cfg: dict, data, method, ledger, code_version: str | None, run_
                       config=cfg, dataset=data.name, n_private=len(data.private),
                       noisy_count=released_count(method), public_data=public_data_used(cfg, data),
                       code_version=code_version, release_file=method.release_name,
-                      convention=method.convention_report())
+                      convention=method.convention_report(),
+                      validation_held_out=None if getattr(data, "validation", None) is None else len(data.validation))
     write_card(card, run_dir)
     return {"dpgen": {"config": public_config(cfg), "data": public_facts(data, method, cfg.get("dataset"))}, "privacy_card": card}
 
@@ -200,11 +201,13 @@ class Release:
         x, y_out = method.sample(int(n), y)
         return x.float(), y_out.long()
 
-    def export(self, out: str | Path, n: int, labels=None, seed: int | None = None) -> list[Path]:
-        """Sample and write ``out`` (.npz, a PNG folder, or .pt for a model) with the privacy card beside it."""
+    def export(self, out: str | Path, n: int, labels=None, seed: int | None = None, force: bool = False) -> list[Path]:
+        """Sample and write ``out`` (.npz, a PNG folder, or .pt for a model) with its own privacy card
+        (``synth.npz`` -> ``synth.card.json`` / ``.md``; inside a folder export); an existing export or card is
+        replaced only with ``force``."""
         from .formats import export
 
-        return export(self, Path(out), n, labels, seed)
+        return export(self, Path(out), n, labels, seed, force)
 
 
 def load_release(path: str | Path) -> Release:

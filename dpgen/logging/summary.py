@@ -196,9 +196,10 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
         for key in ("private_steps", "sampling", "neighbouring_relation", "noise_multiplier", "sensitivity_bound"):
             if key in p:
                 rows.append(("privacy", key.replace("_", " "), fmt(p[key])))
-    for key, value in grouped["utility"].items():
-        rows.append(("utility", key, fmt(value)))
     prov = grouped["provenance"]
+    for key, value in grouped["utility"].items():  # every FID with the size of its reference set
+        n_ref = prov.get("fid_n_reference") if key == "fid" else None
+        rows.append(("utility", key, fmt(value) + (f"  (on {n_ref} reference images)" if n_ref is not None else "")))
     shown = ("experiment", "dataset", "n_private", "device")
     for key in shown:
         if key in prov:

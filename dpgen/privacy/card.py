@@ -2,8 +2,9 @@
 
 ``build_card(ledger, ...)`` reads everything privacy-related from the ledger that ran (its entries,
 its epsilon under every accountant, its relation and sampling), so the card cannot disagree with
-the accounting; ``card_markdown`` renders it for a person; ``write_card`` puts both files
-(``privacy_card.json``, ``privacy_card.md``) in a folder, beside a release or an export.
+the accounting; ``card_markdown`` renders it for a person; ``write_card`` writes both files:
+``privacy_card.json`` / ``.md`` beside a run's release, ``<export>.card.json`` / ``.md`` beside an
+export file (``card_paths``), ``privacy_card.json`` / ``.md`` inside a folder export.
 
 The size of the private set.  Under the add/remove relation the number N of private records is
 itself protected (a neighbouring dataset has N ± 1 records), so an exact N never appears in a card,
@@ -69,8 +70,12 @@ def _finite(x: float | None) -> float | str | None:
 
 def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict, dataset: str, n_private: int,
                noisy_count: float | None = None, public_data: list[str] | None = None, code_version: str | None = None,
-               release_file: str | None = None, convention: dict | None = None, export: dict | None = None) -> dict:
-    """The card of a release, from the ledger that ran (``n_private`` is used only under replace-one)."""
+               release_file: str | None = None, convention: dict | None = None, export: dict | None = None,
+               validation_held_out: int | None = None) -> dict:
+    """The card of a release, from the ledger that ran (``n_private`` is used only under replace-one).
+
+    ``validation_held_out``: the number of sensitive images cut off the training split before any private
+    step (``dataset.validation_size``; a setting, public); the release never saw them."""
     relation = ledger.relation
     calibrating = ledger.calibrating_accountant
     eps = {name: _finite(ledger.epsilon(accountant=name)) for name in ("rdp", "pld")}
@@ -79,7 +84,12 @@ def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict,
         "method": method,
         "preset": preset,
         "config_hash": config_hash(config),
-        "dataset": {"name": dataset, "size": dataset_size(relation, n_private, noisy_count)},
+        "dataset": {"name": dataset, "size": dataset_size(relation, n_private, noisy_count),
+                    **({"validation_held_out": {
+                        "size": int(validation_held_out),
+                        "note": "sensitive images held out of the training split (seed 0) before any private step: "
+                                "the release never saw them; an evaluation that selects on them reads private "
+                                "data outside this guarantee"}} if validation_held_out else {})},
         "privacy": {
             "epsilon": eps[calibrating],
             "delta": ledger.delta,
@@ -141,6 +151,11 @@ def _does_not_cover(card: dict, test_fraction: float | None = None) -> list[str]
         "The set of labels and the image shape/value range: treated as public facts; labels of private records are "
         "protected only as part of the record.",
     ]
+    held = card["dataset"].get("validation_held_out")
+    if held:
+        items.append(f"The {held['size']} sensitive validation images held out of the training split: the release "
+                     "never saw them, so they are not protected by it; evaluations that read them (a model "
+                     "selection on them, as DPImageBench's) are outside this guarantee.")
     if card["privacy"]["neighbouring_relation"] == "add_remove" and any(
             m["sample_rate"] < 1.0 for m in card["privacy"]["mechanisms"]):
         items.append("The sample rate and the number of steps were set from the private set size N before training, "
@@ -177,6 +192,8 @@ def card_markdown(card: dict) -> str:
         f"| private releases | {p['releases']} |",
         f"| noise | {mech} |",
         f"| dataset | {card['dataset']['name']}: {n} |",
+        *([f"| validation held out | {card['dataset']['validation_held_out']['size']} sensitive images, never seen "
+           "by the release |"] if card["dataset"].get("validation_held_out") else []),
         f"| public data | {', '.join(card['public_data']) or 'none'} |",
         f"| config hash | `{card['config_hash']}` |",
         f"| code version | {card['code_version'] or 'unknown'} |",
@@ -189,11 +206,21 @@ def card_markdown(card: dict) -> str:
     return "\n".join(lines)
 
 
-def write_card(card: dict, folder: str | Path) -> tuple[Path, Path]:
-    """Write ``privacy_card.json`` and ``privacy_card.md`` into ``folder``; returns both paths."""
+def card_paths(export: str | Path) -> tuple[Path, Path]:
+    """The card files of an export: ``synth.npz`` -> ``synth.card.json`` / ``synth.card.md`` beside it (so
+    exports sharing a folder keep one card each); a folder export holds ``privacy_card.json`` / ``.md``."""
+    export = Path(export)
+    if export.suffix == "":
+        return export / CARD_JSON, export / CARD_MD
+    return export.with_name(f"{export.stem}.card.json"), export.with_name(f"{export.stem}.card.md")
+
+
+def write_card(card: dict, folder: str | Path, paths: tuple[Path, Path] | None = None) -> tuple[Path, Path]:
+    """Write the card as JSON and Markdown: ``paths`` (see :func:`card_paths`), else ``privacy_card.json`` and
+    ``privacy_card.md`` in ``folder`` (the card of a run's release); returns both paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    js, md = folder / CARD_JSON, folder / CARD_MD
+    js, md = paths or (folder / CARD_JSON, folder / CARD_MD)
     js.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n")
     md.write_text(card_markdown(card))
     return js, md

@@ -12,6 +12,7 @@ import importlib
 DRIVERS: dict[str, tuple[str, str, str]] = {
     "render": ("scoreboard", "main", "render the scoreboard of docs/reproduction from the evidence store (trains nothing)"),
     "collect": ("scoreboard", "main", "add finished run folders to the evidence store"),
+    "dpimagebench": ("dpimagebench", "main", "docs/benchmark.md: collect / render / check the DPImageBench cells"),
     "calibration": ("calibration_table", "main", "DP-SWD Table 4: noise calibration for eps = 10"),
     "da": ("da", "main", "DP-SWD Table 1 digits rows and Fig. 3 (domain adaptation)"),
     "da-layout": ("da_layout", "main", "evaluate a saved digits DA model on USPS in both layouts"),

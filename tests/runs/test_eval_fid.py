@@ -127,6 +127,7 @@ def test_evaluator_reports_cnn_accuracy_fid_and_extractor_provenance(data, tmp_p
     m = ev(method, data, _logger(tmp_path), seed=0)
     assert m["acc_logreg"] > 0.8 and m["acc_cnn"] > 0.7  # classifiers fit on (copies of) real digits work
     assert m["fid_extractor"] == "domain" and m["fid_n_generated"] == 400
+    assert m["fid_note"].startswith(f"FID on {m['fid_n_reference']} reference images, below evaluator.fid.min_reference=1000")
     assert m["fid_extractor_trained_on"].startswith("test split") and "other half" in m["fid_reference"]
     assert (tmp_path / "run" / "samples.png").exists() and (tmp_path / "run" / "samples_class9.png").exists()
     noisy = GenerativeEvaluator(n_synthetic=0, classifiers=(), grid_per_class=2, class_grids=False,

@@ -100,9 +100,9 @@ def test_npz_export_in_the_dataset_pixel_format_with_its_card(default_run, tmp_p
     d = np.load(tmp_path / "synth.npz")
     assert d["x"].shape == (1000, 8, 8) and d["x"].dtype == np.uint8 and d["x"].max() <= 16  # digits: 0..16
     assert np.bincount(d["y"]).tolist() == [100] * 10
-    card = json.loads((tmp_path / "privacy_card.json").read_text())
+    card = json.loads((tmp_path / "synth.card.json").read_text())
     assert card["export"]["n"] == 1000 and card["privacy"] == load_release(out).card["privacy"]
-    assert (tmp_path / "privacy_card.md").read_text().startswith("# Privacy card")
+    assert (tmp_path / "synth.card.md").read_text().startswith("# Privacy card")
     again = tmp_path / "again.npz"
     _sample(out / "generator.pt", "--n", 1000, "--seed", 3, "--out", again)
     assert np.array_equal(np.load(again)["x"], d["x"])  # the seed fixes the export
@@ -157,7 +157,45 @@ def test_a_classifier_release_exports_its_weights(default_run, tmp_path, capsys)
     assert "not a generator" in capsys.readouterr().err
     assert _sample(tmp_path, "--out", tmp_path / "export" / "model.pt") == 0
     assert torch.load(tmp_path / "export" / "model.pt", weights_only=False)["network"]["w"].shape == (2,)
-    assert (tmp_path / "export" / "privacy_card.json").exists()
+    assert json.loads((tmp_path / "export" / "model.card.json").read_text())["method"] == "DPSGDClassifier"
+
+
+def test_each_export_keeps_its_own_card_and_nothing_is_replaced_without_force(default_run, tmp_path, capsys):
+    out, _ = default_run
+    rel = load_release(out)
+    model = tmp_path / "clf"
+    model.mkdir()
+    torch.save({"network": {"w": torch.zeros(2)}, "signature": {"method": "DPSGDClassifier"}, "dpgen": rel.state["dpgen"],
+                "privacy_card": {**rel.card, "method": "DPSGDClassifier", "privacy": {**rel.card["privacy"],
+                                                                                   "guarantee": "not DP"}}},
+               model / "classifier.pt")
+    shared = tmp_path / "exports"
+    assert _sample(out, "--n", 20, "--seed", 0, "--out", shared / "a.npz") == 0
+    assert _sample(model, "--out", shared / "clf.pt") == 0
+    assert _sample(out, "--n", 30, "--seed", 1, "--out", shared / "b.npz") == 0
+    assert "wrote" in capsys.readouterr().out
+    cards = {p.name: json.loads(p.read_text()) for p in shared.glob("*.card.json")}
+    assert sorted(cards) == ["a.card.json", "b.card.json", "clf.card.json"]  # one card per export, none replaced
+    assert cards["clf.card.json"]["privacy"]["guarantee"] == "not DP" and cards["a.card.json"]["export"]["n"] == 20
+    before = (shared / "a.npz").read_bytes()
+    assert _sample(out, "--n", 50, "--out", shared / "a.npz") == 2  # an existing export: refused
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --out") and "--force" in err and "\n" not in err
+    assert (shared / "a.npz").read_bytes() == before
+    (shared / "c.card.json").write_text("{}")  # a card without its export is not replaced either
+    assert _sample(out, "--n", 5, "--out", shared / "c.npz") == 2 and not (shared / "c.npz").exists()
+    capsys.readouterr()
+    assert _sample(out, "--n", 50, "--out", shared / "a.npz", "--force") == 0
+    assert len(np.load(shared / "a.npz")["y"]) == 50 and json.loads((shared / "a.card.json").read_text())["export"]["n"] == 50
+    folder = tmp_path / "pngs"
+    assert _sample(out, "--n", 20, "--out", folder) == 0 and (folder / "privacy_card.json").exists()
+    assert _sample(out, "--n", 10, "--out", folder) == 2  # a previous export: only with --force
+    assert _sample(out, "--n", 10, "--out", folder, "--force") == 0
+    assert sum(1 for _ in folder.rglob("*.png")) == 10  # replaced, not mixed with the old images
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert _sample(out, "--n", 10, "--out", tmp_path / "mine", "--force") == 2  # not an export: never replaced
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
 def test_plain_sklearn_on_the_export_matches_the_evaluator(default_run, tmp_path):
@@ -188,7 +226,7 @@ def test_the_python_example_runs(page, tmp_path, monkeypatch):
     assert blocks, f"{page} has no python example"
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[0], page, "exec"), {})
-    assert (tmp_path / "synth.npz").exists() and (tmp_path / "privacy_card.json").exists()
+    assert (tmp_path / "synth.npz").exists() and (tmp_path / "synth.card.json").exists()
 
 
 GENERATORS = {  # every generator preset, shrunk to a few steps (digits, CPU)
@@ -231,7 +269,7 @@ def test_model_releases_export_their_weights_with_the_card(name, tmp_path, capsy
     assert _sample(tmp_path / "run", "--n", 10, "--out", tmp_path / "s.npz") == 2
     assert "not a generator" in capsys.readouterr().err and not (tmp_path / "s.npz").exists()
     assert _sample(tmp_path / "run", "--out", tmp_path / "out" / "model.pt") == 0
-    card = json.loads((tmp_path / "out" / "privacy_card.json").read_text())
+    card = json.loads((tmp_path / "out" / "model.card.json").read_text())
     assert card["export"]["format"].startswith("the released weights") and (tmp_path / "out" / "model.pt").exists()
 
 

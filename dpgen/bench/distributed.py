@@ -1,0 +1,98 @@
+"""One run on 1 vs N processes: steps per second of the same command, as a ratio measured in one bench run.
+
+For DP-SGD (``digits_dpsgd``) and DP-SWD (``digits_dpswd``), the same ``train.py`` command
+(``trainer.max_steps`` private steps, no evaluation) runs as one process and through
+``torchrun --standalone --nproc-per-node N`` (the ranks share the global batch: one run).  Steps/s =
+private steps / the training loop's time, read from the run folder's ``private_timings.json`` (the
+runs are of the embedded digits, a public benchmark).  The commands alternate (1, N, 1, N, ...),
+``REPEATS`` times each; the figure is the median.  CPU: N = 2 (gloo).  GPU: every device count from
+1 to the visible ones (NCCL), each as a ratio to one device.
+
+``dpgen bench --only distributed --out docs/benchmarks.md`` (a few minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+REPEATS = 3
+CASES = (("DP-SGD classifier", "digits_dpsgd", 60), ("DP-SWD generator", "digits_dpswd", 60))  # (label, preset, steps)
+
+
+def command(preset: str, steps: int, device: str, nproc: int, run_dir: Path) -> list[str]:
+    """``python train.py ...`` for one process, ``torchrun --standalone --nproc-per-node N train.py ...`` for N."""
+    launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                    "--nproc-per-node", str(nproc)]
+    return [*launcher, "train.py", f"experiment={preset}", "logger=local", "evaluator=none", "trainer.progress=false",
+            f"trainer.device={device}", f"trainer.max_steps={steps}", "trainer.checkpoint_every=1000000",
+            f"hydra.run.dir={run_dir}"]
+
+
+def steps_per_s(cmd: list[str], run_dir: Path, timeout_s: int = 600) -> float:
+    """Run ``cmd``; private steps / training-loop seconds of its run folder.  A failure raises with its last lines."""
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if r.returncode != 0:
+        raise RuntimeError(failure_line(r))
+    res = json.loads((run_dir / "results.json").read_text())
+    timings = json.loads((run_dir / "private_timings.json").read_text())
+    return res["train"]["train_steps"] / timings["train.train_time_s"]
+
+
+def failure_line(r: subprocess.CompletedProcess) -> str:
+    """Why a finished ``train.py`` / torchrun process failed, in one line: its ``error:`` line, else the last
+    line naming an exception (torchrun's own report around it says only which rank failed)."""
+    lines = [ln.strip() for ln in (r.stderr + "\n" + r.stdout).splitlines() if ln.strip()]
+    picked = ([ln for ln in lines if ln.startswith("error:")][:1] or
+              [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception)\b", ln)][-1:] or lines[-1:] or [""])
+    return f"exit {r.returncode}: {picked[0][:300]}"
+
+
+def compare(preset: str, steps: int, device: str, nproc: int, tmp: Path) -> tuple[float, float]:
+    """Median steps/s of (1 process, ``nproc`` processes), alternating."""
+    rates: dict[int, list[float]] = {1: [], nproc: []}
+    for i in range(REPEATS):
+        for n in (1, nproc):
+            run_dir = tmp / f"{preset}-{device}-n{n}-{i}"
+            rates[n].append(steps_per_s(command(preset, steps, device, n, run_dir), run_dir))
+    return statistics.median(rates[1]), statistics.median(rates[nproc])
+
+
+def rows(device: torch.device) -> list[tuple[str, str]]:
+    if device.type == "cuda":
+        counts, dev, backend = list(range(2, torch.cuda.device_count() + 1)), "cuda", "NCCL"
+    else:
+        counts, dev, backend = [2], "cpu", "gloo"
+    out = []
+    if not counts:
+        return [(f"1 vs N processes on {dev}", f"not measured: {torch.cuda.device_count()} CUDA device visible, "
+                 "two or more needed")]
+    with tempfile.TemporaryDirectory() as d:
+        for label, preset, steps in CASES:
+            for n in counts:
+                name = (f"{label} (`{preset}`, {steps} steps), {dev}: 1 vs {n} "
+                        f"{'processes' if dev == 'cpu' else 'devices'} ({backend}, `torchrun --nproc-per-node {n}`)")
+                try:
+                    one, many = compare(preset, steps, dev, n, Path(d))
+                except (RuntimeError, OSError, KeyError, subprocess.SubprocessError) as err:
+                    out.append((name, f"not measured: {err}"))
+                    continue
+                out.append((name, f"{one:.1f} vs {many:.1f} steps/s: ×{many / one:.2f} (median of {REPEATS}, "
+                                  f"alternating; training loop only)"))
+    return out
+
+
+if __name__ == "__main__":
+    for a, b in rows(torch.device("cpu")):
+        print(f"| {a} | {b} |")

@@ -1,0 +1,481 @@
+"""The GPU check (``make gpu-check``): one command that says whether dpgen works, and how fast, on a GPU.
+
+    python -m dpgen.bench.gpu_check                  # on a CUDA machine: everything, writes docs/benchmarks-gpu.md
+    python -m dpgen.bench.gpu_check --dry-run        # anywhere: lists what it would run, runs nothing
+    python -m dpgen.bench.gpu_check --device cpu --steps 4 --families dpsgd_classifier --out report.md
+
+What it runs, in this order (no new part starts after ``--budget-s``, 420 s; each subprocess has a timeout):
+
+1. the CUDA-marked tests (``pytest -m cuda``);
+2. a short training of every private family through the real pipeline (``dpgen.pipeline.run``, a
+   preset on the embedded 8x8 digits, ``evaluator=none``): on the CPU in float32, then on the device in
+   float32 and in bf16 (``trainer.precision=bf16``).  Per run: the steps per second over the steps
+   after a warm-up (the device is synchronised at both ends of the timed span), the peak device
+   memory (``torch.cuda.max_memory_allocated``), the epsilon spent, and how many module forwards ran
+   in bfloat16 (a family whose model forwards are not autocast says so instead of a bf16 figure);
+3. the default demo (``python train.py``, the whole run, evaluation included) on the device;
+4. with two or more CUDA devices: ``torchrun --nproc-per-node 2 train.py`` (NCCL) on DP-SGD beside
+   the one-process run of the same settings (epsilon of both, steps/s of both); skipped with one device.
+
+It writes ONE markdown report (``--out``, default docs/benchmarks-gpu.md) with the device, the versions
+and every figure, and exits 1 when anything failed (the failure is in the report).  The runs are of the
+embedded digits, a public benchmark: their timings are reported (a private run's timings never are).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "docs" / "benchmarks-gpu.md"
+COMMAND = "make gpu-check"
+
+# family -> (what it is, the composition: preset + overrides that only make the run short)
+AE_SHORT = ["model.ae_steps=100", "model.autoencoder_cache=null"]  # the PUBLIC autoencoder pre-training, untimed
+FAMILIES: dict[str, tuple[str, list[str]]] = {
+    "dpsgd_classifier": ("DP-SGD classifier", ["experiment=digits_dpsgd"]),
+    "dpswd_generator": ("DP-SWD generator", ["experiment=digits_dpswd"]),
+    "dpswd_adapter": ("DP-SWD adapter", ["experiment=digits_shift_dpswd", "model.start_align=0"]),
+    "dpsinkhorn": ("DP-Sinkhorn", ["experiment=digits_dpsinkhorn"]),
+    "dpswflow_r": ("DPSWflow-r", ["experiment=digits_dpswflow_r", *AE_SHORT]),
+    "dpswgen": ("DPSWgen", ["experiment=digits_dpswd", "model=dpswgen", "experiment_name=digits_dpswgen",
+                            "dataset.public_fraction=0.5", "model.autoencoder.width=16", "model.autoencoder.pad_to=8",
+                            "model.batch_size=32", *AE_SHORT]),
+    "dp_dann": ("DP-DANN", ["experiment=digits_shift_dp_dann", "model.start_align=0"]),
+    "class_gaussian": ("DP class-Gaussian", ["experiment=digits_moments"]),
+}
+# (device kind, trainer.precision) of every family's runs; "device" is the --device
+SETTINGS = (("cpu", "32"), ("device", "32"), ("device", "bf16"))
+SHORT = ["logger=local", "evaluator=none", "trainer.progress=false", "trainer.checkpoint_every=1000000"]
+NCCL_PRESET = ["experiment=digits_dpsgd"]
+
+
+# -- one measured run ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def timed_steps(warmup: int, last: int, record: dict):
+    """Time the private steps ``[warmup, last)`` of the next ``loop.train`` call (the pipeline's loop):
+    the device is synchronised after step ``warmup - 1`` and after step ``last - 1``, nowhere else, so
+    the steps in between run as they do in a real run.  With fewer steps than ``warmup`` + 1 (a one-release
+    method), every step is timed.  ``record`` gets ``timed_steps`` and ``timed_s``."""
+    from dpgen.methods import loop
+    from dpgen.utils.misc import synchronize
+
+    original = loop.train
+
+    def train(method, data, ledger, ctx):
+        step, marks = method.step, {}
+
+        def timed(t):
+            if "first" not in marks:  # the first step: the method is set up, its schedule is known
+                end = last if method.total_steps is None else min(method.total_steps, last)
+                marks["first"], marks["end"] = (warmup if end > warmup else t), end
+            if t == marks["first"]:
+                synchronize(ctx.device)
+                marks["t0"] = time.perf_counter()
+            out = step(t)
+            if t + 1 == marks["end"]:
+                synchronize(ctx.device)
+                marks["t1"], marks["steps"] = time.perf_counter(), t + 1 - marks["first"]
+            return out
+
+        method.step = timed
+        try:
+            return original(method, data, ledger, ctx)
+        finally:
+            del method.step  # the class's own again
+            if "t1" in marks:
+                record.update(timed_steps=marks["steps"], timed_s=marks["t1"] - marks["t0"])
+
+    loop.train = train
+    try:
+        yield record
+    finally:
+        loop.train = original
+
+
+@contextlib.contextmanager
+def bf16_forwards(record: dict):
+    """Count module forwards whose output is bfloat16 (``record["bf16_forwards"]``)."""
+    import torch
+
+    record["bf16_forwards"] = 0
+
+    def hook(_module, _args, out):
+        if isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16:
+            record["bf16_forwards"] += 1
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    try:
+        yield record
+    finally:
+        handle.remove()
+
+
+def compose(overrides: list[str], run_dir: Path):
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+
+    data_root = os.environ.get("DPGEN_DATA_ROOT", str(ROOT / "data"))
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return hcompose("train", overrides=[*overrides, f"paths.data_root={data_root}", f"paths.output_dir={run_dir}"])
+
+
+def measure(family: str, device: str, precision: str, steps: int, warmup: int, run_dir: Path) -> dict:
+    """One short training of ``family`` through ``dpgen.pipeline.run`` on ``device``: steps/s over the
+    timed steps, peak device memory (MiB; None on the CPU), epsilon spent, bf16 forwards."""
+    import torch
+
+    from dpgen.pipeline import run
+
+    cfg = compose([*FAMILIES[family][1], *SHORT, f"trainer.device={device}", f"trainer.precision={precision}",
+                   f"trainer.max_steps={steps}", f"trainer.log_every={steps}"], run_dir)
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+    rec: dict = {}
+    t0 = time.perf_counter()
+    with timed_steps(warmup, steps, rec), bf16_forwards(rec):
+        res = run(cfg)
+    out = {"steps": int(res["train"]["train_steps"]), "epsilon": float(res["privacy"]["epsilon"]),
+           "run_s": time.perf_counter() - t0,
+           "bf16_forwards": rec["bf16_forwards"],
+           "peak_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None}
+    if rec.get("timed_steps"):
+        out.update(timed_steps=rec["timed_steps"], steps_per_s=rec["timed_steps"] / rec["timed_s"])
+    return out
+
+
+def _guarded(fn: Callable[[], dict]) -> dict:
+    """``fn()``, or ``{"error": <its one-line reason>}``: one failing run never stops the check."""
+    try:
+        return fn()
+    except BaseException as err:  # noqa: BLE001 - reported, and the check exits 1
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        return {"error": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
+
+
+# -- the other parts -----------------------------------------------------------------------------
+def _env() -> dict:
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def cuda_tests(timeout_s: int) -> dict:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", "tests"]
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"command": "pytest -m cuda", "error": f"did not finish within {timeout_s} s"}
+    lines = [ln.strip("= ") for ln in r.stdout.splitlines() if re.search(r"\b(passed|failed|skipped|error|deselected)\b", ln)]
+    out = {"command": "pytest -m cuda", "rc": r.returncode, "summary": lines[-1] if lines else r.stdout[-300:],
+           "wall_s": time.perf_counter() - t0}
+    if r.returncode != 0:
+        out["error"] = "; ".join(ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR")))[:600] or \
+            (r.stdout + r.stderr)[-600:]
+    return out
+
+
+def _train(cmd: list[str], run_dir: Path, timeout_s: int) -> dict:
+    """A whole ``train.py`` process: its wall time, results.json and private_timings.json (public data)."""
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish within {timeout_s} s"}
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        from dpgen.bench.distributed import failure_line
+
+        return {"error": failure_line(r)}
+    res = json.loads((run_dir / "results.json").read_text())
+    timings = json.loads((run_dir / "private_timings.json").read_text()) if (run_dir / "private_timings.json").is_file() else {}
+    steps, t = res["train"]["train_steps"], timings.get("train.train_time_s")
+    return {"wall_s": wall, "epsilon": res["privacy"]["epsilon"], "steps": steps, "device": res.get("device"),
+            "metrics": {k: v for k, v in res.get("metrics", {}).items()
+                        if (k.startswith("acc_") or k == "fid") and isinstance(v, int | float)},
+            "steps_per_s": steps / t if t else None}
+
+
+def demo(device: str, work: Path, timeout_s: int) -> dict:
+    run_dir = work / "demo"
+    cmd = [sys.executable, "train.py", f"trainer.device={device}", "logger=local", "trainer.progress=false",
+           f"hydra.run.dir={run_dir}"]
+    return {"command": f"python train.py trainer.device={device}", **_train(cmd, run_dir, timeout_s)}
+
+
+def nccl(work: Path, steps: int, timeout_s: int, n_devices: int) -> dict:
+    """``torchrun --nproc-per-node 2`` (NCCL) beside one process, same settings; skipped below two devices."""
+    if n_devices < 2:
+        return {"skipped": f"{n_devices} CUDA device{'s' if n_devices != 1 else ''} visible; the 2-process NCCL run needs 2"}
+    args = [*NCCL_PRESET, *SHORT, "trainer.device=cuda", f"trainer.max_steps={steps}"]
+    one = _train([sys.executable, "train.py", *args, f"hydra.run.dir={work / 'nccl-1'}"], work / "nccl-1", timeout_s)
+    two = _train([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py",
+                  *args, f"hydra.run.dir={work / 'nccl-2'}"], work / "nccl-2", timeout_s)
+    out = {"command": f"torchrun --nproc-per-node 2 train.py {' '.join(args)}", "one": one, "two": two}
+    if "epsilon" in one and "epsilon" in two and not math.isclose(one["epsilon"], two["epsilon"], rel_tol=1e-9):
+        out["error"] = f"ε differs: {one['epsilon']!r} on one process, {two['epsilon']!r} on two"
+    return out
+
+
+# -- the plan and the report --------------------------------------------------------------------
+def plan(families: list[str], device: str, steps: int, warmup: int) -> list[str]:
+    """What the check runs, one line each (``--dry-run`` prints these)."""
+    lines = ["CUDA-marked tests: pytest -m cuda tests"]
+    for name in families:
+        label, comp = FAMILIES[name]
+        for kind, precision in SETTINGS:
+            dev = "cpu" if kind == "cpu" else device
+            lines.append(f"{label} [{name}]: {dev} precision={precision}, {steps} steps ({warmup} warm-up): "
+                         f"{' '.join(comp)}")
+    lines.append(f"default demo: python train.py trainer.device={device}")
+    lines.append(f"2-process NCCL (two or more CUDA devices, else skipped): torchrun --nproc-per-node 2 train.py "
+                 f"{' '.join(NCCL_PRESET)} trainer.device=cuda")
+    return lines
+
+
+def _num(v, fmt: str = "{:.1f}") -> str:
+    return "—" if v is None else fmt.format(v)
+
+
+def _rate(m: dict | None, precision: str = "32") -> str:
+    if m is None:
+        return "not run"
+    if "error" in m:
+        return "failed"
+    if "skipped" in m:
+        return "skipped ‡"
+    if precision == "bf16" and not m.get("bf16_forwards"):
+        return "no bf16 forward †"
+    return _num(m.get("steps_per_s"))
+
+
+def _mem(m: dict | None, precision: str = "32") -> str:
+    if not m or "error" in m or "skipped" in m or (precision == "bf16" and not m.get("bf16_forwards")):
+        return "—"
+    return _num(m.get("peak_mib"))
+
+
+def _speedup(a: dict | None, b: dict | None) -> str:
+    if not a or not b or not a.get("steps_per_s") or not b.get("steps_per_s"):
+        return "—"
+    return f"×{b['steps_per_s'] / a['steps_per_s']:.1f}"
+
+
+def render(report: dict) -> str:
+    """The markdown page of a measurement dict (``run_check``'s; tests hand it a fake one)."""
+    meta, dev = report["meta"], report["meta"]["device"]
+    out = ["# GPU check\n",
+           f"Produced by `{COMMAND}` (`python -m dpgen.bench.gpu_check`), {meta['date']}, in {meta['wall_s']:.0f} s. "
+           f"Device: **{meta['device_name']}** ({meta['n_devices']} visible); CPU: {meta['cpu']}. "
+           f"Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}. Code: {meta['commit']}.\n",
+           "## CUDA-marked tests\n"]
+    t = report.get("tests")
+    if t is None:
+        out.append("Not run (`--skip-tests`).\n")
+    else:
+        out.append(f"`{t['command']}`: {t.get('summary', '')}" + (f" — **failed**: {t['error']}" if "error" in t else "") + "\n")
+
+    fam = report["families"]
+    out += ["## Every private family: a short training\n",
+            f"Each run is `dpgen.pipeline.run` of the composition shown (embedded 8×8 digits, `evaluator=none`, "
+            f"`trainer.max_steps={meta['steps']}`). Steps/s: private steps {meta['warmup']}…{meta['steps']} of the run "
+            f"(the first {meta['warmup']} are warm-up), the device synchronised at both ends; the DP class-Gaussian "
+            "makes one release, which is the step timed. CPU: `trainer.threads=1`, the default. Peak memory: "
+            "`torch.cuda.max_memory_allocated` over the whole run (setup, calibration and training), in MiB.\n",
+            f"| family | CPU fp32 steps/s | {dev} fp32 steps/s | {dev} bf16 steps/s | {dev} fp32 / CPU | "
+            f"peak MiB fp32 | peak MiB bf16 | ε spent (CPU / fp32 / bf16) |",
+            "|---|---|---|---|---|---|---|---|"]
+    errors, no_bf16, skipped = [], [], False
+    for name, runs in fam.items():
+        label = FAMILIES[name][0] if name in FAMILIES else name
+        cpu, f32, b16 = runs.get("cpu/32"), runs.get(f"{dev}/32"), runs.get(f"{dev}/bf16")
+        eps = " / ".join("—" if not m or "error" in m or "skipped" in m else f"{m['epsilon']:.4f}" for m in (cpu, f32, b16))
+        out.append(f"| {label} | {_rate(cpu)} | {_rate(f32)} | {_rate(b16, 'bf16')} | {_speedup(cpu, f32)} | "
+                   f"{_mem(f32)} | {_mem(b16, 'bf16')} | {eps} |")
+        errors += [f"{label}, {key}: {m['error']}" for key, m in runs.items() if m and "error" in m]
+        skipped |= any("skipped" in m for m in runs.values() if m)
+        if b16 and "error" not in b16 and "skipped" not in b16 and not b16.get("bf16_forwards"):
+            no_bf16.append(label)
+    out.append("")
+    if no_bf16:
+        out.append(f"† `trainer.precision=bf16` ran, but no module forward produced bfloat16 in: {', '.join(no_bf16)}. "
+                   "These families autocast no model forward: their steps are float32 whatever the setting, so no "
+                   "bf16 figure is given for them.\n")
+    if skipped:
+        out.append("‡ Not run: the check's time budget (`--budget-s`) was spent before this run's turn.\n")
+    out.append("Compositions:\n")
+    out += [f"* {FAMILIES[n][0] if n in FAMILIES else n}: `{' '.join(FAMILIES[n][1]) if n in FAMILIES else ''}`"
+            for n in fam]
+    out.append("")
+
+    out.append("## The default demo\n")
+    d = report.get("demo")
+    if d is None:
+        out.append("Not run (`--skip-demo`).\n")
+    elif "error" in d:
+        out.append(f"`{d['command']}` **failed**: {d['error']}\n")
+    elif "skipped" in d:
+        out.append(f"`{d['command']}`: skipped, {d['skipped']}.\n")
+    else:
+        mets = ", ".join(f"{k} {v:.4g}" for k, v in d["metrics"].items())
+        out.append(f"`{d['command']}`: finished on {d['device']} in {d['wall_s']:.1f} s (whole process: start-up, "
+                   f"data, training, evaluation); ε spent {d['epsilon']:.4f}; {mets}.\n")
+
+    out.append("## Two processes, NCCL\n")
+    n = report.get("nccl")
+    if n is None or "skipped" in n:
+        out.append(f"Skipped: {n['skipped'] if n else 'not run'}.\n")
+    else:
+        out.append(f"`{n['command']}` beside the same command in one process.\n")
+        out += ["| processes | steps/s | ε spent | |", "|---|---|---|---|"]
+        for k, label in (("one", "1"), ("two", "2 (NCCL)")):
+            m = n[k]
+            out.append(f"| {label} | {_num(m.get('steps_per_s'))} | {_num(m.get('epsilon'), '{:.6f}')} | "
+                       f"{('failed: ' + m['error']) if 'error' in m else ''} |")
+        out.append("")
+        if "error" in n:
+            out.append(f"**Failed:** {n['error']}.\n")
+    if errors:
+        out += ["## Failures\n", *[f"* {e}" for e in errors], ""]
+    return "\n".join(out)
+
+
+def failed(report: dict) -> bool:
+    nccl_ = report.get("nccl") or {}
+    parts = [report.get("tests"), report.get("demo"), nccl_, *nccl_.values()]
+    parts += [m for runs in report["families"].values() for m in runs.values()]
+    return any(isinstance(p, dict) and "error" in p for p in parts)
+
+
+def _versions(device: str) -> dict:
+    import numpy
+    import torch
+
+    v = {"Python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__}
+    if device == "cuda" and torch.cuda.is_available():
+        v["CUDA"] = torch.version.cuda
+        v["cuDNN"] = str(torch.backends.cudnn.version())
+    return v
+
+
+def run_check(args) -> dict:
+    import torch
+
+    from dpgen.pipeline import _code_version
+    from dpgen.utils.misc import device_name
+
+    t0 = time.perf_counter()
+    dev = torch.device(args.device)
+    n_devices = torch.cuda.device_count() if dev.type == "cuda" else 0
+    report: dict = {"meta": {"device": args.device, "device_name": device_name(dev) or "CPU", "n_devices": n_devices,
+                             "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} threads",
+                             "versions": _versions(dev.type), "commit": _code_version() or "not a git checkout",
+                             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                             "steps": args.steps, "warmup": args.warmup},
+                    "families": {}}
+    over = {"skipped": f"the check's time budget (--budget-s {args.budget_s}) was spent"}
+
+    def in_budget() -> bool:
+        return time.perf_counter() - t0 < args.budget_s
+
+    def timeout() -> int:  # a subprocess part ends at most a minute after the budget
+        return max(30, min(args.part_timeout, int(args.budget_s + 60 - (time.perf_counter() - t0))))
+
+    if not args.skip_tests:
+        print("[gpu-check] CUDA-marked tests", flush=True)
+        report["tests"] = cuda_tests(args.part_timeout)
+    with tempfile.TemporaryDirectory(prefix="dpgen-gpu-check-") as tmp:
+        work = Path(tmp)
+        for name in args.families:
+            runs = report["families"][name] = {}
+            for kind, precision in SETTINGS:
+                device = "cpu" if kind == "cpu" else args.device
+                key = f"{device}/{precision}"
+                if key in runs:  # --device cpu: the CPU fp32 run is the device's
+                    continue
+                if not in_budget():
+                    runs[key] = dict(over)
+                    continue
+                print(f"[gpu-check] {FAMILIES[name][0]} on {device}, precision {precision}", flush=True)
+                run_dir = work / f"{name}-{device}-{precision}"
+                runs[key] = _guarded(lambda n=name, d=device, p=precision, r=run_dir: measure(n, d, p, args.steps,
+                                                                                               args.warmup, r))
+                shutil.rmtree(run_dir, ignore_errors=True)
+        if not args.skip_demo:
+            print("[gpu-check] default demo", flush=True)
+            report["demo"] = demo(args.device, work, timeout()) if in_budget() else \
+                {"command": f"python train.py trainer.device={args.device}", **over}
+        if dev.type == "cuda":
+            print("[gpu-check] 2-process NCCL", flush=True)
+            report["nccl"] = nccl(work, args.steps, timeout(), n_devices) if in_budget() else dict(over)
+    report["meta"]["wall_s"] = time.perf_counter() - t0
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m dpgen.bench.gpu_check", description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="list what would run and exit (no torch work)")
+    ap.add_argument("--device", default="cuda", help="the device under test (default cuda; cpu exercises the path)")
+    ap.add_argument("--steps", type=int, default=40, help="private steps per family run (default 40)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed first steps of each run (default 5)")
+    ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated subset of: " + ", ".join(FAMILIES))
+    ap.add_argument("--skip-tests", action="store_true", help="do not run the CUDA-marked tests")
+    ap.add_argument("--skip-demo", action="store_true", help="do not run the default demo")
+    ap.add_argument("--budget-s", type=int, default=420, help="start no new part after this many seconds (default "
+                    "420: the check ends within 8 minutes on one H100); what is left is reported as skipped")
+    ap.add_argument("--part-timeout", type=int, default=180, help="seconds allowed to the tests, the demo and each NCCL run")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the markdown report (default docs/benchmarks-gpu.md)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw measurements as JSON")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    args.families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = [f for f in args.families if f not in FAMILIES]
+    if unknown:
+        print(f"error: --families {','.join(unknown)} unknown; choose from {', '.join(FAMILIES)}", file=sys.stderr)
+        return 2
+    if args.warmup >= args.steps:
+        print(f"error: --warmup {args.warmup} must be below --steps {args.steps}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(f"{COMMAND} would run, then write {args.out}:")
+        print("\n".join(f"  {line}" for line in plan(args.families, args.device, args.steps, args.warmup)))
+        return 0
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"error: --device {args.device} but torch sees no CUDA device (torch {torch.__version__}, built with "
+              f"CUDA {torch.version.cuda}); run it on a GPU machine, or --dry-run / --device cpu here", file=sys.stderr)
+        return 2
+    report = run_check(args)
+    text = render(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    print(text)
+    print(f"[gpu-check] wrote {args.out} in {report['meta']['wall_s']:.0f} s", flush=True)
+    return 1 if failed(report) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,244 @@
+"""docs/benchmark.md: dpgen's private families on DPImageBench's protocol beside the benchmark's published table.
+
+``dpgen reproduce dpimagebench collect RUN_DIR...`` stores the evidence of finished ``evaluator=dpimagebench``
+runs (the same fields as the scoreboard's store, :func:`dpgen.reproduce.evidence.evidence_from_run`) in
+``docs/reproduction/runs/dpimagebench/`` and re-renders the page; ``render`` rebuilds the block between
+``<!-- benchmark:start -->`` and ``<!-- benchmark:end -->`` from the store alone; ``check`` exits 1 when the page
+and the store disagree.  Nothing on the page is typed: the published rows are the benchmark's README (§7,
+Gong, Li, Lin, Wang; CCS 2025), quoted as published numbers; every dpgen cell is a stored run (its command,
+seed, run time, schedule and its "full protocol" / "shortened protocol: …" label) or "not run" with the
+command that fills it.
+
+A run belongs to a cell (family × dataset × ε) when its experiment is the family's preset for the dataset, its
+resolved config has ``evaluator=dpimagebench``, ``dataset.validation_size=5000`` and the dataset, and its
+target ε is the cell's.  Any other override is shown with the run (evaluator.* shortenings are also in the
+protocol label the evaluator wrote).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .evidence import ROOT, STORE, effective_overrides, evidence_from_run, evidence_name, expand_run_dirs, stored_number
+
+BENCH_STORE = STORE / "dpimagebench"
+PAGE = ROOT / "docs" / "benchmark.md"
+START, END = "<!-- benchmark:start -->", "<!-- benchmark:end -->"
+TARGET = "dpgen.eval.dpimagebench.DPImageBenchEvaluator"
+VALIDATION_SIZE = 5000
+EPSILONS = (1.0, 10.0)
+DATASETS = {"mnist": ("MNIST", "dpgen.data.datasets.mnist"),
+            "fashion_mnist": ("F-MNIST", "dpgen.data.datasets.fashion_mnist")}
+SOURCE = ("DPImageBench (Gong, Li, Lin, Wang; CCS 2025), README §7 \"Main Results\": accuracy (%) under ε = 1 / 10 "
+          "(δ = 1e-5), mean over ResNet, WRN and ResNeXt selected on the sensitive validation split; FID at ε = 10")
+
+# (method, public data, MNIST ε=1, ε=10, F-MNIST ε=1, ε=10, FID MNIST, FID F-MNIST) as published
+PUBLISHED = (
+    ("DP-MERF", "ImageNet-32", 80.3, 81.3, 62.2, 62.2, 106.3, 106.4),
+    ("DP-NTK", "ImageNet-32", 50.0, 91.3, 64.4, 76.3, 69.2, 120.5),
+    ("DP-Kernel", "ImageNet-32", 94.0, 93.6, 68.4, 70.0, 38.9, 74.2),
+    ("PE", "foundation model", 27.9, 32.7, 47.9, 57.8, 45.3, 23.1),
+    ("GS-WGAN", "ImageNet-32", 72.4, 75.3, 52.7, 56.7, 47.7, 97.2),
+    ("DP-GAN", "ImageNet-32", 92.4, 92.7, 71.8, 70.3, 30.3, 76.9),
+    ("DPDM", "none", 89.2, 97.7, 76.4, 85.6, 4.4, 17.1),
+    ("DP-FETA", "none", 95.6, 98.1, 81.7, 87.3, 3.4, 13.2),
+    ("PDP-Diffusion", "ImageNet-32", 94.5, 97.4, 79.2, 85.4, 3.8, 6.2),
+    ("DP-LDM (SD)", "ImageNet-32", 78.8, 94.4, 75.9, 81.6, 18.7, 20.1),
+    ("DP-LDM", "ImageNet-32", 44.2, 95.5, 62.3, 86.3, 99.1, 53.2),
+    ("DP-LoRA", "ImageNet-32", 82.2, 97.1, 63.5, 83.8, 95.4, 43.7),
+    ("PrivImage", "ImageNet-32", 94.0, 97.8, 79.9, 87.1, 2.3, 5.3),
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One dpgen family: its preset per dataset (``experiment`` + the overrides that pick the dataset)."""
+
+    name: str
+    presets: dict[str, tuple[str, tuple[str, ...]]]
+    public_data: str
+
+    def command(self, dataset: str, eps: float) -> str:
+        experiment, extra = self.presets[dataset]
+        return " ".join(["python train.py", f"experiment={experiment}", *extra, "evaluator=dpimagebench",
+                         f"dataset.validation_size={VALIDATION_SIZE}", f"accountant.epsilon={eps:g}"])
+
+
+FAMILIES = (
+    Family("DP class-Gaussian (one release of class moments)",
+           {"mnist": ("mnist_moments", ()), "fashion_mnist": ("mnist_moments", ("dataset=fashion_mnist",))}, "none"),
+    Family("DP-SWD generator", {"mnist": ("mnist_dpswd", ()), "fashion_mnist": ("fmnist_dpswd", ())}, "none"),
+    Family("DP-Sinkhorn", {"mnist": ("mnist_dpsinkhorn", ()), "fashion_mnist": ("fmnist_dpsinkhorn", ())}, "none"),
+    Family("DPSWflow-r", {"mnist": ("mnist_dpswflow_r", ()), "fashion_mnist": ("fmnist_dpswflow_r", ())},
+           "half of the training split (its autoencoder)"),
+    Family("DPSWgen", {"mnist": ("mnist_dpswgen", ()), "fashion_mnist": ("fmnist_dpswgen", ())},
+           "half of the training split (its autoencoder)"),
+)
+
+
+# ------------------------------------------------------------------------------------ matching
+def cell_of(ev: dict) -> tuple[Family, str, float] | None:
+    """The (family, dataset, ε) cell of a stored run, or None when it is not a run of this page."""
+    cfg = ev.get("config") or {}
+    if cfg.get("evaluator._target_") != TARGET or str(cfg.get("dataset.validation_size")) != str(VALIDATION_SIZE):
+        return None
+    eps = stored_number((ev.get("privacy") or {}).get("target_epsilon"))
+    dataset = next((d for d, (_, target) in DATASETS.items() if cfg.get("dataset._target_") == target), None)
+    if eps is None or dataset is None or eps not in EPSILONS:
+        return None
+    experiment = next((o.split("=", 1)[1] for o in ev.get("overrides") or [] if o.startswith("experiment=")),
+                      ev.get("experiment"))
+    for family in FAMILIES:
+        if family.presets[dataset][0] == experiment:
+            return family, dataset, eps
+    return None
+
+
+def extra_overrides(ev: dict, family: Family, dataset: str) -> list[str]:
+    """The run's overrides beyond the cell's command (its shortenings and other changes)."""
+    base = {"evaluator=dpimagebench", f"dataset.validation_size={VALIDATION_SIZE}", *family.presets[dataset][1]}
+    return [o for o in effective_overrides(ev) if o not in base and not o.startswith("accountant.epsilon=")]
+
+
+def collect(run_dirs: list[Path], store: Path = BENCH_STORE, commit: str | None = None) -> tuple[list[Path], list[str]]:
+    """Store the evidence of every run folder that is a cell of the page; returns (written, skipped-with-reason)."""
+    store.mkdir(parents=True, exist_ok=True)
+    written, skipped = [], []
+    for rd in expand_run_dirs(run_dirs):
+        try:
+            ev = evidence_from_run(Path(rd), commit)
+        except FileNotFoundError as e:
+            skipped.append(str(e))
+            continue
+        if cell_of(ev) is None:
+            skipped.append(f"{rd}: not a DPImageBench cell (needs evaluator=dpimagebench, "
+                           f"dataset.validation_size={VALIDATION_SIZE}, MNIST or F-MNIST, ε = 1 or 10, a family preset)")
+            continue
+        path = store / evidence_name(ev)
+        path.write_text(json.dumps(ev, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        written.append(path)
+    return written, skipped
+
+
+def load(store: Path = BENCH_STORE) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(store.glob("*.json"))] if store.is_dir() else []
+
+
+# ------------------------------------------------------------------------------------ rendering
+def _pct(v) -> str:
+    x = stored_number(v)
+    return "—" if x is None else f"{100 * x:.1f}"
+
+
+def _cell_text(ev: dict, ref: str) -> str:
+    m = ev.get("metrics") or {}
+    fid = stored_number(m.get("fid"))
+    full = str(m.get("dpimagebench_protocol", "")).endswith("full protocol")
+    text = (f"{_pct(m.get('acc_dpimagebench_val_mean'))} ± {_pct(m.get('acc_dpimagebench_val_std'))} / "
+            f"{_pct(m.get('acc_dpimagebench_syn_mean'))} ± {_pct(m.get('acc_dpimagebench_syn_std'))}"
+            + ("" if fid is None else f"; FID {fid:.1f}"))
+    return f"{text} ({'full' if full else 'shortened'}) [{ref}]"
+
+
+def render_block(evidence: list[dict]) -> str:
+    lines = ["### Published (not run here)", "",
+             f"Published numbers, quoted from {SOURCE}. No optimal-transport method is among them.", "",
+             "| method | public data | MNIST ε = 1 / 10 | F-MNIST ε = 1 / 10 | FID ε = 10, MNIST / F-MNIST |",
+             "|---|---|---|---|---|"]
+    for name, pub, m1, m10, f1, f10, fm, ff in PUBLISHED:
+        lines.append(f"| {name} | {pub} | {m1:.1f} / {m10:.1f} | {f1:.1f} / {f10:.1f} | {fm:.1f} / {ff:.1f} |")
+    runs: list[tuple[str, dict, Family, str, float]] = []
+    cells: dict[tuple[str, str, float], list[str]] = {}
+    for ev in evidence:
+        found = cell_of(ev)
+        if found is None:
+            continue
+        family, dataset, eps = found
+        ref = f"b{len(runs) + 1}"
+        runs.append((ref, ev, family, dataset, eps))
+        cells.setdefault((family.name, dataset, eps), []).append(_cell_text(ev, ref))
+    lines += ["", "### dpgen on this protocol (measured here)", "",
+              "Each cell: test accuracy (%) mean ± std over the classifiers, selected on the **sensitive validation "
+              "split — not covered by the privacy guarantee** (as the benchmark reports it) / selected on the "
+              "**held-out synthetic images — covered** (post-processing); FID against the sensitive training images "
+              "(**reads sensitive data**); *full* or *shortened* protocol (the run's label below says what was "
+              "shortened); [bN] is the run below. Shortened numbers are not comparable with the published rows.", "",
+              "| family | public data | MNIST ε = 1 | MNIST ε = 10 | F-MNIST ε = 1 | F-MNIST ε = 10 |",
+              "|---|---|---|---|---|---|"]
+    not_run = []
+    for family in FAMILIES:
+        row = [family.name, family.public_data]
+        for dataset in DATASETS:
+            for eps in EPSILONS:
+                got = cells.get((family.name, dataset, eps))
+                row.append("<br>".join(got) if got else "not run")
+                if not got:
+                    not_run.append(family.command(dataset, eps))
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "### The runs", ""]
+    if not runs:
+        lines.append("None stored yet.")
+    for ref, ev, family, dataset, eps in runs:
+        m = ev.get("metrics") or {}
+        runtime = stored_number(ev.get("runtime_s"))
+        extra = extra_overrides(ev, family, dataset)
+        lines += [f"- **[{ref}]** {family.name}, {DATASETS[dataset][0]}, ε = {eps:g} (δ = "
+                  f"{(ev.get('privacy') or {}).get('delta')}, {(ev.get('privacy') or {}).get('guarantee')}); "
+                  f"seed {ev.get('seed')}; run time {'—' if runtime is None else f'{runtime / 60:.0f} min'} "
+                  f"(training and evaluation, CPU); code {ev.get('git_commit')}, {ev.get('date_utc')}",
+                  f"    - command: `{ev.get('command')}`",
+                  f"    - schedule: {m.get('dpimagebench_protocol')}",
+                  f"    - selected epochs: {m.get('dpimagebench_val_selected_epochs')} (sensitive validation), "
+                  f"{m.get('dpimagebench_syn_selected_epochs')} (synthetic hold-out)",
+                  *([f"    - overrides beyond the cell's command: `{' '.join(extra)}`"] if extra else [])]
+    lines += ["", "### Not run: the commands that fill the open cells (the full protocol, a GPU)", ""]
+    lines += [f"- `{c}`" for c in not_run] or ["Every cell holds a run."]
+    return "\n".join(lines)
+
+
+def render(page: Path = PAGE, store: Path = BENCH_STORE) -> bool:
+    """Rewrite the generated block of ``page``; True when it changed."""
+    text = page.read_text()
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{START}\n{render_block(load(store))}\n{END}{tail}"
+    if new != text:
+        page.write_text(new)
+        return True
+    return False
+
+
+def stale(page: Path = PAGE, store: Path = BENCH_STORE) -> bool:
+    text = page.read_text()
+    block = text.split(START, 1)[1].split(END, 1)[0]
+    return block != f"\n{render_block(load(store))}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="store the evidence of finished evaluator=dpimagebench run folders, then render")
+    c.add_argument("runs", nargs="+", type=Path)
+    c.add_argument("--commit", help="git commit the runs were made with, when results.json records none")
+    sub.add_parser("render", help="rebuild the generated block of docs/benchmark.md from the store")
+    sub.add_parser("check", help="exit 1 when docs/benchmark.md differs from a render of the store")
+    args = ap.parse_args(argv)
+    if args.cmd == "collect":
+        written, skipped = collect(args.runs, commit=args.commit)
+        for p in written:
+            print(f"stored {p.relative_to(ROOT)}")
+        for s in skipped:
+            print(f"skipped {s}")
+    if args.cmd in ("collect", "render"):
+        print("updated docs/benchmark.md" if render() else "docs/benchmark.md unchanged")
+        return 0
+    if stale():
+        print("docs/benchmark.md differs from the evidence store: run `dpgen reproduce dpimagebench render`",
+              file=sys.stderr)
+        return 1
+    print("docs/benchmark.md matches the evidence store")
+    return 0

@@ -1,0 +1,58 @@
+"""A metric that cannot be measured on the data at hand is switched off (FID) or refused (a class missing from
+the test split) before training, with one line saying why; every FID carries its reference size."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from rich.console import Console
+
+from dpgen.config import ConfigError
+from dpgen.data.base import DataSplits, PrivateSplit, TensorSplit
+from dpgen.eval.evaluator import GenerativeEvaluator
+from dpgen.logging.summary import print_summary
+
+
+def splits(n_test: int, classes: int = 3, present=None) -> DataSplits:
+    labels = torch.tensor([c for c in (present or range(classes))]).repeat(n_test)[:n_test]
+    return DataSplits(name="small", private=PrivateSplit(torch.rand(30, 1, 8, 8), torch.arange(30) % classes),
+                      test=TensorSplit(torch.rand(n_test, 1, 8, 8), labels), public=None, num_classes=classes,
+                      image_shape=(1, 8, 8))
+
+
+def test_a_fid_on_fewer_reference_images_than_features_is_switched_off_with_one_line(capsys):
+    ev = GenerativeEvaluator(n_synthetic=0, classifiers=(), fid={"enabled": True, "extractor": "domain"})
+    ev.check(splits(40))  # domain extractor: half A trains it, half B (20 images) would be the reference
+    assert ev.fid_off.startswith("FID switched off: its reference set would have 20 images, no more than the 128 "
+                                 "features of the domain extractor")
+    assert "FID switched off" in capsys.readouterr().err  # said before training
+
+    class Method:
+        def sample(self, n, labels):
+            return torch.rand(n, 1, 8, 8), labels
+
+    metrics = ev(Method(), splits(40), logger=type("L", (), {"log_images": lambda *a, **k: None})(), seed=0)
+    assert "fid" not in metrics and metrics["fid_skipped"] == ev.fid_off
+    ev.check(splits(600))  # a reference set larger than the features: measured
+    assert ev.fid_off is None
+
+
+def test_a_class_missing_from_the_test_split_is_refused_before_training():
+    ev = GenerativeEvaluator(n_synthetic=300, classifiers=("logreg",))
+    with pytest.raises(ConfigError, match=r"the test split has no image of class\(es\) \[2\], so the downstream "
+                                          r"accuracy would not test them"):
+        ev.check(splits(30, present=[0, 1]))
+    ev.check(splits(30))
+
+
+def test_the_console_shows_every_fid_with_its_reference_size_and_the_warning():
+    results = {"experiment": "e", "privacy": {"epsilon": 1.0, "target_epsilon": 1.0, "delta": 1e-5},
+               "metrics": {"fid": 12.5, "fid_n_reference": 225, "fid_note": "FID on 225 reference images, below "
+                           "evaluator.fid.min_reference=1000: biased upward and noisy"}}
+    buf = io.StringIO()
+    print_summary(results, Console(file=buf, width=250))
+    line = next(ln for ln in buf.getvalue().splitlines() if " fid " in ln)
+    assert "12.5000  (on 225 reference images)" in line
+    assert "below evaluator.fid.min_reference=1000" in buf.getvalue()

@@ -1,0 +1,47 @@
+"""``dpgen bench --only distributed``: 1 vs N processes of the same command, one ratio per row (no timing asserted)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from dpgen.bench import distributed
+
+
+def test_the_n_process_command_is_torchrun_around_the_one_process_command(tmp_path):
+    one = distributed.command("digits_dpsgd", 60, "cpu", 1, tmp_path / "a")
+    two = distributed.command("digits_dpsgd", 60, "cpu", 2, tmp_path / "a")
+    assert one[0] == sys.executable and one[1] == "train.py"
+    assert two[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    assert two[6:] == one[1:] and "trainer.max_steps=60" in one and f"hydra.run.dir={tmp_path / 'a'}" in one
+
+
+def test_rows_give_the_ratio_in_one_run_and_say_why_a_side_was_not_measured(monkeypatch):
+    calls: list[str] = []
+
+    def fake(cmd: list[str], run_dir: Path) -> float:
+        calls.append("2" if "torch.distributed.run" in cmd else "1")
+        if "digits_dpswd" in " ".join(cmd) and calls[-1] == "2":
+            raise RuntimeError("exit 1: no process group")
+        return 10.0 if calls[-1] == "1" else 18.0
+
+    monkeypatch.setattr(distributed, "steps_per_s", fake)
+    rows = dict(distributed.rows(torch.device("cpu")))
+    sgd = next(v for k, v in rows.items() if k.startswith("DP-SGD"))
+    swd = next(v for k, v in rows.items() if k.startswith("DP-SWD"))
+    assert sgd.startswith("10.0 vs 18.0 steps/s: ×1.80")
+    assert swd == "not measured: exit 1: no process group"
+    assert calls[:2 * distributed.REPEATS] == ["1", "2"] * distributed.REPEATS  # alternating
+
+
+def test_a_failed_run_is_told_by_its_error_line_not_torchrun_s_banner():
+    import subprocess
+
+    banner = "=" * 60 + "\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n" + "=" * 60
+    r = subprocess.CompletedProcess([], 1, stdout="", stderr="[rank0]: Traceback ...\nRuntimeError: gloo: connection "
+                                    "closed by peer\n" + banner)
+    assert distributed.failure_line(r) == "exit 1: RuntimeError: gloo: connection closed by peer"
+    r = subprocess.CompletedProcess([], 2, stdout="", stderr="error: trainer.device=cuda but no CUDA device\n" + banner)
+    assert distributed.failure_line(r) == "exit 2: error: trainer.device=cuda but no CUDA device"

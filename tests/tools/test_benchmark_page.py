@@ -1,0 +1,61 @@
+"""docs/benchmark.md is rendered from the DPImageBench evidence store (dpgen reproduce dpimagebench)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from dpgen.reproduce import dpimagebench as page
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_committed_page_matches_the_store():
+    assert not page.stale(), "docs/benchmark.md differs from the store: run `dpgen reproduce dpimagebench render`"
+
+
+def test_every_family_preset_exists():
+    for family in page.FAMILIES:
+        for experiment, _ in family.presets.values():
+            assert (ROOT / "configs" / "experiment" / f"{experiment}.yaml").is_file(), experiment
+
+
+def _run_folder(root: Path, evaluator: str, eps: float, protocol: str) -> Path:
+    run = root / f"run_{evaluator}_{eps:g}"
+    (run / ".hydra").mkdir(parents=True)
+    overrides = ["experiment=mnist_moments", "dataset=fashion_mnist", "evaluator=dpimagebench",
+                 "dataset.validation_size=5000", f"accountant.epsilon={eps:g}", "evaluator.epochs=2", "logger=local"]
+    (run / "results.json").write_text(json.dumps({
+        "experiment": "mnist_moments", "overrides": overrides, "runtime_s": 1800.0,
+        "metrics": {"acc_dpimagebench_val_mean": 0.8123, "acc_dpimagebench_val_std": 0.01,
+                    "acc_dpimagebench_syn_mean": 0.8011, "acc_dpimagebench_syn_std": 0.02, "fid": 41.25,
+                    "dpimagebench_protocol": protocol},
+        "privacy": {"guarantee": "rigorous", "target_epsilon": eps, "delta": 1e-5, "epsilon": eps}}))
+    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump({
+        "seed": 0, "dataset": {"_target_": "dpgen.data.datasets.fashion_mnist", "validation_size": 5000},
+        "evaluator": {"_target_": evaluator}}))
+    return run
+
+
+def test_a_collected_run_fills_its_cell_with_its_label_and_command(tmp_path, monkeypatch):
+    doc = tmp_path / "benchmark.md"
+    shutil.copy(page.PAGE, doc)
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "store"
+    shortened = _run_folder(tmp_path, page.TARGET, 10.0, "shortened protocol: 2 epoch(s) (benchmark: 50)")
+    other = _run_folder(tmp_path, "dpgen.eval.GenerativeEvaluator", 1.0, "")
+    written, skipped = page.collect([shortened, other], store=store)
+    assert len(written) == 1 and len(skipped) == 1 and "not a DPImageBench cell" in skipped[0]
+    assert page.render(doc, store) and not page.stale(doc, store)
+    text = doc.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| DP class-Gaussian"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == "not run"  # F-MNIST ε = 1: the generative-evaluator run is no cell
+    assert cells[5] == "81.2 ± 1.0 / 80.1 ± 2.0; FID 41.2 (shortened) [b1]"
+    assert "schedule: shortened protocol: 2 epoch(s) (benchmark: 50)" in text and "run time 30 min" in text
+    assert "overrides beyond the cell's command: `evaluator.epochs=2`" in text
+    fill = page.FAMILIES[0].command("fashion_mnist", 10.0)
+    assert f"`{fill}`" not in text and f"`{page.FAMILIES[0].command('fashion_mnist', 1.0)}`" in text

@@ -1,0 +1,57 @@
+"""``dpgen evaluate <run>``: re-evaluates a run from where the run found its data (not from the folder it is
+called in), keeps (or, for a run stopped before its results, rebuilds) the privacy section, and a missing
+dataset is one ``error:`` line naming what is missing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from omegaconf import OmegaConf
+
+from dpgen.cli import main as dpgen_main
+from dpgen.pipeline import run
+from tests.helpers import fakedata
+from tests.helpers.configs import compose_cfg
+
+EVAL = ["evaluator.fid.enabled=false", "evaluator.classifiers=[logreg]", "evaluator.n_synthetic=200",
+        "evaluator.class_grids=false"]
+
+
+@pytest.fixture
+def usps_run(tmp_path, monkeypatch):
+    """A default-method run on a (fake) USPS under its own data root, stopped before its results.json, with
+    the ``.hydra/config.yaml`` record a ``python train.py`` run writes (paths as interpolations)."""
+    root = fakedata.make(tmp_path / "usps_root", ("usps",))
+    out = tmp_path / "run"
+    common = ["dataset=usps", "logger=local", "trainer.progress=false"]
+    results = run(compose_cfg([*common, "evaluator=none"], out_dir=out, data_root=root))
+    cfg = compose_cfg(common, out_dir=out, data_root=root)  # the record: the preset's own evaluator
+    cfg.paths = {"data_root": "${oc.env:DPGEN_DATA_ROOT,${hydra:runtime.cwd}/data}",
+                 "output_dir": "${hydra:runtime.output_dir}"}
+    (out / ".hydra").mkdir()
+    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")
+    (out / "results.json").unlink()  # e.g. a run killed during its evaluation
+    monkeypatch.delenv("DPGEN_DATA_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./data here: only the root the run recorded holds the data
+    return out, root, results
+
+
+def test_evaluate_reads_the_recorded_data_root_and_rebuilds_the_privacy_section(usps_run, capsys):
+    out, _, trained = usps_run
+    assert dpgen_main(["evaluate", str(out), *EVAL]) == 0, capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text())
+    assert results["metrics"]["acc_logreg"] > 0.0 and results["dataset"] == "usps"
+    assert results["privacy"]["epsilon"] == pytest.approx(trained["privacy"]["epsilon"])  # from the run's ledger
+    assert results["summary"]["privacy"]["guarantee"] == "rigorous"
+
+
+def test_evaluate_without_the_data_is_one_error_line_naming_it(usps_run, tmp_path, capsys):
+    out, root, _ = usps_run
+    shutil.rmtree(root)
+    assert dpgen_main(["evaluate", str(out), *EVAL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: dataset 'usps' not found under data root") and "\n" not in err
+    assert str(root) in err and "paths.data_root" in err and "Traceback" not in err
+    assert not (out / "results.json").exists()  # nothing half-written

@@ -1,0 +1,129 @@
+"""The prepared GPU check (``make gpu-check``, ``dpgen/bench/gpu_check.py``) without a GPU.
+
+* ``--dry-run`` lists every private family in fp32 and bf16 beside the CPU, the CUDA-marked tests, the
+  default demo and the NCCL run, and exits 0 without running anything;
+* the report writer turns a measurement dict into the right table (a fake one here);
+* the real measurement path (the pipeline, the step timer, the bf16 forward count) runs on the CPU for
+  one family;
+* asking for cuda where there is none is one ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpgen.bench import gpu_check
+from dpgen.bench.gpu_check import FAMILIES, main, render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dry_run_lists_every_family_in_fp32_and_bf16_and_runs_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(gpu_check, "run_check", lambda args: pytest.fail("--dry-run ran the check"))
+    assert main(["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for name, (label, composition) in FAMILIES.items():
+        lines = [ln for ln in out.splitlines() if f"{label} [{name}]" in ln]
+        assert [ln.split(": ")[1].split(",")[0] for ln in lines] == ["cpu precision=32", "cuda precision=32",
+                                                                     "cuda precision=bf16"], lines
+        assert all(" ".join(composition) in ln for ln in lines)
+    assert len(FAMILIES) == 8
+    assert "pytest -m cuda" in out and "python train.py trainer.device=cuda" in out
+    assert "torchrun --nproc-per-node 2 train.py" in out
+
+
+def test_make_gpu_check_runs_the_module_with_its_args():
+    make = (ROOT / "Makefile").read_text()
+    target = make[make.index("\ngpu-check:"):].split("\n\n")[0]
+    assert "-m dpgen.bench.gpu_check $(ARGS)" in target and "gpu-check" in make.split("\n.PHONY:")[1].splitlines()[0]
+
+
+def _fake() -> dict:
+    run = {"steps": 40, "timed_steps": 35, "epsilon": 1.25, "peak_mib": None, "bf16_forwards": 0}
+    return {
+        "meta": {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "n_devices": 1, "cpu": "x86_64, 16 threads",
+                 "versions": {"Python": "3.11.7", "torch": "2.5.0", "CUDA": "12.4"}, "commit": "abc1234",
+                 "date": "2026-01-01 00:00 UTC", "steps": 40, "warmup": 5, "wall_s": 301.0},
+        "tests": {"command": "pytest -m cuda", "rc": 0, "summary": "12 passed in 40.1s"},
+        "families": {
+            "dpsgd_classifier": {"cpu/32": {**run, "steps_per_s": 20.0},
+                                 "cuda/32": {**run, "steps_per_s": 500.0, "peak_mib": 41.5},
+                                 "cuda/bf16": {**run, "steps_per_s": 510.0, "peak_mib": 41.5}},
+            "dpswd_generator": {"cpu/32": {**run, "steps_per_s": 10.0},
+                                "cuda/32": {**run, "steps_per_s": 250.0, "peak_mib": 100.25},
+                                "cuda/bf16": {**run, "steps_per_s": 300.0, "peak_mib": 80.0, "bf16_forwards": 70}},
+            "dpsinkhorn": {"cpu/32": {**run, "steps_per_s": 1.5}, "cuda/32": {"error": "RuntimeError: boom"},
+                           "cuda/bf16": {**run, "steps_per_s": 90.0, "peak_mib": 300.0, "bf16_forwards": 5}},
+        },
+        "demo": {"command": "python train.py trainer.device=cuda", "wall_s": 31.5, "epsilon": 9.9973, "steps": 1,
+                 "device": "cuda", "metrics": {"acc_logreg": 0.917}},
+        "nccl": {"skipped": "1 CUDA device visible; the 2-process NCCL run needs 2"},
+    }
+
+
+def test_the_report_writer_puts_every_figure_in_its_cell():
+    md = render(_fake())
+    rows = {ln.split(" | ")[0].lstrip("| "): [c.strip() for c in ln.strip("|").split("|")[1:]]
+            for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| family")}
+    # family | CPU fp32 | cuda fp32 | cuda bf16 | cuda fp32 / CPU | peak fp32 | peak bf16 | eps
+    assert rows["DP-SGD classifier"] == ["20.0", "500.0", "no bf16 forward †", "×25.0", "41.5", "—",
+                                         "1.2500 / 1.2500 / 1.2500"]
+    assert rows["DP-SWD generator"] == ["10.0", "250.0", "300.0", "×25.0", "100.2", "80.0", "1.2500 / 1.2500 / 1.2500"]
+    assert rows["DP-Sinkhorn"] == ["1.5", "failed", "90.0", "—", "—", "300.0", "1.2500 / — / 1.2500"]
+    assert "**NVIDIA H100 80GB HBM3** (1 visible)" in md and "torch 2.5.0, CUDA 12.4" in md
+    assert "`pytest -m cuda`: 12 passed in 40.1s" in md
+    assert "† `trainer.precision=bf16` ran, but no module forward produced bfloat16 in: DP-SGD classifier." in md
+    assert "* DP-Sinkhorn, cuda/32: RuntimeError: boom" in md
+    assert "finished on cuda in 31.5 s" in md and "acc_logreg 0.917" in md
+    assert "Skipped: 1 CUDA device visible" in md
+    assert gpu_check.failed(_fake()) and not gpu_check.failed({**_fake(), "families": {}})
+
+
+def _measure_on_cpu(tmp_path, family: str, steps: int) -> tuple[dict, str]:
+    out, raw = tmp_path / "report.md", tmp_path / "raw.json"
+    rc = main(["--device", "cpu", "--steps", str(steps), "--warmup", "1", "--families", family, "--skip-tests",
+               "--skip-demo", "--out", str(out), "--json", str(raw)])
+    assert rc == 0, out.read_text()
+    runs = json.loads(raw.read_text())["families"][family]
+    assert set(runs) == {"cpu/32", "cpu/bf16"}
+    for key, m in runs.items():
+        assert m["steps_per_s"] > 0 and 0 < m["epsilon"] <= 10 and m["peak_mib"] is None, key  # no device memory
+    assert runs["cpu/32"]["epsilon"] == runs["cpu/bf16"]["epsilon"]
+    assert f"| {FAMILIES[family][0]} | " in out.read_text()
+    return runs, out.read_text()
+
+
+def test_the_measurement_path_runs_on_cpu_for_the_one_release_family(tmp_path):
+    runs, md = _measure_on_cpu(tmp_path, "class_gaussian", steps=3)
+    assert all(m["steps"] == m["timed_steps"] == 1 for m in runs.values())  # one release, timed whole
+    assert runs["cpu/bf16"]["bf16_forwards"] == 0 and "no bf16 forward †" in md  # said, not faked
+
+
+@pytest.mark.slow
+def test_the_measurement_path_runs_on_cpu_for_a_stepping_family(tmp_path):
+    runs, _ = _measure_on_cpu(tmp_path, "dpswd_generator", steps=3)
+    assert all(m["steps"] == 3 and m["timed_steps"] == 2 for m in runs.values())  # the warm-up step is not timed
+    assert runs["cpu/32"]["bf16_forwards"] == 0 < runs["cpu/bf16"]["bf16_forwards"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_asking_for_cuda_without_one_is_one_error_line(capsys):
+    assert main(["--skip-tests"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --device cuda but torch sees no CUDA device"), err
+
+
+def test_the_nccl_section_shows_both_runs_and_a_differing_epsilon_fails_the_check(monkeypatch, tmp_path):
+    runs = iter([{"steps_per_s": 100.0, "epsilon": 1.25}, {"steps_per_s": 180.0, "epsilon": 1.5}])
+    monkeypatch.setattr(gpu_check, "_train", lambda cmd, run_dir, timeout_s: next(runs))
+    n = gpu_check.nccl(tmp_path, 40, 60, n_devices=2)
+    assert n["error"] == "ε differs: 1.25 on one process, 1.5 on two"
+    md = render({**_fake(), "nccl": n})
+    assert "| 1 | 100.0 | 1.250000 |  |" in md and "| 2 (NCCL) | 180.0 | 1.500000 |  |" in md
+    assert "**Failed:** ε differs" in md and gpu_check.failed({**_fake(), "families": {}, "nccl": n})
+    assert gpu_check.nccl(tmp_path, 40, 60, n_devices=1) == {
+        "skipped": "1 CUDA device visible; the 2-process NCCL run needs 2"}

@@ -12,6 +12,7 @@ The check (``tests/tools/test_claims.py``) fails when
 
 from __future__ import annotations
 
+import fnmatch
 import statistics
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ from .registry import Cell
 
 # the evaluation every utility row of docs/utility.md uses (10,000 synthetic samples; LogReg / MLP; CPU budget)
 EVAL = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg,mlp]", "evaluator.fid.enabled=false")
+# settings such a run does not read (no FID, no CNN): a change there does not call for a re-measurement
+NOT_READ = ("evaluator.fid.*", "evaluator.cnn.*")
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,23 @@ class Claim:
     metric: str = "acc_logreg"
     docs: tuple[str, ...] = ()   # pages that print the number as ``text(runs)`` (headline claims)
     min_runs: int = 1
+    not_read: tuple[str, ...] = NOT_READ  # config keys (fnmatch) the claim's runs do not depend on
+
+
+def config_drift(claim: Claim, recorded: dict, now: dict) -> dict:
+    """``{key: (recorded, now)}`` for every setting whose recorded value differs from the current composition:
+    a changed value, a removed key, or a new key whose default is not null (a new setting that is off by
+    default changes nothing a run did).  Keys in ``claim.not_read`` are skipped."""
+    out = {}
+    for k in sorted(set(recorded) | set(now)):
+        if any(fnmatch.fnmatch(k, p) for p in claim.not_read):
+            continue
+        if k not in recorded and now[k] is None:
+            continue
+        a, b = recorded.get(k, "<absent>"), now.get(k, "<absent>")
+        if str(a) != str(b):
+            out[k] = (a, b)
+    return out
 
 
 def text(runs: list[dict], metric: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from dpgen.reproduce.claims import CLAIMS, Claim, text
+from dpgen.reproduce.claims import CLAIMS, Claim, config_drift, text
 from dpgen.reproduce.evidence import _flatten, _neutral, load_store, match_reason
 from tests.helpers.configs import compose_cfg
 
@@ -21,12 +21,6 @@ def composed(claim: Claim) -> dict:
     cfg = compose_cfg([f"experiment={claim.cell.experiment}", *claim.cell.overrides])
     flat = _flatten(OmegaConf.to_container(cfg, resolve=False))
     return {k: v for k, v in flat.items() if not _neutral(k) and isinstance(v, (str, int, float, bool, type(None)))}
-
-
-def config_drift(recorded: dict, now: dict) -> dict:
-    """Keys whose recorded value differs from the current composition (paths and bookkeeping excluded)."""
-    return {k: (recorded.get(k, "<absent>"), now.get(k, "<absent>")) for k in sorted(set(recorded) | set(now))
-            if str(recorded.get(k, "<absent>")) != str(now.get(k, "<absent>"))}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +35,7 @@ def test_a_claims_runs_were_measured_with_the_presets_current_configuration(clai
                                          f"`{claim.cell.command()} seed=<k>` and `dpgen reproduce collect <run folder>`")
     now = composed(claim)
     for ev in runs:
-        drift = config_drift(ev["config"], now)
+        drift = config_drift(claim, ev["config"], now)
         assert not drift, (f"{claim.id}: the run of seed {ev['seed']} was measured with another configuration than "
                            f"{claim.cell.experiment} composes now ({drift}); re-measure the number and re-collect it")
 
@@ -58,5 +52,7 @@ def test_a_changed_default_is_caught():
     claim = CLAIMS[0]
     now = composed(claim)
     old = {**now, "model.shrinkage": "pooled_prior"}
-    assert config_drift(old, now) == {"model.shrinkage": ("pooled_prior", now["model.shrinkage"])}
+    assert config_drift(claim, old, now) == {"model.shrinkage": ("pooled_prior", now["model.shrinkage"])}
     assert now["model.shrinkage"] == "auto"
+    assert config_drift(claim, now, {**now, "model.new_setting": 1}) == {"model.new_setting": ("<absent>", 1)}
+    assert config_drift(claim, now, {**now, "model.new_off_setting": None}) == {}

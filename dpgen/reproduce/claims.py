@@ -71,7 +71,8 @@ CLAIMS: tuple[Claim, ...] = (
     *(Claim(f"mnist-dpswd-warm{int(100 * s)}-short",
             Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, f"model.warm_start.epsilon_share={s}")))
       for s in (0.25, 0.5, 0.75)),
-    Claim("mnist-dpswd-warm50-warmup-only",
-          Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
-                                          "trainer.max_steps=0"))),
+    *(Claim(f"mnist-dpswd-warm50-ot{n}",  # the same schedule (sigma) stopped after n of its 120 OT steps
+            Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
+                                           f"trainer.max_steps={n}")))
+      for n in (0, 60)),
 )

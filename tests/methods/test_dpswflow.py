@@ -218,9 +218,15 @@ def test_dpswflow_r_accounting_matches_the_configured_schedule(data, tmp_path):
     assert 5.8 <= ledger.epsilon() <= 6.0  # the whole budget, not more
 
 
-def test_dpswflow_r_stops_before_the_target_epsilon_is_exceeded(data, tmp_path):
+def test_dpswflow_r_stops_before_the_target_epsilon_is_exceeded(data, tmp_path, monkeypatch):
     ledger = PrivacyLedger(3.0, 1e-4)
-    ledger.record(2.0, 0.05, 100)  # spent elsewhere before this run
+    real_setup = DPSWFlowR.setup
+
+    def setup_then_spend(self, *a, **k):  # spent elsewhere once the noise was calibrated
+        real_setup(self, *a, **k)
+        ledger.record(2.0, 0.05, 100)
+
+    monkeypatch.setattr(DPSWFlowR, "setup", setup_then_spend)
     m = DPSWFlowR(**COMMON, dp=ProjectionDP(40, bound="chernoff"), batch_size=64, epochs=3)
     out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert out["stopped_by_budget"] and out["train_steps"] < out["steps_planned"]

@@ -128,10 +128,21 @@ def test_resume_with_a_changed_accountant_setting_is_refused_naming_it(tmp_path,
 
 
 def test_loop_stops_before_the_budget_is_exceeded(tmp_path):
+    class SpentAfterCalibration(_Toy):
+        def setup(self, data, ledger, ctx):
+            super().setup(data, ledger, ctx)
+            ledger.record(1.0, 0.04, 200)  # spent elsewhere once the noise was calibrated
+
     led = PrivacyLedger(5.0, 1e-4)
-    led.record(1.0, 0.04, 200)  # spent elsewhere
-    out = loop.train(_Toy(), _data(), led, _ctx(tmp_path))
+    out = loop.train(SpentAfterCalibration(), _data(), led, _ctx(tmp_path))
     assert out["stopped_by_budget"] and out["train_steps"] < 10 and led.epsilon() <= 5.0
+
+
+def test_releases_recorded_before_setup_are_counted_by_the_calibration(tmp_path):
+    led = PrivacyLedger(5.0, 1e-4)
+    led.record(1.0, 0.04, 200)  # an earlier phase of the run (e.g. the warm start's moment release)
+    out = loop.train(_Toy(), _data(), led, _ctx(tmp_path))
+    assert not out["stopped_by_budget"] and out["train_steps"] == 10 and 0.99 * 5.0 <= led.epsilon() <= 5.0
 
 
 def test_a_non_finite_released_value_stops_the_run_with_a_clear_error(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -19,8 +20,16 @@ def main(cfg: DictConfig) -> float | None:
     from dpgen.utils.cluster import export_submitit_environment
 
     export_submitit_environment()  # a submitit job of several tasks: one distributed run, as under torchrun
+    from dpgen.interrupt import RunInterrupted
+
     try:
         results = run(cfg)
+    except RunInterrupted as stop:  # results so far are in results.json, labelled incomplete; the checkpoint is whole
+        print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
+              "incomplete); run the same command again to continue", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.exit_code)  # the folder is released and every file closed: skip the interpreter's slow teardown
     except Exception as err:
         message = user_error(err)
         if message is None:  # a bug keeps its traceback
@@ -41,9 +50,13 @@ def user_error(err: BaseException) -> str | None:
     """The one-line message of a user's mistake (a :class:`dpgen.errors.UserError`: a bad setting,
     missing or damaged data, W&B not logged in), printed without a traceback; None for anything else.
     Hydra wraps errors raised while instantiating a target: unwrap them."""
+    from dpgen.config import privacy_setting_error
     from dpgen.errors import UserError, one_line
+    from dpgen.privacy.errors import PrivacySettingError
 
     cause = _unwrap(err)
+    if isinstance(cause, PrivacySettingError):  # the privacy core's words: the config layer names the key
+        cause = privacy_setting_error(cause)
     return one_line(str(cause)) if isinstance(cause, UserError) else None
 
 
@@ -69,6 +82,7 @@ def _remove_untouched_run_dir() -> None:
 
     if not HydraConfig.initialized():
         return
+    from dpgen.preflight import CREATED
     from dpgen.runs import STATE_DIR, in_use
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -81,6 +95,9 @@ def _remove_untouched_run_dir() -> None:
             continue
         return
     shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in CREATED:  # e.g. outputs/<experiment>/: made for this run, now empty
+        if parent != run_dir.resolve() and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from rich.console import Console
 from .config import validate
 from .eval.evaluator import evaluate_run
 from .export.release import release_info
+from .interrupt import RunInterrupted, stop_on_signals
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
@@ -40,7 +41,37 @@ def run(cfg: DictConfig) -> dict:
         return _run(cfg, folder)
 
 
+class _SoFar:
+    """What an interrupted run has done: the phase, the ledger, the evaluator (its metrics so far), the logger."""
+
+    def __init__(self) -> None:
+        self.phase, self.ledger, self.evaluator, self.logger, self.train = "setup", None, None, None, {}
+        self.base: dict = {}
+
+    def write(self, stop: RunInterrupted) -> None:
+        """results.json (labelled incomplete) with the privacy spent so far; nothing before a ledger exists."""
+        if self.ledger is None or self.logger is None or self.phase == "done":  # done: the full results are written
+            return
+        metrics = dict(getattr(self.evaluator, "last_metrics", None) or {}) if self.phase == "evaluation" else {}
+        results = {**self.base, "metrics": metrics, "privacy": self.ledger.summary(), "train": self.train,
+                   "incomplete": {"stopped_by": stop.name, "during": self.phase,
+                                  "note": "stopped before the end: the checkpoint is intact; run the same command "
+                                          "again (trainer.resume=auto) to continue the run in this folder"}}
+        self.logger.local_only()
+        self.logger.log_summary(results)
+
+
 def _run(cfg: DictConfig, folder: RunFolder) -> dict:
+    so_far = _SoFar()
+    try:
+        with stop_on_signals(so_far.write):
+            return _run_steps(cfg, folder, so_far)
+    except RunInterrupted as stop:
+        so_far.write(stop)
+        raise
+
+
+def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     threads = apply_threads(cfg.trainer.get("threads", 1))
     t0 = time.time()
     console = Console(stderr=True)
@@ -62,6 +93,9 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
     n_priv = len(data.private)
     check_delta_of_config(cfg, n_priv)  # δ < 1/N: refused before training, N kept out of the message
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
+    so_far.ledger, so_far.evaluator, so_far.logger, so_far.phase = ledger, evaluator, logger, "training"
+    so_far.base = {"experiment": name, "dataset": data.name, "overrides": _overrides(),
+                   "git_commit": _code_version(), "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))}
     try:
         if cfg.trainer.get("deterministic", False):
             warnings.warn("trainer.deterministic=true: sampling and noise are seeded from `seed`, which is logged; "
@@ -74,7 +108,9 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
                            release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
                                                                   method, led, _code_version(), run_dir))
         train_metrics = loop.train(method, data, ledger, ctx)
+        so_far.train, so_far.phase = train_metrics, "evaluation"
         metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
+        so_far.phase = "summary"
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"
         report = method.convention_report() if convention else None
@@ -97,6 +133,10 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
             "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
         }
         logger.log_summary(results)
+        so_far.phase = "done"
+    except RunInterrupted:
+        logger.local_only()  # no W&B upload now: the run that completes this folder sends the whole history
+        raise
     finally:
         logger.finish()
     print_summary(results)  # privacy | utility | provenance (dpgen/logging/summary.py)

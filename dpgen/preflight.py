@@ -24,6 +24,7 @@ from .errors import did_you_mean, one_line
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_NAME = "train"
 _RUN_FLAGS = {"-m", "--multirun", "-r", "--run"}  # anything else starting with "-" is Hydra's to answer
+CREATED: list[Path] = []  # the run folder and the parents it lacked when checked (removed again if left empty)
 PLUS_NOTE = "(Hydra's '+key=value' adds a NEW setting that nothing reads; use it only for that.)"
 
 
@@ -223,6 +224,7 @@ def _probe(path: Path, existing: Path, folder: Path, fix: str) -> str | None:
     import tempfile
 
     made: list[Path] = []
+    CREATED[:] = [p for p in (path, *path.parents) if not p.exists()]  # the folders the run will make: train.py
     try:
         for p in reversed([path, *path.parents]):
             if p == existing or p in existing.parents or p.exists():

@@ -227,7 +227,7 @@ class PresetInfo:
     name: str
     dataset: str
     method: str
-    guarantee: str  # "honest" | "paper convention" | "non-private"
+    guarantee: str  # the label the run prints (dpgen.privacy.guarantee.LABELS), from the composed config
     description: str
 
 
@@ -265,6 +265,30 @@ def _description(preset: str, configs: Path, width: int = 90) -> str:
     return textwrap.shorten(" ".join(text), width=width, placeholder=" …")
 
 
+def config_guarantee(cfg) -> str:
+    """The guarantee label a run of the composed config ``cfg`` prints (the ledger's, as results.json groups it):
+    paper convention, non-private, data-dependent reports, a CLT bound anywhere in the model, else rigorous."""
+    from .privacy.guarantee import CLT, DATA_DEPENDENT, NON_PRIVATE, PAPER_CONVENTION, RIGOROUS
+
+    node = OmegaConf.to_container(cfg, resolve=False) if not isinstance(cfg, dict) else cfg
+    model, accountant = node.get("model") or {}, node.get("accountant") or {}
+    if (node.get("privacy") or {}).get("convention") == "paper":
+        return PAPER_CONVENTION
+    if model.get("private") is False or ("epsilon" in accountant and accountant["epsilon"] is None):
+        return NON_PRIVATE
+    if accountant.get("data_dependent_reports"):
+        return DATA_DEPENDENT
+
+    def bounds(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                yield from ([v] if k == "bound" else []) + list(bounds(v))
+        elif isinstance(x, list):
+            for v in x:
+                yield from bounds(v)
+    return CLT if "clt" in bounds(model) else RIGOROUS
+
+
 def preset_info(preset: str, configs: Path = CONFIGS) -> PresetInfo:
     merged: dict = {}
     chain, seen = [preset], set()
@@ -278,12 +302,21 @@ def preset_info(preset: str, configs: Path = CONFIGS) -> PresetInfo:
             if isinstance(entry, str) and (configs / "experiment" / f"{entry}.yaml").is_file():
                 chain.append(entry)
         merged = {**own, **merged}
-    convention = (merged.get("privacy") or {}).get("convention")
-    accountant = merged.get("accountant") or {}
-    non_private = (merged.get("model") or {}).get("private") is False or ("epsilon" in accountant and accountant["epsilon"] is None)
-    guarantee = "paper convention" if convention == "paper" else ("non-private" if non_private else "honest")
-    return PresetInfo(preset, _choice(preset, "dataset", configs, "digits"), _choice(preset, "model", configs, "dp_class_gaussian"),
-                      guarantee, _description(preset, configs))
+    model = _choice(preset, "model", configs, "dp_class_gaussian")
+    accountant = _choice(preset, "accountant", configs, "calibrated")
+    group = lambda name, choice: yaml.safe_load((configs / name / f"{choice}.yaml").read_text()) or {}  # noqa: E731
+    cfg = {"model": _deep_merge(group("model", model), merged.get("model") or {}),  # what the composition gives
+           "accountant": _deep_merge(group("accountant", accountant), merged.get("accountant") or {}),
+           "privacy": merged.get("privacy") or {}}
+    return PresetInfo(preset, _choice(preset, "dataset", configs, "digits"), model, config_guarantee(cfg),
+                      _description(preset, configs))
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def list_presets(method: str | None = None, dataset: str | None = None, configs: Path = CONFIGS) -> list[PresetInfo]:
@@ -294,6 +327,19 @@ def list_presets(method: str | None = None, dataset: str | None = None, configs:
     if dataset:
         rows = [r for r in rows if dataset.lower() in r.dataset.lower()]
     return rows
+
+
+def no_match(method: str | None, dataset: str | None, rows: list[PresetInfo]) -> str:
+    """Why a filter matched nothing, with the values it could take and a did-you-mean."""
+    from .errors import suggestion
+
+    parts = []
+    for option, wanted, values in (("--method", method, sorted({r.method for r in rows})),
+                                   ("--dataset", dataset, sorted({r.dataset for r in rows}))):
+        if wanted and not any(wanted.lower() in v.lower() for v in values):
+            hint = suggestion(wanted, values) or suggestion(wanted, [r.name for r in rows])
+            parts.append(f"{option} {wanted} matches no preset;{hint} {option.lstrip('-')}s: {', '.join(values)}")
+    return "; ".join(parts) or f"no preset has both --method {method} and --dataset {dataset}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,12 +362,14 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.cmd in (None, "list"):
         rows = list_presets(a.method, a.dataset)
-        width = max((len(r.name) for r in rows), default=0)
-        for r in rows:
-            print(f"{r.name:<{width}}  {r.dataset:<14} {r.method:<18} {r.guarantee:<16} {r.description}")
         if not rows:
-            print("no preset matches", file=sys.stderr)
-            return 1
+            print(f"error: {no_match(a.method, a.dataset, list_presets())}", file=sys.stderr)
+            return 2
+        width = max(len(r.name) for r in rows)
+        label = max(len(r.guarantee) for r in rows)
+        print(f"{'preset':<{width}}  {'dataset':<14} {'method':<18} {'guarantee':<{label}}  description")
+        for r in rows:
+            print(f"{r.name:<{width}}  {r.dataset:<14} {r.method:<18} {r.guarantee:<{label}}  {r.description}")
         return 0
     if a.cmd == "status":
         from . import preset_runs

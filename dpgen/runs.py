@@ -287,7 +287,13 @@ def _decide(cfg: DictConfig, run_dir: Path, notes: list[str]) -> Path | None:
             raise ConfigError(f"run folder {run_dir} holds a checkpoint of a run with other settings "
                               f"({signature_diff(old, run_signature(cfg))}): rerun with that run's settings to "
                               f"resume it, start it over with trainer.overwrite=true, or {NEW_FOLDER}")
-        notes.append(f"resuming from {own}")
+        finished = _read_json(run_dir / "results.json")
+        if finished is not None and "incomplete" not in finished:
+            notes.append(f"{run_dir} holds a finished run: its training is complete, so this run re-evaluates its "
+                         "release and rewrites results.json (no further privacy cost); trainer.overwrite=true starts "
+                         "it over")
+        else:
+            notes.append(f"resuming from {own}")
         return own
     if held:  # results but no checkpoint (deleted): nothing to resume from, and the results must not be lost
         raise ConfigError(f"run folder {run_dir} holds a finished run ({held}) but no {CHECKPOINT} to resume "

@@ -440,7 +440,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--skip-demo", action="store_true", help="do not run the default demo")
     ap.add_argument("--budget-s", type=int, default=420, help="start no new part after this many seconds (default "
                     "420: the check ends within 8 minutes on one H100); what is left is reported as skipped")
-    ap.add_argument("--part-timeout", type=int, default=180, help="seconds allowed to the tests, the demo and each NCCL run")
+    ap.add_argument("--part-timeout", type=int, default=240, help="seconds allowed to the tests, the demo and each NCCL run")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the markdown report (default docs/benchmarks-gpu.md)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw measurements as JSON")
     return ap

@@ -71,7 +71,7 @@ def _load_celeba_images(img_dir: Path, files: list[str], image_size: int) -> tor
     tf = transforms.Compose([transforms.Resize(image_size), transforms.CenterCrop(image_size),
                              transforms.ToTensor()])
     x = torch.empty((len(files), 3, image_size, image_size), dtype=torch.float32)  # no 2x peak
-    for i, f in enumerate(track(files, description="CelebA", total=len(files))):
+    for i, f in enumerate(track(files, description="CelebA images", total=len(files), transient=True)):
         with reading([img_dir / f], "celeba"), Image.open(img_dir / f) as im:
             x[i] = tf(im.convert("RGB"))
     return x
@@ -114,8 +114,8 @@ def celeba(root: str, download: bool = False, image_size: int = 64, public_fract
 
     y_tr = torch.tensor([attrs[f] for f in train], dtype=torch.long)
     y_te = torch.tensor([attrs[f] for f in test], dtype=torch.long)
-    x_tr = _load_celeba_images(img_dir, train, image_size)
-    x_te = _load_celeba_images(img_dir, test, image_size)
+    x = _load_celeba_images(img_dir, train + test, image_size)  # one progress bar for both splits
+    x_tr, x_te = x[: len(train)], x[len(train):]
     return _finish("celeba", x_tr, y_tr, x_te, y_te, public_fraction, seed, 2)
 
 

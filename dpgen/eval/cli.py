@@ -95,7 +95,7 @@ def public_view(data):
 
     n, shape = len(data.private), data.private.feature_shape
     stand_in = PrivateSplit(torch.zeros(1, *shape).expand(n, *shape), torch.zeros(n, dtype=torch.long))
-    return dataclasses.replace(data, private=stand_in)
+    return dataclasses.replace(data, private=stand_in, validation=None)  # held-out sensitive images: private too
 
 
 def load_method(cfg, data, run_dir: Path, device: torch.device):
@@ -184,6 +184,10 @@ def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
     seed_everything(seed)
     device = pick_device(cfg.trainer.get("device", "auto"))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
+    if getattr(evaluator, "reads_private_data", False):
+        raise EvaluateError(f"{type(evaluator).__name__} reads sensitive data (a selection on the held-out validation "
+                            "images, an FID against the training images) and `dpgen evaluate` reads public data only; "
+                            "run the evaluation with the training run (python train.py ... with this evaluator)")
     evaluator.check()
     data = instantiate(cfg.dataset)
     if getattr(data, "transductive_eval", False):

@@ -71,6 +71,8 @@ class DPImageBenchEvaluator:
     ``batch_size``, ``lr``, ``step_size``, ``gamma``, ``ema_decay``, ``eval_batch_size``, ``fid``
     ({enabled, n_generated, n_reference, inception_weights, batch_size}: ``null`` counts = all), ``device``."""
 
+    reads_private_data = True  # the validation selection and the FID reference: `dpgen evaluate` refuses it
+
     def __init__(self, n_synthetic: int = 60000, classifiers=ARCHITECTURES, sizes: dict | None = None,
                  epochs: int = 50, batch_size: int = 256, lr: float = 0.01, step_size: int = 20, gamma: float = 0.2,
                  ema_decay: float = 0.9999, eval_batch_size: int = 1000, fid: dict | None = None,

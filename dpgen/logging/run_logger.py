@@ -457,6 +457,10 @@ class RunLogger:
         for s in self.sinks:
             s.log_summary(public)
 
+    def local_only(self) -> None:
+        """Drop the remote sinks (an interrupted run: its W&B run is sent by the run that completes the folder)."""
+        self.sinks = [self.local]
+
     def finish(self) -> None:
         for s in self.sinks:
             s.finish()

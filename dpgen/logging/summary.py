@@ -219,7 +219,9 @@ def print_summary(results: dict, console=None) -> None:
     from rich.text import Text
 
     console = console or Console()
-    table = Table(title=f"{results.get('experiment', 'run')} — results", show_header=True)
+    overrides = [o for o in results.get("overrides") or [] if not o.startswith(("experiment=", "hydra."))]
+    title = f"{results.get('experiment', 'run')} — results" + (f" ({', '.join(overrides)})" if overrides else "")
+    table = Table(title=title, show_header=True)  # a sweep's jobs: one title each
     table.add_column("group")
     table.add_column("quantity")
     table.add_column("value")

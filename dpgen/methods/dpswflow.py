@@ -255,9 +255,8 @@ class DPSWFlow(_ParticleFlow):
     default_dp = ProjectionDP(num_projections=31, bound="chernoff")
 
     def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", block_slack: float = 1.0,
-                 **kw) -> None:
-        kw.setdefault("steps", 1500)
-        super().__init__(**kw)
+                 steps: int | None = 1500, **kw) -> None:
+        super().__init__(steps=steps, **kw)
         if self.warm_start is not None:
             raise ConfigError("model.warm_start is for DPSWflow-r and DPSWgen: DPSWflow's one release of the whole "
                               "set is replace-one (N public) and cannot be composed with the add/remove moment "
@@ -287,16 +286,10 @@ class DPSWFlow(_ParticleFlow):
         n_priv, c_n = len(data.private), data.num_classes
         self.block_rows = math.ceil(self.block_slack * n_priv / c_n) if self.label_mode == "partition" else None
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.calibration,
-                                                 private=self.private, seed=mechanism_seed(ctx),
+                                                 noise=self._noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
                                                  class_blocks=self.label_mode == "partition", n_private=n_priv,
                                                  **self.dp.release_settings())
-        self._set_noise(self.one_shot, ledger, 1)
         self.mechanisms = {"one_shot": self.one_shot}
-        if self.private and ctx.resume_state is None:  # refuse early if the single release cannot fit
-            acct = self.one_shot.accountant
-            if ledger.allowance_for([self.one_shot.ledger_entry()], acct, at_most=1) < 1:
-                raise ValueError(f"the one-shot release would exceed accountant.epsilon = {ledger.target_epsilon} "
-                                 f"({acct}); raise accountant.epsilon")
         released = ctx.resume_state is not None and ctx.resume_state.get("quantiles") is not None
         self._encoded = None if released else self._encode_private(data, self._seed)  # read, not released
         self._init_particles(data)

@@ -40,9 +40,9 @@ class DPSWGen(LatentMethod):
     name = "DPSWgen"
 
     def __init__(self, generator: Callable[..., torch.nn.Module], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), d_code: int | None = None, **kw) -> None:
-        kw.setdefault("sample_jitter", 0.0)
-        super().__init__(**kw)
+                 betas: tuple[float, float] = (0.9, 0.999), d_code: int | None = None, sample_jitter: float = 0.0,
+                 **kw) -> None:
+        super().__init__(sample_jitter=sample_jitter, **kw)
         self.make_generator, self.lr, self.betas, self.d_code = generator, float(lr), tuple(betas), d_code
         self.G: torch.nn.Module | None = None
 

@@ -76,7 +76,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import PrivacySettingError
 from .mechanisms import Mechanism
+from .noise import NoisePolicy
 
 RELATIONS = ("add_remove", "replace_one")
 SHRINKAGES = ("pooled_prior", "pooled", "class", "none", "auto")
@@ -87,7 +89,7 @@ def moment_weights(radius: float, shares: tuple[float, float, float] = (1 / 3, 1
     if radius <= 0:
         raise ValueError(f"radius must be > 0, got {radius}")
     if len(shares) != 3 or min(shares) < 0 or sum(shares) <= 0:
-        raise ValueError(f"model.moment_shares must be three non-negative numbers, got {shares}")
+        raise PrivacySettingError("moment_shares", f"the moment shares must be three non-negative numbers, got {shares}")
     tot = float(sum(shares))
     a0, a1, a2 = (math.sqrt(s / tot) for s in shares)
     return a0, a1 / radius, a2 / radius**2
@@ -261,7 +263,8 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
     shape of ``pooled_prior`` (None: isotropic).  Eigenvalues end floored at ``eig_floor``.
     """
     if shrinkage not in SHRINKAGES:
-        raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
+        raise PrivacySettingError("shrinkage", f"shrinkage {shrinkage!r} is unknown; choose one of "
+                                               f"{', '.join(SHRINKAGES)}")
     w0, w1, w2 = weights
     c = v.shape[0]
     n = (v[:, 0] / w0).clamp_min(1.0)
@@ -301,23 +304,26 @@ class ClassMomentRelease(Mechanism):
     """The mechanism object: one Gaussian release of the weighted class-moment vector (sample rate 1).
 
     The relation is the ledger's (Poisson -> add/remove, Delta = 1; without replacement -> replace-one,
-    Delta = sqrt 2): the statistics are sums over records, so they need no public N.  ``calibrate(1)``
-    asks the ledger's accountant; ``release`` adds the noise from the mechanism's own generator and
+    Delta = sqrt 2): the statistics are sums over records, so they need no public N.  A ``Calibrated()``
+    policy asks the ledger's accountant for its one release; ``release`` adds the noise from the mechanism's own generator and
     records itself.
     """
 
     kind = "class_moments"
+    release_formula = "`[w0 n_c, w1 sum z, w2 sum z z^T]_c + N(0, s^2)`, once"
+    used_by = "DP class-Gaussian (`release: moments`)"
 
     def __init__(self, ledger, *, n_classes: int, radius: float,
-                 shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), private: bool = True,
+                 noise: NoisePolicy, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),
                  seed: int | None = None, shrinkage: str = "pooled_prior", accountant: str | None = None,
                  prior: torch.Tensor | None = None) -> None:
-        super().__init__(ledger, sample_rate=1.0, private=private, seed=seed, accountant=accountant)
+        super().__init__(ledger, sample_rate=1.0, noise=noise, steps=1, seed=seed, accountant=accountant)
         self.n_classes, self.radius = int(n_classes), float(radius)
         self.shares = tuple(float(x) for x in shares)
         self.weights = moment_weights(self.radius, self.shares)
         if shrinkage not in SHRINKAGES:
-            raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
+            raise PrivacySettingError("shrinkage", f"shrinkage {shrinkage!r} is unknown; choose one of "
+                                                   f"{', '.join(SHRINKAGES)}")
         self.shrinkage, self.prior = shrinkage, prior  # prior: (K,) public variance shape (None: isotropic)
 
     def sensitivity_under(self, relation: str) -> float:
@@ -388,10 +394,13 @@ class ClassBlockProjectionRelease(Mechanism):
     """
 
     kind = "class_block_projection"
+    release_formula = "`[w0 n_c, B_c U_c]_c + N(0, s^2)`, fixed-size class blocks, once (N public)"
+    used_by = "DP class-Gaussian (`release: projections`)"
 
-    def __init__(self, ledger, *, n_classes: int, radius: float, block_size: int, count_weight: float | None = None,
-                 private: bool = True, seed: int | None = None, accountant: str | None = None) -> None:
-        super().__init__(ledger, sample_rate=1.0, private=private, full_set=True, seed=seed, accountant=accountant)
+    def __init__(self, ledger, *, n_classes: int, radius: float, block_size: int, noise: NoisePolicy,
+                 count_weight: float | None = None, seed: int | None = None, accountant: str | None = None) -> None:
+        super().__init__(ledger, sample_rate=1.0, noise=noise, steps=1, full_set=True, seed=seed,
+                         accountant=accountant)
         if block_size < 1:
             raise ValueError(f"block size must be >= 1, got {block_size}")
         self.n_classes, self.radius, self.m = int(n_classes), float(radius), int(block_size)

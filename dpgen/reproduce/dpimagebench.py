@@ -100,7 +100,8 @@ def cell_of(ev: dict) -> tuple[Family, str, float] | None:
 
 def extra_overrides(ev: dict, family: Family, dataset: str) -> list[str]:
     """The run's overrides beyond the cell's command (its shortenings and other changes)."""
-    base = {"evaluator=dpimagebench", f"dataset.validation_size={VALIDATION_SIZE}", *family.presets[dataset][1]}
+    base = {"evaluator=dpimagebench", f"dataset.validation_size={VALIDATION_SIZE}", f"dataset={dataset}",
+            *family.presets[dataset][1]}
     return [o for o in effective_overrides(ev) if o not in base and not o.startswith("accountant.epsilon=")]
 
 
@@ -141,7 +142,7 @@ def _cell_text(ev: dict, ref: str) -> str:
     text = (f"{_pct(m.get('acc_dpimagebench_val_mean'))} ± {_pct(m.get('acc_dpimagebench_val_std'))} / "
             f"{_pct(m.get('acc_dpimagebench_syn_mean'))} ± {_pct(m.get('acc_dpimagebench_syn_std'))}"
             + ("" if fid is None else f"; FID {fid:.1f}"))
-    return f"{text} ({'full' if full else 'shortened'}) [{ref}]"
+    return f"{text} ({'full protocol' if full else 'shortened protocol, see'} [{ref}])"
 
 
 def render_block(evidence: list[dict]) -> str:
@@ -165,8 +166,8 @@ def render_block(evidence: list[dict]) -> str:
               "Each cell: test accuracy (%) mean ± std over the classifiers, selected on the **sensitive validation "
               "split — not covered by the privacy guarantee** (as the benchmark reports it) / selected on the "
               "**held-out synthetic images — covered** (post-processing); FID against the sensitive training images "
-              "(**reads sensitive data**); *full* or *shortened* protocol (the run's label below says what was "
-              "shortened); [bN] is the run below. Shortened numbers are not comparable with the published rows.", "",
+              "(**reads sensitive data**); *full protocol* or *shortened protocol* (the run's label below says "
+              "what was shortened); [bN] is the run below. Shortened numbers are not comparable with the published rows.", "",
               "| family | public data | MNIST ε = 1 | MNIST ε = 10 | F-MNIST ε = 1 | F-MNIST ε = 10 |",
               "|---|---|---|---|---|---|"]
     not_run = []
@@ -189,7 +190,7 @@ def render_block(evidence: list[dict]) -> str:
         lines += [f"- **[{ref}]** {family.name}, {DATASETS[dataset][0]}, ε = {eps:g} (δ = "
                   f"{(ev.get('privacy') or {}).get('delta')}, {(ev.get('privacy') or {}).get('guarantee')}); "
                   f"seed {ev.get('seed')}; run time {'—' if runtime is None else f'{runtime / 60:.0f} min'} "
-                  f"(training and evaluation, CPU); code {ev.get('git_commit')}, {ev.get('date_utc')}",
+                  f"(wall clock, training and evaluation, on a shared 2-core CPU); code {ev.get('git_commit')}, {ev.get('date_utc')}",
                   f"    - command: `{ev.get('command')}`",
                   f"    - schedule: {m.get('dpimagebench_protocol')}",
                   f"    - selected epochs: {m.get('dpimagebench_val_selected_epochs')} (sensitive validation), "

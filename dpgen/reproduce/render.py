@@ -117,7 +117,7 @@ def _ratio_verdict(row: Row, name: str, evidence: list[dict]) -> tuple[bool, str
         paper, bound = m.paper / r.paper_ref, (m.paper + m.tolerance) / r.paper_ref
         # how the FIDs were taken when not the evaluator's default (e.g. the 25-image FID a released code scores)
         how = [f"`{o}`" for o in effective_overrides(g[0]) if override_key(o).startswith("evaluator.fid.")]
-        detail = (f"judged as a domain-FID ratio (Inception weights are not available offline"
+        detail = (f"judged as a domain-FID ratio (these runs took the offline domain extractor, not Inception"
                   f"{', FIDs with ' + ' '.join(how) + ' on both sides' if how else ''}): {HEADERS[name]} "
                   f"{_values(row, g).replace(' (not comparable†)', '')} / {r.ref_label} (ours) "
                   f"{_values(row, ref).replace(' (not comparable†)', '')} = {ours:.2f}, paper {m.paper:g} / "

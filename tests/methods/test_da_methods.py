@@ -82,7 +82,7 @@ def _dpswd(g, sigma=None, n=200, b=20):
     a = DPSWDAlignment(weight=1.0, dp=ProjectionDP(30))
     a.setup(_actx(g, n=n, b=b))
     if sigma is not None:
-        a.noise_std = sigma
+        a.mechanism.noise_std = sigma  # the same release with another std (a test-only change)
     return a
 
 
@@ -123,8 +123,9 @@ def test_dpswd_adapter_noisy_release_hides_the_target_batch_as_sigma_grows():
 
     def grads(a, x_t):
         g.zero_grad()
-        torch.manual_seed(123)  # same directions and noise for both target batches
+        torch.manual_seed(123)  # same source smoothing noise for both target batches
         a.mechanism.generator.manual_seed(123)  # the release's own noise generator
+        a.mechanism.directions_generator.manual_seed(123)  # and its own directions generator
         a(g, x_s, g(x_s), x_t).loss.backward()
         return torch.cat([p.grad.flatten() for p in g.parameters()])
 

@@ -105,7 +105,7 @@ def test_pooled_recovers_a_shared_direction_hidden_in_every_class_bulk():
 
 def test_moments_from_vector_refuses_an_unknown_shrinkage():
     v = torch.ones(2, 1 + 2 + 4, dtype=torch.float64)
-    with pytest.raises(ValueError, match="model.shrinkage='bogus' is unknown"):
+    with pytest.raises(ValueError, match="shrinkage 'bogus' is unknown"):
         moments_from_vector(v, 2, (1.0, 1.0, 1.0), 1e-6, noise_std=0.1, shrinkage="bogus")
 
 

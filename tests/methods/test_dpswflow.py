@@ -178,24 +178,29 @@ def test_dpswgen_paper_convention_noise_follows_the_stated_sensitivity_dimension
         assert mech.noise_std < paper_flow_noise_std(0.67, d, 40, 1e-4) / 3
         assert rep["sensitivity_true"] > 3 * rep["sensitivity_stated"]
         assert rep["epsilon_true"] > 3 * ledger.epsilon()
-        assert mech.describe()["stated_sensitivity_dim"] == 1024 and mech._config()["stated_dim"] == 1024
+        assert mech.describe()["stated_sensitivity_dim"] == 1024 and mech._config()["noise"]["stated_dim"] == 1024
     else:
-        assert "stated_dim" not in mech._config()
+        assert mech._config()["noise"]["stated_dim"] is None
 
 
 def test_a_stated_sensitivity_dimension_is_a_paper_convention_only():
-    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+    """Only the PaperNoise policy carries a stated dimension, and only a projection release takes one."""
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease, NoisyGradientSum
+    from dpgen.privacy.noise import PaperNoise
     from dpgen.privacy.sensitivity import l2_sensitivity
 
-    mech = GaussianProjectionRelease(PrivacyLedger(None, 1e-5), dim=8, num_projections=70, steps=100,
-                                     sample_rate=0.01, n_private=1000, bound="clt", row_diameter=2.0)
-    own = mech.sensitivity
-    with pytest.raises(ValueError, match="paper convention"):
-        mech.set_stated_dim(1024)
-    mech.paper_convention = True
+    def proj(noise):
+        return GaussianProjectionRelease(PrivacyLedger(None, 1e-5), dim=8, num_projections=70, steps=100,
+                                         sample_rate=0.01, n_private=1000, bound="clt", row_diameter=2.0, noise=noise)
+
+    own = proj(PaperNoise(1.0)).sensitivity
     with pytest.raises(ValueError, match="positive integer"):
-        mech.set_stated_dim(0)
-    mech.set_stated_dim(1024)
+        PaperNoise(1.0, stated_dim=0)
+    with pytest.raises(ValueError, match="no stated sensitivity dimension"):
+        NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=1.0, sample_rate=0.01, expected_batch_size=10.0,
+                         noise=PaperNoise(1.0, stated_dim=1024))
+    mech = proj(PaperNoise(1.0, stated_dim=1024))
+    assert mech.paper_convention and mech.noise_multiplier == pytest.approx(1.0 / mech.sensitivity)
     beta = mech.beta / mech.partners(mech.relation)
     assert mech.sensitivity == pytest.approx(l2_sensitivity(70, 1024, beta, "clt", 2.0)) and mech.sensitivity < own / 5
 
@@ -218,15 +223,9 @@ def test_dpswflow_r_accounting_matches_the_configured_schedule(data, tmp_path):
     assert 5.8 <= ledger.epsilon() <= 6.0  # the whole budget, not more
 
 
-def test_dpswflow_r_stops_before_the_target_epsilon_is_exceeded(data, tmp_path, monkeypatch):
+def test_dpswflow_r_stops_before_the_target_epsilon_is_exceeded(data, tmp_path):
     ledger = PrivacyLedger(3.0, 1e-4)
-    real_setup = DPSWFlowR.setup
-
-    def setup_then_spend(self, *a, **k):  # spent elsewhere once the noise was calibrated
-        real_setup(self, *a, **k)
-        ledger.record(2.0, 0.05, 100)
-
-    monkeypatch.setattr(DPSWFlowR, "setup", setup_then_spend)
+    ledger.record(2.0, 0.05, 100)  # spent elsewhere before this run
     m = DPSWFlowR(**COMMON, dp=ProjectionDP(40, bound="chernoff"), batch_size=64, epochs=3)
     out = loop.train(m, data, ledger, _ctx(tmp_path))
     assert out["stopped_by_budget"] and out["train_steps"] < out["steps_planned"]

@@ -25,6 +25,7 @@ from dpgen.privacy.moments import (
     orthogonal_matrix,
     spiked_shrinkage,
 )
+from dpgen.privacy.noise import Calibrated, FixedMultiplier, NotPrivate
 
 
 def _codes(n, k, r, g, c=3):
@@ -84,7 +85,7 @@ def test_block_projection_release_padded_neighbours_within_sensitivity():
     x = x / x.norm() * r
     outs = []
     for zz, yy in ((z, y), (torch.cat([z, x]), torch.cat([y, torch.tensor([1])]))):
-        mech = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=m, seed=5)
+        mech = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=m, seed=5, noise=NotPrivate())
         b, counts = mech.blocks(zz, yy)
         us = torch.stack([orthogonal_matrix(k, torch.Generator().manual_seed(9)) for _ in range(c)])
         outs.append(torch.cat([(mech.count_weight * counts)[:, None], (b @ us).flatten(1)], 1))
@@ -106,8 +107,8 @@ def test_noiseless_release_recovers_empirical_moments():
     r, k, c = 1.0, 4, 3
     z, y = _codes(300, k, r, g, c)
     led = PrivacyLedger(None, 1e-5)
-    out = ClassMomentRelease(led, n_classes=c, radius=r, private=False).release(z, y, eig_floor=0.0)
-    proj = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=300, private=False).release(
+    out = ClassMomentRelease(led, n_classes=c, radius=r, noise=NotPrivate()).release(z, y, eig_floor=0.0)
+    proj = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=300, noise=NotPrivate()).release(
         z, y, eig_floor=0.0)
     assert led.epsilon(accountant="rdp") == math.inf  # non-private releases are recorded as such
     for cc in range(c):
@@ -128,8 +129,9 @@ def test_projection_moment_mode_debiases_the_known_noise_variance():
     z = z.clamp(-0.5, 0.5)
     y = torch.zeros(n, dtype=torch.long)
     led = PrivacyLedger(10.0, 1e-5)
-    mech = ClassBlockProjectionRelease(led, n_classes=1, radius=1.0, block_size=n, seed=1)
-    mech.set_noise_multiplier(0.1 / math.sqrt(2.0))  # replace-one (N public): Delta = sqrt 2 sqrt(1 + 4)
+    # replace-one (N public): Delta = sqrt 2 sqrt(1 + 4)
+    mech = ClassBlockProjectionRelease(led, n_classes=1, radius=1.0, block_size=n, seed=1,
+                                       noise=FixedMultiplier(0.1 / math.sqrt(2.0)))
     est = mech.release(z, y, eig_floor=0.0)
     emp = torch.cov(z.T, correction=0)
     # noise std 0.1 * sqrt(1 + 4) = 0.22 per coordinate: variance 0.05 would dominate without debiasing
@@ -157,9 +159,8 @@ def test_moments_from_vector_returns_psd_covariances():
 # -- the mechanism object: ledger and guards ---------------------------------------------------------
 def test_class_moment_release_records_one_gaussian_and_stays_within_budget():
     led = PrivacyLedger(10.0, 1e-4)
-    mech = ClassMomentRelease(led, n_classes=3, radius=1.0, seed=0)
+    mech = ClassMomentRelease(led, n_classes=3, radius=1.0, seed=0, noise=Calibrated())
     assert mech.relation == "add_remove" and mech.sensitivity == 1.0
-    mech.calibrate(1)
     z, y = _codes(50, 4, 1.0, torch.Generator().manual_seed(6))
     mech.release(z, y)
     assert led.steps == 1 and led.entries[0].sample_rate == 1.0 and led.entries[0].relation == "add_remove"
@@ -173,7 +174,7 @@ def test_release_refuses_unclipped_rows():
     led = PrivacyLedger(10.0, 1e-4)
     z = torch.ones(5, 4, dtype=torch.float64)  # norm 2 > radius 1
     with pytest.raises(ValueError, match="clipped"):
-        ClassMomentRelease(led, n_classes=2, radius=1.0, private=False).release(z, torch.zeros(5, dtype=torch.long))
+        ClassMomentRelease(led, n_classes=2, radius=1.0, noise=NotPrivate()).release(z, torch.zeros(5, dtype=torch.long))
     assert led.steps == 0
 
 

@@ -16,6 +16,7 @@ from dpgen.ot.sliced import (
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.guarantee import RIGOROUS
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
+from dpgen.privacy.noise import Calibrated
 from dpgen.privacy.projection import ProjectionDP
 from dpgen.privacy.rows import class_blocks, clip_rows
 
@@ -36,14 +37,13 @@ def test_orthogonal_directions_bound_is_exact_and_deterministic(d, k):
 def test_orthogonal_release_has_exact_sensitivity_no_beta_and_is_rigorous_even_with_clt():
     led = PrivacyLedger(10.0, 1e-5, "poisson")
     m = GaussianProjectionRelease(led, dim=10, num_projections=25, steps=100, sample_rate=0.01, n_private=1000,
-                                  bound="clt", directions="orthogonal", seed=0)
+                                  bound="clt", directions="orthogonal", seed=0, noise=Calibrated())
     assert m.beta == 0.0 and m.guarantee == RIGOROUS
     assert m.sensitivity_under("add_remove") == pytest.approx(math.sqrt(3.0))
     assert m.sensitivity_under("replace_one") == pytest.approx(math.sqrt(3.0))
     rnd = GaussianProjectionRelease(led, dim=10, num_projections=25, steps=100, sample_rate=0.01, n_private=1000,
-                                    bound="chernoff", seed=0)
+                                    bound="chernoff", seed=0, noise=Calibrated())
     assert rnd.beta > 0 and rnd.sensitivity > 0
-    m.calibrate(100)
     u = m.draw_directions()
     out = m.release(torch.zeros(4, 10), u)
     assert out.shape == (4, 25) and led.entries[-1].delta_per_step == 0.0
@@ -54,7 +54,7 @@ def test_orthogonal_release_neighbouring_pair_check():
     """Monte Carlo over U: ||(X - X') U||_F <= sensitivity for rows of norm <= 1/2 differing in one row."""
     led = PrivacyLedger(10.0, 1e-5, "poisson")
     m = GaussianProjectionRelease(led, dim=6, num_projections=14, steps=10, sample_rate=0.1, n_private=100,
-                                  directions="orthogonal")
+                                  directions="orthogonal", noise=Calibrated())
     g = torch.Generator().manual_seed(1)
     worst = 0.0
     for _ in range(300):
@@ -102,7 +102,7 @@ def test_one_shot_release_accepts_orthogonal_directions():
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
 
     led = PrivacyLedger(10.0, 1e-5, "poisson")
-    m = OneShotProjectionRelease(led, dim=8, num_projections=31, directions="orthogonal")
+    m = OneShotProjectionRelease(led, dim=8, num_projections=31, directions="orthogonal", noise=Calibrated())
     assert m.relation == "replace_one" and m.beta == 0.0
     assert m.sensitivity == pytest.approx(2.0 * math.sqrt(4.0))  # unit latents (diameter 2), ceil(31/8) = 4 blocks
     u = m.draw_directions()
@@ -117,6 +117,7 @@ def _dpswd(tmp_path, **kw):
     from dpgen.models import ConvCondGen
 
     kw.setdefault("dp", ProjectionDP(64))
+    kw.setdefault("label_mode", "concat")
     m = DPSWDGenerator(generator=partial(ConvCondGen, d_code=4, hidden=32), batch_size=30, epochs=2, lr=1e-3, **kw)
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
                        checkpoint_every=5, progress=False, deterministic=True, max_steps=6)
@@ -230,18 +231,19 @@ def test_one_shot_class_blocks_sensitivity_is_sqrt2_times_one_row(k, d):
     led = PrivacyLedger(10.0, 1e-5, "poisson")
     n = 500
     orth = OneShotProjectionRelease(led, dim=d, num_projections=k, directions="orthogonal", class_blocks=True,
-                                    n_private=n)
+                                    n_private=n, noise=Calibrated())
     assert orth.relation == "replace_one" and orth.beta == 0.0
     assert orth.sensitivity == pytest.approx(math.sqrt(2.0) * 2.0 * math.sqrt(math.ceil(k / d)))
     assert orth.sensitivity_under("add_remove") == pytest.approx(2.0 * math.sqrt(math.ceil(k / d)))
-    rnd = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff", class_blocks=True, n_private=n)
-    plain = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff")
+    rnd = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff", class_blocks=True, n_private=n,
+                                   noise=Calibrated())
+    plain = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff", noise=Calibrated())
     assert rnd.partners("replace_one") == 2 * (n + 1) and plain.partners("replace_one") == 1
     assert rnd.sensitivity == pytest.approx(
         math.sqrt(2.0) * l2_sensitivity(k, d, rnd.beta / (2 * (n + 1)), "chernoff", 2.0))
     assert rnd.sensitivity > math.sqrt(2.0) * plain.sensitivity  # the union bound over partners costs too
     with pytest.raises(ValueError, match="n_private"):
-        OneShotProjectionRelease(led, dim=d, num_projections=k, class_blocks=True)
+        OneShotProjectionRelease(led, dim=d, num_projections=k, class_blocks=True, noise=Calibrated())
 
 
 def _multiset_changes(a: torch.Tensor, b: torch.Tensor) -> list[float]:
@@ -274,7 +276,7 @@ def test_one_shot_class_blocks_replace_one_exact_pair(same_class):
     assert 1 <= len(changes) <= 2 and max(changes) <= 2.0 + 1e-9
     assert sum(ch ** 2 for ch in changes) <= (1 if same_class else 2) * 4.0 + 1e-9  # <= rows_changed * 2^2
     mech = OneShotProjectionRelease(PrivacyLedger(10.0, 1e-5, "poisson"), dim=d, num_projections=10,
-                                    directions="orthogonal", class_blocks=True, n_private=n)
+                                    directions="orthogonal", class_blocks=True, n_private=n, noise=Calibrated())
     # aligned worst case: the changed rows of both blocks in the same positions
     diff = torch.zeros(2, d, dtype=torch.float64)
     diff[0] = rows[7] - rows2[7] if same_class else rows[7]  # row -> padding zero (or -> x')
@@ -297,7 +299,7 @@ def test_one_shot_class_blocks_monte_carlo_random_directions():
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
 
     mech = OneShotProjectionRelease(PrivacyLedger(10.0, 1e-5, "poisson"), dim=6, num_projections=20,
-                                    bound="chernoff", class_blocks=True, n_private=100)
+                                    bound="chernoff", class_blocks=True, n_private=100, noise=Calibrated())
     g = torch.Generator().manual_seed(7)
     v = 2.0 * torch.nn.functional.normalize(torch.randn(2, 6, generator=g), dim=1)
     norms = torch.tensor([float((v @ mech.draw_directions()).norm()) for _ in range(2000)])

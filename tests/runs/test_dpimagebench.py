@@ -142,3 +142,30 @@ def test_only_the_evaluator_reads_private_records_outside_the_guarantee():
     callers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "dpgen").rglob("*.py")
                      if "read_outside_guarantee(" in p.read_text())
     assert callers == ["dpgen/data/base.py", "dpgen/eval/dpimagebench.py"], callers
+
+
+def test_a_run_records_the_held_out_images_and_dpgen_evaluate_refuses_it(tmp_path, monkeypatch):
+    from dpgen.api import train
+    from dpgen.eval.cli import EvaluateError, evaluate
+
+    monkeypatch.setattr(bench, "InceptionFeatures", _TinyFeatures)
+    overrides = ["experiment=digits_moments", "evaluator=dpimagebench", "dataset.validation_size=300",
+                 "evaluator.epochs=2", "evaluator.n_synthetic=600", "evaluator.batch_size=32",
+                 "evaluator.classifiers=[resnet]", "evaluator.sizes.resnet.depth=8", "evaluator.fid.n_generated=50",
+                 "evaluator.fid.n_reference=50", "logger=local", "trainer.progress=false"]
+    run = train(overrides, run_dir=tmp_path / "run")
+    m = run.results["metrics"]
+    assert m["dpimagebench_protocol"].startswith("shortened protocol: 2 epoch(s)")
+    assert "300 sensitive validation images (benchmark: 5,000)" in m["dpimagebench_protocol"]
+    assert m["acc_dpimagebench_val_mean"] > 0.3 and m["acc_dpimagebench_syn_mean"] > 0.3  # 10 classes: chance 0.1
+    card = json.loads((run.run_dir / "privacy_card.json").read_text())
+    assert card["dataset"]["validation_held_out"]["size"] == 300
+    assert any("300 sensitive validation images" in item for item in card["does_not_cover"])
+    from omegaconf import OmegaConf
+
+    from dpgen.api import compose
+
+    (run.run_dir / ".hydra").mkdir(exist_ok=True)  # what `python train.py` writes beside the run
+    OmegaConf.save(compose(overrides, run.run_dir), run.run_dir / ".hydra" / "config.yaml")
+    with pytest.raises(EvaluateError, match="reads sensitive data"):
+        evaluate(run.run_dir)

@@ -37,20 +37,36 @@ def test_every_subcommand_module_imports_and_has_an_entry_point():
         assert hasattr(mod, "main") or (hasattr(mod, "add_arguments") and hasattr(mod, "run")), name
 
 
-def test_presets_lists_every_preset_and_filters(capsys):
+def test_presets_lists_every_preset_under_a_header_with_the_label_its_run_prints(capsys):
+    from dpgen.privacy.guarantee import CLT, DATA_DEPENDENT, NON_PRIVATE, PAPER_CONVENTION, RIGOROUS
+
     assert cli.main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == presets()
+    assert lines[0].split() == ["preset", "dataset", "method", "guarantee", "description"]
+    assert [line.split()[0] for line in lines[1:]] == presets()
     rows = list_presets(method="dpsinkhorn", dataset="fashion")
     assert rows and all(r.method == "dpsinkhorn" and r.dataset == "fashion_mnist" for r in rows)
     guarantees = {r.name: r.guarantee for r in list_presets()}
-    assert guarantees["mnist_dpswd_paper"] == "paper convention"
-    assert guarantees["mnist_swd"] == "non-private" and guarantees["mnist_dpswd"] == "honest"
-    assert guarantees["digits_moments"] == "honest"
+    expected = {"mnist_dpswd_paper": PAPER_CONVENTION, "mnist_swd": NON_PRIVATE, "mnist_dpswd": RIGOROUS,
+                "digits_moments": RIGOROUS, "mnist_dpswd_clt": CLT, "mnist_dpsgd": DATA_DEPENDENT}
+    assert {k: guarantees[k] for k in expected} == expected  # as the run's table labels its ε
 
 
-def test_presets_filter_matching_nothing_fails(capsys):
-    assert cli.main(["presets", "--dataset", "no-such-dataset"]) == 1
+@pytest.mark.parametrize("preset", ["mnist_dpsgd", "mnist_dpswd_clt", "mnist_dpswflow_r_paper", "digits_shift_swd",
+                                    "digits_dpswd"])
+def test_the_listed_label_is_the_composed_configs(preset):
+    from dpgen.presets import config_guarantee, preset_info
+    from tests.helpers.configs import compose_cfg
+
+    assert preset_info(preset).guarantee == config_guarantee(compose_cfg([f"experiment={preset}"]))
+
+
+def test_presets_filter_matching_nothing_is_one_error_with_did_you_mean(capsys):
+    assert cli.main(["presets", "--dataset", "no-such-dataset"]) == 2
+    assert cli.main(["presets", "--method", "dpswflw"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --method dpswflw matches no preset; did you mean 'dpswflow'")
+    assert "methods: da_dann" in err[-1]
 
 
 def test_reproduce_lists_its_drivers_and_passes_arguments_through(capsys):

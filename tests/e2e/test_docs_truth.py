@@ -1,0 +1,102 @@
+"""The docs stay true to the artefacts: every file, results.json key and metrics.csv column that the getting-started
+page and the run-folder guide name exists in a real default run (one run, shared by the module), and every
+`python train.py` / `dpgen` command shown in the README and the guides parses (a dry compose of the command line,
+the subcommand exists)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shlex
+
+import pytest
+
+from dpgen.cli import COMMANDS
+from dpgen.preflight import preflight
+from tests.helpers import ROOT
+from tests.helpers.runs import FAST, train
+
+TABLES = {"docs/getting-started.md": "## What a run writes", "docs/guides/runs.md": "## What is kept where"}
+ELSEWHERE = {"classifier.pt", "da_model.pt", "release.pt",  # the releases of other methods
+             ".dpgen/holder.json"}  # removed when the run ends (it names the live holder of the lock)
+PAGES = ["README.md", "docs/getting-started.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "guides").glob("*.md"))]
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """`python train.py` with the default preset and the default logger (W&B offline), evaluation shortened."""
+    out = tmp_path_factory.mktemp("docs_truth") / "run"
+    r = train([*FAST, f"hydra.run.dir={out}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def section(page: str, heading: str) -> str:
+    text = (ROOT / page).read_text()
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start:end if end > 0 else None]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|") and not set(line) <= set("|-: ")]
+
+
+def named_files(page: str) -> list[str]:
+    """The backticked names in the first column of the page's run-folder table."""
+    names = []
+    for row in table_rows(section(page, TABLES[page]))[1:]:
+        names += [n for n in re.findall(r"`([^`]+)`", row[0]) if re.fullmatch(r"[\w.<>/*-]+", n)]
+    return names
+
+
+@pytest.mark.parametrize("page", list(TABLES))
+def test_every_file_the_docs_name_is_in_a_default_run(default_run, page):
+    names = named_files(page)
+    assert len(names) >= 8, names  # the table was found and read
+    missing = [n for n in names if n not in ELSEWHERE
+               and not list(default_run.glob(re.sub(r"<[^>]+>", "*", n).rstrip("/")))]
+    assert not missing, f"{page} names {missing}, which a default run does not write"
+
+
+def test_every_results_key_and_metrics_column_the_docs_name_exists(default_run):
+    rows = {row[0]: row[1] for row in table_rows(section("docs/getting-started.md", TABLES["docs/getting-started.md"]))}
+    results = json.loads((default_run / "results.json").read_text())
+    keys = re.findall(r"`(\w+)`", rows["`results.json`"].split("**")[0])
+    assert keys and not [k for k in keys if k not in results], keys
+    assert {"privacy", "utility", "provenance"} <= set(results["summary"])
+    with open(default_run / "metrics.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    columns = re.findall(r"`(\w+)`", rows["`metrics.csv`"])
+    assert columns and not [c for c in columns if c not in header], (columns, header)
+    assert not [h for h in header if "time" in h or h.endswith("_per_s")]  # no timing column (private)
+
+
+def commands(page: str) -> list[str]:
+    """Every `python train.py ...` / `dpgen ...` line of the page's bash blocks (continuations joined)."""
+    out = []
+    for block in re.findall(r"```(?:bash|console)\n(.*?)```", (ROOT / page).read_text(), flags=re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.strip().removeprefix("$ ").split(" #")[0].strip()
+            if line.startswith(("python train.py", "dpgen ")):
+                out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_command_shown_parses(page):
+    for line in commands(page):
+        words = shlex.split(line)
+        if words[0] == "dpgen":
+            assert words[1] in COMMANDS, f"{page}: `{line}`: no subcommand {words[1]!r}"
+            if words[1] != "train":
+                continue
+            words = words[1:]
+            if "--nproc" in words:  # dpgen train's own option (processes per node, docs/guides/distributed.md)
+                i = words.index("--nproc")
+                words = words[:i] + words[i + 2:]
+        args = [w for w in words[2:] if not re.search(r"<|…|\.\.\.|\$", w)]  # placeholders: the reader's to fill
+        assert preflight(args) is None, f"{page}: `{line}`: {preflight(args)}"

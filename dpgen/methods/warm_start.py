@@ -142,7 +142,8 @@ class WarmStart:
                 "num_projections": self.num_projections}
 
     def _moment_method(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext):
-        from .dp_class_gaussian import DPClassGaussian  # the class-Gaussian's own release, shared, not copied
+        # the class-Gaussian's own release, shared, not copied
+        from .dp_class_gaussian import DPClassGaussian
 
         cg = DPClassGaussian(representation=self.rep_cfg, shrinkage=self.shrinkage, epsilon_share=self.share)
         cg.setup(data, ledger, ctx)  # calibrated on the ledger as it is now: empty (phase 1 comes first)

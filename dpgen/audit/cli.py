@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from dpgen.audit import audit_noisy_sum, audit_projection_release  # noqa: E402
 from dpgen.audit.conventions import batch_max_worst_case, raw_pixel_worst_case  # noqa: E402
 from dpgen.privacy.sensitivity import l2_sensitivity  # noqa: E402
+
+from ..paths import ROOT
 
 DEFAULT_OUT = Path("outputs/audit")
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..paths import ROOT
+
 REPEATS = 3
 CASES = (("DP-SGD classifier", "digits_dpsgd", 60), ("DP-SWD generator", "digits_dpswd", 60))  # (label, preset, steps)
 

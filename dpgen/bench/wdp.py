@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-
-from dpgen.utils import pick_device
-
-ROOT = Path(__file__).resolve().parents[2]
 
 from dpgen.methods.dpsgd_classifier import DPSGDClassifier  # noqa: E402
 from dpgen.models import mnist_convnet  # noqa: E402
@@ -19,6 +14,7 @@ from dpgen.privacy.bayesian import BayesianAccountant, MomentsAccountant  # noqa
 from dpgen.privacy.mechanisms import NoisyGradientSum  # noqa: E402
 from dpgen.privacy.noise import FixedMultiplier  # noqa: E402
 from dpgen.privacy.wdp import WassersteinAccountant  # noqa: E402
+from dpgen.utils import pick_device
 
 STEPS, Q, SIGMA, DELTA = 10_000, 256 / 60000, 1.0, 1e-5
 

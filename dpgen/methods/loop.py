@@ -37,8 +37,8 @@ import time
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..config import ConfigError
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..privacy import PrivacyLedger
 from ..privacy.card import public_signature
 from ..privacy.mechanisms import Mechanism

@@ -40,6 +40,7 @@ honest one; its ``*_paper`` presets are the paper's hyper-parameters under ``con
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -95,6 +96,16 @@ class PaperConvention:
                                                     "dimension the paper's code uses in its sensitivity bound), got "
                                                     f"{self.sensitivity_dim!r}")
 
+
+def paper_convention(settings: Mapping | None) -> PaperConvention | None:
+    """The :class:`PaperConvention` a run's privacy settings ask for (``convention: paper`` with
+    ``paper_sigma``, ``paper_epsilon``, ``paper_sensitivity_dim``), else None (the honest default)."""
+    settings = settings or {}
+    if settings.get("convention", "honest") != "paper":
+        return None
+    sigma, dim = settings.get("paper_sigma"), settings.get("paper_sensitivity_dim")
+    return PaperConvention(None if sigma is None else float(sigma), float(settings.get("paper_epsilon")),
+                           None if dim is None else int(dim))
 
 def raw_pixel_diameter(dim: int, value_range: tuple[float, float]) -> float:
     """``max ||x - x'||`` over raw images in ``[lo, hi]^dim``: ``(hi - lo) sqrt(dim)`` (28 for MNIST in [0, 1])."""

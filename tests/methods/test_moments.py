@@ -11,7 +11,6 @@ import torch
 from dpgen.data.datasets import digits
 from dpgen.data.representations import build_representation, dct_basis, zigzag_order
 from dpgen.methods import loop
-from dpgen.methods.base import TrainContext
 from dpgen.methods.dp_class_gaussian import DPClassGaussian
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.moments import (
@@ -26,6 +25,7 @@ from dpgen.privacy.moments import (
     spiked_shrinkage,
 )
 from dpgen.privacy.noise import Calibrated, FixedMultiplier, NotPrivate
+from tests.helpers.context import train_context
 
 
 def _codes(n, k, r, g, c=3):
@@ -211,11 +211,7 @@ def test_dp_class_gaussian_on_digits_is_useful_at_eps_10(tmp_path: Path):
     data = digits()
     led = PrivacyLedger(10.0, 1e-4, "poisson")
     m = DPClassGaussian(representation={"kind": "dct", "center": 0.5})
-    from dpgen.logging.run_logger import RunLogger
-
-    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, deterministic=True,
-                       progress=False)
-    info = loop.train(m, data, led, ctx)
+    info = loop.train(m, data, led, train_context(tmp_path))
     assert info["sensitivity"] == 1.0 and info["relation"] == "add_remove" and info["train_steps"] == 1
     assert led.epsilon() <= 10.0  # the calibrating accountant (the guarantee)
     x, y = m.sample(2000)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpgen.config import ConfigError, validate
+from dpgen.config import validate
+from dpgen.errors import ConfigError
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.conventions import (
     METHODS,

@@ -4,19 +4,20 @@ resume; the noise and the projection directions come from generators the mechani
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
-from dpgen.config import ConfigError, noise_policy
+from dpgen.config import noise_policy
+from dpgen.errors import ConfigError
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.errors import PrivacySettingError
 from dpgen.privacy.guarantee import NON_PRIVATE, PAPER_CONVENTION, RIGOROUS
 from dpgen.privacy.mechanisms import GaussianProjectionRelease, NoisyGradientSum
 from dpgen.privacy.noise import Calibrated, FixedMultiplier, FixedStd, NotPrivate, PaperNoise
+from tests.helpers import ROOT
 
-METHODS = Path(__file__).resolve().parents[2] / "dpgen" / "methods"
+METHODS = ROOT / "dpgen" / "methods"
 
 
 def _proj(ledger, noise, steps=20, **kw):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpgen.config import ConfigError, privacy_setting_error
+from dpgen.config import privacy_setting_error
+from dpgen.errors import ConfigError
 from dpgen.privacy import PrivacyLedger, ProjectionDP
 from dpgen.privacy.accountants import calibrating_accountant
 from dpgen.privacy.errors import PrivacySettingError

@@ -10,7 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from dpgen.reproduce.claims import CLAIMS, Claim, config_drift, text
-from dpgen.reproduce.evidence import _flatten, _neutral, load_store, match_reason
+from dpgen.reproduce.evidence import _flatten, match_reason
+from dpgen.reproduce.store import load_store, neutral
 from tests.helpers.configs import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +21,7 @@ def composed(claim: Claim) -> dict:
     """The configuration the claim's command composes now, as the evidence store records it."""
     cfg = compose_cfg([f"experiment={claim.cell.experiment}", *claim.cell.overrides])
     flat = _flatten(OmegaConf.to_container(cfg, resolve=False))
-    return {k: v for k, v in flat.items() if not _neutral(k) and isinstance(v, (str, int, float, bool, type(None)))}
+    return {k: v for k, v in flat.items() if not neutral(k) and isinstance(v, (str, int, float, bool, type(None)))}
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .export.release import Release, find_release, load_release
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from .paths import CONFIGS
 
 __all__ = ["Run", "train", "load_release", "Release"]
 
@@ -60,7 +59,7 @@ def compose(overrides: list[str], run_dir: str | Path | None = None):
 def train(overrides: list[str] | None = None, run_dir: str | Path | None = None) -> Run:
     """Train in this process, as ``python train.py <overrides>`` does; returns the :class:`Run`.
 
-    A user's mistake raises ``dpgen.config.ConfigError`` (or ``DatasetNotFoundError``) with the fix in its message.
+    A user's mistake raises ``dpgen.errors.ConfigError`` (or ``DatasetNotFoundError``) with the fix in its message.
     """
     from .pipeline import run
 

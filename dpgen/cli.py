@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import runpy
 import sys
-from pathlib import Path
 
 # name -> (module, one line for `dpgen --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -34,25 +32,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("dpgen.bench.run", "benchmarks against the reference libraries -> docs/benchmarks.md"),
 }
 
-TRAIN_SCRIPT = Path(__file__).resolve().parents[1] / "train.py"
-
-
 def train(argv: list[str]) -> int:
-    """Run the Hydra application of ``train.py`` with ``argv`` as its command line."""
-    if not TRAIN_SCRIPT.is_file():
-        print(f"error: {TRAIN_SCRIPT} not found: `dpgen train` runs from a checkout of the repository "
-              "(pip install -e .)", file=sys.stderr)
-        return 2
-    saved = sys.argv
-    sys.argv = [str(TRAIN_SCRIPT), *argv]
-    try:
-        runpy.run_path(str(TRAIN_SCRIPT), run_name="__main__")
-    except SystemExit as exit_:
-        code = exit_.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    finally:
-        sys.argv = saved
-    return 0
+    """Run the Hydra application of one training run (:mod:`dpgen.app`) with ``argv`` as its command line."""
+    from .app import run_app
+
+    return run_app(argv)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -82,17 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         sub = argparse.ArgumentParser(prog=f"dpgen {name}", description=COMMANDS[name][1])
         module.add_arguments(sub)
         return int(module.run(sub.parse_args(rest)) or 0)
-    return int(_with_prog(f"dpgen {name}", module.main, rest) or 0)
+    from .utils import with_prog
 
+    return int(with_prog(f"dpgen {name}", module.main, rest) or 0)
 
-def _with_prog(prog: str, fn, *args):
-    """Call ``fn`` with ``sys.argv[0]`` set to ``prog``, so that its argparse usage lines name the command."""
-    saved = sys.argv[0]
-    sys.argv[0] = prog
-    try:
-        return fn(*args)
-    finally:
-        sys.argv[0] = saved
 
 
 if __name__ == "__main__":

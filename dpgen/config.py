@@ -19,6 +19,8 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from .errors import ConfigError, suggestion
 from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
 from .privacy.conventions import CONVENTIONS, METHODS, NO_CONVENTION, PaperConvention, convention_of
+from .privacy.errors import PrivacySettingError
+from .privacy.noise import Calibrated, FixedMultiplier, NoisePolicy, NotPrivate
 from .utils import check_precision
 from .utils.threads import resolve_threads
 
@@ -48,6 +50,9 @@ class TrainerSchema:
 
 
 REQUIRED = ("dataset", "model", "accountant", "evaluator", "logger", "trainer", "paths")
+# methods with model/warm_start=class_gaussian (dpgen/methods/warm_start.py): class name -> what users call it
+WARM_STARTABLE = {"DPSWDGenerator": "the DP-SWD generator", "DPSinkhorn": "DP-Sinkhorn", "DPSWGen": "DPSWgen",
+                  "DPSWFlowR": "DPSWflow-r"}
 
 
 def validate(cfg: DictConfig) -> None:
@@ -71,6 +76,12 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"{name}.{key} is not a setting;{suggestion(key, fields) or ' ' + name + ' has: ' + ', '.join(fields)}"
                               f" (drop the '+' key or fix its name)") from None
 
+    warm = cfg.model.get("warm_start")
+    target = str(cfg.model.get("_target_", "")).rsplit(".", 1)[-1]
+    if warm is not None and target not in WARM_STARTABLE:
+        raise ConfigError(f"model/warm_start is for {', '.join(WARM_STARTABLE.values())} only, not model {target}; "
+                          "drop +model/warm_start (or choose, e.g., experiment=mnist_dpswd_partition)")
+
     acc = cfg.accountant
     eps = acc.get("epsilon")
     if eps is not None and not (float(eps) > 0 and math.isfinite(float(eps))):
@@ -88,8 +99,8 @@ def validate(cfg: DictConfig) -> None:
                           "set accountant.sampling=poisson or accountant.data_dependent_reports=false")
     try:
         calibrating_accountant(acc.get("sampling"), acc.get("calibrate_with", "auto"))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    except PrivacySettingError as e:
+        raise privacy_setting_error(e) from None
     private = cfg.model.get("private", True)
     convention = validate_convention(cfg)
     if private and eps is None and convention == "honest":
@@ -160,6 +171,49 @@ def validate_convention(cfg: DictConfig) -> str:
     try:
         PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon") or 0.0),
                         None if dim is None else _positive_int(dim, "privacy.paper_sensitivity_dim"))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    except PrivacySettingError as e:
+        raise privacy_setting_error(e) from None
     return convention
+
+
+def noise_policy(private: bool, noise_multiplier: float | None = None, noise_std: float = 0.0,
+                 node: str = "model") -> NoisePolicy:
+    """The noise policy of a method's mechanisms from its settings (``privacy.noise``), checked here once.
+
+    ``private=false``: :class:`NotPrivate` (``noise_std`` smooths a non-private run; ``noise_multiplier``
+    is unused); a private run:
+    ``FixedMultiplier(noise_multiplier)`` when a multiplier is given, else ``Calibrated()`` to
+    ``accountant.epsilon``.  ``node`` is where the settings live (``model``, ``model.alignment``).
+    """
+    if not private:  # a noise multiplier is a private run's setting: unused here
+        try:
+            return NotPrivate(float(noise_std))
+        except PrivacySettingError as e:
+            raise ConfigError(f"{node}.noise_std: {e}") from None
+    if noise_std:
+        raise ConfigError(f"{node}.noise_std is the smoothing of a NON-private run ({node}.private=false); a private "
+                          f"run calibrates its noise from accountant.epsilon: drop {node}.noise_std")
+    if noise_multiplier is None:
+        return Calibrated()
+    try:
+        return FixedMultiplier(noise_multiplier)
+    except PrivacySettingError:
+        raise ConfigError(f"{node}.noise_multiplier must be > 0, or null (calibrated to accountant.epsilon), got "
+                          f"{noise_multiplier}") from None
+
+
+# the privacy core names a setting in its own words (PrivacySettingError.setting); the config key it comes from
+PRIVACY_SETTINGS = {
+    "target_epsilon": "accountant.epsilon", "delta": "accountant.delta", "sampling": "accountant.sampling",
+    "calibrate_with": "accountant.calibrate_with", "bound": "model.dp.bound", "directions": "model.dp.directions",
+    "num_projections": "model.dp.num_projections", "sensitivity_fraction": "model.dp.sensitivity_fraction",
+    "calibration": "model.calibration", "clip": "model.clip", "clip_norm": "model.clip_norm",
+    "moment_shares": "model.moment_shares", "shrinkage": "model.shrinkage", "noise_multiplier": "model.noise_multiplier",
+    "noise_std": "model.noise_std", "smoothing_std": "model.noise_std", "paper_sigma": "privacy.paper_sigma",
+    "paper_epsilon": "privacy.paper_epsilon", "stated_dim": "privacy.paper_sensitivity_dim",
+}
+
+
+def privacy_setting_error(e: PrivacySettingError) -> ConfigError:
+    """The privacy core's error as a :class:`ConfigError` naming the config key of its setting."""
+    return ConfigError(f"{PRIVACY_SETTINGS.get(e.setting, e.setting)}: {e}")

@@ -6,7 +6,7 @@ setting and says how to fix it; ``train.py`` prints it as ONE line ``error: <mes
 and exits with code 2, without a traceback, and removes the run folder if the run had not written
 anything yet.  Anything else is a bug and keeps its traceback.
 
-``dpgen.config.ConfigError`` (a bad setting) and ``dpgen.data.base.DatasetNotFoundError`` (missing
+:class:`ConfigError` (a bad setting) and ``dpgen.data.base.DatasetNotFoundError`` (missing
 files) are subclasses; raising either is always right.  docs/guides/troubleshooting.md lists every
 such error with its fix.
 """
@@ -22,8 +22,7 @@ class UserError(Exception):
 
 
 class ConfigError(UserError, ValueError):
-    """A setting is invalid; the message names it and says how to fix it (also importable as
-    ``dpgen.config.ConfigError``)."""
+    """A setting is invalid; the message names it and says how to fix it."""
 
 
 class DataFileError(UserError):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from pathlib import Path
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -22,13 +21,14 @@ from rich.console import Console
 
 from .config import validate
 from .eval.evaluator import evaluate_run
-from .interrupt import RunInterrupted, stop_on_signals
 from .export.release import release_info
+from .interrupt import RunInterrupted, stop_on_signals
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
+from .paths import code_version
 from .privacy.card import n_is_public
-from .privacy.conventions import PaperConvention
+from .privacy.conventions import paper_convention
 from .privacy.delta import check_delta_of_config
 from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, pick_device, seed_everything
@@ -83,7 +83,7 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
     # settings first: a bad model / evaluator / accountant setting fails before the data is loaded
-    convention = _paper_convention(cfg)  # privacy.convention=paper: the paper's noise (dpgen/privacy/conventions.py)
+    convention = paper_convention(cfg.get("privacy"))  # privacy.convention=paper: the paper's noise (dpgen/privacy/conventions.py)
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
@@ -95,7 +95,7 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
     so_far.ledger, so_far.evaluator, so_far.logger, so_far.phase = ledger, evaluator, logger, "training"
     so_far.base = {"experiment": name, "dataset": data.name, "overrides": _overrides(),
-                   "git_commit": _code_version(), "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))}
+                   "git_commit": code_version(), "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))}
     try:
         if cfg.trainer.get("deterministic", False):
             warnings.warn("trainer.deterministic=true: sampling and noise are seeded from `seed`, which is logged; "
@@ -106,7 +106,7 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
                            precision=check_precision(cfg.trainer.get("precision", 32)),
                            release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
-                                                                  method, led, _code_version(), run_dir))
+                                                                  method, led, code_version(), run_dir))
         train_metrics = loop.train(method, data, ledger, ctx)
         so_far.train, so_far.phase = train_metrics, "evaluation"
         metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
@@ -129,7 +129,7 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
             "precision": ctx.precision,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
-            "git_commit": _code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/evidence.py)
+            "git_commit": code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/evidence.py)
             "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
         }
         logger.log_summary(results)
@@ -143,36 +143,8 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     return results
 
 
-def _paper_convention(cfg: DictConfig) -> PaperConvention | None:
-    """``PaperConvention(paper_sigma, paper_epsilon, paper_sensitivity_dim)`` when ``privacy.convention=paper`` (validated), else None."""
-    pc = cfg.get("privacy") or {}
-    if pc.get("convention", "honest") != "paper":
-        return None
-    sigma, dim = pc.get("paper_sigma"), pc.get("paper_sensitivity_dim")
-    return PaperConvention(None if sigma is None else float(sigma), float(pc.get("paper_epsilon")),
-                           None if dim is None else int(dim))
-
-
 def _overrides() -> list[str]:
     """The command-line overrides of this job (empty when run outside a Hydra app)."""
     from hydra.core.hydra_config import HydraConfig
 
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def _code_version() -> str | None:
-    """``git rev-parse --short HEAD`` of the checkout holding this package, ``+ uncommitted changes`` when
-    tracked files differ from it; None outside a git checkout (an installed package)."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")

@@ -20,8 +20,8 @@ import os
 from pathlib import Path
 
 from .errors import did_you_mean, one_line
+from .paths import CONFIGS
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_NAME = "train"
 _RUN_FLAGS = {"-m", "--multirun", "-r", "--run"}  # anything else starting with "-" is Hydra's to answer
 CREATED: list[Path] = []  # the run folder and the parents it lacked when checked (removed again if left empty)

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import yaml
 
-RUNS_FILE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "preset_runs.yaml"
+from .paths import DOCS
+
+RUNS_FILE = DOCS / "guides" / "preset_runs.yaml"
 KINDS = ("smoke", "shortened", "full")
 HEADERS = ("preset", "smoke run (fast suite)", "shortened run", "full schedule")
 NOT_RUN = "not run"
@@ -60,7 +62,7 @@ def cell(run: dict | None) -> str:
 def evidence_runs(store: list[dict] | None = None) -> dict[str, dict[str, dict]]:
     """``{preset: {"shortened" | "full": cell run}}`` from the reproduction evidence store: the number of
     runs and the median wall time of each kind."""
-    from .reproduce.evidence import effective_overrides, load_store, override_key
+    from .reproduce.store import effective_overrides, load_store, override_key
 
     grouped: dict[tuple[str, str], list[float]] = {}
     for ev in load_store() if store is None else store:

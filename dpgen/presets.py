@@ -28,7 +28,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from .paths import CONFIGS
+
 # fixed paths so that the dump does not depend on the environment
 FIXED = ["paths.output_dir=unused-output", "paths.data_root=unused-data"]  # composed only, never created
 

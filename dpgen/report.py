@@ -32,7 +32,6 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 from dpgen.logging.summary import guarantee_label, metric_family, to_float  # noqa: E402
 
 MISSING = "—"

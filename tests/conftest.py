@@ -1,4 +1,4 @@
-"""Shared fixtures.  Real datasets come from $DPGEN_DATA_ROOT (CI: ../shared/data).
+"""Shared fixtures (the helpers behind them: tests/helpers/).  Real datasets come from $DPGEN_DATA_ROOT (CI: ../shared/data).
 
 Hermetic caches: every cache a test (or a ``train.py`` it spawns) could write — dpgen's FID domain
 extractor (``DPGEN_CACHE_DIR``), torch hub (``TORCH_HOME``), matplotlib, W&B — points into this
@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from dpgen.privacy.mechanisms import GaussianProjectionRelease
 from tests.helpers import shared_data_root
+from tests.helpers.context import Release, spy_releases
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -47,6 +49,16 @@ def data_root() -> Path:
     if root is None:
         pytest.skip("no shared data root: set DPGEN_DATA_ROOT to a folder with MNIST/ (CI uses ../shared/data)")
     return root
+
+
+@pytest.fixture
+def release_spy(monkeypatch):
+    """``release_spy(cls=GaussianProjectionRelease)``: the list of every later call of ``cls.release``."""
+
+    def spy(cls: type = GaussianProjectionRelease) -> list[Release]:
+        return spy_releases(monkeypatch, cls)
+
+    return spy
 
 
 def pytest_collection_modifyitems(config, items):

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from dpgen.audit import audit_noisy_sum, audit_projection_release  # noqa: E402
 from dpgen.audit.conventions import batch_max_worst_case, raw_pixel_worst_case  # noqa: E402
 from dpgen.privacy.sensitivity import l2_sensitivity  # noqa: E402
+
+from ..paths import ROOT
 
 DEFAULT_OUT = Path("outputs/audit")
 
@@ -106,16 +106,14 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
         d_lat = int(ae.latent_dim) if ae is not None else data.dim
         D = d_lat + (data.num_classes if method.label_mode == "concat" else 0)
         if kind == "DPSWFlow":
-            mech = OneShotProjectionRelease(ledger, dim=D, calibration=method.calibration, private=True,
-                                            **method.dp.release_settings())
-            method._set_noise(mech, ledger, 1)
+            mech = OneShotProjectionRelease(ledger, dim=D, calibration=method.calibration,
+                                            noise=method._noise(ledger, one_shot=True), **method.dp.release_settings())
             name = "DPSWflow one-shot release (whole private set)"
         else:
             steps_run = method.steps_planned(n_priv)
             mech = GaussianProjectionRelease(ledger, dim=D, steps=steps_run, sample_rate=method.batch_size / n_priv,
-                                             n_private=n_priv, row_diameter=2.0, private=True,
+                                             n_private=n_priv, row_diameter=2.0, noise=method._noise(ledger),
                                              **method.dp.release_settings())
-            method._set_noise(mech, ledger, steps_run)
             name = f"{'DPSWflow-r' if kind == 'DPSWFlowR' else 'DPSWgen'} per-step projection release"
         base = torch.randn(4, D, generator=gen, dtype=torch.float64)
         base = base / base.norm(dim=1, keepdim=True)  # latent rows on the unit sphere (what the flows release)

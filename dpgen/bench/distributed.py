@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..paths import ROOT
+
 REPEATS = 3
 CASES = (("DP-SGD classifier", "digits_dpsgd", 60), ("DP-SWD generator", "digits_dpswd", 60))  # (label, preset, steps)
 
@@ -75,6 +76,7 @@ def rows(device: torch.device) -> list[tuple[str, str]]:
     else:
         counts, dev, backend = [2], "cpu", "gloo"
     out = []
+    load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPU threads at the start"
     if not counts:
         return [(f"1 vs N processes on {dev}", f"not measured: {torch.cuda.device_count()} CUDA device visible, "
                  "two or more needed")]
@@ -89,7 +91,7 @@ def rows(device: torch.device) -> list[tuple[str, str]]:
                     out.append((name, f"not measured: {err}"))
                     continue
                 out.append((name, f"{one:.1f} vs {many:.1f} steps/s: ×{many / one:.2f} (median of {REPEATS}, "
-                                  f"alternating; training loop only)"))
+                                  f"alternating; training loop only; {load})"))
     return out
 
 

@@ -39,7 +39,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..paths import ROOT
+
 DEFAULT_OUT = ROOT / "docs" / "benchmarks-gpu.md"
 COMMAND = "make gpu-check"
 
@@ -378,7 +379,7 @@ def _versions(device: str) -> dict:
 def run_check(args) -> dict:
     import torch
 
-    from dpgen.pipeline import _code_version
+    from dpgen.paths import code_version
     from dpgen.utils.misc import device_name
 
     t0 = time.perf_counter()
@@ -386,7 +387,7 @@ def run_check(args) -> dict:
     n_devices = torch.cuda.device_count() if dev.type == "cuda" else 0
     report: dict = {"meta": {"device": args.device, "device_name": device_name(dev) or "CPU", "n_devices": n_devices,
                              "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} threads",
-                             "versions": _versions(dev.type), "commit": _code_version() or "not a git checkout",
+                             "versions": _versions(dev.type), "commit": code_version() or "not a git checkout",
                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                              "steps": args.steps, "warmup": args.warmup},
                     "families": {}}

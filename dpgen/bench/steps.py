@@ -181,6 +181,8 @@ def dpswd_method(device, preset: str = "mnist"):
     from dpgen.methods.dpswd_generator import DPSWDGenerator
     from dpgen.models import ConvCondGen
     from dpgen.privacy import PrivacyLedger, ProjectionDP
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+    from dpgen.privacy.noise import NotPrivate
 
     n, side, k = (60000, 28, 1000) if preset == "mnist" else (1347, 8, 200)
     g = torch.Generator().manual_seed(0)
@@ -189,7 +191,11 @@ def dpswd_method(device, preset: str = "mnist"):
     m = DPSWDGenerator(partial(ConvCondGen, d_code=10, hidden=200, channels=(16, 8), kernel_size=5),
                        dp=ProjectionDP(k), batch_size=100, epochs=100, lr=1e-4, label_mode="partition", private=False)
     m.setup(data, PrivacyLedger(10.0, 1e-5), _ctx(device))
-    m.projection.set_noise_std(3.0)
+    p = m.projection  # the same release with the smoothing noise of a non-private run (std 3)
+    m.projection = GaussianProjectionRelease(p.ledger, dim=p.dim, num_projections=p.k, steps=p.steps,
+                                             sample_rate=p.sample_rate, n_private=p.n_private, noise=NotPrivate(3.0),
+                                             seed=0)
+    m.mechanisms = {"projection": m.projection}
     return m
 
 
@@ -213,13 +219,13 @@ def dpsgd_setup(device, batch: int = 256):
     from dpgen.models import mnist_convnet
     from dpgen.privacy import PrivacyLedger
     from dpgen.privacy.mechanisms import NoisyGradientSum
+    from dpgen.privacy.noise import FixedMultiplier
 
     torch.manual_seed(0)
     m = DPSGDClassifier(network=mnist_convnet, batch_size=batch, normalize_mean=(0.1307,), normalize_std=(0.3081,))
     m.net, m.device, m.reports = mnist_convnet().to(device), device, False
     m.gradient_release = NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=1.0, sample_rate=batch / 60000,
-                                          expected_batch_size=float(batch), seed=0)
-    m.gradient_release.set_noise_multiplier(1.0)
+                                          expected_batch_size=float(batch), noise=FixedMultiplier(1.0), seed=0)
     x, y = m._normalize(torch.rand(batch, 1, 28, 28).to(device)), torch.randint(10, (batch,)).to(device)
     return m, x, y
 

@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..paths import ROOT
+
 REPEATS = 3
 THREADS = ("1", "2")
 

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-
-from dpgen.utils import pick_device
-
-ROOT = Path(__file__).resolve().parents[2]
 
 from dpgen.methods.dpsgd_classifier import DPSGDClassifier  # noqa: E402
 from dpgen.models import mnist_convnet  # noqa: E402
 from dpgen.privacy import PLDAccountant, PrivacyLedger, RDPAccountant, Release  # noqa: E402
 from dpgen.privacy.bayesian import BayesianAccountant, MomentsAccountant  # noqa: E402
 from dpgen.privacy.mechanisms import NoisyGradientSum  # noqa: E402
+from dpgen.privacy.noise import FixedMultiplier  # noqa: E402
 from dpgen.privacy.wdp import WassersteinAccountant  # noqa: E402
+from dpgen.utils import pick_device
 
 STEPS, Q, SIGMA, DELTA = 10_000, 256 / 60000, 1.0, 1e-5
 
@@ -69,8 +66,8 @@ def dpsgd_rows(device: torch.device, batch: int = 256, repeats: int = 3) -> list
     m.net, m.device = mnist_convnet().to(device), device
     # the DP-SGD release with the accountant.data_dependent_reports=true pair statistics (the WDP path)
     m.gradient_release = NoisyGradientSum(PrivacyLedger(None, 1e-5, data_dependent_reports=True), clip_norm=1.0,
-                                          sample_rate=batch / 60000, expected_batch_size=float(batch), seed=0)
-    m.gradient_release.set_noise_multiplier(1.0)
+                                          sample_rate=batch / 60000, expected_batch_size=float(batch),
+                                          noise=FixedMultiplier(1.0), seed=0)
     m.reports, m.pair_gen = True, torch.Generator().manual_seed(0)
     m.wa, m.ba, m.ma = WassersteinAccountant(16, 32), BayesianAccountant(16, total_steps=10**6), MomentsAccountant(16)
     x, y = m._normalize(torch.rand(batch, 1, 28, 28).to(device)), torch.randint(10, (batch,)).to(device)

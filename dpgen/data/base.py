@@ -154,3 +154,14 @@ def split_public_private(x: torch.Tensor, y: torch.Tensor, public_fraction: floa
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     pub, priv = perm[:n_pub], perm[n_pub:]
     return TensorSplit(x[pub], y[pub]), PrivateSplit(x[priv], y[priv])
+
+
+def make_splits(name, x_tr, y_tr, x_te, y_te, public_fraction, seed, num_classes, public_max=None,
+                validation_size=None) -> DataSplits:
+    """A loader's train and test tensors as :class:`DataSplits`: the sensitive validation images leave the
+    training part first (``validation_size``), then it is split into public and private
+    (``public_fraction``, seeded, at most ``public_max`` public records)."""
+    x_tr, y_tr, validation = split_validation(x_tr, y_tr, validation_size)
+    public, private = split_public_private(x_tr, y_tr, public_fraction, seed, public_max)
+    return DataSplits(name=name, private=private, test=TensorSplit(x_te, y_te), public=public,
+                      num_classes=num_classes, image_shape=tuple(x_tr.shape[1:]), validation=validation)

@@ -12,20 +12,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import DataSplits, TensorSplit, require_files, split_public_private, split_validation
+from .base import DataSplits, make_splits, require_files
 from .integrity import read_mnist_like, reading
 
 _MNIST_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
-
-
-def _finish(name, x_tr, y_tr, x_te, y_te, public_fraction, seed, num_classes, public_max=None,
-            validation_size=None) -> DataSplits:
-    # the sensitive validation images leave the training split first, before the public / private cut
-    x_tr, y_tr, validation = split_validation(x_tr, y_tr, validation_size)
-    public, private = split_public_private(x_tr, y_tr, public_fraction, seed, public_max)
-    return DataSplits(name=name, private=private, test=TensorSplit(x_te, y_te), public=public,
-                      num_classes=num_classes, image_shape=tuple(x_tr.shape[1:]), validation=validation)
 
 
 def digits(root: str | None = None, public_fraction: float = 0.0, seed: int = 0,
@@ -42,7 +33,7 @@ def digits(root: str | None = None, public_fraction: float = 0.0, seed: int = 0,
     y = ds.target.astype(np.int64)
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=0, stratify=y)
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
-    return _finish("digits", t(x_tr)[:, None], t(y_tr), t(x_te)[:, None], t(y_te), public_fraction, seed, 10,
+    return make_splits("digits", t(x_tr)[:, None], t(y_tr), t(x_te)[:, None], t(y_te), public_fraction, seed, 10,
                    validation_size=validation_size)
 
 
@@ -53,7 +44,7 @@ def _torchvision_mnist_like(cls_name: str, folder: str, name: str, root: str, do
         require_files(name, root, [Path(root) / folder / "raw" / f for f in _MNIST_FILES])
     tr, te = read_mnist_like(cls_name, folder, name, root, download)  # a damaged file: named, with the fix
     f = lambda d: d.data.float().div(255.0)[:, None]  # noqa: E731
-    return _finish(name, f(tr), tr.targets.long(), f(te), te.targets.long(), public_fraction, seed, 10,
+    return make_splits(name, f(tr), tr.targets.long(), f(te), te.targets.long(), public_fraction, seed, 10,
                    validation_size=validation_size)
 
 
@@ -108,7 +99,7 @@ def usps(root: str, download: bool = False, public_fraction: float = 0.0, seed: 
         rs = lambda x: torch.nn.functional.interpolate(x, size=(image_size, image_size), mode="bilinear",  # noqa: E731
                                                        align_corners=False).clamp(0, 1)
         x_tr, x_te = rs(x_tr), rs(x_te)
-    return _finish("usps", x_tr, y_tr.long(), x_te, y_te.long(), public_fraction, seed, 10)
+    return make_splits("usps", x_tr, y_tr.long(), x_te, y_te.long(), public_fraction, seed, 10)
 
 
 def toy_gaussians(n_train: int = 2000, n_test: int = 1000, dim: int = 5, shift: float = 1.0,
@@ -126,6 +117,6 @@ def toy_gaussians(n_train: int = 2000, n_test: int = 1000, dim: int = 5, shift: 
 
     x_tr, y_tr = draw(n_train)
     x_te, y_te = draw(n_test)
-    ds = _finish("toy_gaussians", x_tr, y_tr, x_te, y_te, public_fraction, seed, num_classes)
+    ds = make_splits("toy_gaussians", x_tr, y_tr, x_te, y_te, public_fraction, seed, num_classes)
     ds.value_range = (float(x_te.min()), float(x_te.max()))
     return ds

@@ -6,7 +6,7 @@
 
 The user declares the public facts: image size, channels, the range of the stored pixel values and the
 classes.  Every record is checked against them before training; a record that does not fit is a
-:class:`~dpgen.config.ConfigError` naming the file (and the record's index for arrays) -- never a bound
+:class:`~dpgen.errors.ConfigError` naming the file (and the record's index for arrays) -- never a bound
 derived from the private data, which would leak it.  Pixels are then mapped linearly from the declared
 range to [0, 1] (a fixed per-record transform, like the built-in datasets' ``/255``).
 
@@ -24,9 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import ConfigError
-from .base import DataSplits
-from .datasets import _finish
+from ..errors import ConfigError
+from .base import DataSplits, make_splits
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm")
 _GREY_MODES = {"L", "I", "I;16", "F", "1"}
@@ -200,7 +199,7 @@ def image_folder(path: str, image_size, channels: int, classes, pixel_range=(0, 
         x_te, y_te = read_image_folder(Path(test_path), names, shape, rng, resize, "dataset.test_path")
     else:
         (x, y), (x_te, y_te) = hold_out(x, y, frac)
-    return _finish("image_folder", x, y, x_te, y_te, public_fraction, seed, len(names))
+    return make_splits("image_folder", x, y, x_te, y_te, public_fraction, seed, len(names))
 
 
 # ----------------------------------------------------------------------------------------- arrays
@@ -294,7 +293,7 @@ def arrays(path: str, image_size, channels: int, classes, pixel_range, test_path
         x_te, y_te = read(test_path, "dataset.test_path")
     else:
         (x, y), (x_te, y_te) = hold_out(x, y, frac)
-    return _finish("arrays", x, y, x_te, y_te, public_fraction, seed, len(names))
+    return make_splits("arrays", x, y, x_te, y_te, public_fraction, seed, len(names))
 
 
 # ----------------------------------------------------------------------------------------- splits

@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import ConfigError
-from .base import DataSplits, require_files
-from .datasets import _finish
+from ..errors import ConfigError
+from .base import DataSplits, make_splits, require_files
 from .integrity import reading
 
 _CELEBA_TRAIN, _CELEBA_VALID, _CELEBA_TEST = 0, 1, 2
@@ -116,7 +115,7 @@ def celeba(root: str, download: bool = False, image_size: int = 64, public_fract
     y_te = torch.tensor([attrs[f] for f in test], dtype=torch.long)
     x = _load_celeba_images(img_dir, train + test, image_size)  # one progress bar for both splits
     x_tr, x_te = x[: len(train)], x[len(train):]
-    return _finish("celeba", x_tr, y_tr, x_te, y_te, public_fraction, seed, 2)
+    return make_splits("celeba", x_tr, y_tr, x_te, y_te, public_fraction, seed, 2)
 
 
 # ------------------------------------------------------------------------------------- CIFAR-10
@@ -154,7 +153,7 @@ def cifar10(root: str, download: bool = False, public_fraction: float = 0.0, see
     require_files("cifar10", root, train + test)
     x_tr, y_tr = _read_cifar_batches(train)
     x_te, y_te = _read_cifar_batches(test)
-    return _finish("cifar10", x_tr, y_tr, x_te, y_te, public_fraction, seed, 10)
+    return make_splits("cifar10", x_tr, y_tr, x_te, y_te, public_fraction, seed, 10)
 
 
 # ----------------------------------------------------------------------------------------- SVHN
@@ -187,4 +186,4 @@ def svhn(root: str, download: bool = False, public_fraction: float = 0.0, seed: 
         x_tr, y_tr = _read_svhn_mat(train)
     with reading([test], "svhn"):
         x_te, y_te = _read_svhn_mat(test)
-    return _finish("svhn", x_tr, y_tr, x_te, y_te, public_fraction, seed, 10)
+    return make_splits("svhn", x_tr, y_tr, x_te, y_te, public_fraction, seed, 10)

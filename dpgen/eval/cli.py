@@ -108,10 +108,10 @@ def load_method(cfg, data, run_dir: Path, device: torch.device):
     from hydra.utils import instantiate
 
     from ..methods.base import TrainContext, check_signature
-    from ..pipeline import _paper_convention
+    from ..privacy.conventions import paper_convention
     from ..utils import load_checkpoint
 
-    convention = _paper_convention(cfg)
+    convention = paper_convention(cfg.get("privacy"))
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     artefact = run_dir / method.release_name
     if not artefact.is_file():

@@ -9,7 +9,7 @@
 3. downstream accuracy on the real test set of LogReg, MLP and a small CNN (torch); LogReg and MLP under
    ``protocol='sklearn'`` (DP-SWD Table 2 / DP-MERF: scikit-learn) or ``protocol='torch'`` (DP-Sinkhorn
    Table 1: its early-stopped torch classifiers on thresholded [-1, 1] pixels, :mod:`dpgen.eval.downstream`);
-4. FID (torchmetrics) of ``n_fid`` synthetic images against a NON-private reference set with the
+4. FID (float64, torchmetrics' formula) of ``n_fid`` synthetic images against a NON-private reference set with the
    ``inception`` or the offline ``domain`` extractor (see :mod:`dpgen.eval.fid` for which data
    trains the domain extractor and which is the reference); the metrics record the extractor
    actually used, the data it was trained on and the reference set.
@@ -29,8 +29,8 @@ import torch
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..config import ConfigError
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..utils import pick_device
 from .downstream import PROTOCOLS, downstream_accuracy, torch_clf_settings
 from .fid import (

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from ..config import ConfigError
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..ot import random_directions, sliced_wasserstein
 from .evaluator import GenerativeEvaluator
 

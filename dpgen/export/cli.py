@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..privacy.card import CARD_JSON, card_paths, write_card
 from .labels import class_weights, describe
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 
 def parse_labels(spec: str | None):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..privacy.card import build_card, public_config, write_card
 
 RELEASE_FILES = ("generator.pt", "release.pt", "classifier.pt", "da_model.pt")

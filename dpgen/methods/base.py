@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from ..config import ConfigError
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import Mechanism
 from ..utils import load_checkpoint

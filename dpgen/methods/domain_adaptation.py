@@ -52,9 +52,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import noise_policy
 from ..data import DataSplits
 from ..models.da import grad_reverse
-from ..ot import random_directions, sliced_wasserstein
+from ..ot import sliced_wasserstein
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projected
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import (
@@ -72,6 +73,7 @@ from ..privacy.mechanisms import (
     NoisyGradientSum,
     UnnoisedAccess,
 )
+from ..privacy.noise import Calibrated, PaperNoise
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import fixed_size, scale_and_clip
 from ..privacy.sensitivity import l2_sensitivity
@@ -137,7 +139,7 @@ class SWDAlignment(Alignment):
 
     def __call__(self, g, x_s, f_s, x_t):
         self.mechanism.release()  # an un-noised access, recorded
-        sw = sliced_wasserstein(f_s, g(x_t), k=self.k, q=self.power)
+        sw = sliced_wasserstein(f_s, g(x_t), k=self.k, q=self.power, generator=self.mechanism.directions_generator)
         return AlignmentOutput(self.weight * sw, value=sw.detach())
 
 
@@ -174,18 +176,13 @@ class DPSWDAlignment(Alignment):
         if not float(r) > 0:
             raise ValueError(f"model.alignment.feature_radius must be > 0, got {r}")
         self.radius, self.batch_size, self.d = float(r), actx.batch_size, int(g.out_dim)
-        if actx.ledger.target_epsilon is None and self.convention is None:
-            raise ValueError("the dpswd alignment needs accountant.epsilon (use the swd preset for no privacy)")
-        # sigma for the real feature dimension and the real number of private batches (DP-SWD paper, σ calibration, corrected)
+        # sigma for the real feature dimension and the real number of private batches (DP-SWD paper, σ calibration,
+        # corrected); privacy.convention=paper: the paper's sigma against the sensitivity it assumes (rows differ by <= 1)
+        noise = Calibrated() if self.convention is None else PaperNoise(self.convention.sigma)
         self.mechanism = GaussianProjectionRelease(
-            actx.ledger, dim=self.d, steps=actx.private_steps, sample_rate=actx.sample_rate,
+            actx.ledger, dim=self.d, steps=actx.private_steps, sample_rate=actx.sample_rate, noise=noise,
             n_private=actx.n_private, row_diameter=1.0, seed=actx.seed, **self.dp.release_settings())
         m = self.mechanism
-        if self.convention is not None:  # the paper's sigma against the sensitivity it assumes (rows differ by <= 1)
-            m.paper_convention = True
-            m.fix_noise_std(self.convention.sigma)
-        else:
-            m.calibrate(actx.private_steps)
         return {"noise_std": m.noise_std, "noise_multiplier": m.noise_multiplier, "sensitivity": m.sensitivity,
                 "sensitivity_bound": self.bound, "feature_dim": self.d, "num_projections": self.k,
                 "feature_radius": self.radius, "guarantee": m.guarantee}
@@ -193,10 +190,6 @@ class DPSWDAlignment(Alignment):
     @property
     def noise_std(self) -> float:
         return self.mechanism.noise_std
-
-    @noise_std.setter
-    def noise_std(self, value: float) -> None:  # tests: the same release with another std
-        self.mechanism.noise_std = float(value)
 
     @property
     def noise_multiplier(self) -> float:
@@ -228,7 +221,7 @@ class DPSWDAlignment(Alignment):
         if self.convention is not None:
             return self._paper_call(g, x_s, x_t)
         rows_t = self._target_rows(g, x_t)                                           # lines 10-11, target
-        u = random_directions(self.d, self.k, device=f_s.device, dtype=f_s.dtype)  # fresh directions (DP-SWD paper, Alg. 1)
+        u = self.mechanism.draw_directions(f_s.device)                              # fresh directions (DP-SWD paper, Alg. 1)
         p_t = self.mechanism.release(rows_t, u)                                      # P_t = r(x_t) U + Z_t
         # the source side through the same (eval-mode) map, smoothed with noise of the same std (line 12)
         rows_s = self.rows(self._eval_features(g, x_s))
@@ -245,7 +238,7 @@ class DPSWDAlignment(Alignment):
         with torch.no_grad():
             rows_t, m = batch_max_scale(self._eval_features(g, x_t))                # lines 10-11 as released
             rows_t = fixed_size(rows_t, self.batch_size)
-        u = random_directions(self.d, self.k, device=rows_t.device, dtype=rows_t.dtype)
+        u = self.mechanism.draw_directions(rows_t.device)
         p_t = self.mechanism.release(rows_t, u)                                      # P_t = g(x_t)/(2m) U + Z_t
         rows_s = self._eval_features(g, x_s) / (2.0 * m)                             # the source scaled by the private m
         p_s = gaussian_projection_release(rows_s, u, self.mechanism.noise_std)
@@ -322,20 +315,16 @@ class DPDANNAlignment(DANNAlignment):
         if not clip_norm > 0:
             raise ValueError(f"model.alignment.clip_norm must be > 0, got {clip_norm}")
         self.clip_norm = float(clip_norm)
-        self.fixed_multiplier = noise_multiplier
+        # null: calibrated to accountant.epsilon; a number (e.g. the released baseline's sigma): its epsilon is reported
+        self.noise = noise_policy(True, noise_multiplier, node="model.alignment")
 
     def setup(self, actx):
         self._mods["disc"] = self.make_discriminator(in_dim=actx.feature_extractor.out_dim).to(actx.device)
         self._path = _DomainPath(actx.feature_extractor, self._mods["disc"])
         led = actx.ledger
         self.mechanism = NoisyGradientSum(led, clip_norm=self.clip_norm, sample_rate=actx.sample_rate,
-                                          expected_batch_size=actx.sample_rate * actx.n_private, seed=actx.seed)
-        if self.fixed_multiplier is not None:  # e.g. the released baseline's sigma: report the epsilon it gives
-            self.mechanism.set_noise_multiplier(float(self.fixed_multiplier))
-        else:
-            if led.target_epsilon is None:
-                raise ValueError("the dp_dann alignment needs accountant.epsilon (or model.alignment.noise_multiplier)")
-            self.mechanism.calibrate(actx.private_steps)
+                                          expected_batch_size=actx.sample_rate * actx.n_private, noise=self.noise,
+                                          steps=actx.private_steps, seed=actx.seed)
         m = self.mechanism
         return {"noise_multiplier": m.noise_multiplier, "clip_norm": self.clip_norm, "noise_std_on_sum": m.noise_std,
                 "sensitivity_on_sum": m.sensitivity, "neighbouring_relation": m.relation, "guarantee": m.guarantee}
@@ -376,8 +365,8 @@ class DomainAdaptation(Method):
     release_name = "da_model.pt"
 
     def __init__(self, feature_extractor: Callable[..., nn.Module], classifier: Callable[..., nn.Module],
-                 alignment: Alignment, batch_size: int = 128, epochs: int = 100, start_align: int = 10,
-                 lr: float = 5e-4, betas: tuple[float, float] = (0.5, 0.999), private: bool = True,
+                 alignment: Alignment, *, lr: float, private: bool, batch_size: int = 128, epochs: int = 100,
+                 start_align: int = 10, betas: tuple[float, float] = (0.5, 0.999),
                  convention: PaperConvention | dict | None = None) -> None:
         if not isinstance(alignment, Alignment):
             raise TypeError(f"model.alignment must instantiate an Alignment, got {type(alignment).__name__}")

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..config import noise_policy
 from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.bayesian import DEFAULT_CONF, BayesianAccountant, MomentsAccountant
@@ -78,7 +79,7 @@ class DPSGDClassifier(Method):
     def __init__(self, network: Callable[..., torch.nn.Module], batch_size: int = 1024, epochs: int = 25,
                  lr: float = 0.01, momentum: float = 0.0, clip_norm: float = 1.0,
                  noise_multiplier: float | None = None, private: bool = True,
-                 normalize_mean: Sequence[float] = (0.5,), normalize_std: Sequence[float] = (0.5,),
+                 normalize_mean: Sequence[float] = (0.1307,), normalize_std: Sequence[float] = (0.3081,),
                  microbatch: int = 16, pair_samples: int = 8, pair_mode: str = "add_remove",
                  pair_mask_keep: float = 1.0,
                  wa_order: float = 16.0, wa_beta: float = 32.0, ba_orders: Sequence[int] = (16,),
@@ -88,11 +89,9 @@ class DPSGDClassifier(Method):
         self.C = float(clip_norm)
         if not self.C > 0:
             raise ValueError(f"model.clip_norm (clipping bound C) must be > 0, got {clip_norm}")
-        if noise_multiplier is not None and not float(noise_multiplier) > 0:
-            raise ValueError(f"model.noise_multiplier must be > 0 or null (calibrate to accountant.epsilon), "
-                             f"got {noise_multiplier}")
-        self.noise_multiplier_cfg = None if noise_multiplier is None else float(noise_multiplier)
         self.private = bool(private)
+        # null: sigma from accountant.epsilon (RDP) for the whole schedule; a number: fixed (its epsilon reported)
+        self.noise = noise_policy(self.private, noise_multiplier)
         self.name = "DP-SGD" if self.private else "SGD"
         self.mean = torch.tensor(list(normalize_mean), dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(list(normalize_std), dtype=torch.float32).view(1, -1, 1, 1)
@@ -147,11 +146,7 @@ class DPSGDClassifier(Method):
         self._steps = self.steps_planned(n_priv)
         if self.private:  # lines 6-7: the one private release per step
             self.gradient_release = NoisyGradientSum(ledger, clip_norm=self.C, sample_rate=q, expected_batch_size=q * n_priv,
-                                            seed=mechanism_seed(ctx, 2))
-            if self.noise_multiplier_cfg is None:  # sigma from accountant.epsilon (RDP) for the whole schedule
-                self.gradient_release.calibrate(self._steps)
-            else:
-                self.gradient_release.set_noise_multiplier(self.noise_multiplier_cfg)
+                                                     noise=self.noise, steps=self._steps, seed=mechanism_seed(ctx, 2))
         else:  # plain SGD: an un-noised access per step (epsilon = inf)
             self.gradient_release = UnnoisedAccess(ledger, sample_rate=q)
         self.mechanisms = {"gradient": self.gradient_release}

@@ -68,14 +68,18 @@ from collections.abc import Callable
 
 import torch
 
+from ..config import noise_policy
 from ..data import DataSplits
 from ..data.representations import build_representation
+from ..errors import ConfigError
 from ..ot.sinkhorn import COSTS, DEBIAS, EntropicOT, embed, extra_rows, sinkhorn_generator_loss
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
+from ..privacy.noise import Calibrated, FixedMultiplier, FixedStd
 from ..utils import autocast
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
+from .warm_start import WarmTarget, as_warm_start, phase_two_noise
 
 
 class DPSinkhorn(GenerativeMethod):
@@ -90,7 +94,10 @@ class DPSinkhorn(GenerativeMethod):
                  debias: str = "semi", debias_ratio: float = 0.4, embed_multiplier: float = 15.0,
                  clip_norm: float = 0.5, noise_multiplier: float | None = 1.1, clip: str = "whole",
                  private: bool = True, representation: dict | None = None,
-                 sinkhorn_backend: str = "tensorized") -> None:
+                 sinkhorn_backend: str = "tensorized", warm_start: dict | None = None) -> None:
+        self.warm_start = as_warm_start(warm_start)  # methods.warm_start: run by the loop
+        if self.warm_start is not None and not private:
+            raise ConfigError("model.warm_start spends a share of a private budget: drop model.private=false")
         if cost not in COSTS:
             raise ValueError(f"model.cost={cost!r} is unknown; choose one of {COSTS}")
         if debias not in DEBIAS:
@@ -99,13 +106,17 @@ class DPSinkhorn(GenerativeMethod):
             raise ValueError(f"model.clip={clip!r} is unknown; choose one of {CLIP_MODES}")
         if clip_norm <= 0:
             raise ValueError(f"model.clip_norm (C) must be > 0, got {clip_norm}")
-        if noise_multiplier is not None and noise_multiplier <= 0 and private:
-            raise ValueError(f"model.noise_multiplier must be > 0 for a private run, got {noise_multiplier} "
-                             "(use model.private=false, e.g. experiment=mnist_sinkhorn, for a non-private run)")
         if steps is not None and int(steps) < 1:
             raise ValueError(f"model.steps must be >= 1 or null (until the target epsilon), got {steps}")
         if not private and steps is None:
             raise ValueError("a non-private run (model.private=false) needs model.steps")
+        noise = noise_policy(bool(private), noise_multiplier)
+        if isinstance(noise, Calibrated) and steps is None:
+            raise ValueError("model.noise_multiplier=null calibrates sigma to spend accountant.epsilon in exactly "
+                             "model.steps steps: set model.steps (or a fixed model.noise_multiplier)")
+        # the paper's sigma fixed: noise std 2 C sigma (multiplier sigma for the whole-batch clip, sigma / sqrt(n) per row)
+        self.noise = FixedStd(2.0 * float(clip_norm) * noise.multiplier) if isinstance(noise, FixedMultiplier) else noise
+        self.noise = phase_two_noise(self.noise) if self.warm_start is not None else self.noise
         extra_rows(1, debias_ratio)  # validates p
         self.rep_cfg = None if representation is None else dict(representation)
         if self.rep_cfg is not None:
@@ -135,8 +146,7 @@ class DPSinkhorn(GenerativeMethod):
         self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx))
         self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=self.clip_norm, n_rows=self.batch_size,
                                                 sample_rate=self.sampler.sample_rate, clip=self.clip,
-                                                private=self.private, seed=mechanism_seed(ctx))
-        self._schedule(ledger)
+                                                noise=self.noise, steps=self.steps, seed=mechanism_seed(ctx))
         self.mechanisms = {"image_gradient": self.sanitiser}
         lo, hi = data.value_range
         self._range = (lo, hi)  # data range -> [-1, 1] (public constants)
@@ -151,21 +161,6 @@ class DPSinkhorn(GenerativeMethod):
             self._signature["representation"] = dict(self.rep_cfg)
         self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
         self.G.train()
-
-    def _schedule(self, ledger: PrivacyLedger) -> None:
-        """sigma fixed (``noise_multiplier``), or calibrated so that ``steps`` steps spend the target."""
-        if not self.private:
-            return
-        if ledger.target_epsilon is None and self.steps is None:
-            raise ValueError("a private DP-Sinkhorn run needs accountant.epsilon (train until it is spent) or "
-                             "model.steps")
-        if self.sigma is None:
-            if self.steps is None or ledger.target_epsilon is None:
-                raise ValueError("model.noise_multiplier=null calibrates sigma to spend accountant.epsilon in exactly "
-                                 "model.steps steps: set both")
-            self.sanitiser.calibrate(self.steps)
-        else:
-            self.sanitiser.set_sigma(float(self.sigma))
 
     @property
     def total_steps(self) -> int | None:
@@ -220,6 +215,17 @@ class DPSinkhorn(GenerativeMethod):
         if self.basis is None:
             return x
         return (x.flatten(1) - self.center) @ self.basis
+
+    def warm_target(self) -> WarmTarget:
+        """The warm-up fits ``G`` on images in [−1, 1] (the generator's output scale; public value range)."""
+        lo, hi = self._range
+
+        def rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return ((x - lo) / (hi - lo) * 2.0 - 1.0).flatten(1)
+
+        def generate(y: torch.Tensor) -> torch.Tensor:
+            return self.G(self.G.latent(y.shape[0], device=self.device), y).float().flatten(1)
+        return WarmTarget(rows=rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     def progress_info(self, values: dict) -> str:
         return f"loss {values['loss']:.4f}" if "loss" in values else f"|released grad| {values['released_grad_norm']:.3f}"

@@ -36,6 +36,7 @@ import math
 import torch
 
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..logging.plots import particles_scatter
 from ..ot.flows import (
     empirical_quantiles,
@@ -51,6 +52,7 @@ from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks
 from .base import TrainContext, mechanism_seed
 from .latent import LatentMethod
+from .warm_start import WarmTarget
 
 
 class _ParticleFlow(LatentMethod):
@@ -218,6 +220,16 @@ class DPSWFlowR(_ParticleFlow):
     def train_summary(self) -> dict:
         return {**super().train_summary(), "sample_rate": self.projection.sample_rate}
 
+    def warm_target(self) -> WarmTarget:
+        """The warm-up puts the particles on latent rows of samples of the released class Gaussians (one sample
+        per particle, of the particle's class; balanced labels without partition)."""
+        labels = (self.particle_labels if self.particle_labels is not None
+                  else torch.arange(self.n_particles) % self.space.n_classes)
+
+        def place(rows: torch.Tensor) -> None:
+            self.X = rows.to(self.device)
+        return WarmTarget(rows=self.space.rows, device=self.device, labels=labels, place=place)
+
 
 # ---------------------------------------------------------------------------------------------
 class DPSWFlow(_ParticleFlow):
@@ -243,9 +255,12 @@ class DPSWFlow(_ParticleFlow):
     default_dp = ProjectionDP(num_projections=31, bound="chernoff")
 
     def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", block_slack: float = 1.0,
-                 **kw) -> None:
-        kw.setdefault("steps", 1500)
-        super().__init__(**kw)
+                 steps: int | None = 1500, **kw) -> None:
+        super().__init__(steps=steps, **kw)
+        if self.warm_start is not None:
+            raise ConfigError("model.warm_start is for DPSWflow-r and DPSWgen: DPSWflow's one release of the whole "
+                              "set is replace-one (N public) and cannot be composed with the add/remove moment "
+                              "release in one ledger; use experiment=<dataset>_dpswflow_r, or model/warm_start=null")
         if not block_slack > 0:
             raise ValueError(f"model.block_slack must be > 0 (block size m = ceil(block_slack * N / C)), got "
                              f"{block_slack}")
@@ -271,16 +286,10 @@ class DPSWFlow(_ParticleFlow):
         n_priv, c_n = len(data.private), data.num_classes
         self.block_rows = math.ceil(self.block_slack * n_priv / c_n) if self.label_mode == "partition" else None
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.calibration,
-                                                 private=self.private, seed=mechanism_seed(ctx),
+                                                 noise=self._noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
                                                  class_blocks=self.label_mode == "partition", n_private=n_priv,
                                                  **self.dp.release_settings())
-        self._set_noise(self.one_shot, ledger, 1)
         self.mechanisms = {"one_shot": self.one_shot}
-        if self.private and ctx.resume_state is None:  # refuse early if the single release cannot fit
-            acct = self.one_shot.accountant
-            if ledger.allowance_for([self.one_shot.ledger_entry()], acct, at_most=1) < 1:
-                raise ValueError(f"the one-shot release would exceed accountant.epsilon = {ledger.target_epsilon} "
-                                 f"({acct}); raise accountant.epsilon")
         released = ctx.resume_state is not None and ctx.resume_state.get("quantiles") is not None
         self._encoded = None if released else self._encode_private(data, self._seed)  # read, not released
         self._init_particles(data)

@@ -45,18 +45,22 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..config import noise_policy
 from ..data import DataSplits, PrivateSplit
 from ..data.representations import build_representation
+from ..errors import ConfigError
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
-from ..privacy.mechanisms import GaussianProjectionRelease, OneShotProjectionRelease
+from ..privacy.mechanisms import GaussianProjectionRelease
+from ..privacy.noise import NoisePolicy, PaperNoise
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import clip_rows, fixed_size, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
 from ..utils import load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .loop import progress_bar, save_public_artifact
+from .warm_start import as_warm_start, phase_two_noise
 
 
 class LatentSpace:
@@ -156,13 +160,18 @@ class LatentMethod(GenerativeMethod):
     default_dp = ProjectionDP(num_projections=70, bound="chernoff")  # model.dp when none is given
 
     def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
-                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = None,
+                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = "outputs/autoencoders",
                  dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
                  steps: int | None = None, private: bool = True, noise_std: float = 0.0, label_mode: str = "partition",
                  label_weight: float = 1.0, latent_scale: float = 1.0, sample_jitter: float = 0.02,
-                 representation: dict | None = None, convention: PaperConvention | dict | None = None) -> None:
+                 representation: dict | None = None, convention: PaperConvention | dict | None = None,
+                 warm_start: dict | None = None) -> None:
         # privacy.convention=paper: the released code's noise (CLT sensitivity at delta/2), labelled, epsilon_true
         self.convention = as_convention(convention)
+        self.warm_start = as_warm_start(warm_start)  # methods.warm_start: run by the loop
+        if self.warm_start is not None and (self.convention is not None or not private):
+            raise ConfigError("model.warm_start spends a share of an honest private budget: drop "
+                              "privacy.convention=paper / model.private=false, or model/warm_start=null")
         if self.convention is not None and not private:
             raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
         self.dp = as_projection_dp(dp, self.default_dp)  # k, bound, directions, delta share (validated there)
@@ -175,12 +184,9 @@ class LatentMethod(GenerativeMethod):
         self.ae_cache = autoencoder_cache
         self.k, self.batch_size, self.epochs = self.dp.num_projections, int(batch_size), int(epochs)
         self.steps = None if steps is None else int(steps)
-        self.private, self.noise_std_arg = bool(private), float(noise_std)
-        if self.private and self.noise_std_arg != 0.0:
-            raise ValueError("model.noise_std is the smoothing of a NON-private run (model.private=false); a private "
-                             "run calibrates the noise from accountant.epsilon: drop model.noise_std")
-        if self.noise_std_arg < 0:
-            raise ValueError(f"model.noise_std must be >= 0, got {noise_std}")
+        self.private = bool(private)
+        self.noise = noise_policy(self.private, noise_std=noise_std)  # calibrated, or a non-private run's smoothing
+        self.noise = phase_two_noise(self.noise) if self.warm_start is not None else self.noise
         if label_mode not in ("partition", "concat", "none"):
             raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
         self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
@@ -324,27 +330,20 @@ class LatentMethod(GenerativeMethod):
         self._steps = self.steps_planned(n_priv)
         self.projection = GaussianProjectionRelease(
             ledger, dim=self.space.dim, steps=self._steps, sample_rate=self.sampler.sample_rate, n_private=n_priv,
-            row_diameter=ROW_DIAMETER, private=self.private, seed=mechanism_seed(ctx), **self.dp.release_settings())
-        self._set_noise(self.projection, ledger, self._steps)
+            row_diameter=ROW_DIAMETER, noise=self._noise(ledger), seed=mechanism_seed(ctx),
+            **self.dp.release_settings())
         self.mechanisms = {"projection": self.projection}
 
-    def _set_noise(self, mech: GaussianProjectionRelease, ledger: PrivacyLedger, steps: int) -> None:
-        if not self.private:
-            mech.set_noise_std(self.noise_std_arg)  # smoothing of a non-private run (eps = inf)
-            return
-        if self.convention is not None:  # the released code's noise std, against the sensitivity it assumes
-            mech.paper_convention = True
-            k, delta = self.k, ledger.delta
-            d = self.convention.sensitivity_dim or self.space.dim  # DPSWgen's code: C·W² = 1024, not d (§6)
-            if self.convention.sensitivity_dim:
-                mech.set_stated_dim(d)
-            mech.fix_noise_std(paper_one_shot_sigma(self.convention.epsilon, delta, d, k)  # c S / eps (§4.3)
-                               if isinstance(mech, OneShotProjectionRelease)
-                               else paper_flow_noise_std(self.convention.sigma, d, k, delta))  # sigma 2 sqrt(w_CLT)
-            return
-        if ledger.target_epsilon is None:
-            raise ValueError("model.private=true needs accountant.epsilon (or model.private=false for eps = inf)")
-        mech.calibrate(steps)
+    def _noise(self, ledger: PrivacyLedger, one_shot: bool = False) -> NoisePolicy:
+        """The release's noise policy; ``privacy.convention=paper``: the released code's std against the CLT
+        sensitivity it states (at ``privacy.paper_sensitivity_dim`` when given: DPSWgen's C·W² = 1024, not d)."""
+        if self.convention is None:
+            return self.noise
+        k, delta, stated = self.k, ledger.delta, self.convention.sensitivity_dim
+        d = stated or self.space.dim
+        std = (paper_one_shot_sigma(self.convention.epsilon, delta, d, k) if one_shot  # c S / eps (§4.3)
+               else paper_flow_noise_std(self.convention.sigma, d, k, delta))          # sigma 2 sqrt(w_CLT)
+        return PaperNoise(std, stated_dim=stated)
 
     def signature(self) -> dict:
         return self._signature

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 
 def image_shape_error(model: str, needs: str, image_shape: tuple[int, ...]) -> ConfigError:

@@ -24,26 +24,24 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
+from .errors import PrivacySettingError
+
 SAMPLING_SCHEMES: tuple[str, ...] = ("poisson", "without_replacement")
 
 
 def check_sampling(sampling: str) -> str:
     if sampling not in SAMPLING_SCHEMES:
-        raise ValueError(
-            f"unknown sampling scheme {sampling!r} (setting accountant.sampling); "
-            f"choose one of {', '.join(SAMPLING_SCHEMES)}"
-        )
+        raise PrivacySettingError("sampling", f"unknown sampling scheme {sampling!r}; choose one of "
+                                              f"{', '.join(SAMPLING_SCHEMES)}")
     return sampling
 
 
 def check_epsilon_delta(epsilon: float | None, delta: float) -> None:
     if epsilon is not None and not (epsilon > 0 and math.isfinite(epsilon)):
-        raise ValueError(
-            f"accountant.epsilon must be a positive finite number, got {epsilon}; "
-            "use e.g. accountant.epsilon=10 (or a non-private preset such as mnist_swd)"
-        )
+        raise PrivacySettingError("target_epsilon", f"the target epsilon must be a positive finite number, got "
+                                                    f"{epsilon}; e.g. 10")
     if not 0.0 < delta < 1.0:
-        raise ValueError(f"accountant.delta must be in (0, 1), got {delta}; e.g. accountant.delta=1e-5")
+        raise PrivacySettingError("delta", f"delta must be in (0, 1), got {delta}; e.g. 1e-5")
 
 
 @dataclass(frozen=True)
@@ -372,13 +370,13 @@ def calibrating_accountant(sampling: str, calibrate_with: str = "auto") -> str:
     """
     check_sampling(sampling)
     if calibrate_with not in CALIBRATE_WITH:
-        raise ValueError(f"accountant.calibrate_with={calibrate_with!r} is unknown; choose one of "
-                         f"{', '.join(CALIBRATE_WITH)}")
+        raise PrivacySettingError("calibrate_with", f"calibrating accountant {calibrate_with!r} is unknown; choose "
+                                                    f"one of {', '.join(CALIBRATE_WITH)}")
     if calibrate_with == "auto":
         return "pld" if sampling == "poisson" else "rdp"
     if calibrate_with == "pld" and sampling != "poisson":
-        raise ValueError("accountant.calibrate_with=pld needs accountant.sampling=poisson (dp-accounting has no "
-                         "PLD for sampling without replacement); use calibrate_with=auto or rdp")
+        raise PrivacySettingError("calibrate_with", "the PLD accountant needs Poisson sampling (dp-accounting has no "
+                                                    "PLD for sampling without replacement); use auto or rdp")
     return calibrate_with
 
 

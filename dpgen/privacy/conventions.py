@@ -40,10 +40,12 @@ honest one; its ``*_paper`` presets are the paper's hyper-parameters under ``con
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
+from .errors import PrivacySettingError
 from .ledger import PrivacyLedger
 
 CONVENTIONS = ("honest", "paper")
@@ -86,13 +88,24 @@ class PaperConvention:
 
     def __post_init__(self) -> None:
         if self.sigma is not None and not self.sigma > 0:
-            raise ValueError(f"privacy.paper_sigma must be > 0 (the paper's noise), got {self.sigma}")
+            raise PrivacySettingError("paper_sigma", f"the paper's noise sigma must be > 0, got {self.sigma}")
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError(f"privacy.paper_epsilon must be the paper's stated epsilon (> 0), got {self.epsilon}")
+            raise PrivacySettingError("paper_epsilon", f"the paper's stated epsilon must be > 0, got {self.epsilon}")
         if self.sensitivity_dim is not None and not (isinstance(self.sensitivity_dim, int) and self.sensitivity_dim > 0):
-            raise ValueError("privacy.paper_sensitivity_dim must be a positive integer (the dimension the paper's "
-                             f"code uses in its sensitivity bound), got {self.sensitivity_dim!r}")
+            raise PrivacySettingError("stated_dim", "the stated sensitivity dimension must be a positive integer (the "
+                                                    "dimension the paper's code uses in its sensitivity bound), got "
+                                                    f"{self.sensitivity_dim!r}")
 
+
+def paper_convention(settings: Mapping | None) -> PaperConvention | None:
+    """The :class:`PaperConvention` a run's privacy settings ask for (``convention: paper`` with
+    ``paper_sigma``, ``paper_epsilon``, ``paper_sensitivity_dim``), else None (the honest default)."""
+    settings = settings or {}
+    if settings.get("convention", "honest") != "paper":
+        return None
+    sigma, dim = settings.get("paper_sigma"), settings.get("paper_sensitivity_dim")
+    return PaperConvention(None if sigma is None else float(sigma), float(settings.get("paper_epsilon")),
+                           None if dim is None else int(dim))
 
 def raw_pixel_diameter(dim: int, value_range: tuple[float, float]) -> float:
     """``max ||x - x'||`` over raw images in ``[lo, hi]^dim``: ``(hi - lo) sqrt(dim)`` (28 for MNIST in [0, 1])."""

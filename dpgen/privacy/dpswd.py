@@ -34,6 +34,7 @@ from .accountants import (
     check_epsilon_delta,
     make_accountant,
 )
+from .errors import PrivacySettingError
 from .sensitivity import l2_sensitivity
 
 DELTA_SPLITS = ("union", "prop2", "published")
@@ -60,7 +61,8 @@ class DPSWDNoise:
 def _deltas(delta: float, steps: int, delta_split: str, fraction: float) -> tuple[float, float, float]:
     """(beta used in the bound, beta recorded per step, delta for the conversion)."""
     if not 0.0 < fraction < 1.0:
-        raise ValueError(f"model.dp.sensitivity_fraction must be in (0, 1), got {fraction}")
+        raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
+                                                          f"{fraction}")
     if delta_split == "union":
         beta = fraction * delta / steps
         return beta, beta, (1.0 - fraction) * delta

@@ -27,6 +27,7 @@ from scipy.special import gammaln, logsumexp
 
 from .accountants import RDPAccountant, check_epsilon_delta
 from .dpswd import DPSWDNoise, calibrate_dpswd
+from .errors import PrivacySettingError
 from .sensitivity import l2_sensitivity, w_clt
 
 ROW_DIAMETER = 2.0  # unit-norm latents: ||x - x'|| <= 2 (DPSWflow paper, sensitivity)
@@ -111,10 +112,11 @@ def calibrate_one_shot(epsilon: float, delta: float, *, d: int, k: int, bound: s
     """
     check_epsilon_delta(epsilon, delta)
     if calibration not in ONE_SHOT_CALIBRATIONS:
-        raise ValueError(f"model.calibration={calibration!r} is unknown; choose one of "
-                         f"{', '.join(ONE_SHOT_CALIBRATIONS)}")
+        raise PrivacySettingError("calibration", f"one-shot calibration {calibration!r} is unknown; choose one of "
+                                                 f"{', '.join(ONE_SHOT_CALIBRATIONS)}")
     if not 0.0 < sensitivity_fraction < 1.0:
-        raise ValueError(f"model.dp.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
+        raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
+                                                          f"{sensitivity_fraction}")
     beta = sensitivity_fraction * delta
     delta_conv = delta - beta
     sens = one_shot_sensitivity(d, k, beta, bound)

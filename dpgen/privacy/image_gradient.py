@@ -23,6 +23,8 @@ import math
 
 import torch
 
+from .errors import PrivacySettingError
+
 CLIP_MODES = ("whole", "per_row")
 
 
@@ -43,9 +45,9 @@ def sanitize(g: torch.Tensor, c: float, sigma: float, clip: str = "whole",
              generator: torch.Generator | None = None) -> torch.Tensor:
     """``clip(g) + N(0, (2Cσ)² I)`` (DP-Sinkhorn paper, the released code's sanitisation); ``sigma = 0`` clips only."""
     if clip not in CLIP_MODES:
-        raise ValueError(f"model.clip={clip!r} is unknown; choose one of {CLIP_MODES}")
+        raise PrivacySettingError("clip", f"clip mode {clip!r} is unknown; choose one of {CLIP_MODES}")
     if c <= 0:
-        raise ValueError(f"model.clip_norm (C) must be > 0, got {c}")
+        raise PrivacySettingError("clip_norm", f"the clip norm C must be > 0, got {c}")
     out = clip_whole(g, c) if clip == "whole" else clip_per_row(g, c)
     if sigma > 0:
         noise = torch.randn(g.shape, generator=generator, device=g.device if generator is None else generator.device,
@@ -57,7 +59,7 @@ def sanitize(g: torch.Tensor, c: float, sigma: float, clip: str = "whole",
 def sensitivity(c: float, n: int, clip: str = "whole") -> float:
     """L2 sensitivity of the clipped cross-group gradient to one record: 2C (whole) or 2C√n (per row)."""
     if clip not in CLIP_MODES:
-        raise ValueError(f"model.clip={clip!r} is unknown; choose one of {CLIP_MODES}")
+        raise PrivacySettingError("clip", f"clip mode {clip!r} is unknown; choose one of {CLIP_MODES}")
     return 2.0 * c * (1.0 if clip == "whole" else math.sqrt(n))
 
 

@@ -11,31 +11,25 @@ A :class:`Mechanism` is built from the run's :class:`~dpgen.privacy.ledger.Priva
   doubled sensitivity 2C (:func:`sum_sensitivity`) — it cannot be forgotten;
 * its **noise std** and **noise multiplier** ``= noise_std / sensitivity`` (what the accountant sees),
   its **sample rate** and the **sensitivity failure probability** ``beta`` reserved per release;
-* its own ``torch.Generator`` for the noise (secretly seeded from OS entropy unless
-  ``trainer.deterministic=true``), whose state is in ``state_dict`` so a resumed run draws the noise
-  an uninterrupted run would have drawn.
+* its **noise policy** (:mod:`dpgen.privacy.noise`: ``Calibrated``, ``FixedMultiplier``, ``FixedStd``,
+  ``PaperNoise``, ``NotPrivate``), given ONCE when it is built (``noise=``) and applied by the mechanism
+  itself as soon as its sensitivity is known; nothing changes the noise afterwards.  A ``Calibrated``
+  policy asks the ledger (``ledger.calibrate``, with the reserved beta) for the multiplier of the
+  mechanism's ``steps`` planned releases;
+* two ``torch.Generator`` of its own, for the noise and for the projection directions
+  (:meth:`GaussianProjectionRelease.draw_directions`), secretly seeded from OS entropy unless
+  ``trainer.deterministic=true``; their states and the policy are in ``state_dict``, so a resumed run
+  draws the directions and the noise an uninterrupted run would have drawn, and refuses a checkpoint
+  written under another policy.
 
-``calibrate(steps)`` asks the ledger (``ledger.calibrate``, with the reserved beta) for the noise
-multiplier; ``release(...)`` adds the noise AND records the release in the ledger in the same call
-(a non-private mechanism records noise multiplier 0: epsilon = infinity).  ``describe()`` is what
-results.json shows.
+``release(...)`` adds the noise AND records the release in the ledger in the same call (a non-private
+mechanism records noise multiplier 0: epsilon = infinity).  ``describe()`` is what results.json shows.
 
-Kinds:
-
-=============================  ===========================================  =========================
-class                          release                                       used by
-=============================  ===========================================  =========================
-GaussianProjectionRelease      ``rows @ U + N(0, s^2)``, per step            DP-SWD, DPSWflow-r, DPSWgen,
-                                                                             DA dpswd
-OneShotProjectionRelease       same, the whole private set once (N public)   DPSWflow (Algorithm 2)
-ImageGradientSanitiser         ``clip_C(G) + N(0, (2 C sigma)^2)``          DP-Sinkhorn
-NoisyGradientSum               ``(sum_i clip_C(g_i) + N(0, s^2)) / (q N)``   DP-DANN, DP-SGD classifier
-UnnoisedAccess                 nothing added, recorded with multiplier 0     non-private baselines
-=============================  ===========================================  =========================
-
-Adding a kind: subclass :class:`Mechanism`, set ``kind``, implement ``sensitivity_under`` for both
-relations and a ``release`` that computes the clipped quantity, adds ``self.noise(shape)`` and
-calls ``self._record()``; put whatever fixes the sensitivity in ``_config`` (checked on resume).
+Kinds: every subclass that sets ``kind`` registers itself in :data:`MECHANISMS` when it is defined
+(the kinds table of the privacy docs is generated from it).  Adding a kind: subclass
+:class:`Mechanism`, set ``kind`` and ``used_by``, implement ``sensitivity_under`` for both relations
+and a ``release`` that computes the clipped quantity, adds ``self.noise(shape, like)`` and calls
+``self._record()``; put whatever fixes the sensitivity in ``_config`` (checked on resume).
 """
 
 from __future__ import annotations
@@ -43,7 +37,7 @@ from __future__ import annotations
 import math
 import secrets
 import warnings
-from abc import ABC, abstractmethod
+from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import ClassVar
 
@@ -51,11 +45,22 @@ import torch
 
 from ..ot.sliced import orthogonal_directions, random_directions
 from .dpsgd import clip_per_sample, clipped_sum
+from .errors import PrivacySettingError
 from .guarantee import guarantee_label, qualifier
 from .image_gradient import CLIP_MODES, clip_per_row, clip_whole
 from .ledger import RELATIONS, LedgerEntry, PrivacyLedger, relation_of_sampling
+from .noise import (
+    Calibrated,
+    FixedMultiplier,
+    NoisePolicy,
+    NotPrivate,
+    PaperNoise,
+    check_policy,
+    describe_policy,
+)
 from .sensitivity import BOUNDS, l2_sensitivity
 
+DIRECTIONS_SEED_OFFSET = 7919  # the directions generator: seed + offset (a deterministic run), else OS entropy too
 DIRECTIONS = ("random", "orthogonal")  # orthogonal: sensitivity exactly row_diameter * sqrt(ceil(k/d)), no beta
 
 
@@ -75,33 +80,65 @@ def sum_sensitivity(contribution_bound: float, relation: str) -> float:
     return contribution_bound * (1.0 if relation == "add_remove" else 2.0)
 
 
-class Mechanism(ABC):
-    """A private release of one kind: sensitivity under the run's relation, calibrated noise, own RNG."""
+class _AppliesNoisePolicy(ABCMeta):
+    """Applies a mechanism's noise policy once its (sub)class constructor has set the sensitivity."""
+
+    def __call__(cls, *args, **kwargs):
+        mechanism = super().__call__(*args, **kwargs)
+        mechanism._apply_noise_policy()
+        return mechanism
+
+
+MECHANISMS: dict[str, type[Mechanism]] = {}  # kind -> class, filled as each subclass is defined
+
+
+class Mechanism(metaclass=_AppliesNoisePolicy):
+    """A private release of one kind: sensitivity under the run's relation, noise fixed once by its
+    policy (``privacy.noise``), own generators for the noise and the directions.
+
+    ``steps``: the releases planned (what a :class:`~dpgen.privacy.noise.Calibrated` policy calibrates for;
+    ``None`` when the noise is not calibrated).
+    """
 
     kind: ClassVar[str] = "mechanism"
+    release_formula: ClassVar[str] = ""  # what one release adds, for the kinds table of the docs
+    used_by: ClassVar[str] = ""  # the methods that release through this kind
 
-    def __init__(self, ledger: PrivacyLedger, *, sample_rate: float, private: bool = True, full_set: bool = False,
-                 seed: int | None = None, accountant: str | None = None, bound: str | None = None) -> None:
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:  # a concrete kind registers itself (the kinds table of the docs)
+            if cls.kind in MECHANISMS and MECHANISMS[cls.kind] is not cls:
+                raise ValueError(f"mechanism kind {cls.kind!r} is already {MECHANISMS[cls.kind].__qualname__}")
+            MECHANISMS[cls.kind] = cls
+
+    def __init__(self, ledger: PrivacyLedger, *, sample_rate: float, noise: NoisePolicy, steps: int | None = None,
+                 full_set: bool = False, seed: int | None = None, accountant: str | None = None,
+                 bound: str | None = None) -> None:
         if not 0.0 < sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
         if full_set and sample_rate != 1.0:
             raise ValueError("a release of the whole private set has sample_rate 1")
+        if steps is not None and int(steps) < 1:
+            raise ValueError(f"the number of releases must be >= 1, got {steps}")
         self.ledger = ledger
         self.sample_rate = float(sample_rate)
-        self.private = bool(private)
+        self.noise_policy = check_policy(noise)
+        self.private = not isinstance(noise, NotPrivate)
+        self.steps = None if steps is None else int(steps)
         self.relation = neighbouring_relation(ledger.sampling, full_set)
         # the accountant that calibrates this release and stops the run: the ledger's unless overridden
         self.accountant = ledger.calibrating_accountant if accountant is None else accountant
         self.bound = bound
-        # privacy.convention=paper: a published setting whose stated sensitivity the data does not have
-        # (privacy.conventions); every release is then labelled "paper convention", never rigorous
-        self.paper_convention = False
         self.beta = 0.0  # sensitivity failure probability per release (set by subclasses with a random bound)
         self.noise_std = 0.0
         self._multiplier = 0.0
+        self._history_steps = 0  # Calibrated(history=True): the ledger's releases the calibration counted
         self._sensitivity: dict[str, float] = {}
         self.releases = 0
-        self.generator = torch.Generator().manual_seed(secrets.randbits(63) if seed is None else int(seed))
+        seed = secrets.randbits(63) if seed is None else int(seed)
+        self.generator = torch.Generator().manual_seed(seed)  # the noise
+        # directions of a projection release (secret like the noise; drawn by draw_directions)
+        self.directions_generator = torch.Generator().manual_seed((seed + DIRECTIONS_SEED_OFFSET) % 2**63)
 
     # -- sensitivity and noise ---------------------------------------------------------
     @abstractmethod
@@ -123,43 +160,35 @@ class Mechanism(ABC):
         return self._multiplier if self.private else 0.0
 
     @property
+    def paper_convention(self) -> bool:
+        """A paper's stated sensitivity, not the data's: every release is labelled, never rigorous."""
+        return isinstance(self.noise_policy, PaperNoise)
+
+    @property
     def guarantee(self) -> str:
         return guarantee_label(self.private, self.bound, self.paper_convention)
 
-    def fix_noise_std(self, noise_std: float) -> None:
-        """A paper's fixed noise std (``privacy.convention=paper`` only): multiplier = std / stated sensitivity."""
-        if not self.paper_convention:
-            raise ValueError("a fixed noise std outside a paper convention: calibrate() or set_noise_multiplier()")
-        self.set_noise_multiplier(float(noise_std) / self.sensitivity)
-
-    def calibrate(self, steps: int) -> float:
-        """Set the noise so that ``steps`` releases spend at most the target epsilon.
-
-        ``ledger.calibrate`` with this release's beta and accountant, without the ledger's history:
-        the noise of a run is fixed before its first step and is the same on a resume; releases
-        recorded earlier are enforced by the loop's budget stop.  Returns the noise multiplier.
-        """
-        if not self.private:
-            raise ValueError("a non-private mechanism is not calibrated")
-        mult = self.ledger.calibrate(self.sample_rate, int(steps), self.beta, accountant=self.accountant,
-                                     history=False)
-        self._multiplier, self.noise_std = mult, mult * self.sensitivity
-        return mult
-
-    def set_noise_multiplier(self, noise_multiplier: float) -> None:
-        """Fixed noise multiplier (std = multiplier * sensitivity); e.g. DP-Sinkhorn's configured sigma."""
-        if noise_multiplier <= 0 and self.private:
-            raise ValueError(f"a private release needs a noise multiplier > 0, got {noise_multiplier}")
-        if self.private:
-            self._multiplier, self.noise_std = float(noise_multiplier), float(noise_multiplier) * self.sensitivity
-
-    def set_noise_std(self, noise_std: float) -> None:
-        """Non-private runs only: smoothing noise that is not accounted (DPSWflow toy of Fig. 1)."""
-        if self.private:
-            raise ValueError("a private mechanism's noise comes from calibrate() or set_noise_multiplier()")
-        if noise_std < 0:
-            raise ValueError(f"noise std must be >= 0, got {noise_std}")
-        self.noise_std = float(noise_std)
+    def _apply_noise_policy(self) -> None:
+        """Fix ``noise_std`` and the multiplier from the policy (once, when the mechanism is built)."""
+        policy = self.noise_policy
+        if isinstance(policy, NotPrivate):
+            self.noise_std, self._multiplier = policy.smoothing_std, 0.0
+        elif isinstance(policy, Calibrated):
+            if self.steps is None:
+                raise PrivacySettingError("steps", f"calibrated noise needs the number of planned releases: build the "
+                                                   f"{self.kind} mechanism with steps=<releases>")
+            past = self.ledger.steps if policy.history else 0
+            target = None if policy.epsilon_share == 1.0 else policy.epsilon_share * self.ledger.target_epsilon
+            mult = self.ledger.calibrate(self.sample_rate, self.steps, self.beta, accountant=self.accountant,
+                                         history=policy.history, epsilon=target)
+            self._multiplier, self.noise_std, self._history_steps = mult, mult * self.sensitivity, past
+        elif isinstance(policy, FixedMultiplier):
+            self._multiplier, self.noise_std = policy.multiplier, policy.multiplier * self.sensitivity
+        else:  # FixedStd, PaperNoise: the std is given, the multiplier follows from the (stated) sensitivity
+            if getattr(policy, "stated_dim", None) and getattr(self, "_stated_dim", None) != policy.stated_dim:
+                raise PrivacySettingError("stated_dim", f"a {self.kind} release has no stated sensitivity dimension")
+            self.noise_std = policy.noise_std
+            self._multiplier = policy.noise_std / self.sensitivity
 
     def noise(self, shape: torch.Size | tuple[int, ...], like: torch.Tensor) -> torch.Tensor | None:
         """``N(0, noise_std^2)`` of ``shape`` from this mechanism's generator (cpu draw, moved to ``like``);
@@ -182,16 +211,17 @@ class Mechanism(ABC):
 
     # -- persistence and reporting -----------------------------------------------------
     def _config(self) -> dict:
-        """What fixes the calibration (compared on resume)."""
+        """What fixes the calibration (compared on resume): the policy, the sensitivity's settings, the std."""
         return {"kind": self.kind, "relation": self.relation, "sample_rate": self.sample_rate,
-                "private": self.private, "noise_std": self.noise_std, "beta": self.beta,
-                **({"paper_convention": True} if self.paper_convention else {})}
+                "noise": describe_policy(self.noise_policy), "steps": self.steps, "noise_std": self.noise_std,
+                "beta": self.beta, **({"history_steps": self._history_steps} if self._history_steps else {})}
 
     def state_dict(self) -> dict:
-        return {**self._config(), "generator": self.generator.get_state(), "releases": self.releases}
+        return {**self._config(), "generator": self.generator.get_state(),
+                "directions_generator": self.directions_generator.get_state(), "releases": self.releases}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore the noise generator; refuse a checkpoint whose calibration differs from this run's."""
+        """Restore the generators; refuse a checkpoint whose noise policy or calibration differs from this run's."""
         mine = self._config()
         diff = {k: (state.get(k), v) for k, v in mine.items()
                 if not (state.get(k) == v or (isinstance(v, float) and isinstance(state.get(k), float)
@@ -201,12 +231,14 @@ class Mechanism(ABC):
                              + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
                              + "); resume with the same model and accountant settings")
         self.generator.set_state(state["generator"])
+        self.directions_generator.set_state(state["directions_generator"])
         self.releases = int(state["releases"])
 
     def describe(self) -> dict:
         """For results.json (``train.mechanisms``)."""
         return {"kind": self.kind, "relation": self.relation, "sensitivity": self.sensitivity,
                 "noise_std": self.noise_std, "noise_multiplier": self.noise_multiplier,
+                "noise_policy": type(self.noise_policy).__name__,
                 "sample_rate": self.sample_rate, "beta": self.beta if self.private else 0.0,
                 "accountant": self.accountant, "guarantee": self.guarantee,
                 "guarantee_note": qualifier(self.guarantee) or None, "releases": self.releases}
@@ -236,25 +268,29 @@ class GaussianProjectionRelease(Mechanism):
     """
 
     kind = "gaussian_projection"
+    release_formula = "`rows @ U + N(0, s^2)`, a fresh U per step"
+    used_by = "DP-SWD generator, DPSWflow-r, DPSWgen, domain adaptation `dpswd`"
 
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, steps: int, sample_rate: float,
-                 n_private: int, bound: str = "bernstein", sensitivity_fraction: float = 0.5, row_diameter: float = 1.0,
-                 private: bool = True, seed: int | None = None, full_set: bool = False, directions: str = "random",
+                 n_private: int, noise: NoisePolicy, bound: str = "bernstein", sensitivity_fraction: float = 0.5,
+                 row_diameter: float = 1.0, seed: int | None = None, full_set: bool = False, directions: str = "random",
                  accountant: str | None = None) -> None:
-        super().__init__(ledger, sample_rate=sample_rate, private=private, full_set=full_set, seed=seed,
+        super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, full_set=full_set, seed=seed,
                          accountant=accountant, bound=bound)
         if bound not in BOUNDS:
-            raise ValueError(f"model.dp.bound={bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
+            raise PrivacySettingError("bound", f"sensitivity bound {bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
         if directions not in DIRECTIONS:
-            raise ValueError(f"directions={directions!r} is unknown; choose one of {', '.join(DIRECTIONS)}")
+            raise PrivacySettingError("directions", f"directions {directions!r} are unknown; choose one of "
+                                                    f"{', '.join(DIRECTIONS)}")
         if not 0.0 < sensitivity_fraction < 1.0:
-            raise ValueError(f"model.dp.sensitivity_fraction must be in (0, 1), got {sensitivity_fraction}")
-        if steps < 1:
-            raise ValueError(f"the number of releases must be >= 1, got {steps}")
-        self.dim, self.k, self.steps, self.n_private = int(dim), int(num_projections), int(steps), int(n_private)
+            raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
+                                                              f"{sensitivity_fraction}")
+        self.dim, self.k, self.n_private = int(dim), int(num_projections), int(n_private)
         self.row_diameter, self.sensitivity_fraction, self.directions = float(row_diameter), float(
             sensitivity_fraction), directions
-        self._stated_dim: int | None = None  # privacy.paper_sensitivity_dim (set_stated_dim): paper convention only
+        # PaperNoise(stated_dim=...): the dimension a paper's code plugs into the bound (the STATED sensitivity
+        # only; the true epsilon keeps self.dim), e.g. the released DPSWgen latent trainer's C·W² = 1024 for 8-d latents
+        self._stated_dim: int | None = getattr(self.noise_policy, "stated_dim", None)
         if directions == "orthogonal":
             self.bound = None  # no probabilistic bound: the sensitivity is exact (guarantee: rigorous)
         elif self.private:
@@ -275,17 +311,6 @@ class GaussianProjectionRelease(Mechanism):
             return n
         return "2 (N + 1)" if n == 2 * (self.n_private + 1) else "N + 1"
 
-    def set_stated_dim(self, dim: int) -> None:
-        """``privacy.paper_sensitivity_dim``: the dimension a paper's code plugs into the projection bound
-        when it is not the rows' own (the released DPSWgen latent trainer uses C·W² = 1024 for 8-d latents).
-        Changes the STATED sensitivity only (the ledger's ε); the true ε keeps ``self.dim``.  Paper convention only."""
-        if not self.paper_convention:
-            raise ValueError("a stated sensitivity dimension other than the rows' own is a paper convention only")
-        if int(dim) < 1:
-            raise ValueError(f"privacy.paper_sensitivity_dim must be a positive integer, got {dim}")
-        self._stated_dim = int(dim)
-        self._sensitivity.clear()
-
     def sensitivity_under(self, relation: str) -> float:
         if relation not in RELATIONS:
             raise ValueError(f"unknown neighbouring relation {relation!r}")
@@ -295,10 +320,11 @@ class GaussianProjectionRelease(Mechanism):
         return l2_sensitivity(self.k, dim, self.beta / self.partners(relation), self.bound, self.row_diameter)
 
     def draw_directions(self, device: torch.device | str | None = None) -> torch.Tensor:
-        """Fresh ``U: (D, k)`` of this release's kind (secret: torch's global RNG, reseeded by the method)."""
+        """Fresh ``U: (D, k)`` of this release's kind from the mechanism's own directions generator (secret,
+        checkpointed: a resumed run draws the directions an uninterrupted run would have drawn)."""
         if self.directions == "orthogonal":
-            return orthogonal_directions(self.dim, self.k, device=device)
-        return random_directions(self.dim, self.k, device=device)
+            return orthogonal_directions(self.dim, self.k, generator=self.directions_generator, device=device)
+        return random_directions(self.dim, self.k, generator=self.directions_generator, device=device)
 
     def release(self, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``rows: (B, D)`` (already bounded by a row map), ``u: (D, k)`` -> ``(B, k) = rows @ u + N(0, s^2)``.
@@ -315,9 +341,8 @@ class GaussianProjectionRelease(Mechanism):
         return out
 
     def _config(self) -> dict:
-        return {**super()._config(), "dim": self.dim, "k": self.k, "steps": self.steps, "bound": self.bound,
-                "row_diameter": self.row_diameter, "directions": self.directions,
-                **({"stated_dim": self._stated_dim} if self._stated_dim else {})}
+        return {**super()._config(), "dim": self.dim, "k": self.k, "bound": self.bound,
+                "row_diameter": self.row_diameter, "directions": self.directions}
 
     def describe(self) -> dict:
         return {**super().describe(), "row_dim": self.dim, "num_projections": self.k,
@@ -355,18 +380,21 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
     """
 
     kind = "one_shot_projection"
+    release_formula = "`rows @ U + N(0, s^2)` of the whole private set, once (N public)"
+    used_by = "DPSWflow (Algorithm 2)"
 
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, bound: str = "chernoff",
-                 sensitivity_fraction: float = 0.5, calibration: str = "rdp", private: bool = True,
+                 sensitivity_fraction: float = 0.5, calibration: str = "rdp", noise: NoisePolicy,
                  seed: int | None = None, row_diameter: float = 2.0, directions: str = "random",
                  class_blocks: bool = False, n_private: int = 0) -> None:
         if calibration not in ("rdp", "analytic"):
-            raise ValueError(f"model.calibration={calibration!r}: choose rdp or analytic")
+            raise PrivacySettingError("calibration", f"one-shot calibration {calibration!r} is unknown: choose rdp or "
+                                                     "analytic")
         if class_blocks and n_private < 1:
             raise ValueError("a class-block one-shot release needs the (public) private-set size n_private >= 1")
         super().__init__(ledger, dim=dim, num_projections=num_projections, steps=1, sample_rate=1.0,
                          n_private=n_private, bound=bound, sensitivity_fraction=sensitivity_fraction,
-                         row_diameter=row_diameter, private=private, seed=seed, full_set=True, directions=directions,
+                         row_diameter=row_diameter, noise=noise, seed=seed, full_set=True, directions=directions,
                          accountant="pld" if calibration == "analytic" else None)
         self.calibration = calibration
         self.class_blocks = bool(class_blocks)
@@ -402,17 +430,21 @@ class ImageGradientSanitiser(Mechanism):
       batch (add, remove or replace a record) moves it by <= 2C: sensitivity 2C, multiplier sigma.
     * ``clip="per_row"`` (the paper's Alg. 1): each of the n rows in the C-ball and every row
       depends on every record: sensitivity 2C sqrt(n), multiplier sigma / sqrt(n) (Thm. 4.1).
+
+    The paper's sigma fixed is the policy ``FixedStd(2 C sigma)``; ``Calibrated()`` finds the multiplier.
     """
 
     kind = "image_gradient"
+    release_formula = "`clip_C(G) + N(0, (2 C sigma)^2)`, G the loss gradient w.r.t. the generated images"
+    used_by = "DP-Sinkhorn"
 
     def __init__(self, ledger: PrivacyLedger, *, clip_norm: float, n_rows: int, sample_rate: float,
-                 clip: str = "whole", private: bool = True, seed: int | None = None) -> None:
-        super().__init__(ledger, sample_rate=sample_rate, private=private, seed=seed)
+                 noise: NoisePolicy, steps: int | None = None, clip: str = "whole", seed: int | None = None) -> None:
+        super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, seed=seed)
         if clip not in CLIP_MODES:
-            raise ValueError(f"model.clip={clip!r} is unknown; choose one of {CLIP_MODES}")
+            raise PrivacySettingError("clip", f"clip mode {clip!r} is unknown; choose one of {CLIP_MODES}")
         if clip_norm <= 0:
-            raise ValueError(f"model.clip_norm (C) must be > 0, got {clip_norm}")
+            raise PrivacySettingError("clip_norm", f"the clip norm C must be > 0, got {clip_norm}")
         self.clip_norm, self.n_rows, self.clip = float(clip_norm), int(n_rows), clip
 
     def sensitivity_under(self, relation: str) -> float:
@@ -425,14 +457,6 @@ class ImageGradientSanitiser(Mechanism):
     def sigma(self) -> float:
         """The paper's sigma: noise std = 2 C sigma."""
         return self.noise_std / (2.0 * self.clip_norm)
-
-    def set_sigma(self, sigma: float) -> None:
-        """Noise std 2 C sigma (the paper's parameterisation)."""
-        if self.private:
-            if sigma <= 0:
-                raise ValueError(f"a private release needs sigma > 0, got {sigma}")
-            self.noise_std = 2.0 * self.clip_norm * float(sigma)
-            self._multiplier = self.noise_std / self.sensitivity
 
     def release(self, g: torch.Tensor) -> torch.Tensor:
         """``g: (n, ...)`` -> ``clip(g) + N(0, (2 C sigma)^2)``, recorded; a non-private run passes ``g`` through."""
@@ -465,10 +489,12 @@ class NoisyGradientSum(Mechanism):
     """
 
     kind = "noisy_gradient_sum"
+    release_formula = "`(sum_i clip_C(g_i) + N(0, s^2)) / (q N)`"
+    used_by = "DP-SGD classifier, domain adaptation `dp_dann`"
 
     def __init__(self, ledger: PrivacyLedger, *, clip_norm: float, sample_rate: float, expected_batch_size: float,
-                 private: bool = True, seed: int | None = None) -> None:
-        super().__init__(ledger, sample_rate=sample_rate, private=private, seed=seed)
+                 noise: NoisePolicy, steps: int | None = None, seed: int | None = None) -> None:
+        super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, seed=seed)
         if not clip_norm > 0:
             raise ValueError(f"the clip norm C must be > 0, got {clip_norm}")
         if not expected_batch_size > 0:
@@ -519,9 +545,11 @@ class UnnoisedAccess(Mechanism):
     added, the access is recorded with noise multiplier 0, so the run reports epsilon = infinity."""
 
     kind = "unnoised_access"
+    release_formula = "nothing added, recorded with noise multiplier 0 (epsilon = infinity)"
+    used_by = "the non-private baselines"
 
     def __init__(self, ledger: PrivacyLedger, *, sample_rate: float) -> None:
-        super().__init__(ledger, sample_rate=sample_rate, private=False, seed=0)
+        super().__init__(ledger, sample_rate=sample_rate, noise=NotPrivate(), seed=0)
 
     def sensitivity_under(self, relation: str) -> float:
         return math.inf
@@ -529,3 +557,13 @@ class UnnoisedAccess(Mechanism):
     def release(self) -> None:
         """Record one un-noised access (the caller then uses the batch as it is)."""
         self._record()
+
+
+def kinds_table() -> str:
+    """The markdown table of every registered kind (docs/privacy/mechanisms.md shows it, a test keeps it in step)."""
+    from . import moments  # noqa: F401  (its kinds register when it is imported)
+
+    rows = ["| kind | class | one release | used by |", "|---|---|---|---|"]
+    rows += [f"| `{kind}` | `{cls.__name__}` | {cls.release_formula} | {cls.used_by} |"
+             for kind, cls in sorted(MECHANISMS.items()) if cls.__module__.startswith("dpgen.")]
+    return "\n".join(rows) + "\n"

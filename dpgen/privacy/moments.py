@@ -52,7 +52,12 @@ each using only the released vector and the KNOWN (public) noise level:
   class's own matrix keeps none; a class with no spike at all is one repeated image;
 * ``class``: the class's own spikes only (a class whose spikes all sit in the bulk gets covariance 0:
   every sample of it is the class mean);
-* ``none``: ``Sigma_c^`` projected onto the PSD cone (negative eigenvalues floored; keeps the noise).
+* ``none``: ``Sigma_c^`` projected onto the PSD cone (negative eigenvalues floored; keeps the noise);
+* ``auto``: ``class`` when EVERY class keeps at least one spike of its own above the noise bulk, else
+  ``pooled_prior``.  ``pooled_prior`` exists for the classes ``class`` collapses to one repeated image (no
+  spike of their own); when none collapses, the class's own spikes are used as they are.  The rule reads
+  the released vector and the public noise level only (post-processing); the estimator it picked is
+  recorded in ``ClassMoments.estimator``.
 
 Every choice above (the estimators, the prior shape) is fixed a priori; each reads only the released
 vector, the public noise level and public facts about the representation.
@@ -71,10 +76,12 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import PrivacySettingError
 from .mechanisms import Mechanism
+from .noise import NoisePolicy
 
 RELATIONS = ("add_remove", "replace_one")
-SHRINKAGES = ("pooled_prior", "pooled", "class", "none")
+SHRINKAGES = ("pooled_prior", "pooled", "class", "none", "auto")
 
 
 def moment_weights(radius: float, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)) -> tuple[float, float, float]:
@@ -82,7 +89,7 @@ def moment_weights(radius: float, shares: tuple[float, float, float] = (1 / 3, 1
     if radius <= 0:
         raise ValueError(f"radius must be > 0, got {radius}")
     if len(shares) != 3 or min(shares) < 0 or sum(shares) <= 0:
-        raise ValueError(f"model.moment_shares must be three non-negative numbers, got {shares}")
+        raise PrivacySettingError("moment_shares", f"the moment shares must be three non-negative numbers, got {shares}")
     tot = float(sum(shares))
     a0, a1, a2 = (math.sqrt(s / tot) for s in shares)
     return a0, a1 / radius, a2 / radius**2
@@ -122,6 +129,7 @@ class ClassMoments:
     counts: torch.Tensor
     means: torch.Tensor
     covariances: torch.Tensor
+    estimator: str = ""  # the covariance estimator that produced them (``auto`` resolved), "" when not recorded
 
     def sample(self, labels: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """One draw ``z ~ N(mu_y, Sigma_y)`` per label: ``(n,) -> (n, K)``."""
@@ -255,7 +263,8 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
     shape of ``pooled_prior`` (None: isotropic).  Eigenvalues end floored at ``eig_floor``.
     """
     if shrinkage not in SHRINKAGES:
-        raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
+        raise PrivacySettingError("shrinkage", f"shrinkage {shrinkage!r} is unknown; choose one of "
+                                               f"{', '.join(SHRINKAGES)}")
     w0, w1, w2 = weights
     c = v.shape[0]
     n = (v[:, 0] / w0).clamp_min(1.0)
@@ -265,13 +274,16 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
     mu = s / n[:, None]
     cov = m / n[:, None, None] - mu[:, :, None] * mu[:, None, :]
     cov = 0.5 * (cov + cov.transpose(1, 2))
+    used = shrinkage if noise_std > 0 else "none"
     if noise_std > 0 and shrinkage != "none":
         s_noise = noise_std / (w2 * n * math.sqrt(2.0))
-        if shrinkage == "pooled_prior":
+        if shrinkage == "auto":
+            used = "class" if bool((own_spike_counts(cov, s_noise) >= 1).all()) else "pooled_prior"
+        if used == "pooled_prior":
             traces, tau = corrected_traces(cov, mu, n, noise_std, weights)
             prior = torch.ones(k, dtype=cov.dtype) if prior is None else prior
             cov = prior_completed_covariances(cov, n, s_noise, traces, tau, prior)
-        elif shrinkage == "pooled":
+        elif used == "pooled":
             cov = pooled_spiked_covariances(cov, n, s_noise)
         else:
             ev, evec = torch.linalg.eigh(cov)
@@ -279,30 +291,39 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
             cov = (evec * ev[:, None, :]) @ evec.transpose(1, 2)
     ev, evec = torch.linalg.eigh(0.5 * (cov + cov.transpose(1, 2)))
     cov = (evec * ev.clamp_min(eig_floor)[:, None, :]) @ evec.transpose(1, 2)
-    return ClassMoments(n, mu, 0.5 * (cov + cov.transpose(1, 2)))
+    return ClassMoments(n, mu, 0.5 * (cov + cov.transpose(1, 2)), used)
+
+
+def own_spike_counts(cov: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``(C,)`` the number of eigenvalues of each noisy class covariance above its noise bulk edge
+    (:func:`spiked_shrinkage`): the class's own spikes.  ``cov: (C, K, K)``, ``s: (C,)`` public noise stds."""
+    return (spiked_shrinkage(torch.linalg.eigvalsh(cov), s, cov.shape[-1]) > 0).sum(-1)
 
 
 class ClassMomentRelease(Mechanism):
     """The mechanism object: one Gaussian release of the weighted class-moment vector (sample rate 1).
 
     The relation is the ledger's (Poisson -> add/remove, Delta = 1; without replacement -> replace-one,
-    Delta = sqrt 2): the statistics are sums over records, so they need no public N.  ``calibrate(1)``
-    asks the ledger's accountant; ``release`` adds the noise from the mechanism's own generator and
+    Delta = sqrt 2): the statistics are sums over records, so they need no public N.  A ``Calibrated()``
+    policy asks the ledger's accountant for its one release; ``release`` adds the noise from the mechanism's own generator and
     records itself.
     """
 
     kind = "class_moments"
+    release_formula = "`[w0 n_c, w1 sum z, w2 sum z z^T]_c + N(0, s^2)`, once"
+    used_by = "DP class-Gaussian (`release: moments`)"
 
     def __init__(self, ledger, *, n_classes: int, radius: float,
-                 shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), private: bool = True,
+                 noise: NoisePolicy, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),
                  seed: int | None = None, shrinkage: str = "pooled_prior", accountant: str | None = None,
                  prior: torch.Tensor | None = None) -> None:
-        super().__init__(ledger, sample_rate=1.0, private=private, seed=seed, accountant=accountant)
+        super().__init__(ledger, sample_rate=1.0, noise=noise, steps=1, seed=seed, accountant=accountant)
         self.n_classes, self.radius = int(n_classes), float(radius)
         self.shares = tuple(float(x) for x in shares)
         self.weights = moment_weights(self.radius, self.shares)
         if shrinkage not in SHRINKAGES:
-            raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
+            raise PrivacySettingError("shrinkage", f"shrinkage {shrinkage!r} is unknown; choose one of "
+                                                   f"{', '.join(SHRINKAGES)}")
         self.shrinkage, self.prior = shrinkage, prior  # prior: (K,) public variance shape (None: isotropic)
 
     def sensitivity_under(self, relation: str) -> float:
@@ -373,10 +394,13 @@ class ClassBlockProjectionRelease(Mechanism):
     """
 
     kind = "class_block_projection"
+    release_formula = "`[w0 n_c, B_c U_c]_c + N(0, s^2)`, fixed-size class blocks, once (N public)"
+    used_by = "DP class-Gaussian (`release: projections`)"
 
-    def __init__(self, ledger, *, n_classes: int, radius: float, block_size: int, count_weight: float | None = None,
-                 private: bool = True, seed: int | None = None, accountant: str | None = None) -> None:
-        super().__init__(ledger, sample_rate=1.0, private=private, full_set=True, seed=seed, accountant=accountant)
+    def __init__(self, ledger, *, n_classes: int, radius: float, block_size: int, noise: NoisePolicy,
+                 count_weight: float | None = None, seed: int | None = None, accountant: str | None = None) -> None:
+        super().__init__(ledger, sample_rate=1.0, noise=noise, steps=1, full_set=True, seed=seed,
+                         accountant=accountant)
         if block_size < 1:
             raise ValueError(f"block size must be >= 1, got {block_size}")
         self.n_classes, self.radius, self.m = int(n_classes), float(radius), int(block_size)

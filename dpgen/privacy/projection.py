@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .errors import PrivacySettingError
 from .mechanisms import DIRECTIONS
 from .sensitivity import BOUNDS
 
@@ -40,14 +41,17 @@ class ProjectionDP:
     def __post_init__(self) -> None:
         if not (isinstance(self.num_projections, int) and not isinstance(self.num_projections, bool)
                 and self.num_projections >= 1):
-            raise ValueError(f"model.dp.num_projections must be a positive integer, got {self.num_projections!r}")
+            raise PrivacySettingError("num_projections", f"the number of projections must be a positive integer, got "
+                                                         f"{self.num_projections!r}")
         if self.bound not in BOUNDS:
-            raise ValueError(f"model.dp.bound={self.bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
+            raise PrivacySettingError("bound", f"sensitivity bound {self.bound!r} is unknown; choose one of "
+                                               f"{', '.join(BOUNDS)}")
         if self.directions not in DIRECTIONS:
-            raise ValueError(f"model.dp.directions={self.directions!r} is unknown; choose one of "
-                             f"{', '.join(DIRECTIONS)}")
+            raise PrivacySettingError("directions", f"directions {self.directions!r} are unknown; choose one of "
+                                                    f"{', '.join(DIRECTIONS)}")
         if not 0.0 < float(self.sensitivity_fraction) < 1.0:
-            raise ValueError(f"model.dp.sensitivity_fraction must be in (0, 1), got {self.sensitivity_fraction}")
+            raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
+                                                          f"{self.sensitivity_fraction}")
         object.__setattr__(self, "sensitivity_fraction", float(self.sensitivity_fraction))
 
     def release_settings(self) -> dict:

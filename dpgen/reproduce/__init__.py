@@ -50,10 +50,10 @@ def run(args: argparse.Namespace) -> int:
         _no_args(args.driver, argv)
         mod.main()
         return 0
-    from ..cli import _with_prog
+    from ..utils import with_prog
 
     prog = "dpgen reproduce" if args.driver in ("render", "collect") else f"dpgen reproduce {args.driver}"
-    return int(_with_prog(prog, getattr(mod, entry), argv) or 0)
+    return int(with_prog(prog, getattr(mod, entry), argv) or 0)
 
 
 def _no_args(name: str, argv: list[str]) -> None:

@@ -23,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 from dpgen.logging.timings import load_results  # noqa: E402
 from dpgen.privacy import RDPAccountant, Release, calibrate_dpswd  # noqa: E402
+
+from ..paths import ROOT
 
 START, END = "<!-- da:start -->", "<!-- da:end -->"
 TASKS = {"mnist_usps": "M→U", "usps_mnist": "U→M"}

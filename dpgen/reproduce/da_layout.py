@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
 from dpgen.data.domain import USPS_LAYOUTS, mnist_domain, usps_domain  # noqa: E402
 from dpgen.models.da import DigitsClassifier, DigitsFeatureExtractor  # noqa: E402
 

@@ -23,7 +23,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .evidence import ROOT, STORE, effective_overrides, evidence_from_run, evidence_name, expand_run_dirs, stored_number
+from ..paths import ROOT
+from .evidence import evidence_from_run, evidence_name, expand_run_dirs, stored_number
+from .store import STORE, effective_overrides
 
 BENCH_STORE = STORE / "dpimagebench"
 PAGE = ROOT / "docs" / "benchmark.md"

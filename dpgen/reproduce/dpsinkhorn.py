@@ -25,7 +25,8 @@ from pathlib import Path
 
 from dpgen.logging.timings import load_results
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..paths import ROOT
+
 START, END = "<!-- dpsinkhorn:start -->", "<!-- dpsinkhorn:end -->"
 
 # Table 1 of the paper (FID / LogReg / MLP / CNN), (10, 1e-5)-DP; DP-Sinkhorn paper, Table 1 protocol

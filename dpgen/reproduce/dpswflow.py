@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..paths import ROOT
+
 OUT = ROOT / "outputs" / "reproduce_dpswflow"
 FIG = ROOT / "docs" / "figures"
 DOC = ROOT / "docs" / "reproduction" / "dpswflow.md"

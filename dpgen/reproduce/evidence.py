@@ -22,25 +22,9 @@ import yaml
 from dpgen.logging.timings import load_results
 
 from .registry import CELLS, REGISTRY, Cell, Row
+from .store import STORE, effective_overrides, neutral, override_key
 
-ROOT = Path(__file__).resolve().parents[2]
-STORE = ROOT / "docs" / "reproduction" / "runs"
 SCHEMA = 1
-
-# overrides (and resolved-config keys) that do not change what a run measures
-NEUTRAL = ("seed", "logger", "logger.*", "trainer.progress", "trainer.log_every", "trainer.threads",
-           "trainer.checkpoint_every", "trainer.device", "trainer.resume", "hydra.*", "model.autoencoder_cache",
-           "evaluator.fid.cache_dir", "evaluator.device", "paths.*", "experiment_name", "dataset.seed")
-
-
-def override_key(override: str) -> str:
-    """``a.b`` of ``a.b=1``, ``+a.b=1`` or ``~a.b``."""
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def _neutral(key: str) -> bool:
-    return any(fnmatch.fnmatch(key, pat) for pat in NEUTRAL)
-
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(d, dict):
@@ -56,12 +40,6 @@ def _experiment(ev: dict) -> str | None:
         if override_key(o) == "experiment":
             return o.split("=", 1)[1]
     return ev.get("experiment")
-
-
-def effective_overrides(ev: dict) -> list[str]:
-    """The run's overrides that change what it measures (not ``experiment=``, not bookkeeping), sorted."""
-    return sorted(o.lstrip("+~") for o in ev.get("overrides") or []
-                  if override_key(o) != "experiment" and not _neutral(override_key(o)))
 
 
 def match_reason(cell: Cell, ev: dict) -> str | None:
@@ -96,7 +74,7 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
     cfg_p = run_dir / ".hydra" / "config.yaml"
     raw_cfg = (yaml.safe_load(cfg_p.read_text()) or {}) if cfg_p.is_file() else {}
     config = {k: v for k, v in _flatten(raw_cfg).items()
-              if not _neutral(k) and isinstance(v, (str, int, float, bool, type(None)))}
+              if not neutral(k) and isinstance(v, (str, int, float, bool, type(None)))}
     metrics = {k: v for k, v in (res.get("metrics") or {}).items()
                if not re.search(r"_class_\d+$|_cache$", k) and isinstance(v, (str, int, float, bool))}
     priv = res.get("privacy") or {}
@@ -155,6 +133,13 @@ def matching_cells(ev: dict, registry: tuple[Row, ...] = REGISTRY) -> list[tuple
             if isinstance(getattr(r, c), Cell) and match_reason(getattr(r, c), ev) is None]
 
 
+def matching_claims(ev: dict) -> list[str]:
+    """The ids of dpgen's own utility claims (``reproduce.claims``) that ``ev`` is a run of."""
+    from .claims import CLAIMS
+
+    return [c.id for c in CLAIMS if match_reason(c.cell, ev) is None]
+
+
 def expand_run_dirs(paths: list[Path]) -> list[Path]:
     """Run folders among ``paths``: a folder with results.json, or every such folder below a sweep/parent
     folder; files (e.g. ``*.log`` from a shell glob) are ignored; a folder with none is kept (reported)."""
@@ -172,7 +157,8 @@ def expand_run_dirs(paths: list[Path]) -> list[Path]:
 
 def collect(run_dirs: list[Path], store: Path = STORE, commit: str | None = None,
             registry: tuple[Row, ...] = REGISTRY) -> tuple[list[Path], list[str]]:
-    """Write the evidence of every run that matches a registry cell; returns (written, skipped-with-reason)."""
+    """Write the evidence of every run that matches a registry cell or a utility claim (``reproduce.claims``);
+    returns (written, skipped-with-reason)."""
     store.mkdir(parents=True, exist_ok=True)
     written, skipped = [], []
     for rd in expand_run_dirs(run_dirs):
@@ -181,7 +167,7 @@ def collect(run_dirs: list[Path], store: Path = STORE, commit: str | None = None
         except FileNotFoundError as e:
             skipped.append(str(e))
             continue
-        cells = matching_cells(ev, registry)
+        cells = matching_cells(ev, registry) or matching_claims(ev)
         if not cells:
             same = [f"{r.id}/{c}: {match_reason(getattr(r, c), ev)}" for r in registry for c in CELLS
                     if isinstance(getattr(r, c), Cell) and getattr(r, c).experiment == _experiment(ev)]
@@ -192,11 +178,6 @@ def collect(run_dirs: list[Path], store: Path = STORE, commit: str | None = None
         path.write_text(json.dumps(ev, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
         written.append(path)
     return written, skipped
-
-
-def load_store(store: Path = STORE) -> list[dict]:
-    """Every stored run, in file-name order (so a render is deterministic)."""
-    return [json.loads(p.read_text()) for p in sorted(store.glob("*.json"))] if store.is_dir() else []
 
 
 def stored_number(v) -> float | None:

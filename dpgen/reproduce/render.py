@@ -11,17 +11,8 @@ import math
 import statistics
 from pathlib import Path
 
-from .evidence import (
-    ROOT,
-    STORE,
-    effective_overrides,
-    evidence_name,
-    group_runs,
-    load_store,
-    matching_cells,
-    override_key,
-    stored_number,
-)
+from ..paths import ROOT
+from .evidence import evidence_name, group_runs, matching_cells, stored_number
 from .registry import (
     CELLS,
     HEADERS,
@@ -37,6 +28,7 @@ from .registry import (
     page_registry,
     validate_registry,
 )
+from .store import STORE, effective_overrides, load_store, override_key
 
 DOCS = ROOT / "docs" / "reproduction"
 START, END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"

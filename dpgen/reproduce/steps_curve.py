@@ -25,9 +25,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from dpgen.logging.summary import to_float  # noqa: E402
+
+from ..paths import ROOT
 
 # the columns of the table, when the runs report them: (results.json section, key, header, scale)
 COLUMNS = (("privacy", "epsilon_rdp", "ε (RDP)", 1.0), ("privacy", "epsilon_pld", "ε (PLD)", 1.0),

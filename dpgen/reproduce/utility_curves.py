@@ -40,7 +40,8 @@ from pathlib import Path
 
 from dpgen.logging.timings import load_results
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..paths import ROOT
+
 EPSILONS = (1.0, 10.0, 100.0)
 
 # design -> (dataset -> experiment), extra overrides, row diameter (normalised noise = noise_std / diameter)

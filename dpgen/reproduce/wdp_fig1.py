@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from dpgen.privacy.wdp import gaussian_rdp, gaussian_wdp, laplace_rdp, laplace_wdp  # noqa: E402
+
+from ..paths import ROOT
 
 SCALES = (1.0, 2.0, 3.0, 5.0)
 

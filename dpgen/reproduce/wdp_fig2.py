@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from dpgen.privacy.bayesian import BayesianAccountant, MomentsAccountant  # noqa: E402
 from dpgen.privacy.wdp import WassersteinAccountant, pairwise_distances  # noqa: E402
+
+from ..paths import ROOT
 
 QUANTILES = (0.05, 0.50, 0.75, 0.99)
 

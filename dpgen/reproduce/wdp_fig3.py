@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from dpgen.privacy.wdp import wdp_epsilon  # noqa: E402
+
+from ..paths import ROOT
 
 W = 10.0
 

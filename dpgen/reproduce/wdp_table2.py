@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from dpgen.logging.timings import load_results  # noqa: E402
 from dpgen.privacy.accountants import RDPAccountant, Release  # noqa: E402
 from dpgen.privacy.bayesian import MomentsAccountant  # noqa: E402
 from dpgen.privacy.wdp import wdp_epsilon, wdp_step_loss  # noqa: E402
+
+from ..paths import ROOT
 
 PAPER = {  # Table 2 of the paper as quoted in the spec (accuracy non-private / private; eps DP, BDP, WDP)
     "mnist": {"acc": (0.99, 0.96), "eps_dp": 2.2, "eps_bdp": 0.95, "eps_wdp": 0.76},

@@ -36,7 +36,7 @@ def test_a_damaged_file_is_named(tmp_path, layout, loader, victim, damage):
 
 
 def test_an_unknown_celeba_attribute_is_a_setting_error(tmp_path):
-    from dpgen.config import ConfigError
+    from dpgen.errors import ConfigError
 
     fakedata.make(tmp_path, ("celeba",))
     with pytest.raises(ConfigError, match="dataset.label='Mal'"):

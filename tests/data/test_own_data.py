@@ -12,8 +12,8 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 
-from dpgen.config import ConfigError
 from dpgen.data.own import arrays, image_folder
+from dpgen.errors import ConfigError
 from tests.helpers import ROOT
 from tests.helpers.configs import CONFIGS, compose_cfg
 from tests.helpers.fakedata import png_folder

@@ -11,8 +11,8 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 
-from dpgen.config import ConfigError
 from dpgen.data.own import arrays, image_folder
+from dpgen.errors import ConfigError
 from tests.helpers.configs import compose_cfg
 
 DECLARED = {"image_size": 8, "channels": 1, "classes": 3}

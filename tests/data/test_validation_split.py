@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils.data import random_split
 
-from dpgen.data.base import split_validation
-from dpgen.data.datasets import _finish, digits
+from dpgen.data.base import make_splits, split_validation
+from dpgen.data.datasets import digits
 from dpgen.errors import ConfigError
 
 
@@ -26,12 +26,12 @@ def test_the_cut_is_the_benchmarks_random_split_with_seed_0():
 def test_the_private_split_never_holds_a_validation_image():
     n = 400
     x, y = torch.arange(n).float().view(n, 1, 1, 1), torch.arange(n)  # every image its own id
-    data = _finish("ids", x, y, x[:10], y[:10], public_fraction=0.25, seed=3, num_classes=n, validation_size=40)
+    data = make_splits("ids", x, y, x[:10], y[:10], public_fraction=0.25, seed=3, num_classes=n, validation_size=40)
     private_ids = set(data.private._gather(torch.arange(len(data.private)))[1].tolist())
     val_ids, pub_ids = set(data.validation.y.tolist()), set(data.public.y.tolist())
     assert len(val_ids) == 40 and not val_ids & private_ids and not val_ids & pub_ids
     assert val_ids | private_ids | pub_ids == set(range(n))
-    assert _finish("ids", x, y, x[:10], y[:10], 0.0, 0, n).validation is None  # no setting: no cut
+    assert make_splits("ids", x, y, x[:10], y[:10], 0.0, 0, n).validation is None  # no setting: no cut
 
 
 def test_digits_with_a_validation_split_and_a_too_large_one():

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.helpers.runs import train
+from tests.helpers.runs import beats_chance, train
 
 FAST = ["logger=local", "trainer.progress=false", "trainer.log_every=10", "model.epochs=3", "model.start_align=1"]
 # digits_shift: N_target = 674, B = 32 -> 22 steps per epoch; 3 epochs, alignment from epoch 1 -> 44 private steps
@@ -24,7 +24,7 @@ def test_digits_shift_dpswd_writes_results_with_target_accuracy(tmp_path):
     r = train(["experiment=digits_shift_dpswd", *FAST, f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]
     res = _results(out)
-    assert 0.0 <= res["metrics"]["acc_target"] <= 1.0 and 0.0 <= res["metrics"]["acc_source"] <= 1.0
+    assert beats_chance(res["metrics"]["acc_target"]) and beats_chance(res["metrics"]["acc_source"]), res["metrics"]
     p, t = res["privacy"], res["train"]
     assert p["private_steps"] == 44 and 0 < p["epsilon"] <= 10.0 and p["epsilon_pld"] <= p["epsilon_rdp"]
     assert t["feature_dim"] == 320 and t["noise_std"] > 0 and t["warmup_steps"] == 22
@@ -45,7 +45,7 @@ def test_digits_shift_dp_dann_writes_results_and_resumes_its_ledger(tmp_path):
     res = _results(out)
     assert res["privacy"]["private_steps"] == 44  # 8 before the restart + 36 after
     assert 0 < res["privacy"]["epsilon"] <= 10.0  # the calibrating accountant's epsilon
-    assert 0.0 <= res["metrics"]["acc_target"] <= 1.0
+    assert beats_chance(res["metrics"]["acc_target"]), res["metrics"]
     assert res["train"]["noise_multiplier"] > 0 and res["train"]["clip_norm"] == 1.0
 
 
@@ -67,7 +67,7 @@ def test_office31_presets_run_on_fixture_features(tmp_path):
                    f"hydra.run.dir={out}"])
         assert r.returncode == 0, r.stderr[-3000:]
         res = _results(out)
-        assert res["dataset"] == "office31:amazon->webcam" and 0.0 <= res["metrics"]["acc_target"] <= 1.0
+        assert res["dataset"] == "office31:amazon->webcam" and math.isfinite(res["metrics"]["acc_target"]), res
         eps = float(res["privacy"]["epsilon"])  # the calibrating accountant's (the guarantee)
         assert (0 < eps <= 10.0) if variant == "dpswd" else math.isinf(eps)  # DANN is not private: eps = inf
 

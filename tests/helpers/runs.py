@@ -21,3 +21,8 @@ def train(args: list[str], cwd: Path = ROOT, env_extra: dict | None = None) -> s
            **(env_extra or {})}
     return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
+
+
+def beats_chance(accuracy: float, classes: int = 10) -> bool:
+    """At least twice chance (``2 / classes``): the classifier learnt something from what it was fit on."""
+    return accuracy >= 2.0 / classes

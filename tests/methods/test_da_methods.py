@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +12,7 @@ from hydra.utils import instantiate
 
 from dpgen.data import PrivateSplit, TensorSplit
 from dpgen.data.domain import DomainSplits
-from dpgen.logging import RunLogger
 from dpgen.methods import loop
-from dpgen.methods.base import TrainContext
 from dpgen.methods.domain_adaptation import (
     AlignmentContext,
     DANNAlignment,
@@ -35,6 +32,7 @@ from dpgen.models.da import (
 from dpgen.privacy import PrivacyLedger, RDPAccountant, Release
 from dpgen.privacy.projection import ProjectionDP
 from tests.helpers.configs import compose_cfg
+from tests.helpers.context import train_context
 
 PRESETS = [f"{d}_{v}" for d in ("mnist_usps", "usps_mnist", "office31", "visda", "digits_shift")
            for v in ("swd", "dpswd", "dann", "dp_dann")]
@@ -82,7 +80,7 @@ def _dpswd(g, sigma=None, n=200, b=20):
     a = DPSWDAlignment(weight=1.0, dp=ProjectionDP(30))
     a.setup(_actx(g, n=n, b=b))
     if sigma is not None:
-        a.noise_std = sigma
+        a.mechanism.noise_std = sigma  # the same release with another std (a test-only change)
     return a
 
 
@@ -123,8 +121,9 @@ def test_dpswd_adapter_noisy_release_hides_the_target_batch_as_sigma_grows():
 
     def grads(a, x_t):
         g.zero_grad()
-        torch.manual_seed(123)  # same directions and noise for both target batches
+        torch.manual_seed(123)  # same source smoothing noise for both target batches
         a.mechanism.generator.manual_seed(123)  # the release's own noise generator
+        a.mechanism.directions_generator.manual_seed(123)  # and its own directions generator
         a(g, x_s, g(x_s), x_t).loss.backward()
         return torch.cat([p.grad.flatten() for p in g.parameters()])
 
@@ -219,20 +218,15 @@ def _method(alignment, epochs=3, start_align=1, private=True):
                             alignment, batch_size=10, epochs=epochs, start_align=start_align, lr=1e-3, private=private)
 
 
-def _ctx(tmp_path: Path, **kw) -> TrainContext:
-    return TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, progress=False,
-                        deterministic=True, **kw)
-
-
 def test_warm_up_epochs_never_touch_the_private_target(tmp_path):
     data = _tiny_data()
     m = _method(DPSWDAlignment(dp=ProjectionDP(10), feature_radius=5.0), epochs=3, start_align=2)
     led = PrivacyLedger(10.0, 1e-4, "poisson")
-    out = loop.train(m, data, led, _ctx(tmp_path, max_steps=8))  # 4 steps/epoch: the first 8 are warm-up
+    out = loop.train(m, data, led, train_context(tmp_path, max_steps=8))  # 4 steps/epoch: the first 8 are warm-up
     assert out["warmup_steps"] == 8 and led.steps == 0
     led2 = PrivacyLedger(10.0, 1e-4, "poisson")
     out2 = loop.train(_method(DPSWDAlignment(dp=ProjectionDP(10), feature_radius=5.0), epochs=3, start_align=2),
-        data, led2, _ctx(tmp_path / "b"))
+        data, led2, train_context(tmp_path / "b"))
     assert out2["private_steps_planned"] == 4 and led2.steps == 4 and led2.epsilon() <= 10.0
 
 
@@ -241,7 +235,7 @@ def test_warm_up_epochs_never_touch_the_private_target(tmp_path):
 def test_non_private_variants_report_infinite_epsilon(tmp_path, alignment):
     data = _tiny_data()
     led = PrivacyLedger(None, 1e-4, "poisson")
-    loop.train(_method(alignment, private=False), data, led, _ctx(tmp_path))
+    loop.train(_method(alignment, private=False), data, led, train_context(tmp_path))
     assert led.steps == 8 and math.isinf(led.epsilon())
 
 
@@ -254,7 +248,7 @@ def test_dp_dann_fit_stops_before_the_budget_is_exceeded(tmp_path):
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=2.0)  # fixed sigma: 6 steps fit in eps = 2
     led = PrivacyLedger(2.0, 1e-4, "poisson")
-    out = loop.train(_method(a, epochs=30, start_align=1), data, led, _ctx(tmp_path))
+    out = loop.train(_method(a, epochs=30, start_align=1), data, led, train_context(tmp_path))
     assert out["stopped_by_budget"] and 0 < led.steps < out["private_steps_planned"]
     assert led.epsilon() <= 2.0
 
@@ -262,7 +256,7 @@ def test_dp_dann_fit_stops_before_the_budget_is_exceeded(tmp_path):
 def test_prediction_shape_and_classes(tmp_path):
     data = _tiny_data()
     m = _method(SWDAlignment(num_projections=10), private=False)
-    loop.train(m, data, PrivacyLedger(None, 1e-4, "poisson"), _ctx(tmp_path))
+    loop.train(m, data, PrivacyLedger(None, 1e-4, "poisson"), train_context(tmp_path))
     p = m.predict(data.test.x)
     assert p.shape == (30,) and p.min() >= 0 and p.max() < 3
 
@@ -297,7 +291,7 @@ def test_replace_one_dp_dann_accounts_with_twice_the_sensitivity(tmp_path, fixed
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=fixed)
     led = PrivacyLedger(50.0, 1e-4, "without_replacement")
-    out = loop.train(_method(a, epochs=3, start_align=1), data, led, _ctx(tmp_path))
+    out = loop.train(_method(a, epochs=3, start_align=1), data, led, train_context(tmp_path))
     sigma, q = out["noise_std_on_sum"] / a.clip_norm, 10 / len(data.private)
     want = RDPAccountant("without_replacement").epsilon_of([Release(sigma / 2, q, led.steps)], 1e-4)
     assert led.steps == 8 and led.epsilon() == pytest.approx(want, rel=1e-9)
@@ -312,7 +306,7 @@ def test_poisson_dp_dann_accounts_with_sigma_itself(tmp_path):
     data = _tiny_data()
     a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), noise_multiplier=3.0)
     led = PrivacyLedger(50.0, 1e-4, "poisson")
-    out = loop.train(_method(a, epochs=3, start_align=1), data, led, _ctx(tmp_path))
+    out = loop.train(_method(a, epochs=3, start_align=1), data, led, train_context(tmp_path))
     assert out["noise_std_on_sum"] == 3.0 * a.clip_norm and led.entries[0].noise_multiplier == 3.0
 
 

@@ -11,8 +11,6 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
 from dpgen.data.representations import dct_prior_spectrum
-from dpgen.logging import RunLogger
-from dpgen.methods.base import TrainContext
 from dpgen.methods.loop import train
 from dpgen.privacy.moments import (
     class_moment_vector,
@@ -26,6 +24,7 @@ from dpgen.privacy.moments import (
     spiked_shrinkage,
 )
 from tests.helpers.configs import compose_cfg
+from tests.helpers.context import train_context
 
 MIN_DIRECTIONS = 3  # fixed before measuring: at least 3 of the 64 directions of variation per class
 MIN_STD_RATIO_EPS1 = 0.25  # fixed before measuring: per-pixel std at ε = 1 >= 1/4 of the real class's (one image: 0)
@@ -37,9 +36,7 @@ def _default(tmp_path, seed: int, shrinkage: str = "pooled_prior", eps: float = 
                        f"accountant.epsilon={eps}"], out_dir=tmp_path)
     method, ledger, data = (instantiate(cfg.model, _convert_="all"), instantiate(cfg.accountant, _convert_="all"),
                             instantiate(cfg.dataset))
-    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, seed=seed,
-                       progress=False, deterministic=True)
-    train(method, data, ledger, ctx)
+    train(method, data, ledger, train_context(tmp_path, seed=seed))
     assert ledger.epsilon() <= eps
     return method, data
 
@@ -105,7 +102,7 @@ def test_pooled_recovers_a_shared_direction_hidden_in_every_class_bulk():
 
 def test_moments_from_vector_refuses_an_unknown_shrinkage():
     v = torch.ones(2, 1 + 2 + 4, dtype=torch.float64)
-    with pytest.raises(ValueError, match="model.shrinkage='bogus' is unknown"):
+    with pytest.raises(ValueError, match="shrinkage 'bogus' is unknown"):
         moments_from_vector(v, 2, (1.0, 1.0, 1.0), 1e-6, noise_std=0.1, shrinkage="bogus")
 
 

@@ -18,7 +18,8 @@ from dpgen.methods.dpsgd_classifier import DPSGDClassifier, _loss_one
 from dpgen.models import ConvClassifier, cifar_convnet, mnist_convnet
 from dpgen.privacy.dpsgd import clip_per_sample, per_sample_grads, per_sample_norms
 from dpgen.utils import load_checkpoint
-from tests.helpers.runs import train
+from tests.helpers.context import train_context
+from tests.helpers.runs import beats_chance, train
 
 FAST = ["logger=local", "trainer.progress=false", "trainer.log_every=5"]
 
@@ -82,7 +83,7 @@ def test_digits_dpsgd_run_writes_results_with_four_epsilons(tmp_path):
                f"hydra.run.dir={out}"], env_extra={"COLUMNS": "250"})  # a wide table: no wrapped labels
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
-    assert 0.0 <= res["metrics"]["test_accuracy"] <= 1.0
+    assert beats_chance(res["metrics"]["test_accuracy"]), res["metrics"]
     p = res["privacy"]
     for key in ("epsilon_rdp", "epsilon_pld", "epsilon_ba", "epsilon_wa"):
         assert math.isfinite(p[key]) and p[key] > 0, key
@@ -155,7 +156,7 @@ def test_cifar10_and_svhn_presets_run_on_fixtures(tmp_path, preset, make):
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert res["privacy"]["private_steps"] == 2 and math.isfinite(res["privacy"]["epsilon_wa"])
-    assert 0.0 <= res["metrics"]["test_accuracy"] <= 1.0
+    assert "test_accuracy" in res["metrics"]  # evaluated on the fixture's test split (2 steps learn nothing)
 
 
 @pytest.mark.slow  # train.py subprocess(es); make test-all
@@ -182,14 +183,10 @@ def _tiny_splits(n: int = 60, seed: int = 0):
 def _tiny_fit(tmp_path: Path, ledger, **kw):
     from functools import partial
 
-    from dpgen.logging import RunLogger
-    from dpgen.methods.base import TrainContext
 
     net = partial(ConvClassifier, channels=(2, 2), kernel_size=3, padding=1, hidden=(4, 4), norm="none")
     m = DPSGDClassifier(network=net, batch_size=10, epochs=1, lr=0.1, microbatch=8, **kw)
-    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, progress=False,
-                       deterministic=True)
-    return m, loop.train(m, _tiny_splits(), ledger, ctx)
+    return m, loop.train(m, _tiny_splits(), ledger, train_context(tmp_path))
 
 
 @pytest.mark.parametrize("fixed", [None, 3.0])

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpgen.logging import RunLogger
-from dpgen.methods import TrainContext, loop
+from dpgen.methods import loop
 from dpgen.methods.base import Method
 from dpgen.privacy import PrivacyLedger, PrivateSampler
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
+from dpgen.privacy.noise import Calibrated
 from tests.helpers import ROOT
+from tests.helpers.context import train_context
 
 METHODS = ROOT / "dpgen" / "methods"
 FORBIDDEN_CALLS = {"atomic_save", "Progress", "record", "save"}
@@ -48,12 +49,11 @@ class _Toy(Method):
         self.steps, self.nan_at = steps, nan_at
 
     def setup(self, data, ledger, ctx):
-        torch.manual_seed(ctx.seed)  # directions: the global RNG (restored by the loop on a resume)
+        torch.manual_seed(ctx.seed)  # fixed_size's subset: the global RNG (restored by the loop on a resume)
         self.sampler = PrivateSampler(data, 8, ledger.sampling, seed=ctx.seed)
         self.mech = GaussianProjectionRelease(ledger, dim=4, num_projections=3, steps=self.steps,
                                               sample_rate=self.sampler.sample_rate, n_private=len(data),
-                                              bound="chernoff", seed=ctx.seed + 1)
-        self.mech.calibrate(self.steps)
+                                              bound="chernoff", seed=ctx.seed + 1, noise=Calibrated())
         self.mechanisms = {"projection": self.mech}
         self.w = torch.zeros(3)
 
@@ -65,7 +65,7 @@ class _Toy(Method):
         from dpgen.privacy.rows import clip_rows, fixed_size
 
         x, _ = self.sampler.sample()
-        u = torch.nn.functional.normalize(torch.randn(4, 3), dim=0)
+        u = self.mech.draw_directions()  # the mechanism's own directions generator (checkpointed)
         a = self.mech.release(fixed_size(clip_rows(x, 0.5), 8), u)
         self.w = self.w + a.mean(0)
         return {"w_norm": float("nan") if t == self.nan_at else float(self.w.norm())}
@@ -90,15 +90,9 @@ def _data(n=200):
     return PrivateSplit(torch.randn(n, 4, generator=g), torch.zeros(n, dtype=torch.long))
 
 
-def _ctx(tmp_path, **kw):
-    base = dict(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=2,
-                checkpoint_every=3, progress=False, deterministic=True)
-    return TrainContext(**{**base, **kw})
-
-
 def test_loop_trains_checkpoints_and_writes_the_release_artefact(tmp_path):
     led = PrivacyLedger(5.0, 1e-4)
-    out = loop.train(_Toy(), _data(), led, _ctx(tmp_path))
+    out = loop.train(_Toy(), _data(), led, train_context(tmp_path))
     assert out["train_steps"] == 10 == led.steps and not out["stopped_by_budget"]
     assert out["mechanisms"]["projection"]["relation"] == "add_remove" and out["mechanisms"]["projection"]["releases"] == 10
     art = torch.load(tmp_path / "release.pt", weights_only=False)
@@ -109,28 +103,28 @@ def test_loop_trains_checkpoints_and_writes_the_release_artefact(tmp_path):
 
 def test_resume_draws_the_same_noise_as_an_uninterrupted_run(tmp_path):
     full = _Toy()
-    loop.train(full, _data(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path / "a"))
-    loop.train(_Toy(), _data(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path / "b", max_steps=6))
+    loop.train(full, _data(), PrivacyLedger(5.0, 1e-4), train_context(tmp_path / "a"))
+    loop.train(_Toy(), _data(), PrivacyLedger(5.0, 1e-4), train_context(tmp_path / "b", max_steps=6))
     resumed, led = _Toy(), PrivacyLedger(5.0, 1e-4)
     torch.manual_seed(99)
-    loop.train(resumed, _data(), led, _ctx(tmp_path / "b", resume_from=tmp_path / "b" / "checkpoints" / "last.pt"))
+    loop.train(resumed, _data(), led, train_context(tmp_path / "b", resume_from=tmp_path / "b" / "checkpoints" / "last.pt"))
     assert led.steps == 10 and torch.equal(resumed.w, full.w)
 
 
 @pytest.mark.parametrize("change", [dict(epsilon=6.0), dict(delta=1e-5), dict(sampling="without_replacement")])
 def test_resume_with_a_changed_accountant_setting_is_refused_naming_it(tmp_path, change):
     """Defect 5: a resume with another accountant.epsilon / delta / sampling was silently accepted."""
-    loop.train(_Toy(), _data(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path, max_steps=4))
+    loop.train(_Toy(), _data(), PrivacyLedger(5.0, 1e-4), train_context(tmp_path, max_steps=4))
     kw = {"epsilon": 5.0, "delta": 1e-4, "sampling": "poisson", **change}
     name = f"accountant.{next(iter(change))}"
     with pytest.raises(ValueError, match=name.replace(".", r"\.")):
-        loop.train(_Toy(), _data(), PrivacyLedger(**kw), _ctx(tmp_path, resume_from=tmp_path / "checkpoints" / "last.pt"))
+        loop.train(_Toy(), _data(), PrivacyLedger(**kw), train_context(tmp_path, resume_from=tmp_path / "checkpoints" / "last.pt"))
 
 
 def test_loop_stops_before_the_budget_is_exceeded(tmp_path):
     led = PrivacyLedger(5.0, 1e-4)
     led.record(1.0, 0.04, 200)  # spent elsewhere
-    out = loop.train(_Toy(), _data(), led, _ctx(tmp_path))
+    out = loop.train(_Toy(), _data(), led, train_context(tmp_path))
     assert out["stopped_by_budget"] and out["train_steps"] < 10 and led.epsilon() <= 5.0
 
 
@@ -138,5 +132,5 @@ def test_a_non_finite_released_value_stops_the_run_with_a_clear_error(tmp_path):
     from dpgen.methods import NonFiniteLossError
 
     with pytest.raises(NonFiniteLossError, match="w_norm"):
-        loop.train(_Toy(nan_at=2), _data(), PrivacyLedger(5.0, 1e-4), _ctx(tmp_path))
+        loop.train(_Toy(nan_at=2), _data(), PrivacyLedger(5.0, 1e-4), train_context(tmp_path))
     assert math.isfinite(PrivacyLedger(5.0, 1e-4).epsilon())

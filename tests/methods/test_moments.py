@@ -11,7 +11,6 @@ import torch
 from dpgen.data.datasets import digits
 from dpgen.data.representations import build_representation, dct_basis, zigzag_order
 from dpgen.methods import loop
-from dpgen.methods.base import TrainContext
 from dpgen.methods.dp_class_gaussian import DPClassGaussian
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.moments import (
@@ -25,6 +24,8 @@ from dpgen.privacy.moments import (
     orthogonal_matrix,
     spiked_shrinkage,
 )
+from dpgen.privacy.noise import Calibrated, FixedMultiplier, NotPrivate
+from tests.helpers.context import train_context
 
 
 def _codes(n, k, r, g, c=3):
@@ -84,7 +85,7 @@ def test_block_projection_release_padded_neighbours_within_sensitivity():
     x = x / x.norm() * r
     outs = []
     for zz, yy in ((z, y), (torch.cat([z, x]), torch.cat([y, torch.tensor([1])]))):
-        mech = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=m, seed=5)
+        mech = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=m, seed=5, noise=NotPrivate())
         b, counts = mech.blocks(zz, yy)
         us = torch.stack([orthogonal_matrix(k, torch.Generator().manual_seed(9)) for _ in range(c)])
         outs.append(torch.cat([(mech.count_weight * counts)[:, None], (b @ us).flatten(1)], 1))
@@ -106,8 +107,8 @@ def test_noiseless_release_recovers_empirical_moments():
     r, k, c = 1.0, 4, 3
     z, y = _codes(300, k, r, g, c)
     led = PrivacyLedger(None, 1e-5)
-    out = ClassMomentRelease(led, n_classes=c, radius=r, private=False).release(z, y, eig_floor=0.0)
-    proj = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=300, private=False).release(
+    out = ClassMomentRelease(led, n_classes=c, radius=r, noise=NotPrivate()).release(z, y, eig_floor=0.0)
+    proj = ClassBlockProjectionRelease(led, n_classes=c, radius=r, block_size=300, noise=NotPrivate()).release(
         z, y, eig_floor=0.0)
     assert led.epsilon(accountant="rdp") == math.inf  # non-private releases are recorded as such
     for cc in range(c):
@@ -128,8 +129,9 @@ def test_projection_moment_mode_debiases_the_known_noise_variance():
     z = z.clamp(-0.5, 0.5)
     y = torch.zeros(n, dtype=torch.long)
     led = PrivacyLedger(10.0, 1e-5)
-    mech = ClassBlockProjectionRelease(led, n_classes=1, radius=1.0, block_size=n, seed=1)
-    mech.set_noise_multiplier(0.1 / math.sqrt(2.0))  # replace-one (N public): Delta = sqrt 2 sqrt(1 + 4)
+    # replace-one (N public): Delta = sqrt 2 sqrt(1 + 4)
+    mech = ClassBlockProjectionRelease(led, n_classes=1, radius=1.0, block_size=n, seed=1,
+                                       noise=FixedMultiplier(0.1 / math.sqrt(2.0)))
     est = mech.release(z, y, eig_floor=0.0)
     emp = torch.cov(z.T, correction=0)
     # noise std 0.1 * sqrt(1 + 4) = 0.22 per coordinate: variance 0.05 would dominate without debiasing
@@ -157,9 +159,8 @@ def test_moments_from_vector_returns_psd_covariances():
 # -- the mechanism object: ledger and guards ---------------------------------------------------------
 def test_class_moment_release_records_one_gaussian_and_stays_within_budget():
     led = PrivacyLedger(10.0, 1e-4)
-    mech = ClassMomentRelease(led, n_classes=3, radius=1.0, seed=0)
+    mech = ClassMomentRelease(led, n_classes=3, radius=1.0, seed=0, noise=Calibrated())
     assert mech.relation == "add_remove" and mech.sensitivity == 1.0
-    mech.calibrate(1)
     z, y = _codes(50, 4, 1.0, torch.Generator().manual_seed(6))
     mech.release(z, y)
     assert led.steps == 1 and led.entries[0].sample_rate == 1.0 and led.entries[0].relation == "add_remove"
@@ -173,7 +174,7 @@ def test_release_refuses_unclipped_rows():
     led = PrivacyLedger(10.0, 1e-4)
     z = torch.ones(5, 4, dtype=torch.float64)  # norm 2 > radius 1
     with pytest.raises(ValueError, match="clipped"):
-        ClassMomentRelease(led, n_classes=2, radius=1.0, private=False).release(z, torch.zeros(5, dtype=torch.long))
+        ClassMomentRelease(led, n_classes=2, radius=1.0, noise=NotPrivate()).release(z, torch.zeros(5, dtype=torch.long))
     assert led.steps == 0
 
 
@@ -210,11 +211,7 @@ def test_dp_class_gaussian_on_digits_is_useful_at_eps_10(tmp_path: Path):
     data = digits()
     led = PrivacyLedger(10.0, 1e-4, "poisson")
     m = DPClassGaussian(representation={"kind": "dct", "center": 0.5})
-    from dpgen.logging.run_logger import RunLogger
-
-    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, deterministic=True,
-                       progress=False)
-    info = loop.train(m, data, led, ctx)
+    info = loop.train(m, data, led, train_context(tmp_path))
     assert info["sensitivity"] == 1.0 and info["relation"] == "add_remove" and info["train_steps"] == 1
     assert led.epsilon() <= 10.0  # the calibrating accountant (the guarantee)
     x, y = m.sample(2000)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dpgen.methods import loop
+from dpgen.ot.flows import empirical_quantiles
 from dpgen.ot.sliced import (
     orthogonal_directions,
     sliced_wasserstein_blocks,
@@ -16,8 +17,10 @@ from dpgen.ot.sliced import (
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.guarantee import RIGOROUS
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
+from dpgen.privacy.noise import Calibrated
 from dpgen.privacy.projection import ProjectionDP
 from dpgen.privacy.rows import class_blocks, clip_rows
+from tests.helpers.context import train_context
 
 
 @pytest.mark.parametrize("d,k", [(8, 8), (8, 5), (8, 20), (3, 9)])
@@ -36,14 +39,13 @@ def test_orthogonal_directions_bound_is_exact_and_deterministic(d, k):
 def test_orthogonal_release_has_exact_sensitivity_no_beta_and_is_rigorous_even_with_clt():
     led = PrivacyLedger(10.0, 1e-5, "poisson")
     m = GaussianProjectionRelease(led, dim=10, num_projections=25, steps=100, sample_rate=0.01, n_private=1000,
-                                  bound="clt", directions="orthogonal", seed=0)
+                                  bound="clt", directions="orthogonal", seed=0, noise=Calibrated())
     assert m.beta == 0.0 and m.guarantee == RIGOROUS
     assert m.sensitivity_under("add_remove") == pytest.approx(math.sqrt(3.0))
     assert m.sensitivity_under("replace_one") == pytest.approx(math.sqrt(3.0))
     rnd = GaussianProjectionRelease(led, dim=10, num_projections=25, steps=100, sample_rate=0.01, n_private=1000,
-                                    bound="chernoff", seed=0)
+                                    bound="chernoff", seed=0, noise=Calibrated())
     assert rnd.beta > 0 and rnd.sensitivity > 0
-    m.calibrate(100)
     u = m.draw_directions()
     out = m.release(torch.zeros(4, 10), u)
     assert out.shape == (4, 25) and led.entries[-1].delta_per_step == 0.0
@@ -54,7 +56,7 @@ def test_orthogonal_release_neighbouring_pair_check():
     """Monte Carlo over U: ||(X - X') U||_F <= sensitivity for rows of norm <= 1/2 differing in one row."""
     led = PrivacyLedger(10.0, 1e-5, "poisson")
     m = GaussianProjectionRelease(led, dim=6, num_projections=14, steps=10, sample_rate=0.1, n_private=100,
-                                  directions="orthogonal")
+                                  directions="orthogonal", noise=Calibrated())
     g = torch.Generator().manual_seed(1)
     worst = 0.0
     for _ in range(300):
@@ -102,7 +104,7 @@ def test_one_shot_release_accepts_orthogonal_directions():
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
 
     led = PrivacyLedger(10.0, 1e-5, "poisson")
-    m = OneShotProjectionRelease(led, dim=8, num_projections=31, directions="orthogonal")
+    m = OneShotProjectionRelease(led, dim=8, num_projections=31, directions="orthogonal", noise=Calibrated())
     assert m.relation == "replace_one" and m.beta == 0.0
     assert m.sensitivity == pytest.approx(2.0 * math.sqrt(4.0))  # unit latents (diameter 2), ceil(31/8) = 4 blocks
     u = m.draw_directions()
@@ -112,36 +114,27 @@ def test_one_shot_release_accepts_orthogonal_directions():
 def _dpswd(tmp_path, **kw):
     from functools import partial
 
-    from dpgen.logging.run_logger import RunLogger
-    from dpgen.methods import DPSWDGenerator, TrainContext
+    from dpgen.methods import DPSWDGenerator
     from dpgen.models import ConvCondGen
 
     kw.setdefault("dp", ProjectionDP(64))
+    kw.setdefault("label_mode", "concat")
     m = DPSWDGenerator(generator=partial(ConvCondGen, d_code=4, hidden=32), batch_size=30, epochs=2, lr=1e-3, **kw)
-    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
-                       checkpoint_every=5, progress=False, deterministic=True, max_steps=6)
-    return m, ctx
+    return m, train_context(tmp_path, max_steps=6)
 
 
-def test_dpswd_partition_releases_class_blocks_with_exact_orthogonal_calibration(tmp_path, monkeypatch):
+def test_dpswd_partition_releases_class_blocks_with_exact_orthogonal_calibration(tmp_path, release_spy):
     from dpgen.data.datasets import digits
 
-    released: list[torch.Tensor] = []
-    real = GaussianProjectionRelease.release
-
-    def spy(self, rows, u):
-        released.append(rows.clone())
-        return real(self, rows, u)
-
-    monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
+    released = release_spy()
     m, ctx = _dpswd(tmp_path, label_mode="partition", dp=ProjectionDP(64, directions="orthogonal"))
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
     out = loop.train(m, digits(), ledger, ctx)
     assert out["released_rows"] == 30 and out["directions"] == "orthogonal"
     assert m.projection.sensitivity == pytest.approx(1.0) and m.projection.beta == 0.0  # k = D = 64: one block
     assert ledger.delta_reserved == 0.0 and ledger.epsilon() <= 10.0
-    assert len(released) == 6 and all(r.shape == (30, 64) for r in released)
-    assert all(float(r.norm(dim=1).max()) <= 0.5 + 1e-6 for r in released)
+    assert len(released) == 6 and all(r.rows.shape == (30, 64) for r in released)
+    assert all(float(r.rows.norm(dim=1).max()) <= 0.5 + 1e-6 for r in released)
 
 
 def test_dpswd_partition_needs_the_add_remove_relation(tmp_path):
@@ -152,31 +145,37 @@ def test_dpswd_partition_needs_the_add_remove_relation(tmp_path):
         loop.train(m, digits(), PrivacyLedger(10.0, 1e-4, "without_replacement"), ctx)
 
 
-def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, monkeypatch):
+def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, release_spy, monkeypatch):
     from functools import partial
 
     from dpgen.data.datasets import digits
-    from dpgen.logging.run_logger import RunLogger
-    from dpgen.methods import TrainContext
     from dpgen.methods.dpswflow import DPSWFlow, DPSWFlowR
     from dpgen.models.autoencoder import LiutkusAutoencoder
 
-    released: list[torch.Tensor] = []
-    real = GaussianProjectionRelease.release
-
-    def spy(self, rows, u):
-        released.append(rows.clone())
-        return real(self, rows, u)
-
-    monkeypatch.setattr(GaussianProjectionRelease, "release", spy)
+    released = release_spy()
     common = dict(autoencoder=partial(LiutkusAutoencoder, latent_dim=4, width=4, pad_to=8), ae_steps=20,
                   ae_batch_size=32, autoencoder_cache=None, num_percentiles=64, n_particles=60)
-    m = DPSWFlowR(**common, batch_size=40, epochs=1, label_mode="partition", dp=ProjectionDP(8, bound="chernoff", directions="orthogonal"))
-    ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
-                       checkpoint_every=5, progress=False, deterministic=True, max_steps=3)
+    m = DPSWFlowR(**common, batch_size=40, epochs=1, label_mode="partition",
+                  dp=ProjectionDP(8, bound="chernoff", directions="orthogonal"))
+    moves = []  # (particles moved, target quantiles) of every particle update
+    real_move = m._move
+
+    def move(u, tq, sigma, step, idx=None):
+        moves.append((idx.clone(), tq.clone()))
+        return real_move(u, tq, sigma, step, idx)
+
+    monkeypatch.setattr(m, "_move", move)
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
-    loop.train(m, digits(public_fraction=0.5), ledger, ctx)
-    assert len(released) == 3 and all(r.shape == (40, 4) for r in released)  # 10 blocks of ceil(40/10) = 4 rows
+    loop.train(m, digits(public_fraction=0.5), ledger, train_context(tmp_path, max_steps=3))
+    assert len(released) == 3 and all(r.rows.shape == (40, 4) for r in released)  # 10 blocks of ceil(40/10) = 4 rows
+    # each step moves the particles of class c (i = c mod 10), and only them, toward the quantiles of block c
+    assert len(moves) == 3 * 10
+    for t, release in enumerate(released):
+        for c in range(10):
+            idx, tq = moves[10 * t + c]
+            block = release.out[4 * c:4 * (c + 1)]
+            assert torch.equal(idx, torch.arange(c, 60, 10))
+            torch.testing.assert_close(tq, empirical_quantiles(block.transpose(0, 1).contiguous(), m.levels))
     assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
     x, y = m.sample(30)
     assert x.shape[0] == 30 and torch.equal(y, torch.arange(30) % 10)
@@ -189,7 +188,7 @@ def test_dpswflow_r_partition_needs_the_add_remove_relation(tmp_path):
 
     m = DPSWFlowR(**_latent_common(), batch_size=40, epochs=1, dp=ProjectionDP(8, bound="chernoff"))
     with pytest.raises(ValueError, match="sampling=poisson"):
-        loop.train(m, digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path))
+        loop.train(m, digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), train_context(tmp_path, max_steps=3))
 
 
 # -- DPSWflow (one-shot) and DPSWgen, class-partitioned --------------------------------------
@@ -202,26 +201,6 @@ def _latent_common():
                 ae_batch_size=32, autoencoder_cache=None)
 
 
-def _ctx(tmp_path, max_steps=3):
-    from dpgen.logging.run_logger import RunLogger
-    from dpgen.methods import TrainContext
-
-    return TrainContext(device=torch.device("cpu"), logger=RunLogger(tmp_path), run_dir=tmp_path, log_every=5,
-                        checkpoint_every=5, progress=False, deterministic=True, max_steps=max_steps)
-
-
-def _spy_release(monkeypatch, cls):
-    released: list[torch.Tensor] = []
-    real = cls.release
-
-    def spy(self, rows, u):
-        released.append(rows.clone())
-        return real(self, rows, u)
-
-    monkeypatch.setattr(cls, "release", spy)
-    return released
-
-
 @pytest.mark.parametrize("k,d", [(8, 4), (31, 8), (5, 8)])
 def test_one_shot_class_blocks_sensitivity_is_sqrt2_times_one_row(k, d):
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
@@ -230,18 +209,19 @@ def test_one_shot_class_blocks_sensitivity_is_sqrt2_times_one_row(k, d):
     led = PrivacyLedger(10.0, 1e-5, "poisson")
     n = 500
     orth = OneShotProjectionRelease(led, dim=d, num_projections=k, directions="orthogonal", class_blocks=True,
-                                    n_private=n)
+                                    n_private=n, noise=Calibrated())
     assert orth.relation == "replace_one" and orth.beta == 0.0
     assert orth.sensitivity == pytest.approx(math.sqrt(2.0) * 2.0 * math.sqrt(math.ceil(k / d)))
     assert orth.sensitivity_under("add_remove") == pytest.approx(2.0 * math.sqrt(math.ceil(k / d)))
-    rnd = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff", class_blocks=True, n_private=n)
-    plain = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff")
+    rnd = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff", class_blocks=True, n_private=n,
+                                   noise=Calibrated())
+    plain = OneShotProjectionRelease(led, dim=d, num_projections=k, bound="chernoff", noise=Calibrated())
     assert rnd.partners("replace_one") == 2 * (n + 1) and plain.partners("replace_one") == 1
     assert rnd.sensitivity == pytest.approx(
         math.sqrt(2.0) * l2_sensitivity(k, d, rnd.beta / (2 * (n + 1)), "chernoff", 2.0))
     assert rnd.sensitivity > math.sqrt(2.0) * plain.sensitivity  # the union bound over partners costs too
     with pytest.raises(ValueError, match="n_private"):
-        OneShotProjectionRelease(led, dim=d, num_projections=k, class_blocks=True)
+        OneShotProjectionRelease(led, dim=d, num_projections=k, class_blocks=True, noise=Calibrated())
 
 
 def _multiset_changes(a: torch.Tensor, b: torch.Tensor) -> list[float]:
@@ -274,7 +254,7 @@ def test_one_shot_class_blocks_replace_one_exact_pair(same_class):
     assert 1 <= len(changes) <= 2 and max(changes) <= 2.0 + 1e-9
     assert sum(ch ** 2 for ch in changes) <= (1 if same_class else 2) * 4.0 + 1e-9  # <= rows_changed * 2^2
     mech = OneShotProjectionRelease(PrivacyLedger(10.0, 1e-5, "poisson"), dim=d, num_projections=10,
-                                    directions="orthogonal", class_blocks=True, n_private=n)
+                                    directions="orthogonal", class_blocks=True, n_private=n, noise=Calibrated())
     # aligned worst case: the changed rows of both blocks in the same positions
     diff = torch.zeros(2, d, dtype=torch.float64)
     diff[0] = rows[7] - rows2[7] if same_class else rows[7]  # row -> padding zero (or -> x')
@@ -297,7 +277,7 @@ def test_one_shot_class_blocks_monte_carlo_random_directions():
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
 
     mech = OneShotProjectionRelease(PrivacyLedger(10.0, 1e-5, "poisson"), dim=6, num_projections=20,
-                                    bound="chernoff", class_blocks=True, n_private=100)
+                                    bound="chernoff", class_blocks=True, n_private=100, noise=Calibrated())
     g = torch.Generator().manual_seed(7)
     v = 2.0 * torch.nn.functional.normalize(torch.randn(2, 6, generator=g), dim=1)
     norms = torch.tensor([float((v @ mech.draw_directions()).norm()) for _ in range(2000)])
@@ -306,21 +286,21 @@ def test_one_shot_class_blocks_monte_carlo_random_directions():
 
 
 @pytest.mark.parametrize("sampling", ["poisson", "without_replacement"])
-def test_dpswflow_partition_one_release_of_class_blocks(tmp_path, monkeypatch, sampling):
+def test_dpswflow_partition_one_release_of_class_blocks(tmp_path, release_spy, sampling):
     from dpgen.data.datasets import digits
     from dpgen.methods.dpswflow import DPSWFlow
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
 
-    released = _spy_release(monkeypatch, OneShotProjectionRelease)
+    released = release_spy(OneShotProjectionRelease)
     m = DPSWFlow(**_latent_common(), num_percentiles=64, n_particles=60, dp=ProjectionDP(8, bound="chernoff", directions="orthogonal"), projections_per_step=6,
                  steps=4)
     ledger = PrivacyLedger(10.0, 1e-4, sampling)  # one-shot: replace-one whatever the sampler
     data = digits(public_fraction=0.5)
-    loop.train(m, data, ledger, _ctx(tmp_path, max_steps=4))
+    loop.train(m, data, ledger, train_context(tmp_path, max_steps=4))
     n = len(data.private)
     mb = math.ceil(n / 10)
-    assert len(released) == 1 and released[0].shape == (10 * mb, 4)  # C blocks of ceil(N/C) rows, once
-    assert float(released[0].norm(dim=1).max()) <= 1.0 + 1e-5
+    assert len(released) == 1 and released[0].rows.shape == (10 * mb, 4)  # C blocks of ceil(N/C) rows, once
+    assert float(released[0].rows.norm(dim=1).max()) <= 1.0 + 1e-5
     assert m.one_shot.relation == "replace_one" and m.one_shot.class_blocks
     assert m.one_shot.sensitivity == pytest.approx(math.sqrt(2.0) * 2.0 * math.sqrt(2.0))  # ceil(8/4) = 2 blocks
     assert m.tq_all.shape == (10, 8, 64) and ledger.epsilon() <= 10.0
@@ -328,57 +308,57 @@ def test_dpswflow_partition_one_release_of_class_blocks(tmp_path, monkeypatch, s
     assert x.shape[0] == 30 and torch.equal(y, torch.arange(30) % 10)
 
 
-def test_dpswflow_concat_keeps_the_one_row_one_shot(tmp_path, monkeypatch):
+def test_dpswflow_concat_keeps_the_one_row_one_shot(tmp_path, release_spy):
     from dpgen.data.datasets import digits
     from dpgen.methods.dpswflow import DPSWFlow
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
 
-    released = _spy_release(monkeypatch, OneShotProjectionRelease)
+    released = release_spy(OneShotProjectionRelease)
     m = DPSWFlow(**_latent_common(), num_percentiles=64, n_particles=60, dp=ProjectionDP(14, bound="chernoff", directions="orthogonal"), projections_per_step=6,
                  steps=2, label_mode="concat")
     data = digits(public_fraction=0.5)
-    loop.train(m, data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path, max_steps=2))
-    assert released[0].shape == (len(data.private), 14) and not m.one_shot.class_blocks
+    loop.train(m, data, PrivacyLedger(10.0, 1e-4, "poisson"), train_context(tmp_path, max_steps=2))
+    assert released[0].rows.shape == (len(data.private), 14) and not m.one_shot.class_blocks
     assert m.one_shot.sensitivity == pytest.approx(2.0)  # ceil(14/14) = 1 block, one row
 
 
-def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, monkeypatch):
+def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, release_spy):
     from functools import partial
 
     from dpgen.data.datasets import digits
     from dpgen.methods.dpswgen import DPSWGen
     from dpgen.models.autoencoder import LatentMLPGen
 
-    released = _spy_release(monkeypatch, GaussianProjectionRelease)
+    released = release_spy()
     gen = partial(LatentMLPGen, hidden=(16, 16, 16))
     m = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, dp=ProjectionDP(8, bound="chernoff", directions="orthogonal"))
     assert m.label_mode == "partition"
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
-    loop.train(m, digits(public_fraction=0.5), ledger, _ctx(tmp_path))
-    assert len(released) == 3 and all(r.shape == (40, 4) for r in released)  # 10 blocks of 4 unit latents
+    loop.train(m, digits(public_fraction=0.5), ledger, train_context(tmp_path, max_steps=3))
+    assert len(released) == 3 and all(r.rows.shape == (40, 4) for r in released)  # 10 blocks of 4 unit latents
     assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
     assert m.G.d_code == 4 + 10  # noise || onehot(label)
     x, y = m.sample(25)
     assert x.shape[0] == 25 and torch.equal(y, torch.arange(25) % 10)
     m2 = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, dp=ProjectionDP(8, bound="chernoff"))
     with pytest.raises(ValueError, match="sampling=poisson"):
-        loop.train(m2, digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), _ctx(tmp_path / "b"))
+        loop.train(m2, digits(public_fraction=0.5), PrivacyLedger(10.0, 1e-4, "without_replacement"), train_context(tmp_path / "b", max_steps=3))
 
 
-def test_dpswflow_in_a_fixed_dct_representation_needs_no_public_data(tmp_path, monkeypatch):
+def test_dpswflow_in_a_fixed_dct_representation_needs_no_public_data(tmp_path, release_spy):
     """Rows = clip_r(DCT codes) / r (norm <= 1) with no public split at all."""
     from dpgen.data.datasets import digits
     from dpgen.methods.dpswflow import DPSWFlow
     from dpgen.privacy.mechanisms import OneShotProjectionRelease
 
-    released = _spy_release(monkeypatch, OneShotProjectionRelease)
+    released = release_spy(OneShotProjectionRelease)
     m = DPSWFlow(representation={"kind": "dct", "n_components": 16, "center": 0.5}, num_percentiles=64,
                  n_particles=60, dp=ProjectionDP(16, bound="chernoff", directions="orthogonal"), projections_per_step=12, steps=3)
     data = digits()
     assert data.public is None
-    loop.train(m, data, PrivacyLedger(10.0, 1e-4, "poisson"), _ctx(tmp_path))
-    assert m.space.d == 16 and released[0].shape == (10 * math.ceil(len(data.private) / 10), 16)
-    assert float(released[0].norm(dim=1).max()) <= 1.0 + 1e-5
+    loop.train(m, data, PrivacyLedger(10.0, 1e-4, "poisson"), train_context(tmp_path, max_steps=3))
+    assert m.space.d == 16 and released[0].rows.shape == (10 * math.ceil(len(data.private) / 10), 16)
+    assert float(released[0].rows.norm(dim=1).max()) <= 1.0 + 1e-5
     assert m.one_shot.sensitivity == pytest.approx(2.0 * math.sqrt(2.0))
     x, y = m.sample(20)
     assert x.shape == (20, *data.image_shape) and float(x.min()) >= data.value_range[0]

@@ -18,6 +18,7 @@ from dpgen.ot.flows import quantile_levels
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.dpsgd import clip_per_sample, clipped_sum, per_sample_norms
 from dpgen.privacy.mechanisms import NoisyGradientSum
+from dpgen.privacy.noise import FixedMultiplier
 
 CPU = torch.device("cpu")
 
@@ -136,8 +137,7 @@ def test_noisy_gradient_sum_equals_reference_release():
 
     def mech():
         m = NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=1.0, sample_rate=0.01, expected_batch_size=256.0,
-                             seed=3)
-        m.set_noise_multiplier(1.0)
+                             seed=3, noise=FixedMultiplier(1.0))
         return m
 
     new, old = mech(), mech()

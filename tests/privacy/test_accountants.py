@@ -72,7 +72,7 @@ def test_auto_calibrates_with_pld_for_poisson_and_rdp_without_replacement():
     assert calibrate(5.0, 1e-5, q, steps, "poisson") == calibrate(5.0, 1e-5, q, steps, "poisson", accountant="pld")
     assert calibrate(5.0, 1e-5, q, steps, "without_replacement") == \
         RDPAccountant("without_replacement").calibrate(5.0, 1e-5, q, steps)
-    with pytest.raises(ValueError, match="calibrate_with"):
+    with pytest.raises(ValueError, match="PLD accountant needs Poisson sampling"):
         calibrate(5.0, 1e-5, q, steps, "without_replacement", accountant="pld")
 
 
@@ -149,7 +149,7 @@ def test_zero_noise_has_infinite_epsilon():
 
 
 def test_unknown_sampling_scheme_is_rejected():
-    with pytest.raises(ValueError, match="accountant.sampling"):
+    with pytest.raises(ValueError, match="sampling"):
         RDPAccountant("shuffle")
 
 

@@ -152,11 +152,11 @@ def test_canary_never_leaves_the_audit(tmp_path, monkeypatch, capsys, caplog):
 def _projection_mechanism(seed: int = 0):
     from dpgen.privacy.ledger import PrivacyLedger
     from dpgen.privacy.mechanisms import GaussianProjectionRelease
+    from dpgen.privacy.noise import Calibrated
 
     led = PrivacyLedger(10.0, 1e-5, "poisson")
     mech = GaussianProjectionRelease(led, dim=10, num_projections=20, steps=100, sample_rate=0.01, n_private=1000,
-                                     bound="chernoff", row_diameter=1.0, seed=seed)
-    mech.calibrate(100)
+                                     bound="chernoff", row_diameter=1.0, seed=seed, noise=Calibrated())
     return mech
 
 
@@ -197,10 +197,11 @@ def test_sanitiser_mechanism_object():
     from dpgen.audit import audit_sanitiser_mechanism
     from dpgen.privacy.ledger import PrivacyLedger
     from dpgen.privacy.mechanisms import ImageGradientSanitiser
+    from dpgen.privacy.noise import FixedStd
 
     led = PrivacyLedger(10.0, 1e-5, "poisson")
-    mech = ImageGradientSanitiser(led, clip_norm=0.5, n_rows=2, sample_rate=0.1, clip="whole", seed=0)
-    mech.set_sigma(1.0)
+    mech = ImageGradientSanitiser(led, clip_norm=0.5, n_rows=2, sample_rate=0.1, clip="whole", seed=0,
+                                  noise=FixedStd(2 * 0.5 * 1.0))  # sigma 1: std 2 C sigma
     honest = audit_sanitiser_mechanism(mech, shape=(2, 4), runs=1_000_000, seed=2)
     assert honest.extra["fidelity"]["ok"]
     assert 0.5 * honest.epsilon_claimed < honest.epsilon_lower <= honest.epsilon_claimed
@@ -211,10 +212,10 @@ def test_sanitiser_mechanism_object():
 def _moment_mechanism(epsilon: float = 2.0, seed: int = 0):
     from dpgen.privacy.ledger import PrivacyLedger
     from dpgen.privacy.moments import ClassMomentRelease
+    from dpgen.privacy.noise import Calibrated
 
     led = PrivacyLedger(epsilon, 1e-5, "poisson")
-    mech = ClassMomentRelease(led, n_classes=3, radius=1.5, seed=seed)
-    mech.calibrate(1)
+    mech = ClassMomentRelease(led, n_classes=3, radius=1.5, seed=seed, noise=Calibrated())
     return mech
 
 
@@ -239,12 +240,12 @@ def test_noisy_gradient_sum_mechanism_both_relations():
     from dpgen.audit import audit_gradient_sum_mechanism
     from dpgen.privacy.ledger import PrivacyLedger
     from dpgen.privacy.mechanisms import NoisyGradientSum
+    from dpgen.privacy.noise import FixedMultiplier
 
     g = torch.randn(6, 12, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     for sampling, relation in (("poisson", "add_remove"), ("without_replacement", "replace_one")):
         mech = NoisyGradientSum(PrivacyLedger(10.0, 1e-5, sampling), clip_norm=0.7, sample_rate=0.1,
-                                expected_batch_size=6.0, seed=0)
-        mech.set_noise_multiplier(1.0)
+                                expected_batch_size=6.0, seed=0, noise=FixedMultiplier(1.0))
         assert mech.relation == relation
         honest = audit_gradient_sum_mechanism(mech, g, runs=1_000_000, seed=1)
         assert honest.extra["fidelity"]["ok"], honest.extra["fidelity"]

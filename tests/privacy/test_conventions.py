@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpgen.config import ConfigError, validate
+from dpgen.config import validate
+from dpgen.errors import ConfigError
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.conventions import (
     METHODS,
@@ -23,6 +24,7 @@ from dpgen.privacy.conventions import (
 )
 from dpgen.privacy.guarantee import PAPER_CONVENTION, RIGOROUS
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
+from dpgen.privacy.noise import FixedStd, PaperNoise
 from dpgen.privacy.projection import ProjectionDP
 from tests.helpers.configs import CONFIGS, compose_cfg
 from tests.helpers.runs import FAST, train
@@ -71,11 +73,11 @@ def test_row_maps_of_the_conventions():
 
 
 def test_paper_convention_rejects_a_missing_noise():
-    with pytest.raises(ValueError, match="privacy.paper_sigma"):
+    with pytest.raises(ValueError, match="sigma"):
         PaperConvention(0.0, 10.0)
-    with pytest.raises(ValueError, match="privacy.paper_epsilon"):
+    with pytest.raises(ValueError, match="epsilon"):
         PaperConvention(1.0, 0.0)
-    with pytest.raises(ValueError, match="privacy.paper_sensitivity_dim"):
+    with pytest.raises(ValueError, match="sensitivity dimension"):
         PaperConvention(1.0, 10.0, 0)
 
 
@@ -83,12 +85,10 @@ def test_paper_convention_rejects_a_missing_noise():
 def test_a_convention_release_is_never_labelled_rigorous():
     led = PrivacyLedger(None, 1e-5, "poisson")
     mech = GaussianProjectionRelease(led, dim=784, num_projections=100, steps=10, sample_rate=0.01, n_private=1000,
-                                     bound="bernstein")
-    assert mech.guarantee == RIGOROUS
-    with pytest.raises(ValueError, match="paper convention"):
-        mech.fix_noise_std(3.0)
-    mech.paper_convention = True
-    mech.fix_noise_std(3.0)
+                                     bound="bernstein", noise=FixedStd(3.0))
+    assert mech.guarantee == RIGOROUS  # a fixed std is accounted against the rows' true sensitivity
+    mech = GaussianProjectionRelease(led, dim=784, num_projections=100, steps=10, sample_rate=0.01, n_private=1000,
+                                     bound="bernstein", noise=PaperNoise(3.0))
     assert mech.noise_std == pytest.approx(3.0) and mech.guarantee == PAPER_CONVENTION
     mech.release(torch.zeros(5, 784), mech.draw_directions())
     assert led.guarantee == PAPER_CONVENTION and led.summary()["guarantee"] == PAPER_CONVENTION
@@ -176,8 +176,8 @@ def test_da_batch_max_convention_scales_by_the_private_max_and_reports_infinite_
     g.out_dim, g.feature_bound = 6, math.sqrt(6)
     led = PrivacyLedger(None, 1e-5, "poisson")
     al = DPSWDAlignment(weight=1.0, dp=ProjectionDP(20))
-    DomainAdaptation(feature_extractor=None, classifier=None, alignment=al, epochs=2, start_align=0,
-                     convention={"sigma": 0.5, "epsilon": 10.0})
+    DomainAdaptation(feature_extractor=None, classifier=None, alignment=al, epochs=2, start_align=0, lr=5e-4,
+                     private=True, convention={"sigma": 0.5, "epsilon": 10.0})
     assert al.convention == PaperConvention(0.5, 10.0)
     al.setup(AlignmentContext(g, 1000, 0.008, 50, 8, led, torch.device("cpu"), seed=0))
     assert al.mechanism.noise_std == pytest.approx(0.5) and al.mechanism.guarantee == PAPER_CONVENTION
@@ -188,5 +188,5 @@ def test_da_batch_max_convention_scales_by_the_private_max_and_reports_infinite_
     assert rep["epsilon_true"] == math.inf and rep["sensitivity_true"] == math.inf
     assert rep["epsilon_worst_case_rows"] > led.epsilon() > 0  # all B rows moving: far more than one row
     with pytest.raises(ValueError, match="dpswd alignment"):
-        DomainAdaptation(feature_extractor=None, classifier=None, alignment=SWDAlignment(), private=False,
+        DomainAdaptation(feature_extractor=None, classifier=None, alignment=SWDAlignment(), private=False, lr=5e-4,
                          convention={"sigma": 0.5, "epsilon": 10.0})

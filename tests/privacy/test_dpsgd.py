@@ -7,6 +7,7 @@ import torch
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.dpsgd import assign_grads, clip_per_sample, per_sample_grads
 from dpgen.privacy.mechanisms import NoisyGradientSum
+from dpgen.privacy.noise import FixedMultiplier, NotPrivate
 
 
 def _model() -> torch.nn.Module:
@@ -41,8 +42,8 @@ def test_clipping_bounds_every_sample_norm_and_keeps_small_ones():
 def test_noise_std_equals_sigma_times_clip_over_expected_batch():
     c, sigma, qn = 2.0, 1.5, 10.0
     zeros = {"w": torch.zeros(4, 20000)}
-    mech = NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=c, sample_rate=0.1, expected_batch_size=qn, seed=1)
-    mech.set_noise_multiplier(sigma)
+    mech = NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=c, sample_rate=0.1, expected_batch_size=qn, seed=1,
+                            noise=FixedMultiplier(sigma))
     out = mech.release([zeros])
     std = out["w"].std().item()
     assert abs(std - sigma * c / qn) / (sigma * c / qn) < 0.03
@@ -62,13 +63,13 @@ def test_noisy_gradient_sum_clips_inside_and_doubles_the_sensitivity_under_repla
     big = {"w": torch.randn(6, 50) * 100}
     for sampling, sens in (("poisson", 1.5), ("without_replacement", 3.0)):
         led = PrivacyLedger(5.0, 1e-5, sampling)
-        mech = NoisyGradientSum(led, clip_norm=1.5, sample_rate=0.1, expected_batch_size=6.0, seed=0)
-        assert mech.sensitivity == sens
-        mech.noise_std = 0.0  # noiseless: the sum of 6 clipped rows has norm <= 6 C
-        out = mech.release([big])
+        quiet = NoisyGradientSum(PrivacyLedger(None, 1e-5, sampling), clip_norm=1.5, sample_rate=0.1,
+                                 expected_batch_size=6.0, seed=0, noise=NotPrivate())
+        out = quiet.release([big])  # noiseless: the sum of 6 clipped rows has norm <= 6 C
         assert out["w"].norm() * 6.0 <= 6 * 1.5 * (1 + 1e-5)
-        mech.set_noise_multiplier(2.0)
-        assert mech.noise_std == 2.0 * sens
+        mech = NoisyGradientSum(led, clip_norm=1.5, sample_rate=0.1, expected_batch_size=6.0, seed=0,
+                                noise=FixedMultiplier(2.0))
+        assert mech.sensitivity == sens and mech.noise_std == 2.0 * sens
         mech.release([{"w": big["w"][:0]}])  # an empty batch is a release too
-        assert led.steps == 2 and led.entries[-1].noise_multiplier == 2.0
+        assert led.steps == 1 and led.entries[-1].noise_multiplier == 2.0
         assert led.entries[-1].relation == ("add_remove" if sampling == "poisson" else "replace_one")

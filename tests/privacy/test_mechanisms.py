@@ -17,17 +17,18 @@ from dpgen.privacy.mechanisms import (
     OneShotProjectionRelease,
     sum_sensitivity,
 )
+from dpgen.privacy.noise import Calibrated, FixedStd, NotPrivate
 
 
 def _proj(ledger, **kw):
-    base = dict(dim=20, num_projections=10, steps=50, sample_rate=0.1, n_private=100, bound="chernoff", seed=0)
+    base = dict(dim=20, num_projections=10, steps=50, sample_rate=0.1, n_private=100, bound="chernoff", seed=0,
+                noise=Calibrated())
     return GaussianProjectionRelease(ledger, **{**base, **kw})
 
 
 def test_projection_noise_std_matches_the_calibration_over_many_releases():
     led = PrivacyLedger(5.0, 1e-4)
     m = _proj(led)
-    m.calibrate(50)
     ref = calibrate_dpswd(5.0, 1e-4, d=20, k=10, sample_rate=0.1, steps=50, bound="chernoff", partners=101)
     assert m.noise_std == pytest.approx(ref.noise_std, rel=1e-9)
     assert m.noise_multiplier == pytest.approx(ref.noise_multiplier, rel=1e-12)
@@ -42,7 +43,6 @@ def test_each_release_records_exactly_one_entry_with_its_relation_and_multiplier
     for sampling, relation in (("poisson", "add_remove"), ("without_replacement", "replace_one")):
         led = PrivacyLedger(5.0, 1e-4, sampling)
         m = _proj(led)
-        m.calibrate(50)
         rows, u = torch.rand(8, 20) * 0.1, torch.nn.functional.normalize(torch.randn(20, 10), dim=0)
         for i in range(3):
             m.release(rows, u)
@@ -58,9 +58,9 @@ class _Sum(Mechanism):
 
     kind = "test_sum"
 
-    def __init__(self, ledger, c):
-        super().__init__(ledger, sample_rate=0.1, seed=0)
-        self.c = c
+    def __init__(self, ledger, c, noise):
+        self.c = c  # before the base class: the policy is applied with the sensitivity it fixes
+        super().__init__(ledger, sample_rate=0.1, noise=noise, seed=0)
 
     def sensitivity_under(self, relation):
         return sum_sensitivity(self.c, relation)
@@ -74,9 +74,9 @@ class _Sum(Mechanism):
 def test_replace_one_doubles_the_sensitivity_of_a_sum_and_the_accounted_multiplier_halves():
     """Defect 1's lesson: under sampling without replacement the same noise std is worth half the multiplier."""
     std = 3.0
-    ar, ro = _Sum(PrivacyLedger(5.0, 1e-4, "poisson"), 1.5), _Sum(PrivacyLedger(5.0, 1e-4, "without_replacement"), 1.5)
+    ar = _Sum(PrivacyLedger(5.0, 1e-4, "poisson"), 1.5, FixedStd(std))
+    ro = _Sum(PrivacyLedger(5.0, 1e-4, "without_replacement"), 1.5, FixedStd(std))
     for m in (ar, ro):
-        m.noise_std, m._multiplier = std, std / m.sensitivity
         m.release(torch.zeros(3))
     assert ar.relation == "add_remove" and ar.sensitivity == 1.5 and ar.ledger.entries[0].noise_multiplier == 2.0
     assert ro.relation == "replace_one" and ro.sensitivity == 3.0 and ro.ledger.entries[0].noise_multiplier == 1.0
@@ -92,35 +92,31 @@ def test_the_relation_comes_from_the_ledger_and_a_subsampled_release_cannot_clai
 def test_generator_state_round_trips_so_a_resumed_mechanism_draws_the_same_noise():
     led = PrivacyLedger(5.0, 1e-4)
     a = _proj(led, seed=None)  # secret seed
-    a.calibrate(50)
     rows, u = torch.zeros(4, 20), torch.nn.functional.normalize(torch.randn(20, 10), dim=0)
     a.release(rows, u)
     state = a.state_dict()
     expected = a.release(rows, u)
     b = _proj(PrivacyLedger(5.0, 1e-4), seed=None)
-    b.calibrate(50)
     b.load_state_dict(state)
     assert torch.equal(b.release(rows, u), expected) and b.releases == 2
     c = _proj(PrivacyLedger(5.0, 1e-4), num_projections=11, seed=None)
-    c.calibrate(50)
     with pytest.raises(ValueError, match="cannot resume"):
         c.load_state_dict(state)
 
 
 def test_image_gradient_sanitiser_clips_noises_and_accounts_sigma_or_sigma_over_sqrt_n():
     led = PrivacyLedger(5.0, 1e-4)
-    s = ImageGradientSanitiser(led, clip_norm=0.5, n_rows=16, sample_rate=0.05, clip="whole", seed=0)
-    s.set_sigma(1.1)
+    s = ImageGradientSanitiser(led, clip_norm=0.5, n_rows=16, sample_rate=0.05, clip="whole", seed=0,
+                               noise=FixedStd(2 * 0.5 * 1.1))  # the paper's sigma 1.1: std 2 C sigma
     assert s.noise_std == pytest.approx(1.1) and s.noise_multiplier == pytest.approx(1.1) and s.sensitivity == 1.0
     g = torch.full((16, 64), float("nan"))  # a non-finite private gradient is released as noise only
     out = s.release(g)
     assert torch.isfinite(out).all() and out.std().item() == pytest.approx(1.1, rel=0.05)
-    r = ImageGradientSanitiser(PrivacyLedger(5.0, 1e-4), clip_norm=0.5, n_rows=16, sample_rate=0.05, clip="per_row")
-    r.set_sigma(4.0)
-    assert r.noise_multiplier == pytest.approx(1.0) and r.sensitivity == pytest.approx(4.0)
-    r.set_noise_std(0.0) if not r.private else None
+    r = ImageGradientSanitiser(PrivacyLedger(5.0, 1e-4), clip_norm=0.5, n_rows=16, sample_rate=0.05, clip="per_row",
+                               noise=FixedStd(2 * 0.5 * 4.0))  # sigma 4 per row: multiplier sigma / sqrt(n) = 1
+    assert r.noise_multiplier == pytest.approx(1.0) and r.sensitivity == pytest.approx(4.0) and r.sigma == 4.0
     nonpriv = ImageGradientSanitiser(PrivacyLedger(None, 1e-4), clip_norm=0.5, n_rows=4, sample_rate=0.5,
-                                     private=False)
+                                     noise=NotPrivate())
     x = torch.randn(4, 3)
     assert torch.equal(nonpriv.release(x), x) and nonpriv.ledger.epsilon() == math.inf
 
@@ -128,8 +124,7 @@ def test_image_gradient_sanitiser_clips_noises_and_accounts_sigma_or_sigma_over_
 def test_one_shot_release_is_replace_one_with_sample_rate_one_under_a_poisson_ledger():
     """Defect 7: DPSWflow's one-shot release (whole set, N public) was labelled poisson."""
     led = PrivacyLedger(10.0, 1e-5, "poisson")
-    m = OneShotProjectionRelease(led, dim=8, num_projections=31, bound="chernoff", seed=0)
-    m.calibrate(1)
+    m = OneShotProjectionRelease(led, dim=8, num_projections=31, bound="chernoff", seed=0, noise=Calibrated())
     m.release(torch.zeros(50, 8), torch.nn.functional.normalize(torch.randn(8, 31), dim=0))
     (e,) = led.entries
     assert (e.relation, e.sample_rate, e.mechanism) == ("replace_one", 1.0, "one_shot_projection")
@@ -144,7 +139,6 @@ def test_guarantee_labels_have_one_spelling_and_combine_to_the_weakest():
     led = PrivacyLedger(5.0, 1e-4)
     with pytest.warns(UserWarning, match="clt"):
         m = _proj(led, bound="clt")
-    m.calibrate(50)
     m.release(torch.zeros(8, 20), torch.nn.functional.normalize(torch.randn(20, 10), dim=0))
     assert led.summary()["guarantee"] == CLT and m.describe()["guarantee_note"]
 

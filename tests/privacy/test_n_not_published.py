@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from dpgen.privacy.delta import check_delta, example_delta
+from tests.helpers import ROOT
 from tests.helpers.configs import compose_cfg
 
-ROOT = Path(__file__).resolve().parents[2]
 N_TOTAL = 47  # records in dataset.path: 12 held out as the test split (test_fraction 0.25), N = 35 private
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from hydra.errors import MissingConfigException
 
-from dpgen.config import ConfigError, validate
+from dpgen.config import validate
+from dpgen.errors import ConfigError
 from dpgen.pipeline import run
 from tests.helpers.configs import CONFIGS, compose_cfg
 

@@ -38,10 +38,11 @@ def test_every_family_trains_on_cuda_with_the_cpu_runs_privacy(family, tmp_path)
 def test_a_release_on_cuda_adds_the_cpu_generators_noise():
     from dpgen.privacy import PrivacyLedger
     from dpgen.privacy.mechanisms import ImageGradientSanitiser
+    from dpgen.privacy.noise import FixedStd
 
     def release(device: str) -> torch.Tensor:
-        m = ImageGradientSanitiser(PrivacyLedger(10.0, 1e-5), clip_norm=1.0, n_rows=4, sample_rate=0.01, seed=3)
-        m.set_sigma(2.0)
+        m = ImageGradientSanitiser(PrivacyLedger(10.0, 1e-5), clip_norm=1.0, n_rows=4, sample_rate=0.01, seed=3,
+                                   noise=FixedStd(2 * 1.0 * 2.0))  # the paper's sigma 2: std 2 C sigma
         return m.release(torch.full((4, 1, 8, 8), 0.01, device=device))
 
     on_cpu, on_cuda = release("cpu"), release("cuda")

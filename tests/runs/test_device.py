@@ -270,7 +270,8 @@ def test_bf16_run_completes_and_every_release_is_float32(preset, overrides, tmp_
 
 
 def test_precision_must_be_32_or_bf16(tmp_path):
-    from dpgen.config import ConfigError, validate
+    from dpgen.config import validate
+    from dpgen.errors import ConfigError
 
     with pytest.raises(ConfigError, match="trainer.precision"):
         validate(compose_cfg(["trainer.precision=fp16"], out_dir=tmp_path))

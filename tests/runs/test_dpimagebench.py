@@ -7,17 +7,16 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from dpgen.data.datasets import _finish
+from dpgen.data.base import make_splits
 from dpgen.errors import ConfigError
 from dpgen.eval import dpimagebench as bench
 from dpgen.eval.benchmark_nets import DEFAULT_SIZES, ParameterEMA, build_classifier
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY = {"resnet": {"depth": 8}, "wrn": {"depth": 10, "widen_factor": 1},
         "resnext": {"depth": 11, "cardinality": 1, "widen_factor": 4}}
 
@@ -59,7 +58,7 @@ def _data(validation_size=100):
     means = torch.rand(4, 1, 8, 8, generator=g)
     y = torch.arange(600) % 4
     x = (means[y] + 0.1 * torch.randn(600, 1, 8, 8, generator=g)).clamp(0, 1)
-    data = _finish("toy8", x[:500], y[:500], x[500:], y[500:], 0.0, 0, 4, validation_size=validation_size)
+    data = make_splits("toy8", x[:500], y[:500], x[500:], y[500:], 0.0, 0, 4, validation_size=validation_size)
     return data, _ClassMeans(means)
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from dpgen.cli import main as dpgen_main
-from dpgen.config import ConfigError
+from dpgen.errors import ConfigError
 from dpgen.export import load_release
 from dpgen.pipeline import run
 from dpgen.privacy import PrivacyLedger

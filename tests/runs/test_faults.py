@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpgen.config import ConfigError
+from dpgen.errors import ConfigError
 from dpgen.logging.run_logger import LocalSink
 from dpgen.pipeline import run
 from dpgen.runs import HOLDER_FILE, STATE_DIR, RunFolderBusy

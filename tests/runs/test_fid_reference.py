@@ -9,8 +9,8 @@ import pytest
 import torch
 from rich.console import Console
 
-from dpgen.config import ConfigError
 from dpgen.data.base import DataSplits, PrivateSplit, TensorSplit
+from dpgen.errors import ConfigError
 from dpgen.eval.evaluator import GenerativeEvaluator
 from dpgen.logging.summary import print_summary
 

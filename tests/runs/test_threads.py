@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dpgen.config import ConfigError, validate
+from dpgen.config import validate
+from dpgen.errors import ConfigError
 from dpgen.utils.threads import THREAD_ENV_VARS, apply_threads, resolve_threads
 from tests.helpers import ROOT
 from tests.helpers.configs import compose_cfg

@@ -7,10 +7,9 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from dpgen.config import ConfigError
 from dpgen.data import integrity
 from dpgen.data.base import DatasetNotFoundError
-from dpgen.errors import DataFileError, UserError
+from dpgen.errors import ConfigError, DataFileError, UserError
 from dpgen.logging.run_logger import check_wandb, wandb_mode
 from dpgen.preflight import preflight
 from dpgen.privacy.delta import check_delta_of_config, example_delta, known_record_bound

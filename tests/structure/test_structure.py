@@ -1,25 +1,68 @@
-"""The package's layering: the privacy core imports nothing above it, the method interface does not
-import the loop that drives it, and the privacy package's face exports every mechanism."""
+"""The package's floor map: each part of dpgen imports only parts on floors below it (so an upward import
+or a circle fails here), nothing but the entry points imports the pipeline, no private name crosses a
+module, the method interface does not import the loop that drives it, and the privacy package's face
+exports every mechanism.  docs/ARCHITECTURE.md shows the same map (checked below)."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from pathlib import Path
+
+import pytest
 
 import dpgen.privacy as privacy
 from dpgen.privacy.mechanisms import Mechanism
 
 PKG = Path(privacy.__file__).resolve().parents[1]
-ABOVE_PRIVACY = {"audit", "bench", "config", "eval", "logging", "methods", "models", "pipeline", "report",
-                 "reproduce", "presets", "cli"}
+ARCHITECTURE = PKG.parent / "docs" / "ARCHITECTURE.md"
+
+# floor -> (the parts of dpgen on it, what they are); a part imports only parts on lower floors
+FLOORS: list[tuple[set[str], str]] = [
+    ({"errors", "interrupt", "paths", "utils"}, "user errors, stop signals, where files are, small torch helpers"),
+    ({"ot"}, "optimal transport maths"),
+    ({"privacy"}, "mechanisms, bounds, accountants, ledger, sampler"),
+    ({"data", "models", "logging", "runs", "preflight"}, "datasets, networks, run logger, run folders"),
+    ({"config"}, "settings schemas and validation"),
+    ({"methods"}, "one module per method on one training loop"),
+    ({"eval", "export", "audit"}, "evaluation, releases and privacy cards, empirical audit"),
+    ({"pipeline"}, "the composition of one run"),
+    ({"app", "api", "report", "bench", "reproduce"}, "train.py's Hydra app, the Python API, tools"),
+    ({"cli", "preset_runs"}, "the `dpgen` command, what has been run of each preset"),
+    ({"presets"}, "`dpgen presets`"),
+]
+# the privacy core and the maths stand on the ground floor only (no Hydra, no logging, no data layer)
+CORE = {"ot": {"errors", "utils"}, "privacy": {"errors", "utils", "ot"}}
+PIPELINE_USERS = {"app", "api", "cli", "bench"}  # bench: the GPU check times whole runs
+
+
+def _floor(part: str) -> int:
+    (i,) = [i for i, (parts, _) in enumerate(FLOORS) if part in parts]
+    return i
+
+
+def _parts() -> set[str]:
+    """Every package and top-level module of dpgen (``dpgen/x.py`` or ``dpgen/x/``)."""
+    return {p.stem for p in PKG.glob("*.py") if p.stem != "__init__" and p.stem != "__main__"} | \
+        {p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()}
+
+
+def _part(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
 
 
 def _dpgen_imports(path: Path) -> set[str]:
     """The first dpgen sub-package / module each import of ``path`` names (relative imports resolved)."""
     parts = path.relative_to(PKG.parent).with_suffix("").parts[:-1]  # the file's package, e.g. (dpgen, privacy)
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom):
             base = list(parts[: len(parts) - node.level + 1]) if node.level else []
             full = base + (node.module.split(".") if node.module else [])
@@ -32,9 +75,59 @@ def _dpgen_imports(path: Path) -> set[str]:
     return out
 
 
-def test_the_privacy_core_imports_no_layer_above_it():
-    bad = {p.name: sorted(_dpgen_imports(p) & ABOVE_PRIVACY) for p in (PKG / "privacy").glob("*.py")}
+@functools.cache
+def _imports() -> dict[str, set[str]]:
+    """part -> the other parts of dpgen it imports (anywhere in its files, lazy imports included)."""
+    out: dict[str, set[str]] = {}
+    for path in PKG.rglob("*.py"):
+        part = _part(path)
+        if part in ("__init__", "__main__"):
+            continue
+        out.setdefault(part, set()).update(_dpgen_imports(path) - {part})
+    return out
+
+
+def test_every_part_of_the_package_has_a_floor():
+    placed = set().union(*(parts for parts, _ in FLOORS))
+    assert _parts() <= placed, f"give these a floor in FLOORS: {sorted(_parts() - placed)}"
+    assert placed <= _parts() | {"app"}, f"FLOORS names parts that do not exist: {sorted(placed - _parts())}"
+
+
+def test_each_part_imports_only_parts_on_lower_floors():
+    bad = {part: sorted(d for d in deps if _floor(d) >= _floor(part)) for part, deps in _imports().items()}
+    assert not {k: v for k, v in bad.items() if v}, "upward or same-floor imports (a circle starts so)"
+
+
+def test_the_privacy_core_and_the_maths_import_only_the_ground_floor():
+    imports = _imports()
+    bad = {part: sorted(imports.get(part, set()) - allowed) for part, allowed in CORE.items()}
     assert not {k: v for k, v in bad.items() if v}
+
+
+def test_only_the_entry_points_import_the_pipeline():
+    users = {part for part, deps in _imports().items() if "pipeline" in deps}
+    assert users <= PIPELINE_USERS, sorted(users - PIPELINE_USERS)
+
+
+def test_no_private_name_crosses_a_module():
+    crossing = []
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                crossing += [f"{path.relative_to(PKG)}: {a.name}" for a in node.names
+                             if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not crossing
+
+
+def test_the_architecture_page_shows_the_floor_map():
+    assert floor_map() in ARCHITECTURE.read_text(), "docs/ARCHITECTURE.md: paste tests/structure/test_structure.py's floor_map()"
+
+
+def floor_map() -> str:
+    """The floor map as docs/ARCHITECTURE.md shows it (top floor first)."""
+    rows = [f"| {i} | {', '.join(f'`{p}`' for p in sorted(parts))} | {what} |"
+            for i, (parts, what) in reversed(list(enumerate(FLOORS)))]
+    return "\n".join(["| floor | parts of dpgen | what |", "|---|---|---|", *rows])
 
 
 def test_the_method_interface_does_not_import_the_loop():
@@ -52,3 +145,14 @@ def test_the_privacy_package_exports_every_mechanism():
 
 def _subclasses(cls: type) -> set[type]:
     return {s for c in cls.__subclasses__() for s in {c, *_subclasses(c)}}
+
+
+def test_the_wheel_lists_every_package_and_ships_the_configs():
+    """pyproject.toml lists the packages (a mapped folder is not discovered): every one of dpgen/, plus
+    configs/ as dpgen.configs (Hydra's pkg:// search path of an installed wheel)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    setup = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {".".join(p.parent.relative_to(PKG.parent).parts) for p in PKG.rglob("__init__.py")}
+    assert set(setup["packages"]) == packages | {"dpgen.configs"}
+    assert setup["package-dir"] == {"dpgen.configs": "configs"} and (PKG.parent / "configs" / "__init__.py").is_file()

@@ -9,8 +9,7 @@ from pathlib import Path
 import yaml
 
 from dpgen.reproduce import dpimagebench as page
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 def test_the_committed_page_matches_the_store():

@@ -11,15 +11,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 from dpgen.bench import gpu_check
 from dpgen.bench.gpu_check import FAMILIES, main, render
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 def test_dry_run_lists_every_family_in_fp32_and_bf16_and_runs_nothing(capsys, monkeypatch):

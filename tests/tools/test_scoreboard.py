@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from dpgen.reproduce import evidence, registry, render
+from dpgen.reproduce import store as evidence_store
 
 
 # ------------------------------------------------------------------ the doc and the store agree
@@ -22,7 +23,7 @@ def test_committed_scoreboard_is_a_render_of_the_committed_evidence_store():
 
 def test_editing_a_stored_number_without_rendering_is_caught(tmp_path):
     store = tmp_path / "runs"
-    shutil.copytree(evidence.STORE, store)
+    shutil.copytree(evidence_store.STORE, store)
     files = sorted(store.glob("*.json"))
     assert files, "the committed evidence store is empty"
     for f in files:  # every stored number moves by 0.05 (5 points / 0.05 FID): some cell must change
@@ -33,7 +34,7 @@ def test_editing_a_stored_number_without_rendering_is_caught(tmp_path):
 
 
 def test_each_paper_page_holds_its_own_tables_only():
-    stored = evidence.load_store()
+    stored = evidence_store.load_store()
     sinkhorn = render.render_page("dp-sinkhorn", stored)
     assert "DP-Sinkhorn (Cao et al.), Table 1" in sinkhorn and "DPSWflow (Sebag et al.)" not in sinkhorn
     assert "[r1]" in sinkhorn or "[r1," in sinkhorn  # run ids start at r1 on every page
@@ -45,14 +46,15 @@ def test_evidence_paths_are_relative(tmp_path, monkeypatch):
     assert evidence.portable_path(tmp_path / "outputs" / "run") == "outputs/run"
     assert evidence.portable_override(f"model.autoencoder_cache={tmp_path}/ae") == "model.autoencoder_cache=ae"
     assert evidence.portable_override("seed=3") == "seed=3"
-    for ev in evidence.load_store():
+    for ev in evidence_store.load_store():
         assert not Path(ev["run_dir"]).is_absolute()
         assert all("=/" not in o for o in ev["overrides"]), ev["overrides"]
 
 
 def test_every_stored_run_matches_a_registry_cell():
-    for ev in evidence.load_store():
-        assert evidence.matching_cells(ev), f"{ev['run_dir']} matches no cell: remove it or fix the registry"
+    for ev in evidence_store.load_store():
+        assert evidence.matching_cells(ev) or evidence.matching_claims(ev), (
+            f"{ev['run_dir']} matches no cell and no utility claim: remove it or fix the registry / claims")
         assert ev["schema"] == evidence.SCHEMA
 
 
@@ -210,7 +212,7 @@ def test_collect_stores_matching_runs_and_skips_the_rest_with_a_reason(tmp_path)
     assert ("dpswd-t1-mu-swd", "nonprivate") in evidence.matching_cells(ev)
     assert len(skipped) == 3 and any("layout" in s for s in skipped) and any("max_steps" in s for s in skipped)
     assert any("no results.json" in s for s in skipped)
-    table = render.render_tables(evidence.load_store(tmp_path / "store"))
+    table = render.render_tables(evidence_store.load_store(tmp_path / "store"))
     assert "**93.0** — non-private; 5,700 steps; one run, seed 0; 12 s" in table
 
 
@@ -224,7 +226,7 @@ def test_collect_finds_the_runs_below_a_parent_folder(tmp_path):
     _run_folder(tmp_path / "queue" / "b" / "seed1", ["experiment=mnist_usps_swd"], "mnist_box", 0.8, seed=1)
     written, skipped = evidence.collect([tmp_path / "queue"], store=tmp_path / "store")
     assert len(written) == 2 and not skipped
-    table = render.render_tables(evidence.load_store(tmp_path / "store"))
+    table = render.render_tables(evidence_store.load_store(tmp_path / "store"))
     assert "**85.0 ± 7.1** — non-private; 5,700 steps; 2 runs, seeds 0, 1; 12 s + 12 s" in table
 
 

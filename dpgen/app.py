@@ -1,0 +1,126 @@
+"""The Hydra application of one training run: ``python train.py ...``, ``dpgen train ...`` and
+``python -m dpgen train ...`` all run :func:`run_app` (preflight checks, then :func:`main`).
+
+The configs come from ``dpgen.paths.HYDRA_CONFIGS``: the checkout's ``configs/`` folder, or the copy an
+installed wheel ships as the package ``dpgen.configs`` (Hydra's ``pkg://`` search path).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from .paths import HYDRA_CONFIGS
+
+
+@hydra.main(config_path=HYDRA_CONFIGS, config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    from .pipeline import run
+    from .utils.cluster import export_submitit_environment
+
+    export_submitit_environment()  # a submitit job of several tasks: one distributed run, as under torchrun
+    from .interrupt import RunInterrupted
+
+    try:
+        results = run(cfg)
+    except RunInterrupted as stop:  # results so far are in results.json, labelled incomplete; the checkpoint is whole
+        print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
+              "incomplete); run the same command again to continue", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.exit_code)  # the folder is released and every file closed: skip the interpreter's slow teardown
+    except Exception as err:
+        message = user_error(err)
+        if message is None:  # a bug keeps its traceback
+            raise
+        if _is_multirun():  # a sweep reports through Hydra: the user's error itself, not Hydra's wrapper of it
+            raise _unwrap(err) from None
+        _remove_untouched_run_dir()
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    metric = cfg.get("optimized_metric")
+    if metric is None:
+        return None
+    value = results["metrics"].get(metric)
+    return float(value) if value is not None and math.isfinite(float(value)) else None
+
+
+def user_error(err: BaseException) -> str | None:
+    """The one-line message of a user's mistake (a :class:`dpgen.errors.UserError`: a bad setting,
+    missing or damaged data, W&B not logged in), printed without a traceback; None for anything else.
+    Hydra wraps errors raised while instantiating a target: unwrap them."""
+    from .config import privacy_setting_error
+    from .errors import UserError, one_line
+    from .privacy.errors import PrivacySettingError
+
+    cause = _unwrap(err)
+    if isinstance(cause, PrivacySettingError):  # the privacy core's words: the config layer names the key
+        cause = privacy_setting_error(cause)
+    return one_line(str(cause)) if isinstance(cause, UserError) else None
+
+
+def _unwrap(err: BaseException) -> BaseException:
+    """The error a Hydra ``InstantiationException`` wraps (whose repr prints line breaks as backslash-n)."""
+    from hydra.errors import InstantiationException
+
+    return err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ is not None else err
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _remove_untouched_run_dir() -> None:
+    """A run that failed before doing anything leaves no folder: delete the run folder if it holds only
+    what Hydra wrote on start (``.hydra/``, an empty log).  A folder with anything else (a resumed
+    run's checkpoints) is never touched."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    from .preflight import CREATED
+    from .runs import STATE_DIR, in_use
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if not run_dir.is_dir() or in_use(run_dir):  # another run's folder (a refused second start): never touched
+        return
+    for entry in run_dir.iterdir():
+        if entry.name in (".hydra", STATE_DIR) and entry.is_dir():
+            continue
+        if entry.suffix == ".log" and entry.is_file() and entry.stat().st_size == 0:
+            continue
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in CREATED:  # e.g. outputs/<experiment>/: made for this run, now empty
+        if parent != run_dir.resolve() and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+
+
+def run_app(argv: list[str]) -> int:
+    """Check the command line (a bad preset / key / run folder: one ``error:`` line, before Hydra makes a
+    folder), then run :func:`main` on it; returns the exit code."""
+    from .preflight import preflight
+
+    problem = preflight(argv)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    saved = sys.argv
+    sys.argv = [saved[0], *argv]
+    try:
+        main()
+    except SystemExit as exit_:
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0

@@ -1,0 +1,55 @@
+"""A method's train context for a short test run, and a spy on a mechanism's releases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpgen.logging import RunLogger
+from dpgen.methods import TrainContext
+from dpgen.privacy.mechanisms import GaussianProjectionRelease
+
+
+def train_context(run_dir: Path, **kw) -> TrainContext:
+    """CPU, deterministic, no progress bar, a log line and a checkpoint every 5 steps, logs in ``run_dir``;
+    ``kw`` overrides any field (``max_steps``, ``resume_from``, ...)."""
+    base = dict(device=torch.device("cpu"), logger=RunLogger(run_dir), run_dir=run_dir, log_every=5,
+                checkpoint_every=5, progress=False, deterministic=True)
+    return TrainContext(**{**base, **kw})
+
+
+@dataclass(frozen=True)
+class Release:
+    """One call of a mechanism's ``release``: its inputs (copies), its output and the noise scale it used."""
+
+    args: tuple
+    out: object
+    noise_std: float
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self.args[0]
+
+    @property
+    def noise(self) -> torch.Tensor:
+        """What a projection release added: its output minus the noiseless ``rows @ u``."""
+        rows, u = self.args[:2]
+        return self.out.detach() - rows @ u
+
+
+def spy_releases(monkeypatch: pytest.MonkeyPatch, cls: type = GaussianProjectionRelease) -> list[Release]:
+    """Record every later call of ``cls.release`` (the real release still runs, noise and ledger entry)."""
+    real = cls.release
+    calls: list[Release] = []
+
+    def spy(self, *args, **kw):
+        kept = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+        out = real(self, *args, **kw)
+        calls.append(Release(kept, out, self.noise_std))
+        return out
+
+    monkeypatch.setattr(cls, "release", spy)
+    return calls

@@ -189,7 +189,9 @@ def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: in
     Several processes: rank 0 writes (every rank holds the same state)."""
     if not distributed.is_main():
         return
+    warm = getattr(method, "warm_start", None)
     write_atomically({"step": step, "signature": signature, "method": method.state_dict(),
+                      **({"warm_start": warm.state_dict()} if warm is not None else {}),
                       "ledger": ledger.state_dict(), "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()},
                       "sampler": None if method.sampler is None else method.sampler.state_dict(), "rng": rng_state(),
                       "values": host_values(values)}, ctx.checkpoint_path)
@@ -206,8 +208,27 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
                               "(trainer.resume=true with hydra.run.dir=<run folder>) or <run>/checkpoints/last.pt")
         ctx.resume_state = ck.get("method")
     method.mechanisms = {}
-    method.setup(data, ledger, ctx)
+    warm = getattr(method, "warm_start", None)  # methods.warm_start: phase 1 and its ledger come before setup
+    if warm is not None:
+        if ck is not None and "warm_start" in ck:
+            warm.restore(ck["warm_start"], data, ledger, ctx)  # the release and the phase-1 ledger, no release
+            if "method" not in ck:  # killed before the warm-up ended: set up and warm up as the run would have
+                set_rng_state(ck["rng"])
+        else:
+            warm.release(data, ledger, ctx)                     # THE moment release (recorded), then saved at once
+            if distributed.is_main():  # several processes: rank 0 writes
+                write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict(),
+                                  "rng": rng_state()}, ctx.checkpoint_path)
+    method.setup(data, ledger, ctx)  # mechanisms calibrated for what the ledger's history leaves
     signature = {"method": type(method).__name__, **method.signature()}
+    if warm is not None:
+        signature["warm_start"] = warm.signature()
+        if warm.phase < 2:  # post-processing of the release only; then checkpointed (phase 2)
+            warm.warm_up(method.warm_target(), ctx.seed)
+            _checkpoint(method, ledger, signature, 0, {}, ctx)
+            ck = None if ck is None or "method" not in ck else ck
+    if ck is not None and "method" not in ck:  # a phase-1 checkpoint: nothing of the method's to restore
+        ck = None
     start = 0
     if ck is not None:
         check_signature(ck.get("signature", {}), signature)
@@ -280,4 +301,5 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             "train_time_s": time.time() - t0,
             **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
             "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()},
-            **method.train_summary()}
+            **({} if warm is None else {"mechanisms_warm_start": {"moments": warm.method.mech.describe()}}),
+            **method.train_summary(), **({} if warm is None else warm.train_summary())}

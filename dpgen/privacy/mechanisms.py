@@ -187,8 +187,9 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
                 raise PrivacySettingError("steps", f"calibrated noise needs the number of planned releases: build the "
                                                    f"{self.kind} mechanism with steps=<releases>")
             past = self.ledger.steps if policy.history else 0
+            target = None if policy.epsilon_share == 1.0 else policy.epsilon_share * self.ledger.target_epsilon
             mult = self.ledger.calibrate(self.sample_rate, self.steps, self.beta, accountant=self.accountant,
-                                         history=policy.history) if distributed.is_main() else None
+                                         history=policy.history, epsilon=target) if distributed.is_main() else None
             mult = float(distributed.broadcast_object(mult))  # several processes: rank 0's ledger calibrates
             self._multiplier, self.noise_std, self._history_steps = mult, mult * self.sensitivity, past
         elif isinstance(policy, FixedMultiplier):

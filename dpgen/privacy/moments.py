@@ -52,7 +52,12 @@ each using only the released vector and the KNOWN (public) noise level:
   class's own matrix keeps none; a class with no spike at all is one repeated image;
 * ``class``: the class's own spikes only (a class whose spikes all sit in the bulk gets covariance 0:
   every sample of it is the class mean);
-* ``none``: ``Sigma_c^`` projected onto the PSD cone (negative eigenvalues floored; keeps the noise).
+* ``none``: ``Sigma_c^`` projected onto the PSD cone (negative eigenvalues floored; keeps the noise);
+* ``auto``: ``class`` when EVERY class keeps at least one spike of its own above the noise bulk, else
+  ``pooled_prior``.  ``pooled_prior`` exists for the classes ``class`` collapses to one repeated image (no
+  spike of their own); when none collapses, the class's own spikes are used as they are.  The rule reads
+  the released vector and the public noise level only (post-processing); the estimator it picked is
+  recorded in ``ClassMoments.estimator``.
 
 Every choice above (the estimators, the prior shape) is fixed a priori; each reads only the released
 vector, the public noise level and public facts about the representation.
@@ -77,7 +82,7 @@ from .mechanisms import Mechanism
 from .noise import NoisePolicy
 
 RELATIONS = ("add_remove", "replace_one")
-SHRINKAGES = ("pooled_prior", "pooled", "class", "none")
+SHRINKAGES = ("pooled_prior", "pooled", "class", "none", "auto")
 
 
 def moment_weights(radius: float, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)) -> tuple[float, float, float]:
@@ -125,6 +130,7 @@ class ClassMoments:
     counts: torch.Tensor
     means: torch.Tensor
     covariances: torch.Tensor
+    estimator: str = ""  # the covariance estimator that produced them (``auto`` resolved), "" when not recorded
 
     def sample(self, labels: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """One draw ``z ~ N(mu_y, Sigma_y)`` per label: ``(n,) -> (n, K)``."""
@@ -269,13 +275,16 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
     mu = s / n[:, None]
     cov = m / n[:, None, None] - mu[:, :, None] * mu[:, None, :]
     cov = 0.5 * (cov + cov.transpose(1, 2))
+    used = shrinkage if noise_std > 0 else "none"
     if noise_std > 0 and shrinkage != "none":
         s_noise = noise_std / (w2 * n * math.sqrt(2.0))
-        if shrinkage == "pooled_prior":
+        if shrinkage == "auto":
+            used = "class" if bool((own_spike_counts(cov, s_noise) >= 1).all()) else "pooled_prior"
+        if used == "pooled_prior":
             traces, tau = corrected_traces(cov, mu, n, noise_std, weights)
             prior = torch.ones(k, dtype=cov.dtype) if prior is None else prior
             cov = prior_completed_covariances(cov, n, s_noise, traces, tau, prior)
-        elif shrinkage == "pooled":
+        elif used == "pooled":
             cov = pooled_spiked_covariances(cov, n, s_noise)
         else:
             ev, evec = torch.linalg.eigh(cov)
@@ -283,7 +292,13 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
             cov = (evec * ev[:, None, :]) @ evec.transpose(1, 2)
     ev, evec = torch.linalg.eigh(0.5 * (cov + cov.transpose(1, 2)))
     cov = (evec * ev.clamp_min(eig_floor)[:, None, :]) @ evec.transpose(1, 2)
-    return ClassMoments(n, mu, 0.5 * (cov + cov.transpose(1, 2)))
+    return ClassMoments(n, mu, 0.5 * (cov + cov.transpose(1, 2)), used)
+
+
+def own_spike_counts(cov: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``(C,)`` the number of eigenvalues of each noisy class covariance above its noise bulk edge
+    (:func:`spiked_shrinkage`): the class's own spikes.  ``cov: (C, K, K)``, ``s: (C,)`` public noise stds."""
+    return (spiked_shrinkage(torch.linalg.eigvalsh(cov), s, cov.shape[-1]) > 0).sum(-1)
 
 
 class ClassMomentRelease(Mechanism):

@@ -48,12 +48,8 @@ import torch.nn.functional as F
 from ..config import noise_policy
 from ..data import DataSplits, PrivateSplit
 from ..data.representations import build_representation
-<<<<<<< HEAD
-from ..privacy import PrivacyLedger, PrivateSampler, distributed
-=======
 from ..errors import ConfigError
-from ..privacy import PrivacyLedger, PrivateSampler
->>>>>>> main
+from ..privacy import PrivacyLedger, PrivateSampler, distributed
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
 from ..privacy.mechanisms import GaussianProjectionRelease

@@ -509,3 +509,21 @@ class RunLogger:
     def finish(self) -> None:
         for s in self.sinks:
             s.finish()
+
+
+class SilentLogger:
+    """The logger of a run's other processes (ranks > 0 of a ``torchrun`` run): rank 0 writes, they record nothing."""
+
+    resumed = False
+
+    def log_metrics(self, metrics: dict[str, Any], step: int) -> None: ...
+
+    def rewind(self, step: int) -> None: ...
+
+    def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None: ...
+
+    def log_summary(self, results: dict[str, Any]) -> None: ...
+
+    def finish(self) -> None: ...
+
+    def local_only(self) -> None: ...

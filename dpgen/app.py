@@ -1,6 +1,9 @@
 """The Hydra application of one training run: ``python train.py ...``, ``dpgen train ...`` and
 ``python -m dpgen train ...`` all run :func:`run_app` (preflight checks, then :func:`main`).
 
+One run on N processes: ``torchrun --nproc-per-node N train.py ...`` or ``dpgen train --nproc N ...``
+(docs/guides/distributed.md); rank 0 prints the errors and writes the one run folder.
+
 The configs come from ``dpgen.paths.HYDRA_CONFIGS``: the checkout's ``configs/`` folder, or the copy an
 installed wheel ships as the package ``dpgen.configs`` (Hydra's ``pkg://`` search path).
 """
@@ -16,7 +19,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from .paths import HYDRA_CONFIGS
+from .paths import CONFIGS, HYDRA_CONFIGS
 
 
 @hydra.main(config_path=HYDRA_CONFIGS, config_name="train", version_base="1.3")
@@ -30,19 +33,30 @@ def main(cfg: DictConfig) -> float | None:
     try:
         results = run(cfg)
     except RunInterrupted as stop:  # results so far are in results.json, labelled incomplete; the checkpoint is whole
-        print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
-              "incomplete); run the same command again to continue", file=sys.stderr)
+        from .privacy import distributed
+        from .utils.dist import LAUNCHER_ENV
+
+        if distributed.is_main() and not os.environ.get(LAUNCHER_ENV):  # `dpgen train --nproc` says it, once
+            print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
+                  "incomplete); run the same command again to continue", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(stop.exit_code)  # the folder is released and every file closed: skip the interpreter's slow teardown
     except Exception as err:
-        message = user_error(err)
+        from .privacy import distributed
+        from .utils.dist import LAUNCHER_ENV, PEER_LOST, peer_failure
+
+        peer = peer_failure(_unwrap(err))
+        message = user_error(err) or peer
         if message is None:  # a bug keeps its traceback
             raise
+        if peer is not None and os.environ.get(LAUNCHER_ENV):  # `dpgen train --nproc` reports it, once
+            raise SystemExit(PEER_LOST) from None
         if _is_multirun():  # a sweep reports through Hydra: the user's error itself, not Hydra's wrapper of it
             raise _unwrap(err) from None
-        _remove_untouched_run_dir()
-        print(f"error: {message}", file=sys.stderr)
+        if distributed.is_main():  # several processes: one error line, one folder (rank 0's)
+            _remove_untouched_run_dir()
+            print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     metric = cfg.get("optimized_metric")
     if metric is None:
@@ -109,11 +123,14 @@ def run_app(argv: list[str]) -> int:
     """Check the command line (a bad preset / key / run folder: one ``error:`` line, before Hydra makes a
     folder), then run :func:`main` on it; returns the exit code."""
     from .preflight import preflight
+    from .utils.dist import run_dir_overrides
 
     problem = preflight(argv)
     if problem is not None:
-        print(f"error: {problem}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # torchrun: every rank finds it, rank 0 says it
+            print(f"error: {problem}", file=sys.stderr)
         return 2
+    argv = [*argv, *run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml")]  # torchrun: one folder for all ranks
     saved = sys.argv
     sys.argv = [saved[0], *argv]
     try:

@@ -1,6 +1,7 @@
 """The ``dpgen`` console command.
 
     dpgen train experiment=mnist_dpswd accountant.epsilon=5     # = python train.py ... (Hydra overrides)
+    dpgen train --nproc 2 experiment=mnist_dpsgd                 # one run on 2 processes (torchrun)
     dpgen sample outputs/digits_moments/<run> --n 10000 --out synth.npz
     dpgen evaluate outputs/digits_moments/<run>                  # evaluate a run again from its release
     dpgen presets --method dpswd                                 # list presets
@@ -22,7 +23,7 @@ import sys
 
 # name -> (module, one line for `dpgen --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("dpgen.cli", "train an experiment preset: Hydra overrides, as `python train.py ...`"),
+    "train": ("dpgen.cli", "train an experiment preset: Hydra overrides, as `python train.py ...` (--nproc N: N processes)"),
     "sample": ("dpgen.export.cli", "sample a synthetic dataset from a run's release, with its privacy card"),
     "evaluate": ("dpgen.eval.cli", "evaluate a finished run again from its release (public data only, no privacy cost)"),
     "presets": ("dpgen.presets", "list the experiment presets (filter by --method / --dataset); check them"),
@@ -33,10 +34,43 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 def train(argv: list[str]) -> int:
-    """Run the Hydra application of one training run (:mod:`dpgen.app`) with ``argv`` as its command line."""
+    """Run the Hydra application of one training run (:mod:`dpgen.app`) with ``argv`` as its command line.
+
+    ``--nproc N`` (N > 1): one run on N processes, ``torchrun --standalone --nproc-per-node N -m dpgen train ...``
+    (``dpgen.utils.dist.launch``; gloo on CPU, NCCL on GPUs)."""
     from .app import run_app
 
+    nproc, argv = _nproc(argv)
+    if nproc is None:
+        return 2
+    if nproc > 1:
+        from .preflight import preflight
+        from .utils.dist import launch
+
+        problem = preflight(argv)  # once, before N processes start
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        return launch(argv, nproc)
     return run_app(argv)
+
+
+def _nproc(argv: list[str]) -> tuple[int | None, list[str]]:
+    """``--nproc N`` / ``--nproc=N`` taken out of ``argv`` (default 1); None after printing the error line."""
+    rest, nproc, i = [], 1, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--nproc" or arg.startswith("--nproc="):
+            value = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in arg else 2
+            if not value.isdigit() or int(value) < 1:
+                print(f"error: dpgen train --nproc takes a number of processes >= 1, got {value!r}", file=sys.stderr)
+                return None, argv
+            nproc = int(value)
+            continue
+        rest.append(arg)
+        i += 1
+    return nproc, rest
 
 
 def parser() -> argparse.ArgumentParser:

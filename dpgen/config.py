@@ -51,6 +51,9 @@ class TrainerSchema:
 
 
 REQUIRED = ("dataset", "model", "accountant", "evaluator", "logger", "trainer", "paths")
+# methods with model/warm_start=class_gaussian (dpgen/methods/warm_start.py): class name -> what users call it
+WARM_STARTABLE = {"DPSWDGenerator": "the DP-SWD generator", "DPSinkhorn": "DP-Sinkhorn", "DPSWGen": "DPSWgen",
+                  "DPSWFlowR": "DPSWflow-r"}
 
 
 def validate(cfg: DictConfig) -> None:
@@ -73,6 +76,12 @@ def validate(cfg: DictConfig) -> None:
             fields = [f.name for f in dataclasses.fields(schema)]
             raise ConfigError(f"{name}.{key} is not a setting;{suggestion(key, fields) or ' ' + name + ' has: ' + ', '.join(fields)}"
                               f" (drop the '+' key or fix its name)") from None
+
+    warm = cfg.model.get("warm_start")
+    target = str(cfg.model.get("_target_", "")).rsplit(".", 1)[-1]
+    if warm is not None and target not in WARM_STARTABLE:
+        raise ConfigError(f"model/warm_start is for {', '.join(WARM_STARTABLE.values())} only, not model {target}; "
+                          "drop +model/warm_start (or choose, e.g., experiment=mnist_dpswd_partition)")
 
     acc = cfg.accountant
     eps = acc.get("epsilon")

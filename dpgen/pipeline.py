@@ -8,40 +8,69 @@
    (the run folder is locked for the whole run and its resume decided first: dpgen/runs.py)
 5. metrics = evaluator(method, data, logger)
 6. results.json (+ W&B summary); return the results
+
+Several processes (``torchrun --nproc-per-node N train.py ...``, ``dpgen train --nproc N``): every
+process joins the launcher's group (``utils.dist``); rank 0 claims the run folder (lock, resume
+decision) and tells the others, which train on their part of every batch with a silent logger and stop
+after training; rank 0 evaluates and writes results.json: one run folder whatever the number of processes.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from pathlib import Path
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .config import check_delta_of_config, privacy_setting_error, validate
+from .errors import ConfigError
 from .eval.evaluator import evaluate_run
 from .export.release import release_info
 from .interrupt import RunInterrupted, stop_on_signals
+from .logging import SilentLogger
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
 from .paths import code_version
+from .privacy import distributed
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
 from .runs import RunFolder, claim_run_folder
-from .utils import check_precision, pick_device, seed_everything
+from .utils import check_precision, dist, pick_device, seed_everything
 from .utils.threads import apply_threads
+
+
+class OtherRank(SystemExit):
+    """Rank 0 refused the run (its ``error:`` line says why): the other ranks end quietly with status 2."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
 
 
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
-    with claim_run_folder(cfg, log=Console(stderr=True).log) as folder:  # one owner; resume or refuse (runs.py)
-        try:
-            return _run(cfg, folder)
-        except PrivacySettingError as e:  # the privacy core names its setting; the config layer names the key
-            raise privacy_setting_error(e) from None
+    dist.init_from_env()  # torchrun / submitit: one of several processes (a no-op otherwise)
+    if distributed.active() and cfg.accountant.get("data_dependent_reports", False):
+        raise ConfigError("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
+                          "per-record gradients of the whole batch in one process: run it on one process (without "
+                          "--nproc / torchrun)")
+    if not distributed.is_main():  # rank 0 owns the folder; the others learn its decision
+        decision = distributed.broadcast_object(None)
+        if decision is None:
+            raise OtherRank()
+        return _run(cfg, RunFolder(Path(decision[0]), None if decision[1] is None else Path(decision[1]), lock=None))
+    try:
+        folder = claim_run_folder(cfg, log=Console(stderr=True).log)  # one owner; resume or refuse (runs.py)
+    except BaseException:
+        distributed.broadcast_object(None)
+        raise
+    with folder:
+        distributed.broadcast_object((str(folder.path), None if folder.resume_from is None else str(folder.resume_from)))
+        return _run(cfg, folder)
 
 
 class _SoFar:
@@ -72,6 +101,8 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
     except RunInterrupted as stop:
         so_far.write(stop)
         raise
+    except PrivacySettingError as e:  # the privacy core names its setting; the config layer names the key
+        raise privacy_setting_error(e) from None
 
 
 def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
@@ -80,10 +111,14 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     console = Console(stderr=True)
     seed = int(cfg.get("seed", 0))
     seed_everything(seed)
-    device = pick_device(cfg.trainer.device)
+    device = dist.device_of_rank(pick_device(cfg.trainer.device))  # several processes: LOCAL_RANK's GPU
     run_dir = folder.path
     name = cfg.get("experiment_name", "run")
-    console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
+    main = distributed.is_main()
+    if main and distributed.world_size() > 1:
+        console.log(f"one run on {distributed.world_size()} processes (rank 0 writes)")
+    if main:
+        console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
     # settings first: a bad model / evaluator / accountant setting fails before the data is loaded
     convention = paper_convention(cfg.get("privacy"))  # privacy.convention=paper: the paper's noise (dpgen/privacy/conventions.py)
@@ -95,7 +130,8 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     evaluator.check(data)  # the public splits are large enough for every requested metric, before training
     n_priv = len(data.private)
     check_delta_of_config(cfg, n_priv)  # δ < 1/N: refused before training, N kept out of the message
-    logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
+    logger = (instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
+              if main else SilentLogger())
     so_far.ledger, so_far.evaluator, so_far.logger, so_far.phase = ledger, evaluator, logger, "training"
     so_far.base = {"experiment": name, "dataset": data.name, "overrides": _overrides(),
                    "git_commit": code_version(), "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))}
@@ -105,13 +141,19 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
                           "anyone who knows it can recompute the noise. Use for debugging only.", stacklevel=2)
         ctx = TrainContext(device=device, logger=logger, run_dir=run_dir, seed=seed,
                            log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
-                           resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps, progress=bool(cfg.trainer.progress),
+                           resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps,
+                           progress=bool(cfg.trainer.progress) and main,
                            deterministic=bool(cfg.trainer.get("deterministic", False)),
                            precision=check_precision(cfg.trainer.get("precision", 32)),
                            release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
                                                                   method, led, code_version(), run_dir))
         train_metrics = loop.train(method, data, ledger, ctx)
         so_far.train, so_far.phase = train_metrics, "evaluation"
+        rank = distributed.rank()
+        dist.shutdown()  # training is the only collective work: rank 0 evaluates alone (torchmetrics would sync)
+        if not main:  # rank 0 evaluates and writes the results
+            so_far.phase = "done"
+            return {"metrics": {}, "train": train_metrics, "rank": rank}
         metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
         so_far.phase = "summary"
         privacy = ledger.summary()

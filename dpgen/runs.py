@@ -287,8 +287,7 @@ def _decide(cfg: DictConfig, run_dir: Path, notes: list[str]) -> Path | None:
             raise ConfigError(f"run folder {run_dir} holds a checkpoint of a run with other settings "
                               f"({signature_diff(old, run_signature(cfg))}): rerun with that run's settings to "
                               f"resume it, start it over with trainer.overwrite=true, or {NEW_FOLDER}")
-        finished = _read_json(run_dir / "results.json")
-        if finished is not None and "incomplete" not in finished:
+        if _finished(_read_json(run_dir / "results.json"), cfg.trainer.get("max_steps")):
             notes.append(f"{run_dir} holds a finished run: its training is complete, so this run re-evaluates its "
                          "release and rewrites results.json (no further privacy cost); trainer.overwrite=true starts "
                          "it over")
@@ -303,6 +302,19 @@ def _decide(cfg: DictConfig, run_dir: Path, notes: list[str]) -> Path | None:
     if mode == "true":
         notes.append(f"trainer.resume=true but no checkpoint in {run_dir}: starting fresh")
     return None
+
+
+def _finished(results: dict | None, max_steps) -> bool:
+    """Whether the run of ``results`` has nothing left to train for a run with ``trainer.max_steps``: it ended at
+    its plan or its budget (or at this max_steps), and was not stopped early (``incomplete``)."""
+    if not results or "incomplete" in results:
+        return False
+    train = results.get("train") or {}
+    done, planned = train.get("train_steps"), train.get("steps_planned")
+    if done is None:
+        return False
+    return bool(train.get("stopped_by_budget") or (planned is not None and done >= planned)
+                or (max_steps is not None and done >= int(max_steps)))
 
 
 def _checkpoint_of(path: Path) -> Path:

@@ -64,7 +64,7 @@ def torch_protocol_accuracy(name: str, x_syn: torch.Tensor, y_syn: torch.Tensor,
     """
     from torch import nn
 
-    from .cnn import accuracy, fit_early_stopping
+    from .cnn import Adam, accuracy, fit_early_stopping
 
     cfg = torch_clf_settings(settings)
     xs, xt = torch_protocol_inputs(x_syn, x_test, bool(cfg["threshold"]))
@@ -77,7 +77,7 @@ def torch_protocol_accuracy(name: str, x_syn: torch.Tensor, y_syn: torch.Tensor,
     else:
         raise ValueError(f"evaluator.protocol=torch fits logreg or mlp, not {name!r}")
     model = model.to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]))
+    opt = Adam(model.parameters(), lr=float(cfg["lr"]), weight_decay=float(cfg["weight_decay"]))
     model = fit_early_stopping(model, opt, xs, y_syn.long().cpu(), epochs=int(cfg["max_epochs"]),
                                batch_size=int(cfg["batch_size"]), patience=int(cfg[f"patience_{name}"]),
                                val_fraction=float(cfg["val_fraction"]), seed=seed, device=device)

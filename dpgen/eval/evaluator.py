@@ -9,7 +9,7 @@
 3. downstream accuracy on the real test set of LogReg, MLP and a small CNN (torch); LogReg and MLP under
    ``protocol='sklearn'`` (DP-SWD Table 2 / DP-MERF: scikit-learn) or ``protocol='torch'`` (DP-Sinkhorn
    Table 1: its early-stopped torch classifiers on thresholded [-1, 1] pixels, :mod:`dpgen.eval.downstream`);
-4. FID (torchmetrics) of ``n_fid`` synthetic images against a NON-private reference set with the
+4. FID (float64, torchmetrics' formula) of ``n_fid`` synthetic images against a NON-private reference set with the
    ``inception`` or the offline ``domain`` extractor (see :mod:`dpgen.eval.fid` for which data
    trains the domain extractor and which is the reference); the metrics record the extractor
    actually used, the data it was trained on and the reference set.

@@ -1,4 +1,4 @@
-"""Fréchet distance of synthetic vs real images with torchmetrics' ``FrechetInceptionDistance``.
+"""Fréchet distance of synthetic vs real images (the computation of torchmetrics' ``FrechetInceptionDistance``).
 
 Two feature extractors (``evaluator.fid.extractor``):
 
@@ -29,7 +29,8 @@ The trained extractor is cached per dataset under ``<cache_dir>/fid_domain/`` (`
 ``evaluator.fid.cache_dir``, else ``$DPGEN_CACHE_DIR``, else ``~/.cache/dpgen``) and keyed by a
 hash of its training data and settings; it is never written into a run's checkpoints.
 
-Covariances are accumulated in float64 by torchmetrics; the domain extractor returns float64
+Means and covariances are accumulated in float64 (the operations of torchmetrics'
+``FrechetInceptionDistance``, computed here without importing it); the extractors return float64
 features so the final distance stays float64 as well.
 """
 
@@ -65,8 +66,8 @@ def default_cache_dir() -> Path:
 
 
 class DomainFeatures(nn.Module):
-    """Wraps a trained :class:`SmallCNN` for torchmetrics: ``forward(x: (n, C, H, W) in [0, 1])`` ->
-    ``(n, num_features)`` float64 penultimate features; ``num_features`` set for torchmetrics."""
+    """Wraps a trained :class:`SmallCNN` as an FID feature extractor: ``forward(x: (n, C, H, W) in [0, 1])`` ->
+    ``(n, num_features)`` float64 penultimate features."""
 
     def __init__(self, cnn: SmallCNN) -> None:
         super().__init__()
@@ -304,19 +305,41 @@ def domain_extractor(data: DataSplits, cache_dir: str | Path | None = None, sett
 
 
 @torch.no_grad()
+def feature_moments(x: torch.Tensor, extractor: nn.Module, batch_size: int = 500,
+                    device: torch.device | str = "cpu") -> tuple[int, torch.Tensor, torch.Tensor]:
+    """``(n, sum_i f_i, sum_i f_i f_i^T)`` in float64 of the features ``f_i = extractor(x_i)`` of
+    ``x: (n, C, H, W)`` in [0, 1], accumulated batch by batch (torchmetrics' FID states)."""
+    total = outer = None
+    for i in range(0, x.shape[0], batch_size):
+        f = extractor(x[i:i + batch_size].to(device).float().clamp(0, 1)).double()
+        if f.dim() == 1:
+            f = f.unsqueeze(0)
+        total = f.sum(dim=0) if total is None else total + f.sum(dim=0)
+        outer = f.t().mm(f) if outer is None else outer + f.t().mm(f)
+    return int(x.shape[0]), total, outer
+
+
+def frechet_distance_of_moments(real: tuple[int, torch.Tensor, torch.Tensor],
+                                fake: tuple[int, torch.Tensor, torch.Tensor]) -> float:
+    """FID = ||mu_r - mu_f||^2 + Tr(S_r + S_f - 2 (S_r S_f)^{1/2}) from :func:`feature_moments`; the unbiased
+    covariances and the trace of the square root as the sum of the square roots of the eigenvalues of
+    ``S_r S_f`` (torchmetrics' ``FrechetInceptionDistance.compute``, the same float64 operations)."""
+    (n_r, sum_r, outer_r), (n_f, sum_f, outer_f) = real, fake
+    mu_r, mu_f = (sum_r / n_r).unsqueeze(0), (sum_f / n_f).unsqueeze(0)
+    cov_r = (outer_r - n_r * mu_r.t().mm(mu_r)) / (n_r - 1)
+    cov_f = (outer_f - n_f * mu_f.t().mm(mu_f)) / (n_f - 1)
+    mean_term = (mu_r.squeeze(0) - mu_f.squeeze(0)).square().sum(dim=-1)
+    sqrt_trace = torch.linalg.eigvals(cov_r @ cov_f).sqrt().real.sum(dim=-1)
+    return float(mean_term + (cov_r.trace() + cov_f.trace()) - 2 * sqrt_trace)
+
+
 def frechet_distance(real: torch.Tensor, fake: torch.Tensor, extractor: nn.Module, batch_size: int = 500,
                      device: torch.device | str = "cpu") -> float:
     """FID between image sets ``real, fake: (n, C, H, W)`` in [0, 1] in ``extractor``'s feature space
-    (torchmetrics ``FrechetInceptionDistance``; float64 means and covariances)."""
-    from torchmetrics.image.fid import FrechetInceptionDistance
-
+    (float64 means and covariances, as torchmetrics' ``FrechetInceptionDistance`` computes them, without
+    importing torchmetrics: seconds of start-up on a run that uses the domain extractor)."""
     if real.shape[0] < 2 or fake.shape[0] < 2:
         raise ValueError("FID needs at least 2 real and 2 generated images (evaluator.fid.n_fid)")
-    metric = FrechetInceptionDistance(feature=extractor, normalize=True, reset_real_features=True).to(device)
-    # states are float64 already (torchmetrics allocates them with .double()); set_dtype would also
-    # cast the extractor's weights, so it is not called
-    for i in range(0, real.shape[0], batch_size):
-        metric.update(real[i:i + batch_size].to(device).float().clamp(0, 1), real=True)
-    for i in range(0, fake.shape[0], batch_size):
-        metric.update(fake[i:i + batch_size].to(device).float().clamp(0, 1), real=False)
-    return float(metric.compute())
+    extractor = extractor.to(device).eval()
+    return frechet_distance_of_moments(feature_moments(real, extractor, batch_size, device),
+                                       feature_moments(fake, extractor, batch_size, device))

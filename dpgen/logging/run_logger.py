@@ -21,6 +21,7 @@ import csv
 import io
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,37 @@ def to_uint8_image(grid: torch.Tensor) -> np.ndarray:
     pixels = (grid.detach().float().cpu().clamp(0, 1) * 255.0).round().to(torch.uint8)
     arr = pixels.permute(1, 2, 0).numpy()
     return arr[:, :, 0] if arr.shape[2] == 1 else arr
+
+
+def image_grid(images: torch.Tensor, nrow: int = 10, padding: int = 2, pad_value: float = 1.0) -> torch.Tensor:
+    """``images: (n, C, H, W)`` -> one ``(3 or C, H', W')`` grid, ``nrow`` images per row, ``padding`` pixels of
+    ``pad_value`` around each; grey images become three equal channels.  The same grid (pixel for pixel) as
+    ``torchvision.utils.make_grid`` with these arguments, without importing torchvision (seconds of start-up
+    that a run on the 8x8 digits would spend on nothing else)."""
+    if images.dim() == 3:
+        images = images.unsqueeze(0)
+    if images.shape[1] == 1:
+        images = images.expand(-1, 3, -1, -1)
+    n, c, h, w = images.shape
+    if n == 1:
+        return images[0].clone()
+    cols = min(nrow, n)
+    rows = -(-n // cols)
+    grid = images.new_full((c, rows * (h + padding) + padding, cols * (w + padding) + padding), pad_value)
+    for k in range(n):
+        y, x = divmod(k, cols)
+        top, left = y * (h + padding) + padding, x * (w + padding) + padding
+        grid[:, top:top + h, left:left + w] = images[k]
+    return grid
+
+
+def save_png(images: torch.Tensor, path: str | Path, nrow: int = 10) -> None:
+    """Write ``images: (n, C, H, W)`` in [0, 1] as one PNG grid (:func:`image_grid`), pixels rounded to uint8."""
+    from PIL import Image
+
+    grid = image_grid(images.detach().float().cpu().clamp(0, 1), nrow=nrow)
+    pixels = grid.mul(255).add_(0.5).clamp_(0, 255).permute(1, 2, 0).to(torch.uint8).numpy()
+    Image.fromarray(pixels).save(path)
 
 
 def wandb_mode(configured: str) -> str:
@@ -159,10 +191,8 @@ class LocalSink:
         os.replace(tmp, self._csv)
 
     def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> Path:
-        from torchvision.utils import save_image
-
         path = self.run_dir / f"{name}.png"
-        save_image(images.detach().float().cpu().clamp(0, 1), path, nrow=nrow, padding=2, pad_value=1.0)
+        save_png(images, path, nrow=nrow)
         return path
 
     def log_summary(self, results: dict[str, Any]) -> Path:
@@ -221,6 +251,10 @@ class WandbSink:
     * ``resume_id``: continue that W&B run (a resumed run folder whose earlier segment was sent)
       instead of starting a new one; the id is written to ``wandb_run_id`` when the run is sent.
     * nothing recorded (a run refused before its first logged step): no W&B run at all.
+
+    W&B's start-up (its import, and ``wandb.setup()``: the service process a run connects to) is done
+    on a background thread while the run trains and evaluates, so ``finish()`` only opens, fills and
+    closes the run: no W&B run exists and nothing is recorded before then.
     """
 
     def __init__(self, run_dir: str | Path, config: dict, mode: str = "offline", project: str = "dpgen",
@@ -237,14 +271,15 @@ class WandbSink:
         self._images: list[tuple[str, np.ndarray, str, int | None]] = []
         self._summary: dict | None = None
         self.run = None
+        self._prepared = threading.Thread(target=_prepare_wandb, name="dpgen-wandb-setup", daemon=True)
+        if self.mode != "disabled":
+            self._prepared.start()
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         self._rows.setdefault(int(step), {}).update({k: v for k, v in metrics.items() if v is not None})
 
     def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None:
-        from torchvision.utils import make_grid
-
-        grid = make_grid(images.detach().float().cpu().clamp(0, 1), nrow=nrow, padding=2, pad_value=1.0)
+        grid = image_grid(images.detach().float().cpu().clamp(0, 1), nrow=nrow)
         key = f"samples/{name.removeprefix('samples_')}" if name.startswith("samples_") else name
         self._images.append((key, to_uint8_image(grid), name, step))
 
@@ -255,6 +290,8 @@ class WandbSink:
         """Open the W&B run, send everything recorded, close it (once)."""
         if self.run is not None or not (self._rows or self._images or self._summary is not None):
             return
+        if self._prepared.is_alive():
+            self._prepared.join()
         import wandb
 
         (self.run_dir / WANDB_ID_FILE).write_text(self.run_id + "\n")
@@ -303,6 +340,19 @@ class WandbSink:
         for key in ("experiment", "dataset"):
             if key in safe:
                 self.run.summary[key] = safe[key]
+
+
+def _prepare_wandb() -> None:
+    """Import W&B and start its service process (``wandb.setup()``, public API: it creates no run and records
+    nothing), plus the module every ``wandb.init`` imports, so that the run's ``finish()`` does not wait for
+    them.  Any failure is left for ``wandb.init`` itself to report."""
+    try:
+        import wandb
+
+        wandb.setup()
+        import wandb.sdk.launch.inputs.internal  # noqa: F401 - imported by every wandb.init (launch job inputs)
+    except Exception:  # noqa: BLE001 - a speed-up only: wandb.init reports any real problem
+        pass
 
 
 def new_wandb_id() -> str:
@@ -459,3 +509,21 @@ class RunLogger:
     def finish(self) -> None:
         for s in self.sinks:
             s.finish()
+
+
+class SilentLogger:
+    """The logger of a run's other processes (ranks > 0 of a ``torchrun`` run): rank 0 writes, they record nothing."""
+
+    resumed = False
+
+    def log_metrics(self, metrics: dict[str, Any], step: int) -> None: ...
+
+    def rewind(self, step: int) -> None: ...
+
+    def log_images(self, name: str, images: torch.Tensor, step: int | None = None, nrow: int = 10) -> None: ...
+
+    def log_summary(self, results: dict[str, Any]) -> None: ...
+
+    def finish(self) -> None: ...
+
+    def local_only(self) -> None: ...

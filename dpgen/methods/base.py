@@ -24,7 +24,6 @@ bar, release artefact).  Interface (see docs/ARCHITECTURE.md):
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ import torch
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy import PrivacyLedger, PrivateSampler, distributed
 from ..privacy.mechanisms import Mechanism
 from ..utils import load_checkpoint
 
@@ -70,8 +69,8 @@ def secret_seed(ctx: TrainContext, offset: int = 1) -> int:
     """
     if ctx.deterministic:
         return ctx.seed + offset
-    torch.manual_seed(secrets.randbits(63))
-    return secrets.randbits(63)
+    torch.manual_seed(distributed.shared_secret())  # several processes: rank 0's (the same on every rank)
+    return distributed.shared_secret()
 
 
 def mechanism_seed(ctx: TrainContext, offset: int = 11) -> int | None:

@@ -41,6 +41,7 @@ from ..privacy.moments import (
     ClassMomentRelease,
     ClassMoments,
 )
+from ..privacy.noise import Calibrated
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 
 RELEASES = ("moments", "projections")
@@ -54,7 +55,8 @@ class DPClassGaussian(GenerativeMethod):
 
     def __init__(self, representation: dict | None = None, release: str = "moments",
                  moment_shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), block_slack: float = 1.2,
-                 private: bool = True, chunk: int = 5000, shrinkage: str = "pooled_prior") -> None:
+                 private: bool = True, chunk: int = 5000, shrinkage: str = "pooled_prior",
+                 epsilon_share: float = 1.0) -> None:
         if release not in RELEASES:
             raise ValueError(f"model.release={release!r} is unknown; choose one of {', '.join(RELEASES)}")
         self.rep_cfg = dict(representation or {"kind": "dct"})
@@ -64,6 +66,12 @@ class DPClassGaussian(GenerativeMethod):
         if shrinkage not in SHRINKAGES:
             raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
         self.shrinkage = shrinkage
+        # the share of accountant.epsilon this release alone spends: 1, or the first phase of a warm start
+        self.epsilon_share = float(epsilon_share)
+        if not 0.0 < self.epsilon_share <= 1.0:
+            raise ValueError(f"epsilon_share must lie in (0, 1], got {epsilon_share}")
+        if self.private and self.epsilon_share < 1.0:
+            self.noise = Calibrated(epsilon_share=self.epsilon_share)
         if self.block_slack <= 0:
             raise ValueError(f"model.block_slack must be > 0, got {block_slack}")
         self.rep: Representation | None = None
@@ -115,10 +123,12 @@ class DPClassGaussian(GenerativeMethod):
 
     def load_state_dict(self, state: dict) -> None:
         if state:
-            self.moments = ClassMoments(state["counts"], state["means"], state["covariances"])
+            self.moments = ClassMoments(state["counts"], state["means"], state["covariances"],
+                                        state.get("estimator", ""))
 
     def _moment_state(self) -> dict:
-        return {"counts": self.moments.counts, "means": self.moments.means, "covariances": self.moments.covariances}
+        return {"counts": self.moments.counts, "means": self.moments.means, "covariances": self.moments.covariances,
+                "estimator": self.moments.estimator}
 
     def signature(self) -> dict:
         return {"release": self.release_kind, "shrinkage": self.shrinkage, "representation": {"kind": self.kind, **{
@@ -134,7 +144,9 @@ class DPClassGaussian(GenerativeMethod):
         return {"release": self.release_kind, "representation": self.kind, "code_dim": self.rep.dim,
                 "radius": self.rep.radius, "noise_std": self.mech.noise_std,
                 "noise_multiplier": self.mech.noise_multiplier, "sensitivity": self.mech.sensitivity,
-                "relation": self.mech.relation}
+                "relation": self.mech.relation,
+                # the covariance estimator that ran (model.shrinkage=auto resolved from the release: post-processing)
+                "shrinkage_used": None if self.moments is None else self.moments.estimator}
 
     # -- sampling ------------------------------------------------------------------------
     @torch.no_grad()

@@ -71,6 +71,7 @@ import torch
 from ..config import noise_policy
 from ..data import DataSplits
 from ..data.representations import build_representation
+from ..errors import ConfigError
 from ..ot.sinkhorn import COSTS, DEBIAS, EntropicOT, embed, extra_rows, sinkhorn_generator_loss
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
@@ -78,6 +79,7 @@ from ..privacy.mechanisms import ImageGradientSanitiser
 from ..privacy.noise import Calibrated, FixedMultiplier, FixedStd
 from ..utils import autocast
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
+from .warm_start import WarmTarget, as_warm_start, phase_two_noise
 
 
 class DPSinkhorn(GenerativeMethod):
@@ -92,7 +94,10 @@ class DPSinkhorn(GenerativeMethod):
                  debias: str = "semi", debias_ratio: float = 0.4, embed_multiplier: float = 15.0,
                  clip_norm: float = 0.5, noise_multiplier: float | None = 1.1, clip: str = "whole",
                  private: bool = True, representation: dict | None = None,
-                 sinkhorn_backend: str = "tensorized") -> None:
+                 sinkhorn_backend: str = "tensorized", warm_start: dict | None = None) -> None:
+        self.warm_start = as_warm_start(warm_start)  # methods.warm_start: run by the loop
+        if self.warm_start is not None and not private:
+            raise ConfigError("model.warm_start spends a share of a private budget: drop model.private=false")
         if cost not in COSTS:
             raise ValueError(f"model.cost={cost!r} is unknown; choose one of {COSTS}")
         if debias not in DEBIAS:
@@ -111,6 +116,7 @@ class DPSinkhorn(GenerativeMethod):
                              "model.steps steps: set model.steps (or a fixed model.noise_multiplier)")
         # the paper's sigma fixed: noise std 2 C sigma (multiplier sigma for the whole-batch clip, sigma / sqrt(n) per row)
         self.noise = FixedStd(2.0 * float(clip_norm) * noise.multiplier) if isinstance(noise, FixedMultiplier) else noise
+        self.noise = phase_two_noise(self.noise) if self.warm_start is not None else self.noise
         extra_rows(1, debias_ratio)  # validates p
         self.rep_cfg = None if representation is None else dict(representation)
         if self.rep_cfg is not None:
@@ -137,7 +143,8 @@ class DPSinkhorn(GenerativeMethod):
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device, self.num_classes, self.precision = ctx.device, data.num_classes, ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
-        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx))
+        # the released gradient couples the whole batch: several processes read the whole batch (split=False)
+        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx), split=False)
         self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=self.clip_norm, n_rows=self.batch_size,
                                                 sample_rate=self.sampler.sample_rate, clip=self.clip,
                                                 noise=self.noise, steps=self.steps, seed=mechanism_seed(ctx))
@@ -209,6 +216,17 @@ class DPSinkhorn(GenerativeMethod):
         if self.basis is None:
             return x
         return (x.flatten(1) - self.center) @ self.basis
+
+    def warm_target(self) -> WarmTarget:
+        """The warm-up fits ``G`` on images in [−1, 1] (the generator's output scale; public value range)."""
+        lo, hi = self._range
+
+        def rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return ((x - lo) / (hi - lo) * 2.0 - 1.0).flatten(1)
+
+        def generate(y: torch.Tensor) -> torch.Tensor:
+            return self.G(self.G.latent(y.shape[0], device=self.device), y).float().flatten(1)
+        return WarmTarget(rows=rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     def progress_info(self, values: dict) -> str:
         return f"loss {values['loss']:.4f}" if "loss" in values else f"|released grad| {values['released_grad_norm']:.3f}"

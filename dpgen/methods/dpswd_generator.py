@@ -68,6 +68,7 @@ import torch.nn.functional as F
 
 from ..config import noise_policy
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import (
@@ -83,6 +84,7 @@ from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import RowMap, class_blocks, fixed_size
 from ..utils import autocast
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
+from .warm_start import WarmTarget, as_warm_start, phase_two_noise
 
 
 class DPSWDGenerator(GenerativeMethod):
@@ -96,8 +98,12 @@ class DPSWDGenerator(GenerativeMethod):
                  betas: tuple[float, float] = (0.9, 0.999), label_mode: str = "partition", label_weight: float = 1.0,
                  center: float | None = None, radius: float | None = None, private: bool = True,
                  feature_map: Callable[..., torch.nn.Module] | None = None, feature_lr: float = 5e-4,
-                 convention: PaperConvention | None = None) -> None:
+                 convention: PaperConvention | None = None, warm_start: dict | None = None) -> None:
         self.convention = convention = as_convention(convention)
+        self.warm_start = as_warm_start(warm_start)  # methods.warm_start: run by the loop
+        if self.warm_start is not None and (convention is not None or feature_map is not None or not private):
+            raise ConfigError("model.warm_start needs an honest private run on pixel rows: drop model.feature_map, "
+                              "privacy.convention=paper and model.private=false, or model/warm_start=null")
         if convention is not None and (label_mode == "concat" or feature_map is not None or not private):
             raise ValueError("privacy.convention=paper (raw pixel rows) needs model.label_mode=partition or none, no "
                              "model.feature_map and model.private=true; set privacy.convention=honest otherwise")
@@ -109,6 +115,7 @@ class DPSWDGenerator(GenerativeMethod):
         self.center, self.radius, self.private = center, radius, bool(private)
         # the projection's noise: calibrated to accountant.epsilon, none (private=false), or the paper's sigma
         self.noise = PaperNoise(convention.sigma) if convention is not None else noise_policy(self.private)
+        self.noise = phase_two_noise(self.noise) if self.warm_start is not None else self.noise
         if label_mode not in ("partition", "concat", "none"):
             raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
         self.make_feature_map, self.feature_lr = feature_map, float(feature_lr)
@@ -235,6 +242,12 @@ class DPSWDGenerator(GenerativeMethod):
         self.opt_f.zero_grad(set_to_none=True)
         loss.backward()
         self.opt_f.step()
+
+    def warm_target(self) -> WarmTarget:
+        """The warm-up fits ``G`` in the rows of the release (``_rows``: public normalisation)."""
+        def generate(y: torch.Tensor) -> torch.Tensor:
+            return self._rows(self.G(torch.randn(y.shape[0], self.G.d_code, device=self.device), y).float(), y)
+        return WarmTarget(rows=self._rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     # -- state ------------------------------------------------------------------------------
     def signature(self) -> dict:

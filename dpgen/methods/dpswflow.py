@@ -36,6 +36,7 @@ import math
 import torch
 
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..logging.plots import particles_scatter
 from ..ot.flows import (
     empirical_quantiles,
@@ -51,6 +52,7 @@ from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks
 from .base import TrainContext, mechanism_seed
 from .latent import LatentMethod
+from .warm_start import WarmTarget
 
 
 class _ParticleFlow(LatentMethod):
@@ -218,6 +220,16 @@ class DPSWFlowR(_ParticleFlow):
     def train_summary(self) -> dict:
         return {**super().train_summary(), "sample_rate": self.projection.sample_rate}
 
+    def warm_target(self) -> WarmTarget:
+        """The warm-up puts the particles on latent rows of samples of the released class Gaussians (one sample
+        per particle, of the particle's class; balanced labels without partition)."""
+        labels = (self.particle_labels if self.particle_labels is not None
+                  else torch.arange(self.n_particles) % self.space.n_classes)
+
+        def place(rows: torch.Tensor) -> None:
+            self.X = rows.to(self.device)
+        return WarmTarget(rows=self.space.rows, device=self.device, labels=labels, place=place)
+
 
 # ---------------------------------------------------------------------------------------------
 class DPSWFlow(_ParticleFlow):
@@ -245,6 +257,10 @@ class DPSWFlow(_ParticleFlow):
     def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", block_slack: float = 1.0,
                  steps: int | None = 1500, **kw) -> None:
         super().__init__(steps=steps, **kw)
+        if self.warm_start is not None:
+            raise ConfigError("model.warm_start is for DPSWflow-r and DPSWgen: DPSWflow's one release of the whole "
+                              "set is replace-one (N public) and cannot be composed with the add/remove moment "
+                              "release in one ledger; use experiment=<dataset>_dpswflow_r, or model/warm_start=null")
         if not block_slack > 0:
             raise ValueError(f"model.block_slack must be > 0 (block size m = ceil(block_slack * N / C)), got "
                              f"{block_slack}")

@@ -14,12 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from ..data import DataSplits
+from ..errors import ConfigError
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
 from ..privacy.rows import class_blocks
 from ..utils import autocast
 from .base import TrainContext
 from .latent import LatentMethod
+from .warm_start import WarmTarget
 
 
 class DPSWGen(LatentMethod):
@@ -90,6 +92,13 @@ class DPSWGen(LatentMethod):
         loss.backward()
         self.opt.step()
         return {"loss": loss.detach()}  # a function of the release and public samples (synced at log cadence)
+
+    def warm_target(self) -> WarmTarget:
+        """The warm-up fits the latent generator to latent rows of samples of the released class Gaussians."""
+        if self.label_mode != "partition":
+            raise ConfigError("model.warm_start for DPSWgen needs model.label_mode=partition (a conditional generator)")
+        return WarmTarget(rows=self.space.rows, device=self.device, generate=self._generate,
+                          parameters=self.G.parameters())
 
     def state_dict(self) -> dict:
         return {"generator": self.G.state_dict(), "optimizer": self.opt.state_dict(), **self._ae_state()}

@@ -48,7 +48,8 @@ import torch.nn.functional as F
 from ..config import noise_policy
 from ..data import DataSplits, PrivateSplit
 from ..data.representations import build_representation
-from ..privacy import PrivacyLedger, PrivateSampler
+from ..errors import ConfigError
+from ..privacy import PrivacyLedger, PrivateSampler, distributed
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
 from ..privacy.mechanisms import GaussianProjectionRelease
@@ -59,6 +60,7 @@ from ..privacy.sensitivity import l2_sensitivity
 from ..utils import load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .loop import progress_bar, save_public_artifact
+from .warm_start import as_warm_start, phase_two_noise
 
 
 class LatentSpace:
@@ -162,9 +164,14 @@ class LatentMethod(GenerativeMethod):
                  dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
                  steps: int | None = None, private: bool = True, noise_std: float = 0.0, label_mode: str = "partition",
                  label_weight: float = 1.0, latent_scale: float = 1.0, sample_jitter: float = 0.02,
-                 representation: dict | None = None, convention: PaperConvention | dict | None = None) -> None:
+                 representation: dict | None = None, convention: PaperConvention | dict | None = None,
+                 warm_start: dict | None = None) -> None:
         # privacy.convention=paper: the released code's noise (CLT sensitivity at delta/2), labelled, epsilon_true
         self.convention = as_convention(convention)
+        self.warm_start = as_warm_start(warm_start)  # methods.warm_start: run by the loop
+        if self.warm_start is not None and (self.convention is not None or not private):
+            raise ConfigError("model.warm_start spends a share of an honest private budget: drop "
+                              "privacy.convention=paper / model.private=false, or model/warm_start=null")
         if self.convention is not None and not private:
             raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
         self.dp = as_projection_dp(dp, self.default_dp)  # k, bound, directions, delta share (validated there)
@@ -179,6 +186,7 @@ class LatentMethod(GenerativeMethod):
         self.steps = None if steps is None else int(steps)
         self.private = bool(private)
         self.noise = noise_policy(self.private, noise_std=noise_std)  # calibrated, or a non-private run's smoothing
+        self.noise = phase_two_noise(self.noise) if self.warm_start is not None else self.noise
         if label_mode not in ("partition", "concat", "none"):
             raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
         self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
@@ -300,8 +308,9 @@ class LatentMethod(GenerativeMethod):
         n = len(data.private)
         x, y = PrivateSampler(data.private, n, "without_replacement", seed=seed).sample()
         rows = torch.cat([self.space.rows(x[i:i + chunk].to(self.device), y[i:i + chunk].to(self.device)).cpu()
-                          for i in range(0, n, chunk)])
-        return PrivateSplit(rows, y)
+                          for i in range(0, x.shape[0], chunk)])
+        # several processes: each rank encoded its part; the encoded set is the whole set, in order, on every rank
+        return PrivateSplit(distributed.all_gather_rows(rows), distributed.all_gather_rows(y))
 
     def _private_rows(self) -> torch.Tensor:
         """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release)."""

@@ -27,6 +27,14 @@ host only at the log cadence and at the end, so a step on an accelerator never w
 
 Checkpoint ``checkpoints/last.pt`` = {step, signature, method, ledger, mechanisms, sampler, rng, values}: it
 holds RNG states and is as sensitive as the data; the release artefact is what may be published.
+
+Several processes (``torchrun``, ``dpgen.utils.dist``): every rank runs this loop on the same global
+batches (the sampler gives each its part) and releases the same tensors (the mechanisms reduce, noise
+once and gather), so every rank takes every step and computes the same update.  After ``setup`` (and a
+resume) rank 0's state — models, optimisers, sampler, noise generators, RNG — is copied to every rank,
+so the ranks start identical whatever they seeded; the budget allowance is rank 0's.  Only rank 0 logs
+and writes (checkpoints, the release artefact, ``finish``): one run folder, one ledger.  Its checkpoint
+holds the single-process state, so a run resumes on any number of processes.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..privacy import PrivacyLedger
+from ..privacy import PrivacyLedger, distributed
 from ..privacy.card import public_signature
 from ..privacy.mechanisms import Mechanism
 from ..runs import read_checkpoint, write_atomically
@@ -65,7 +73,9 @@ class Budget:
             return 2**62 if at_most is None else at_most
         kinds = {m.accountant for m in private}  # the accountant(s) that calibrated these releases
         accountant = kinds.pop() if len(kinds) == 1 else self.ledger.calibrating_accountant
-        return self.ledger.allowance_for([m.ledger_entry() for m in private], accountant, at_most)
+        allowed = (self.ledger.allowance_for([m.ledger_entry() for m in private], accountant, at_most)
+                   if distributed.is_main() else None)
+        return int(distributed.broadcast_object(allowed))  # several processes: rank 0's ledger decides
 
     def allows(self, mechs: list[Mechanism], remaining: int) -> bool:
         private = tuple(m.ledger_entry() for m in mechs if m.private)
@@ -134,11 +144,54 @@ class FiniteWatch:
             raise NonFiniteLossError(*min(bad))
 
 
+def _to_cpu(obj):
+    """A state (nested dicts / lists of tensors) with every tensor on the CPU (what ranks exchange)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
+def _same_state_as_rank0(method: Method) -> None:
+    """Several processes: copy rank 0's training state (models, optimisers, sampler, noise generators,
+    RNG) to every rank, as if each had resumed from rank 0's checkpoint: the ranks start identical."""
+    if not distributed.active():
+        return
+    state = {"method": method.state_dict(), "rng": rng_state(),
+             "sampler": None if method.sampler is None else method.sampler.state_dict(),
+             "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()}}
+    state = distributed.broadcast_object(_to_cpu(state) if distributed.is_main() else None)
+    if distributed.is_main():
+        return
+    method.load_state_dict(state["method"])
+    for name, mech in method.mechanisms.items():
+        mech.load_state_dict(state["mechanisms"][name])
+    if method.sampler is not None:
+        method.sampler.load_state_dict(state["sampler"])
+    set_rng_state(state["rng"])
+
+
+def _same_rng_as_rank0() -> None:
+    """Several processes: rank 0's global RNG state on every rank (after a step whose private part drew
+    from it in proportion to the rank's part of the batch, e.g. dropout masks of per-sample gradients),
+    so the next step's public draws (generator inputs, directions, public batches) are the same everywhere."""
+    if distributed.active():
+        set_rng_state(distributed.broadcast_object(rng_state() if distributed.is_main() else None))
+
+
 def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, values: dict,
                 ctx: TrainContext) -> None:
     """Atomic; a failed write (disk full) is one error line and leaves the previous checkpoint intact.
-    ``values``: the last step's loggable values (so a run resumed at its end reports what it would have)."""
+    ``values``: the last step's loggable values (so a run resumed at its end reports what it would have).
+    Several processes: rank 0 writes (every rank holds the same state)."""
+    if not distributed.is_main():
+        return
+    warm = getattr(method, "warm_start", None)
     write_atomically({"step": step, "signature": signature, "method": method.state_dict(),
+                      **({"warm_start": warm.state_dict()} if warm is not None else {}),
                       "ledger": ledger.state_dict(), "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()},
                       "sampler": None if method.sampler is None else method.sampler.state_dict(), "rng": rng_state(),
                       "values": host_values(values)}, ctx.checkpoint_path)
@@ -155,8 +208,27 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
                               "(trainer.resume=true with hydra.run.dir=<run folder>) or <run>/checkpoints/last.pt")
         ctx.resume_state = ck.get("method")
     method.mechanisms = {}
-    method.setup(data, ledger, ctx)
+    warm = getattr(method, "warm_start", None)  # methods.warm_start: phase 1 and its ledger come before setup
+    if warm is not None:
+        if ck is not None and "warm_start" in ck:
+            warm.restore(ck["warm_start"], data, ledger, ctx)  # the release and the phase-1 ledger, no release
+            if "method" not in ck:  # killed before the warm-up ended: set up and warm up as the run would have
+                set_rng_state(ck["rng"])
+        else:
+            warm.release(data, ledger, ctx)                     # THE moment release (recorded), then saved at once
+            if distributed.is_main():  # several processes: rank 0 writes
+                write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict(),
+                                  "rng": rng_state()}, ctx.checkpoint_path)
+    method.setup(data, ledger, ctx)  # mechanisms calibrated for what the ledger's history leaves
     signature = {"method": type(method).__name__, **method.signature()}
+    if warm is not None:
+        signature["warm_start"] = warm.signature()
+        if warm.phase < 2:  # post-processing of the release only; then checkpointed (phase 2)
+            warm.warm_up(method.warm_target(), ctx.seed)
+            _checkpoint(method, ledger, signature, 0, {}, ctx)
+            ck = None if ck is None or "method" not in ck else ck
+    if ck is not None and "method" not in ck:  # a phase-1 checkpoint: nothing of the method's to restore
+        ck = None
     start = 0
     if ck is not None:
         check_signature(ck.get("signature", {}), signature)
@@ -174,6 +246,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             method.sampler.load_state_dict(ck["sampler"])
         set_rng_state(ck["rng"])
         start = int(ck["step"])
+    _same_state_as_rank0(method)
     ctx.logger.rewind(start)  # metrics.csv: each step once, whatever a killed run logged after the checkpoint
 
     budget = Budget(ledger)
@@ -197,11 +270,12 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
                 stopped = True
                 break
             values = method.step(t)
+            _same_rng_as_rank0()
             budget.spent(mechs)
             _check_finite(values, t)
             watch.update(values, t)
             done = t + 1
-            if done % ctx.log_every == 0 or done == end:
+            if (done % ctx.log_every == 0 or done == end) and distributed.is_main():
                 watch.check()
                 shown = host_values(values)
                 eps = ledger.epsilon()  # the calibrating accountant's: the one that set the noise and stops the run
@@ -218,12 +292,14 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     watch.check()
     values = host_values(values)
     _checkpoint(method, ledger, signature, done, values, ctx)
-    extra = ctx.release_extra(ledger) if ctx.release_extra is not None else {}
-    write_atomically({**method.release_state(), "signature": public_signature(signature, ledger.relation), **extra},
-                     ctx.run_dir / method.release_name)
-    method.finish(ctx)
+    extra = ctx.release_extra(ledger) if ctx.release_extra is not None and distributed.is_main() else {}
+    if distributed.is_main():  # one release artefact, one run folder
+        write_atomically({**method.release_state(), "signature": public_signature(signature, ledger.relation), **extra},
+                         ctx.run_dir / method.release_name)
+        method.finish(ctx)
     return {"train_steps": done, "steps_planned": planned, "stopped_by_budget": stopped,
             "train_time_s": time.time() - t0,
             **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
             "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()},
-            **method.train_summary()}
+            **({} if warm is None else {"mechanisms_warm_start": {"moments": warm.method.mech.describe()}}),
+            **method.train_summary(), **({} if warm is None else warm.train_summary())}

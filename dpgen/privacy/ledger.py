@@ -123,7 +123,7 @@ class PrivacyLedger:
             accountant.load_state_dict(self._pending_reported.pop(name))
 
     def calibrate(self, sample_rate: float, steps: int, delta_per_step: float = 0.0,
-                  accountant: str | None = None, history: bool = True) -> float:
+                  accountant: str | None = None, history: bool = True, epsilon: float | None = None) -> float:
         """Noise multiplier for ``steps`` more releases at ``sample_rate`` so that epsilon <= target.
 
         ``accountant`` (default: the ledger's ``calibrating_accountant``, which also stops the run)
@@ -133,11 +133,16 @@ class PrivacyLedger:
         ``history=True``: the recorded releases are included (calibrating the rest of a run);
         ``history=False``: the ``steps`` releases alone spend the target (a run's noise is fixed
         before its first step, the same on a resume; earlier releases are enforced by the budget
-        stop).  Mechanisms call this (a ``Calibrated`` noise policy); methods never calibrate themselves.
+        stop).  ``epsilon``: calibrate for this part of the target instead (<= target; the first phase of a
+        warm-started run).  Mechanisms call this (a ``Calibrated`` noise policy); methods never calibrate themselves.
         """
         if self.target_epsilon is None:
             raise PrivacySettingError("target_epsilon", "calibrating the noise needs a target epsilon (a number), "
                                                         "got None")
+        target = self.target_epsilon if epsilon is None else float(epsilon)
+        if not 0 < target <= self.target_epsilon:
+            raise PrivacySettingError("target_epsilon", f"a calibration target must lie in (0, {self.target_epsilon}], "
+                                                        f"got {target}")
         accountant = self.calibrating_accountant if accountant is None else accountant
         if accountant not in ACCOUNTANTS:
             raise ValueError(f"unknown accountant {accountant!r}; choose rdp or pld")
@@ -148,7 +153,7 @@ class PrivacyLedger:
         if delta_conv <= 0:
             raise PrivacySettingError("sensitivity_fraction", f"the sensitivity bounds reserve all of delta = "
                                                               f"{self.delta}; lower the share of delta they take")
-        sigma = calibrate(self.target_epsilon, delta_conv, sample_rate, steps, self.sampling, accountant,
+        sigma = calibrate(target, delta_conv, sample_rate, steps, self.sampling, accountant,
                           history=self._releases(past))
         self._planned = {(sigma, float(sample_rate), float(delta_per_step)): steps}
         return sigma

@@ -25,6 +25,14 @@ A :class:`Mechanism` is built from the run's :class:`~dpgen.privacy.ledger.Priva
 ``release(...)`` adds the noise AND records the release in the ledger in the same call (a non-private
 mechanism records noise multiplier 0: epsilon = infinity).  ``describe()`` is what results.json shows.
 
+Several processes (``torchrun``; :mod:`dpgen.privacy.distributed`): a release is the single-process
+release of the global batch, whatever the number of processes W.  Sums of clipped contributions
+(``NoisyGradientSum``, ``ClassMomentRelease``) are summed over the ranks first and noised once, on rank
+0, then broadcast (:meth:`Mechanism.noised_sum`); projected rows (``GaussianProjectionRelease``) are
+noised where they are computed, each released row once, then gathered.  The generators (noise,
+directions) and the calibrated multiplier are rank 0's, so the ledger (which every rank keeps
+identically and rank 0 writes) records exactly the single-process entries.
+
 Kinds: every subclass that sets ``kind`` registers itself in :data:`MECHANISMS` when it is defined
 (the kinds table of the privacy docs is generated from it).  Adding a kind: subclass
 :class:`Mechanism`, set ``kind`` and ``used_by``, implement ``sensitivity_under`` for both relations
@@ -35,7 +43,6 @@ and a ``release`` that computes the clipped quantity, adds ``self.noise(shape, l
 from __future__ import annotations
 
 import math
-import secrets
 import warnings
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable
@@ -44,6 +51,7 @@ from typing import ClassVar
 import torch
 
 from ..ot.sliced import orthogonal_directions, random_directions
+from . import distributed
 from .dpsgd import clip_per_sample, clipped_sum
 from .errors import PrivacySettingError
 from .guarantee import guarantee_label, qualifier
@@ -135,7 +143,8 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         self._history_steps = 0  # Calibrated(history=True): the ledger's releases the calibration counted
         self._sensitivity: dict[str, float] = {}
         self.releases = 0
-        seed = secrets.randbits(63) if seed is None else int(seed)
+        # several processes: rank 0's seed on every rank (the generators draw the same numbers everywhere)
+        seed = distributed.shared_secret() if seed is None else int(distributed.broadcast_object(int(seed)))
         self.generator = torch.Generator().manual_seed(seed)  # the noise
         # directions of a projection release (secret like the noise; drawn by draw_directions)
         self.directions_generator = torch.Generator().manual_seed((seed + DIRECTIONS_SEED_OFFSET) % 2**63)
@@ -178,8 +187,10 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
                 raise PrivacySettingError("steps", f"calibrated noise needs the number of planned releases: build the "
                                                    f"{self.kind} mechanism with steps=<releases>")
             past = self.ledger.steps if policy.history else 0
+            target = None if policy.epsilon_share == 1.0 else policy.epsilon_share * self.ledger.target_epsilon
             mult = self.ledger.calibrate(self.sample_rate, self.steps, self.beta, accountant=self.accountant,
-                                         history=policy.history)
+                                         history=policy.history, epsilon=target) if distributed.is_main() else None
+            mult = float(distributed.broadcast_object(mult))  # several processes: rank 0's ledger calibrates
             self._multiplier, self.noise_std, self._history_steps = mult, mult * self.sensitivity, past
         elif isinstance(policy, FixedMultiplier):
             self._multiplier, self.noise_std = policy.multiplier, policy.multiplier * self.sensitivity
@@ -196,6 +207,39 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
             return None
         z = torch.randn(tuple(shape), generator=self.generator, dtype=like.dtype)
         return self.noise_std * z.to(like.device)
+
+    def noised_sum(self, parts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Sums of clipped per-record contributions -> the same sums plus ``N(0, noise_std^2)`` on every entry.
+
+        One process: ``part + noise`` for each part, drawn in order from this mechanism's generator.
+        Several processes: each rank holds the sums over ITS records; they are summed over the ranks
+        (the sum of the global batch, un-noised only inside the process group), the noise is drawn ONCE,
+        on rank 0, from this generator in the same order, and the result is broadcast.  So the released
+        tensor is the single-process release of the global batch: its sensitivity (one record moves one
+        contribution, wherever it is read) and its noise are the single-process ones.  Noising on every
+        rank before the sum would add W independent draws (variance W times too large, a different
+        release); noising only after the sum on rank 0 adds exactly the calibrated noise.
+        """
+        if not distributed.active():
+            return [p if (z := self.noise(p.shape, p)) is None else p + z for p in parts]
+        return self.noised_once(distributed.all_reduce_sum(torch.cat([p.reshape(-1) for p in parts])), parts)
+
+    def noised_once(self, flat: torch.Tensor, parts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Several processes: ``flat`` (the concatenated ``parts``, the same on every rank) plus noise drawn
+        once, on rank 0, from this generator in the order of ``parts``; broadcast; split back like ``parts``."""
+        sizes = [p.numel() for p in parts]
+        if distributed.is_main():
+            chunks = list(flat.split(sizes))
+            for i, (c, p) in enumerate(zip(chunks, parts, strict=True)):
+                z = self.noise(p.shape, c)
+                if z is not None:
+                    chunks[i] = c + z.reshape(-1)
+            flat = torch.cat(chunks)
+        else:  # the same draws, discarded: every rank's generator stays in rank 0's state (checkpoints, resume)
+            for p in parts:
+                self.noise(p.shape, torch.empty(0, dtype=flat.dtype))
+        flat = distributed.broadcast(flat)
+        return [c.reshape(p.shape) for c, p in zip(flat.split(sizes), parts, strict=True)]
 
     def _record(self) -> None:
         """One release of this mechanism in the ledger (only ``release`` calls it)."""
@@ -320,22 +364,34 @@ class GaussianProjectionRelease(Mechanism):
 
     def draw_directions(self, device: torch.device | str | None = None) -> torch.Tensor:
         """Fresh ``U: (D, k)`` of this release's kind from the mechanism's own directions generator (secret,
-        checkpointed: a resumed run draws the directions an uninterrupted run would have drawn)."""
+        checkpointed: a resumed run draws the directions an uninterrupted run would have drawn); several
+        processes: rank 0's (the generators agree; the broadcast makes it certain)."""
         if self.directions == "orthogonal":
-            return orthogonal_directions(self.dim, self.k, generator=self.directions_generator, device=device)
-        return random_directions(self.dim, self.k, generator=self.directions_generator, device=device)
+            u = orthogonal_directions(self.dim, self.k, generator=self.directions_generator, device=device)
+        else:
+            u = random_directions(self.dim, self.k, generator=self.directions_generator, device=device)
+        return distributed.broadcast(u)
 
     def release(self, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``rows: (B, D)`` (already bounded by a row map), ``u: (D, k)`` -> ``(B, k) = rows @ u + N(0, s^2)``.
 
         The only way private rows leave: noised, and recorded in the ledger in the same call.
+
+        Several processes: ``rows`` is the whole released batch on every rank (the row maps
+        ``privacy.rows.fixed_size`` / ``class_blocks`` gather the ranks' rows first, so the fixed-size
+        layout is the single-process one); rank r projects and noises its contiguous part of the rows and
+        the noisy parts are gathered.  Each released row is noised once, by one rank, with the entries the
+        single-process release would have drawn for it (every rank draws the whole noise matrix from the
+        same generator and keeps its part), so the released ``(B, k)`` matrix, its sensitivity (one
+        record moves one row) and the ledger entry are the single-process ones.
         """
         if rows.shape[1] != self.dim or u.shape != (self.dim, self.k):
             raise ValueError(f"projection release expects rows (B, {self.dim}) and directions ({self.dim}, {self.k}), "
                              f"got {tuple(rows.shape)} and {tuple(u.shape)}")
-        p = rows.detach() @ u
-        z = self.noise(p.shape, p)
-        out = p if z is None else p + z
+        lo, hi = distributed.shard_bounds(rows.shape[0])
+        p = rows.detach()[lo:hi] @ u
+        z = self.noise((rows.shape[0], self.k), p)
+        out = distributed.all_gather_rows(p if z is None else p + z[lo:hi])
         self._record()
         return out
 
@@ -431,6 +487,10 @@ class ImageGradientSanitiser(Mechanism):
       depends on every record: sensitivity 2C sqrt(n), multiplier sigma / sqrt(n) (Thm. 4.1).
 
     The paper's sigma fixed is the policy ``FixedStd(2 C sigma)``; ``Calibrated()`` finds the multiplier.
+
+    Several processes: G is not a sum over records (the transport plan couples the whole batch), so
+    every rank reads the whole global batch (``PrivateSampler(split=False)``), computes the same G, and
+    the clipped G is noised once, on rank 0, and broadcast: the single-process release.
     """
 
     kind = "image_gradient"
@@ -463,8 +523,11 @@ class ImageGradientSanitiser(Mechanism):
             # non-finite entries -> 0 (a public rule; unconditional: testing first would be a host sync per step)
             g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
             g = clip_whole(g, self.clip_norm) if self.clip == "whole" else clip_per_row(g, self.clip_norm)
-            z = self.noise(g.shape, g)
-            g = g if z is None else g + z
+            if distributed.active():  # every rank computed g from the whole batch: noised once on rank 0, broadcast
+                g = self.noised_once(g.reshape(-1), [g])[0]
+            else:
+                z = self.noise(g.shape, g)
+                g = g if z is None else g + z
         self._record()
         return g
 
@@ -525,10 +588,9 @@ class NoisyGradientSum(Mechanism):
                     total[k] += v
         if total is None:
             raise ValueError("release() needs at least one chunk of per-sample gradients (it may be empty)")
-        out = {}
-        for k, s in total.items():                                                  # line 7: noise on the SUM
-            z = self.noise(s.shape, s)
-            out[k] = (s if z is None else s + z) / self.expected_batch_size        # / public q N
+        # line 7: noise on the SUM (several processes: summed over the ranks, noised once; noised_sum)
+        noisy = self.noised_sum(list(total.values()))
+        out = {k: s / self.expected_batch_size for k, s in zip(total, noisy, strict=True)}  # / public q N
         self._record()
         return out
 

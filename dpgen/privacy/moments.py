@@ -52,7 +52,12 @@ each using only the released vector and the KNOWN (public) noise level:
   class's own matrix keeps none; a class with no spike at all is one repeated image;
 * ``class``: the class's own spikes only (a class whose spikes all sit in the bulk gets covariance 0:
   every sample of it is the class mean);
-* ``none``: ``Sigma_c^`` projected onto the PSD cone (negative eigenvalues floored; keeps the noise).
+* ``none``: ``Sigma_c^`` projected onto the PSD cone (negative eigenvalues floored; keeps the noise);
+* ``auto``: ``class`` when EVERY class keeps at least one spike of its own above the noise bulk, else
+  ``pooled_prior``.  ``pooled_prior`` exists for the classes ``class`` collapses to one repeated image (no
+  spike of their own); when none collapses, the class's own spikes are used as they are.  The rule reads
+  the released vector and the public noise level only (post-processing); the estimator it picked is
+  recorded in ``ClassMoments.estimator``.
 
 Every choice above (the estimators, the prior shape) is fixed a priori; each reads only the released
 vector, the public noise level and public facts about the representation.
@@ -71,12 +76,13 @@ from dataclasses import dataclass
 
 import torch
 
+from . import distributed
 from .errors import PrivacySettingError
 from .mechanisms import Mechanism
 from .noise import NoisePolicy
 
 RELATIONS = ("add_remove", "replace_one")
-SHRINKAGES = ("pooled_prior", "pooled", "class", "none")
+SHRINKAGES = ("pooled_prior", "pooled", "class", "none", "auto")
 
 
 def moment_weights(radius: float, shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)) -> tuple[float, float, float]:
@@ -124,6 +130,7 @@ class ClassMoments:
     counts: torch.Tensor
     means: torch.Tensor
     covariances: torch.Tensor
+    estimator: str = ""  # the covariance estimator that produced them (``auto`` resolved), "" when not recorded
 
     def sample(self, labels: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """One draw ``z ~ N(mu_y, Sigma_y)`` per label: ``(n,) -> (n, K)``."""
@@ -268,13 +275,16 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
     mu = s / n[:, None]
     cov = m / n[:, None, None] - mu[:, :, None] * mu[:, None, :]
     cov = 0.5 * (cov + cov.transpose(1, 2))
+    used = shrinkage if noise_std > 0 else "none"
     if noise_std > 0 and shrinkage != "none":
         s_noise = noise_std / (w2 * n * math.sqrt(2.0))
-        if shrinkage == "pooled_prior":
+        if shrinkage == "auto":
+            used = "class" if bool((own_spike_counts(cov, s_noise) >= 1).all()) else "pooled_prior"
+        if used == "pooled_prior":
             traces, tau = corrected_traces(cov, mu, n, noise_std, weights)
             prior = torch.ones(k, dtype=cov.dtype) if prior is None else prior
             cov = prior_completed_covariances(cov, n, s_noise, traces, tau, prior)
-        elif shrinkage == "pooled":
+        elif used == "pooled":
             cov = pooled_spiked_covariances(cov, n, s_noise)
         else:
             ev, evec = torch.linalg.eigh(cov)
@@ -282,7 +292,13 @@ def moments_from_vector(v: torch.Tensor, k: int, weights: tuple[float, float, fl
             cov = (evec * ev[:, None, :]) @ evec.transpose(1, 2)
     ev, evec = torch.linalg.eigh(0.5 * (cov + cov.transpose(1, 2)))
     cov = (evec * ev.clamp_min(eig_floor)[:, None, :]) @ evec.transpose(1, 2)
-    return ClassMoments(n, mu, 0.5 * (cov + cov.transpose(1, 2)))
+    return ClassMoments(n, mu, 0.5 * (cov + cov.transpose(1, 2)), used)
+
+
+def own_spike_counts(cov: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``(C,)`` the number of eigenvalues of each noisy class covariance above its noise bulk edge
+    (:func:`spiked_shrinkage`): the class's own spikes.  ``cov: (C, K, K)``, ``s: (C,)`` public noise stds."""
+    return (spiked_shrinkage(torch.linalg.eigvalsh(cov), s, cov.shape[-1]) > 0).sum(-1)
 
 
 class ClassMomentRelease(Mechanism):
@@ -292,6 +308,11 @@ class ClassMomentRelease(Mechanism):
     Delta = sqrt 2): the statistics are sums over records, so they need no public N.  A ``Calibrated()``
     policy asks the ledger's accountant for its one release; ``release`` adds the noise from the mechanism's own generator and
     records itself.
+
+    Several processes: each rank passes the codes of its part of the private set; the weighted
+    moment vectors are summed over the ranks (the vector of the whole set: the same function of the
+    same records, so the same sensitivity) and noised once, on rank 0, then broadcast
+    (``Mechanism.noised_sum``): the released vector is the single-process one.
     """
 
     kind = "class_moments"
@@ -322,8 +343,7 @@ class ClassMomentRelease(Mechanism):
             raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
         z = z.double()
         v = class_moment_vector(z, y, self.n_classes, self.weights)
-        noise = self.noise(v.shape, v)
-        v = v if noise is None else v + noise
+        v = self.noised_sum([v])[0]  # several processes: summed over the ranks, noised once on rank 0
         self._record()
         k = z.shape[1]
         floor = 1e-6 * self.radius**2 / k if eig_floor is None else eig_floor
@@ -376,6 +396,10 @@ class ClassBlockProjectionRelease(Mechanism):
     ``M_c = U_c (P_c^T P_c - m sigma^2 I) U_c^T`` (the KNOWN noise variance removed), then
     ``mu_c = s_c / n_c^``, ``Sigma_c = M_c / n_c^ - mu_c mu_c^T`` projected onto the PSD cone.
     The padding rows are zeros, so they add nothing to ``s_c`` or ``M_c``.
+
+    Several processes: the ranks' codes are gathered first (the blocks are cut from the whole set), then
+    every rank computes the single-process release from the same generator (rank 0's seed): the same
+    blocks, directions and noise, one draw of each.
     """
 
     kind = "class_block_projection"
@@ -412,7 +436,7 @@ class ClassBlockProjectionRelease(Mechanism):
             raise RuntimeError("ClassBlockProjectionRelease is a single release")
         if z.shape[0] and float(z.norm(dim=1).max()) > self.radius * (1 + 1e-6):
             raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
-        z = z.double()
+        z, y = distributed.all_gather_rows(z.double()), distributed.all_gather_rows(y)
         k = z.shape[1]
         b, counts = self.blocks(z, y)
         us = torch.stack([orthogonal_matrix(k, self.generator) for _ in range(self.n_classes)])  # (C, K, K)

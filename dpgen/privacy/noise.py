@@ -9,7 +9,8 @@ policy                 the noise of each release
 ``Calibrated()``       the smallest multiplier whose ``steps`` planned releases spend the ledger's
                        target epsilon (``ledger.calibrate`` with the release's reserved beta).
                        ``history=True``: the releases the ledger already holds when the mechanism
-                       is built count too (a second phase calibrated on what is left of the budget)
+                       is built count too (a second phase calibrated on what is left of the budget);
+                       ``epsilon_share``: a first phase spends only this share of the target
 ``FixedMultiplier(m)`` std = ``m * sensitivity``; the epsilon it gives is reported (the budget stop holds)
 ``FixedStd(s)``        std = ``s``, multiplier = ``s / sensitivity``; the epsilon it gives is reported
 ``PaperNoise(s)``      a paper's fixed std measured against the sensitivity the paper STATES (optionally
@@ -39,9 +40,18 @@ class Calibrated:
     are composed with the planned ones (``ledger.calibrate(..., history=True)``), so a later phase spends
     only what an earlier one left; the number of earlier releases is part of the calibration a resume
     checks, so the mechanism of such a phase must be built with the ledger as it stood before the phase.
+    ``epsilon_share`` < 1: the planned releases spend only this share of the target (the first phase of a
+    run whose later phase spends what is left, e.g. the warm start's moment release).
     """
 
     history: bool = False
+    epsilon_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < float(self.epsilon_share) <= 1.0:
+            raise PrivacySettingError("epsilon_share", f"a share of the target epsilon must lie in (0, 1], got "
+                                                       f"{self.epsilon_share}")
+        object.__setattr__(self, "epsilon_share", float(self.epsilon_share))
 
 
 @dataclass(frozen=True)

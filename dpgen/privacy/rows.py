@@ -18,6 +18,11 @@ map                    rows                                     bound it enforce
 
 Rows of norm <= 1/2 differ by at most 1 (``row_diameter = 1``, Lemma 2's assumption); unit latents
 by at most 2 (``row_diameter = 2``, DPSWflow's factor 2).  Pure torch, no Hydra.
+
+Several processes (``torchrun``): ``fixed_size`` and ``class_blocks`` act on the private batch of the
+whole run, so they first gather every rank's rows (in rank order: the single-process batch order,
+``privacy.distributed``); the cut or the padding is then the single-process one, computed identically on
+every rank (torch's global RNG is rank 0's), and the release that follows noises each row once.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from . import distributed
 from .errors import PrivacySettingError
 
 
@@ -63,7 +69,12 @@ def fixed_size(rows: torch.Tensor, size: int, generator: torch.Generator | None 
     Releasing exactly ``size`` rows hides the Poisson batch size; adding or removing one record then
     changes at most one released row (it swaps with a padding row or a random kept row: the
     ``partners`` of ``privacy.dpswd``).  The zero row is the public centre (norm 0 <= any row bound).
+    Several processes: ``rows`` is this rank's part; the result is the whole batch's (module docstring).
     """
+    return _fixed_size(distributed.all_gather_rows(rows), size, generator)
+
+
+def _fixed_size(rows: torch.Tensor, size: int, generator: torch.Generator | None = None) -> torch.Tensor:
     n = rows.shape[0]
     if n > size:
         return rows[torch.randperm(n, generator=generator)[:size].to(rows.device)]
@@ -112,8 +123,10 @@ def class_blocks(rows: torch.Tensor, labels: torch.Tensor, n_classes: int, block
 
     Class-partitioned releases: under add/remove of one record (x, y) only block y changes,
     in one row (a padding zero becomes x, or x takes the place of a random kept row of class y).
+    Several processes: ``rows, labels`` are this rank's part; the blocks are the whole batch's.
     """
+    rows, labels = distributed.all_gather_rows(rows), distributed.all_gather_rows(labels)
     # the class indices are found where the labels live (the sampler's host tensors: no device sync),
     # then gathered on the rows' device (the same rows, in the same order, as a boolean mask)
     index = [(labels == c).nonzero().flatten().to(rows.device) for c in range(n_classes)]
-    return torch.cat([fixed_size(rows[i], block_size, generator) for i in index])
+    return torch.cat([_fixed_size(rows[i], block_size, generator) for i in index])

@@ -11,6 +11,16 @@ It draws batches exactly as the accountant assumes, chosen by the same config va
 
 The sampler owns its own ``torch.Generator`` so its state goes into checkpoints and a resumed run
 draws the batches an uninterrupted run would have drawn.
+
+Several processes (``torchrun``, :mod:`dpgen.privacy.distributed`): the generator's seed is rank 0's,
+so every rank draws the SAME global batch, exactly the single-process one, and keeps its own contiguous
+part of it (``distributed.shard``).  The parts are disjoint and their union is one Poisson(q) sample of
+the whole private set (or ``batch_size`` records without replacement): the accountant's assumption is
+the single-process one.  This is the argument of Opacus' distributed Poisson sampler (each record is
+included independently with probability q, whichever rank reads it), with one generator instead of
+one per shard: the batches do not depend on the number of processes (a run resumed on another number
+draws the batches the uninterrupted run would have drawn), and a rank whose part is empty still takes
+the step (every rank takes every step; the collectives of the release keep them in lockstep).
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from typing import Protocol
 
 import torch
 
+from . import distributed
 from .accountants import check_sampling
 from .errors import PrivacySettingError
 
@@ -30,9 +41,12 @@ class PrivateSource(Protocol):
 
 
 class PrivateSampler:
-    """Draws private batches ``(x, y)`` from a private source according to ``sampling``."""
+    """Draws private batches ``(x, y)`` from a private source according to ``sampling``.
 
-    def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0) -> None:
+    ``split=False``: with several processes, every rank reads the whole batch (for a release computed
+    from the whole batch at once, noised once by its mechanism); the default gives each rank its part."""
+
+    def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0, split: bool = True) -> None:
         self.source = source
         self.n = len(source)
         if batch_size < 1:
@@ -45,21 +59,29 @@ class PrivateSampler:
                                                     "more training records")
         self.batch_size = int(batch_size)
         self.sampling = check_sampling(sampling)
-        self.generator = torch.Generator().manual_seed(int(seed))
+        # several processes: rank 0's seed on every rank (the same global batches, module docstring)
+        self.generator = torch.Generator().manual_seed(int(distributed.broadcast_object(int(seed))))
         self.draws = 0
+        # False: every rank reads the whole batch (a release that is not per record, e.g. DP-Sinkhorn's gradient)
+        self.split = bool(split)
 
     @property
     def sample_rate(self) -> float:
         """``q``: the inclusion probability the accountant is told about."""
         return self.batch_size / self.n
 
-    def sample_indices(self) -> torch.Tensor:
-        """Indices of one private batch (LongTensor, shape (b,))."""
+    def global_indices(self) -> torch.Tensor:
+        """Indices of one private batch of the whole run (LongTensor, shape (b,)): the single-process draw."""
         self.draws += 1
         if self.sampling == "poisson":
             mask = torch.rand(self.n, generator=self.generator) < self.sample_rate
             return mask.nonzero(as_tuple=False).flatten()
         return torch.randperm(self.n, generator=self.generator)[: self.batch_size]
+
+    def sample_indices(self) -> torch.Tensor:
+        """Indices of this process's part of one private batch (all of it with one process; maybe empty)."""
+        idx = self.global_indices()
+        return distributed.shard(idx) if self.split else idx
 
     def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One private batch ``(x: (b, ...), y: (b,))``."""

@@ -133,6 +133,13 @@ def matching_cells(ev: dict, registry: tuple[Row, ...] = REGISTRY) -> list[tuple
             if isinstance(getattr(r, c), Cell) and match_reason(getattr(r, c), ev) is None]
 
 
+def matching_claims(ev: dict) -> list[str]:
+    """The ids of dpgen's own utility claims (``reproduce.claims``) that ``ev`` is a run of."""
+    from .claims import CLAIMS
+
+    return [c.id for c in CLAIMS if match_reason(c.cell, ev) is None]
+
+
 def expand_run_dirs(paths: list[Path]) -> list[Path]:
     """Run folders among ``paths``: a folder with results.json, or every such folder below a sweep/parent
     folder; files (e.g. ``*.log`` from a shell glob) are ignored; a folder with none is kept (reported)."""
@@ -150,7 +157,8 @@ def expand_run_dirs(paths: list[Path]) -> list[Path]:
 
 def collect(run_dirs: list[Path], store: Path = STORE, commit: str | None = None,
             registry: tuple[Row, ...] = REGISTRY) -> tuple[list[Path], list[str]]:
-    """Write the evidence of every run that matches a registry cell; returns (written, skipped-with-reason)."""
+    """Write the evidence of every run that matches a registry cell or a utility claim (``reproduce.claims``);
+    returns (written, skipped-with-reason)."""
     store.mkdir(parents=True, exist_ok=True)
     written, skipped = [], []
     for rd in expand_run_dirs(run_dirs):
@@ -159,7 +167,7 @@ def collect(run_dirs: list[Path], store: Path = STORE, commit: str | None = None
         except FileNotFoundError as e:
             skipped.append(str(e))
             continue
-        cells = matching_cells(ev, registry)
+        cells = matching_cells(ev, registry) or matching_claims(ev)
         if not cells:
             same = [f"{r.id}/{c}: {match_reason(getattr(r, c), ev)}" for r in registry for c in CELLS
                     if isinstance(getattr(r, c), Cell) and getattr(r, c).experiment == _experiment(ev)]

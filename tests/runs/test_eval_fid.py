@@ -9,7 +9,7 @@ import torch
 
 from dpgen.data.datasets import digits
 from dpgen.eval import GenerativeEvaluator
-from dpgen.eval.cnn import SmallCNN, accuracy, fit_cnn
+from dpgen.eval.cnn import Adam, SmallCNN, accuracy, fit_cnn
 from dpgen.eval.fid import (
     DomainSettings,
     InceptionFeatures,
@@ -85,6 +85,21 @@ def test_fid_matches_scipy_frechet_distance_in_float64(extractor):
     covmean = scipy.linalg.sqrtm(s1 @ s2).real
     expected = float(((mu1 - mu2) ** 2).sum() + np.trace(s1 + s2 - 2 * covmean))
     assert frechet_distance(real, fake, ext, batch_size=37) == pytest.approx(expected, rel=1e-3)
+
+
+def test_fid_is_torchmetrics_frechet_inception_distance_bit_for_bit(extractor):
+    """frechet_distance runs torchmetrics' float64 operations without importing torchmetrics."""
+    from torchmetrics.image.fid import FrechetInceptionDistance
+
+    ext, plan, _ = extractor
+    real = plan.ref.x
+    fake = (plan.train.x[:200] + 0.1 * torch.randn(200, 1, 8, 8, generator=torch.Generator().manual_seed(0))).clamp(0, 1)
+    for batch_size in (500, 37):
+        metric = FrechetInceptionDistance(feature=ext, normalize=True, reset_real_features=True)
+        for x, is_real in ((real, True), (fake, False)):
+            for i in range(0, x.shape[0], batch_size):
+                metric.update(x[i:i + batch_size], real=is_real)
+        assert frechet_distance(real, fake, ext, batch_size=batch_size) == float(metric.compute())
 
 
 def test_missing_inception_weights_raise_a_clear_error():
@@ -167,6 +182,27 @@ def test_small_cnn_shapes_match_the_paper_at_28_and_32_px_and_fit_tiny_images():
     x[y == 0, :, 4:] += 0.6  # class 0: bright bottom half
     model = fit_cnn(x, y, 2, epochs=1, min_steps=200, batch_size=32, seed=0)
     assert accuracy(model, x, y) > 0.8
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-2])
+def test_classifier_adam_is_torch_optim_adam_bit_for_bit(weight_decay):
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.rand(64, 1, 8, 8, generator=g), torch.randint(10, (64,), generator=g)
+    models = []
+    for make_opt in (lambda p: torch.optim.Adam(p, lr=3e-3, weight_decay=weight_decay),
+                     lambda p: Adam(p, lr=3e-3, weight_decay=weight_decay)):
+        torch.manual_seed(0)
+        model = SmallCNN(1, 8, 10)
+        opt = make_opt(model.parameters())
+        for step in range(12):
+            idx = torch.arange(step * 5, step * 5 + 16) % 64
+            loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        models.append(model.state_dict())
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
+    assert not torch.equal(models[1]["head.1.weight"], SmallCNN(1, 8, 10).state_dict()["head.1.weight"])
 
 
 def test_inception_extractor_takes_grayscale_images_in_0_1(monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dpgen.logging import RunLogger
-from dpgen.logging.run_logger import LocalSink, to_uint8_image
+from dpgen.logging.run_logger import LocalSink, image_grid, save_png, to_uint8_image
 
 
 def _rows(path):
@@ -55,6 +55,19 @@ def test_metrics_csv_resume_appends_to_the_same_file_and_a_fresh_run_starts_over
 
 
 # ---------------------------------------------------------------------------- images
+@pytest.mark.parametrize("shape,nrow", [((20, 1, 8, 8), 10), ((7, 3, 5, 4), 3), ((1, 1, 6, 6), 10), ((4, 1, 3, 3), 8)])
+def test_image_grid_and_png_are_torchvisions_pixel_for_pixel(tmp_path, shape, nrow):
+    """The run's PNGs are written without importing torchvision: the same grid and bytes as its save_image."""
+    from PIL import Image
+    from torchvision.utils import make_grid, save_image
+
+    images = torch.rand(shape, generator=torch.Generator().manual_seed(len(shape) + nrow))
+    assert torch.equal(image_grid(images, nrow=nrow), make_grid(images, nrow=nrow, padding=2, pad_value=1.0))
+    save_png(images, tmp_path / "ours.png", nrow=nrow)
+    save_image(images, tmp_path / "theirs.png", nrow=nrow, padding=2, pad_value=1.0)
+    assert np.array_equal(np.array(Image.open(tmp_path / "ours.png")), np.array(Image.open(tmp_path / "theirs.png")))
+
+
 def test_to_uint8_image_scales_unit_floats_to_bytes():
     grid = torch.linspace(0, 1, 3 * 4 * 5).view(3, 4, 5)
     arr = to_uint8_image(grid)
@@ -171,3 +184,18 @@ def test_non_private_metrics_are_charted_by_step_not_by_infinite_epsilon(tmp_pat
     logger.log_metrics({"loss": 1.0, "epsilon": float("inf")}, step=1)
     logger.finish()
     assert "loss" not in fake_wandb[0].defined
+
+
+def test_wandb_starts_up_in_the_background_and_opens_no_run_before_finish(tmp_path, fake_wandb, monkeypatch):
+    """W&B's import and service start overlap the run on another thread; the run itself is opened only by finish()."""
+    import threading
+
+    calls = []
+    monkeypatch.setattr(sys.modules["wandb"], "setup", lambda: calls.append(("setup", threading.current_thread(),
+                                                                             len(fake_wandb))), raising=False)
+    logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
+    logger.log_metrics({"loss": 1.0, "epsilon": 0.5}, step=1)
+    assert not fake_wandb  # nothing sent while the run goes on
+    logger.finish()
+    assert calls and calls[0][1] is not threading.main_thread() and calls[0][2] == 0  # setup before any run
+    assert len(fake_wandb) == 1 and fake_wandb[0].finished

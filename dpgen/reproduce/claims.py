@@ -1,0 +1,78 @@
+"""dpgen's own utility numbers (README, docs/utility.md), each tied to the runs that measured it: data only.
+
+A claim names how its runs were launched (a :class:`~dpgen.reproduce.registry.Cell`: preset + overrides), the
+metric, how many runs it needs and the pages that print it.  ``dpgen reproduce collect`` stores a finished run
+that matches a claim in the evidence store (``docs/reproduction/runs/``) as it does for the papers' cells.
+The check (``tests/tools/test_claims.py``) fails when
+
+* a stored run's recorded configuration differs from what the preset composes NOW (a default it depends on
+  changed: the number must be re-measured), or a claim has fewer stored runs than it needs;
+* a page prints another number than its stored runs give (``text``: mean ± std over the runs, in %).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import statistics
+from dataclasses import dataclass
+
+from .registry import Cell
+
+# the evaluation every utility row of docs/utility.md uses (10,000 synthetic samples; LogReg / MLP; CPU budget)
+EVAL = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg,mlp]", "evaluator.fid.enabled=false")
+# settings such a run does not read (no FID, no CNN): a change there does not call for a re-measurement
+NOT_READ = ("evaluator.fid.*", "evaluator.cnn.*")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    cell: Cell
+    metric: str = "acc_logreg"
+    docs: tuple[str, ...] = ()   # pages that print the number as ``text(runs)`` (headline claims)
+    min_runs: int = 1
+    not_read: tuple[str, ...] = NOT_READ  # config keys (fnmatch) the claim's runs do not depend on
+
+
+def config_drift(claim: Claim, recorded: dict, now: dict) -> dict:
+    """``{key: (recorded, now)}`` for every setting whose recorded value differs from the current composition:
+    a changed value, a removed key, or a new key whose default is not null (a new setting that is off by
+    default changes nothing a run did).  Keys in ``claim.not_read`` are skipped."""
+    out = {}
+    for k in sorted(set(recorded) | set(now)):
+        if any(fnmatch.fnmatch(k, p) for p in claim.not_read):
+            continue
+        if k not in recorded and now[k] is None:
+            continue
+        a, b = recorded.get(k, "<absent>"), now.get(k, "<absent>")
+        if str(a) != str(b):
+            out[k] = (a, b)
+    return out
+
+
+def text(runs: list[dict], metric: str) -> str:
+    """How the pages print a claim: ``86.9 ± 0.4 %`` (sample std over the runs) or ``86.9 %`` for one run."""
+    vals = [100.0 * float(r["metrics"][metric]) for r in runs]
+    if len(vals) == 1:
+        return f"{vals[0]:.1f} %"
+    return f"{statistics.fmean(vals):.1f} ± {statistics.stdev(vals):.1f} %"
+
+
+# warm-start measurements (docs/utility.md, "What OT adds"): the DP-SWD generator on MNIST at (10, 1e-5), OT phase
+# shortened to one epoch (120 steps of B = 500; the preset runs 12)
+_SHORT = ("model.epochs=1",)
+_WARM = ("model/warm_start=class_gaussian", "model.warm_start.representation.n_components=100",
+         "model.warm_start.representation.center=0.0")
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("mnist-moments", Cell("mnist_moments", EVAL), docs=("README.md", "docs/utility.md"), min_runs=3),
+    Claim("mnist-moments-eps5", Cell("mnist_moments", (*EVAL, "accountant.epsilon=5"))),
+    Claim("mnist-dpswd-ot-short", Cell("mnist_dpswd_partition", (*EVAL, *_SHORT))),
+    *(Claim(f"mnist-dpswd-warm{int(100 * s)}-short",
+            Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, f"model.warm_start.epsilon_share={s}")))
+      for s in (0.25, 0.5, 0.75)),
+    *(Claim(f"mnist-dpswd-warm50-ot{n}",  # the same schedule (sigma) stopped after n of its 120 OT steps
+            Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
+                                           f"trainer.max_steps={n}")))
+      for n in (0, 60)),
+)

@@ -1,0 +1,59 @@
+"""dpgen's own utility numbers are re-measured whenever a default they depend on changes
+(dpgen/reproduce/claims.py): a stored run's recorded configuration must equal what its preset composes now,
+and the pages print what the stored runs give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from dpgen.reproduce.claims import CLAIMS, Claim, config_drift, text
+from dpgen.reproduce.evidence import _flatten, match_reason
+from dpgen.reproduce.store import load_store, neutral
+from tests.helpers.configs import compose_cfg
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def composed(claim: Claim) -> dict:
+    """The configuration the claim's command composes now, as the evidence store records it."""
+    cfg = compose_cfg([f"experiment={claim.cell.experiment}", *claim.cell.overrides])
+    flat = _flatten(OmegaConf.to_container(cfg, resolve=False))
+    return {k: v for k, v in flat.items() if not neutral(k) and isinstance(v, (str, int, float, bool, type(None)))}
+
+
+@pytest.fixture(scope="module")
+def store():
+    return load_store()
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.id)
+def test_a_claims_runs_were_measured_with_the_presets_current_configuration(claim, store):
+    runs = [ev for ev in store if match_reason(claim.cell, ev) is None]
+    assert len(runs) >= claim.min_runs, (f"{claim.id}: {len(runs)} stored run(s), {claim.min_runs} needed: run "
+                                         f"`{claim.cell.command()} seed=<k>` and `dpgen reproduce collect <run folder>`")
+    now = composed(claim)
+    for ev in runs:
+        drift = config_drift(claim, ev["config"], now)
+        assert not drift, (f"{claim.id}: the run of seed {ev['seed']} was measured with another configuration than "
+                           f"{claim.cell.experiment} composes now ({drift}); re-measure the number and re-collect it")
+
+
+@pytest.mark.parametrize("claim", [c for c in CLAIMS if c.docs], ids=lambda c: c.id)
+def test_the_pages_print_what_the_stored_runs_give(claim, store):
+    number = text([ev for ev in store if match_reason(claim.cell, ev) is None], claim.metric)
+    for page in claim.docs:
+        assert number in (ROOT / page).read_text(), f"{page} does not state {claim.id} as {number}"
+
+
+def test_a_changed_default_is_caught():
+    """The check can fail: a recorded run of the old estimator against the preset as it composes now."""
+    claim = CLAIMS[0]
+    now = composed(claim)
+    old = {**now, "model.shrinkage": "pooled_prior"}
+    assert config_drift(claim, old, now) == {"model.shrinkage": ("pooled_prior", now["model.shrinkage"])}
+    assert now["model.shrinkage"] == "auto"
+    assert config_drift(claim, now, {**now, "model.new_setting": 1}) == {"model.new_setting": ("<absent>", 1)}
+    assert config_drift(claim, now, {**now, "model.new_off_setting": None}) == {}

@@ -121,7 +121,7 @@ class WideResNet(nn.Module):
         widths = [16, 16 * widen_factor, 32 * widen_factor, 64 * widen_factor]
         self.conv1 = nn.Conv2d(in_c, widths[0], 3, padding=1, bias=False)
         blocks, cin = [], widths[0]
-        for width, stride in zip(widths[1:], (1, 2, 2)):
+        for width, stride in zip(widths[1:], (1, 2, 2), strict=True):
             for i in range(n):
                 blocks.append(_WideBlock(cin, width, stride if i == 0 else 1, drop_rate))
                 cin = width
@@ -177,7 +177,7 @@ class ResNeXt(nn.Module):
         stages = [64, 64 * widen_factor, 128 * widen_factor, 256 * widen_factor]
         self.conv_1_3x3, self.bn_1 = nn.Conv2d(in_c, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64)
         blocks, cin = [], stages[0]
-        for width, stride in zip(stages[1:], (1, 2, 2)):
+        for width, stride in zip(stages[1:], (1, 2, 2), strict=True):
             for i in range(n):
                 blocks.append(_NeXtBlock(cin, width, stride if i == 0 else 1, cardinality, widen_factor))
                 cin = width
@@ -224,7 +224,7 @@ class ParameterEMA:
         """After each optimiser step: ``shadow -= (1 - d) (shadow - p)``, ``d = min(decay, (1 + t) / (10 + t))``."""
         self.updates += 1
         d = min(self.decay, (1 + self.updates) / (10 + self.updates))
-        for s, p in zip(self.shadow, [p for p in parameters if p.requires_grad]):
+        for s, p in zip(self.shadow, [p for p in parameters if p.requires_grad], strict=True):
             s.sub_((1.0 - d) * (s - p))
 
     @torch.no_grad()
@@ -232,12 +232,12 @@ class ParameterEMA:
         """Keep the current parameters and load the averages (evaluate with the EMA weights)."""
         params = [p for p in parameters if p.requires_grad]
         self._stored = [p.detach().clone() for p in params]
-        for s, p in zip(self.shadow, params):
+        for s, p in zip(self.shadow, params, strict=True):
             p.copy_(s)
 
     @torch.no_grad()
     def swap_out(self, parameters) -> None:
         """Restore the parameters kept by :meth:`swap_in` (training goes on from them)."""
-        for c, p in zip(self._stored, [p for p in parameters if p.requires_grad]):
+        for c, p in zip(self._stored, [p for p in parameters if p.requires_grad], strict=True):
             p.copy_(c)
         self._stored = []

@@ -84,12 +84,12 @@ def run_dir_overrides(argv: list[str], hydra_config: Path) -> list[str]:
     if not requested() or any(a == "-m" or a.startswith("--multirun") for a in argv):
         return []
     init_from_env()
-    from ..privacy import distributed
-
-    extra = [] if distributed.is_main() else ["hydra.output_subdir=null"]
+    extra = [] if dist.get_rank() == 0 else ["hydra.output_subdir=null"]
     if any(a.startswith("hydra.run.dir=") for a in argv):
         return extra
-    t0 = distributed.broadcast_object(time.time())
+    box = [time.time()]
+    dist.broadcast_object_list(box, src=0)  # rank 0's clock on every rank
+    t0 = box[0]
     pattern = str(OmegaConf.to_container(OmegaConf.load(hydra_config), resolve=False)["run"]["dir"])
     now = datetime.fromtimestamp(t0)
     return [f"hydra.run.dir={re.sub(r'[$][{]now:([^}]*)[}]', lambda m: now.strftime(m.group(1)), pattern)}", *extra]

@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	$(BIN)/python -m pip install --disable-pip-version-check --no-compile -q -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

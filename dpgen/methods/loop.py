@@ -45,10 +45,12 @@ import time
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ..config import privacy_setting_error
 from ..data import DataSplits
 from ..errors import ConfigError
 from ..privacy import PrivacyLedger, distributed
 from ..privacy.card import public_signature
+from ..privacy.errors import PrivacySettingError
 from ..privacy.mechanisms import Mechanism
 from ..runs import read_checkpoint, write_atomically
 from ..utils import atomic_save, rng_state, set_rng_state
@@ -234,7 +236,9 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
         check_signature(ck.get("signature", {}), signature)
         try:
             ledger.load_state_dict(ck["ledger"])
-        except ValueError as err:  # a changed accountant setting: the user's to fix
+        except PrivacySettingError as err:  # a changed accountant setting: the user's to fix, named by its key
+            raise privacy_setting_error(err) from None
+        except ValueError as err:
             raise ConfigError(str(err)) from None
         method.load_state_dict(ck["method"])
         missing = set(method.mechanisms) - set(ck.get("mechanisms", {}))

@@ -159,6 +159,7 @@ def generator_presets() -> list[str]:
     return out
 
 
+@pytest.mark.slow  # long: `make test-all` runs it
 def test_every_generator_preset_composes_with_own_data_and_keeps_its_dataset_settings():
     presets = generator_presets()
     assert len(presets) >= 25 and "digits_moments" in presets and "mnist_dpswd" in presets

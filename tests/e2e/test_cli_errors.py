@@ -117,6 +117,7 @@ def test_truncated_mnist_file_is_named_with_the_fix(tmp_path, data_root):
                       "5000 bytes, the published file has 10008", "fix: delete it")
 
 
+@pytest.mark.slow  # long: `make test-all` runs it
 def test_run_folder_has_no_empty_train_log_and_a_resume_sums_the_runtime(tmp_path):
     out = tmp_path / "run"
     common = ["experiment=digits_dpswd", "logger=local", "evaluator=none", "trainer.progress=false",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dpgen.cli import main as dpgen_main
 from tests.helpers.runs import beats_chance, train
 
@@ -14,6 +16,7 @@ TINY = ["experiment=digits_moments", "logger=local", "trainer.progress=false", "
         "evaluator.class_grids=false", "evaluator.grid_per_class=1"]
 
 
+@pytest.mark.slow  # long: `make test-all` runs it
 def test_two_job_epsilon_sweep_through_submitit_and_the_sweep_report(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     r = train(["-m", "accountant.epsilon=2,8", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5",

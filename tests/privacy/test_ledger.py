@@ -131,6 +131,7 @@ def _reference_allowance(led: PrivacyLedger, sigma: float, q: float) -> int:
 
 
 @settings(max_examples=6, deadline=None)
+@pytest.mark.slow  # long: `make test-all` runs it
 @given(eps=st.floats(0.5, 8.0), sigma=st.floats(0.6, 3.0), q=st.floats(0.002, 0.1), spent=st.integers(0, 300),
        guess=st.integers(1, 10**5), acct=st.sampled_from(["rdp", "pld"]))
 def test_allowance_search_matches_a_plain_binary_search(eps, sigma, q, spent, guess, acct):

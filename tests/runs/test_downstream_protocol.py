@@ -79,6 +79,7 @@ def test_evaluator_rejects_a_bad_protocol_or_torch_clf_key_before_any_data():
         GenerativeEvaluator(protocol="torch", torch_clf={"epochs": 3})
 
 
+@pytest.mark.slow  # long: `make test-all` runs it
 def test_train_py_with_the_torch_protocol_records_it(tmp_path):
     out = tmp_path / "run"
     r = train(["experiment=digits_dpswd", *FAST, "logger=local", "evaluator.fid.enabled=false",

@@ -12,15 +12,11 @@ and released weights only.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def spread(z: torch.Tensor) -> dict:

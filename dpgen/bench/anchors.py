@@ -56,7 +56,7 @@ def _old_calibrate(target: float, delta: float, q: float, steps: int, rel_tol: f
     a = acc.RDPAccountant("poisson")
 
     def eps(s):
-        e = a._epsilon([acc.Release(s, q, steps)], delta)
+        e = a.epsilon_of([acc.Release(s, q, steps)], delta)
         return math.inf if math.isnan(e) else e
 
     if eps(1e4) > target:
@@ -74,7 +74,7 @@ def _old_allowance(name: str, sigma: float, q: float, target: float, delta: floa
     a = acc.make_accountant(name, "poisson")
 
     def ok(s):
-        return a._epsilon([acc.Release(sigma, q, s)], delta) <= target
+        return a.epsilon_of([acc.Release(sigma, q, s)], delta) <= target
 
     lo, hi = 1, 2
     while ok(hi):
@@ -87,13 +87,14 @@ def _old_allowance(name: str, sigma: float, q: float, target: float, delta: floa
 
 def calibration_rows() -> list[tuple[str, str]]:
     out = []
-    clear = acc._EPS_CACHE.clear
+    clear = acc.clear_epsilon_cache  # every search timed from a cold cache
     for label, q, steps, delta in (("mnist_dpswd (q = 100/60000, 60,000 steps, δ_conv = 5e-6)", 100 / 60000, 60000, 5e-6),
                                    ("digits_dpswd (q = 32/1347, 8,420 steps, δ_conv = 5e-5)", 32 / 1347, 8420, 5e-5)):
         s_old = _old_calibrate(10.0, delta, q, steps)
         s_rdp = calibrate(10.0, delta, q, steps, "poisson", accountant="rdp")
         s_pld = calibrate(10.0, delta, q, steps, "poisson", accountant="pld")
-        t_old = _times(lambda: _old_calibrate(10.0, delta, q, steps), repeats=1, warmup=0)  # noqa: B023
+        t_old = _times(lambda: _old_calibrate(10.0, delta, q, steps), repeats=1, warmup=0,  # noqa: B023
+                       clear=clear)
         t_rdp = _times(lambda: calibrate(10.0, delta, q, steps, "poisson", accountant="rdp"),  # noqa: B023
                        repeats=3, warmup=0, clear=clear)
         t_pld = _times(lambda: calibrate(10.0, delta, q, steps, "poisson", accountant="pld"),  # noqa: B023
@@ -104,9 +105,10 @@ def calibration_rows() -> list[tuple[str, str]]:
                 (f"calibration {label}: PLD (the default for Poisson), secant + Brent",
                  f"{_fmt(t_pld)}, σ = {s_pld:.4f}: {100 * (1 - s_pld / s_rdp):.1f} % less noise than RDP "
                  f"({_ratio(t_old, t_pld)} faster than before)")]
-        t_a_old = _times(lambda: _old_allowance("pld", s_pld, q, 10.0, delta), repeats=1, warmup=0)  # noqa: B023
+        t_a_old = _times(lambda: _old_allowance("pld", s_pld, q, 10.0, delta), repeats=1, warmup=0,  # noqa: B023
+                         clear=clear)
         t_a_new = _times(lambda: largest_steps_within(  # noqa: B023
-            lambda s: acc.PLDAccountant()._epsilon([acc.Release(s_pld, q, s)], delta), 10.0),  # noqa: B023
+            lambda s: acc.PLDAccountant().epsilon_of([acc.Release(s_pld, q, s)], delta), 10.0),  # noqa: B023
             repeats=1, warmup=0, clear=clear)
         out.append((f"budget-stop search {label}, PLD: exponential + binary vs interpolation",
                     f"{_fmt(t_a_old)} vs {_fmt(t_a_new)} (×{statistics.median(t_a_old) / statistics.median(t_a_new):.1f}; "

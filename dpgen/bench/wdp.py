@@ -70,11 +70,11 @@ def dpsgd_rows(device: torch.device, batch: int = 256, repeats: int = 3) -> list
                                           noise=FixedMultiplier(1.0), seed=0)
     m.reports, m.pair_gen = True, torch.Generator().manual_seed(0)
     m.wa, m.ba, m.ma = WassersteinAccountant(16, 32), BayesianAccountant(16, total_steps=10**6), MomentsAccountant(16)
-    x, y = m._normalize(torch.rand(batch, 1, 28, 28).to(device)), torch.randint(10, (batch,)).to(device)
-    m._private_gradient(x, y)  # warm-up
-    m._plain_gradient(x, y)
-    t_priv = min(_timed(lambda: m._private_gradient(x, y)) for _ in range(repeats))
-    t_plain = min(_timed(lambda: m._plain_gradient(x, y)) for _ in range(repeats))
+    x, y = m.normalize(torch.rand(batch, 1, 28, 28).to(device)), torch.randint(10, (batch,)).to(device)
+    m.private_gradient(x, y)  # warm-up
+    m.plain_gradient(x, y)
+    t_priv = min(_timed(lambda: m.private_gradient(x, y)) for _ in range(repeats))
+    t_plain = min(_timed(lambda: m.plain_gradient(x, y)) for _ in range(repeats))
     return [(f"wdp: DP-SGD step, mnist_dpsgd CNN, batch {batch} ({device.type})", f"{1 / t_priv:.2f} steps/s"),
             (f"wdp: non-private SGD step, same net and batch ({device.type})", f"{1 / t_plain:.2f} steps/s"),
             ("wdp: DP-SGD / non-private step-time ratio", f"{t_priv / t_plain:.1f}x slower")]

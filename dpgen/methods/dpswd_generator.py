@@ -202,15 +202,17 @@ class DPSWDGenerator(GenerativeMethod):
         x_g = x_g.float()  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
         p_t = self.projection.release(rows_t, u)                              # 4. P_t = r(X_t) U + Z_t (recorded)
-        p_s = gaussian_projection_release(self._rows(x_g, y_g), u, self.projection.noise_std)  # 5. P_s = r(G) U + Z_s
+        p_s = gaussian_projection_release(self.rows(x_g, y_g), u, self.projection.noise_std)  # 5. P_s = r(G) U + Z_s
         loss = sliced_wasserstein_blocks(p_s, p_t, self.n_blocks, self.power)  # 6. SW_2, within blocks
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
         return {"loss": loss.detach()}  # a function of the release P_t and public P_s (synced at log cadence)
 
-    def _rows(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Rows of norm <= 1/2: ``rowmap(x)`` or ``rowmap(f(x))`` with f in eval mode (a per-record map)."""
+    def rows(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The rows the projection release sees, of norm <= 1/2 (so neighbours differ by at most 1):
+        ``rowmap(x)`` or ``rowmap(f(x))`` with the feature map f in eval mode (a fixed per-record public map;
+        ``setup`` builds it).  Generated images go through the same map."""
         if self.fmap is None:
             return self._rowmap(x, y)
         self.fmap.eval()
@@ -221,7 +223,7 @@ class DPSWDGenerator(GenerativeMethod):
         except through the projection release)."""
         x_t, y_t = self.sampler.sample()
         with torch.no_grad():
-            rows = self._rows(x_t.to(self.device), y_t.to(self.device))
+            rows = self.rows(x_t.to(self.device), y_t.to(self.device))
         if self.label_mode != "partition":
             return fixed_size(rows, self.batch_size)
         return class_blocks(rows, y_t, self.num_classes, self.block_rows)  # C blocks of the public size m
@@ -246,8 +248,8 @@ class DPSWDGenerator(GenerativeMethod):
     def warm_target(self) -> WarmTarget:
         """The warm-up fits ``G`` in the rows of the release (``_rows``: public normalisation)."""
         def generate(y: torch.Tensor) -> torch.Tensor:
-            return self._rows(self.G(torch.randn(y.shape[0], self.G.d_code, device=self.device), y).float(), y)
-        return WarmTarget(rows=self._rows, device=self.device, generate=generate, parameters=self.G.parameters())
+            return self.rows(self.G(torch.randn(y.shape[0], self.G.d_code, device=self.device), y).float(), y)
+        return WarmTarget(rows=self.rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     # -- state ------------------------------------------------------------------------------
     def signature(self) -> dict:

@@ -283,7 +283,8 @@ def render(report: dict) -> str:
     """The markdown page of a measurement dict (``run_check``'s; tests hand it a fake one)."""
     meta, dev = report["meta"], report["meta"]["device"]
     out = ["# GPU check\n",
-           f"Produced by `{COMMAND}` (`python -m dpgen.bench.gpu_check`), {meta['date']}, in {meta['wall_s']:.0f} s. "
+           f"Produced by `{COMMAND}` (`python -m dpgen.bench.gpu_check"
+           f"{(' ' + meta['arguments']) if meta.get('arguments') else ''}`), {meta['date']}, in {meta['wall_s']:.0f} s. "
            f"Device: **{meta['device_name']}** ({meta['n_devices']} visible); CPU: {meta['cpu']}. "
            f"Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}. Code: {meta['commit']}.\n",
            "## CUDA-marked tests\n"]
@@ -387,7 +388,9 @@ def run_check(args) -> dict:
     n_devices = torch.cuda.device_count() if dev.type == "cuda" else 0
     report: dict = {"meta": {"device": args.device, "device_name": device_name(dev) or "CPU", "n_devices": n_devices,
                              "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} threads",
-                             "versions": _versions(dev.type), "commit": code_version() or "not a git checkout",
+                             "versions": _versions(dev.type),
+                             "commit": code_version() or args.code_version or "not a git checkout",
+                             "arguments": " ".join(args.argv),
                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                              "steps": args.steps, "warmup": args.warmup},
                     "families": {}}
@@ -444,11 +447,25 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--part-timeout", type=int, default=240, help="seconds allowed to the tests, the demo and each NCCL run")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the markdown report (default docs/benchmarks-gpu.md)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw measurements as JSON")
+    ap.add_argument("--code-version", default=None, help="the code's version to report when the copy under test "
+                    "holds no git metadata (a working tree copied to the GPU machine); git's own answer wins")
     return ap
+
+
+def _non_default(args) -> list[str]:
+    """The options that changed what ran (not where the report went), as they would be typed."""
+    defaults, out = vars(parser().parse_args([])), []
+    for key, value in vars(args).items():
+        if key in ("out", "json", "dry_run", "code_version") or value == defaults.get(key, value):
+            continue
+        flag = "--" + key.replace("_", "-")
+        out += [flag] if value is True else [flag, str(value)]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.argv = _non_default(args)
     args.families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = [f for f in args.families if f not in FAMILIES]
     if unknown:

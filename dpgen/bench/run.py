@@ -92,7 +92,7 @@ def bench_training(device: torch.device, steps: int = 200) -> list[tuple[str, st
         x, y = torch.rand(60000, 1, 28, 28), torch.randint(10, (60000,))
         data, src = DataSplits("random", PrivateSplit(x, y), TensorSplit(x[:100], y[:100]), None, 10,
                                (1, 28, 28)), "random 28x28 (no MNIST under DPGEN_DATA_ROOT)"
-    m = DPSWDGenerator(generator=partial(ConvCondGen), dp=ProjectionDP(1000), batch_size=100, epochs=100, lr=1e-4,
+    m = DPSWDGenerator(generator=partial(ConvCondGen), dp=ProjectionDP(1000, "bernstein"), batch_size=100, epochs=100, lr=1e-4,
                        label_mode="concat")
     with tempfile.TemporaryDirectory() as tmp:
         ctx = TrainContext(device=device, logger=RunLogger(tmp), run_dir=Path(tmp), log_every=10**9,

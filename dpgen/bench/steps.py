@@ -155,7 +155,7 @@ def dpswd_method(device, preset: str = "mnist"):
     x, y = torch.rand(n, 1, side, side, generator=g), torch.randint(10, (n,), generator=g)
     data = DataSplits("bench", PrivateSplit(x, y), TensorSplit(x[:10], y[:10]), None, 10, (1, side, side))
     m = DPSWDGenerator(partial(ConvCondGen, d_code=10, hidden=200, channels=(16, 8), kernel_size=5),
-                       dp=ProjectionDP(k), batch_size=100, epochs=100, lr=1e-4, label_mode="partition", private=False)
+                       dp=ProjectionDP(k, "bernstein"), batch_size=100, epochs=100, lr=1e-4, label_mode="partition", private=False)
     m.setup(data, PrivacyLedger(10.0, 1e-5), _ctx(device))
     p = m.projection  # the same release with the smoothing noise of a non-private run (std 3)
     m.projection = GaussianProjectionRelease(p.ledger, dim=p.dim, num_projections=p.k, steps=p.steps,

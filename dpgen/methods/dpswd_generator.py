@@ -91,6 +91,7 @@ class DPSWDGenerator(GenerativeMethod):
     """Generator trained with the DP-SWD loss against private samples."""
 
     name = "DP-SWD"
+    default_dp = ProjectionDP(num_projections=1000, bound="bernstein")  # model.dp when none is given
     release_name = "generator.pt"
 
     def __init__(self, generator: Callable[..., torch.nn.Module], dp: ProjectionDP | dict | None = None,
@@ -108,7 +109,7 @@ class DPSWDGenerator(GenerativeMethod):
             raise ValueError("privacy.convention=paper (raw pixel rows) needs model.label_mode=partition or none, no "
                              "model.feature_map and model.private=true; set privacy.convention=honest otherwise")
         self.make_generator = generator
-        self.dp = as_projection_dp(dp, ProjectionDP(num_projections=1000))  # k, bound, directions, delta share
+        self.dp = as_projection_dp(dp, self.default_dp)  # k, bound, directions, delta share
         self.k, self.power = self.dp.num_projections, float(power)
         self.batch_size, self.epochs, self.lr, self.betas = int(batch_size), int(epochs), float(lr), tuple(betas)
         self.label_mode, self.label_weight = label_mode, float(label_weight)

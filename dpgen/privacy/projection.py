@@ -34,7 +34,7 @@ class ProjectionDP:
     exact sensitivity, no beta, ``bound`` unused); ``sensitivity_fraction`` f: beta = f delta / T."""
 
     num_projections: int
-    bound: str = "bernstein"
+    bound: str  # no default: the methods' configs choose differently (bernstein, chernoff)
     directions: str = "random"
     sensitivity_fraction: float = 0.5
 

@@ -36,6 +36,8 @@ import torch.nn.functional as F
 
 from dpgen.privacy.mechanisms import NoisyGradientSum
 
+from .timing import ms_spread
+
 REPEATS = 7
 
 
@@ -226,10 +228,6 @@ def profile_top(fn, steps: int = 5, top: int = 6) -> str:
     return ", ".join(f"{e.key} {100 * e.self_cpu_time_total / total:.0f} %" for e in ev[:top])
 
 
-def _ms(ts: list[float]) -> str:
-    return f"{1e3 * statistics.median(ts):.1f} ms (spread ×{max(ts) / max(min(ts), 1e-9):.2f})"
-
-
 def cases(device: torch.device) -> list[tuple]:
     """``(name, before, after, note[, anchor])`` for every step of the table (anchor: timed beside them)."""
     from dpgen.ot.flows import quantile_levels
@@ -296,10 +294,10 @@ def _section(device: torch.device) -> str:
         noisy = max(max(t) / min(t) for t in (tb, ta, *tp)) > 1.5
         if tp:  # the non-private gradient of the same net and batch, timed in the same rounds
             p = statistics.median(tp[0])
-            note += (f"; non-private gradient {_ms(tp[0])}: before ×{statistics.median(tb) / p:.2f}, "
+            note += (f"; non-private gradient {ms_spread(tp[0])}: before ×{statistics.median(tb) / p:.2f}, "
                      f"after ×{statistics.median(ta) / p:.2f} of it")
         prof = profile_top(after) if ratio < 2.0 else ""
-        lines.append(f"| {name} | {_ms(tb)} | {_ms(ta)} | ×{ratio:.2f}{' (noisy)' if noisy else ''} | {note} | "
+        lines.append(f"| {name} | {ms_spread(tb)} | {ms_spread(ta)} | ×{ratio:.2f}{' (noisy)' if noisy else ''} | {note} | "
                      f"{prof} |")
     end = os.getloadavg()
     lines += ["", f"Load average at the end: {end[0]:.1f} / {end[1]:.1f} / {end[2]:.1f}."]

@@ -480,7 +480,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--budget-s", type=int, default=420, help="start no new part after this many seconds (default "
                     "420: the check ends within 8 minutes on one H100); what is left is reported as skipped")
     ap.add_argument("--part-timeout", type=int, default=240, help="seconds allowed to the tests, the demo and each NCCL run")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the markdown report (default docs/benchmarks-gpu.md)")
+    ap.add_argument("--out", type=Path, default=None, help="the markdown report (default docs/benchmarks-gpu.md; "
+                    "with --data mnist docs/benchmarks-gpu-mnist.md)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw measurements as JSON")
     ap.add_argument("--code-version", default=None, help="the code's version to report instead of git's answer (a working "
                     "tree copied to the GPU machine may carry stale or no git metadata)")
@@ -508,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --families {','.join(unknown)} unknown; choose from {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
     args.cpu_steps = args.steps if args.cpu_steps is None else args.cpu_steps
+    if args.out is None:
+        args.out = DEFAULT_OUT if args.data == "digits" else DEFAULT_OUT.with_name("benchmarks-gpu-mnist.md")
     if args.warmup >= min(args.steps, args.cpu_steps):
         print(f"error: --warmup {args.warmup} must be below --steps {args.steps} and --cpu-steps {args.cpu_steps}",
               file=sys.stderr)

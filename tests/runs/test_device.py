@@ -95,7 +95,7 @@ CASES = {
     "dpsinkhorn": ("digits_dpsinkhorn", ["model.batch_size=32"], 2,
                    "GeomLoss needs the epsilon-scaling `diameter` as a python float (ot/sinkhorn.py: one "
                    "float() of the max cost per OT term; two terms in the semi-debiased loss)"),
-    "dpswflow_r": ("digits_dpswflow_r", ["model.n_particles=200", "model.num_percentiles=50"], 0, ""),
+    "dpswflow_r": ("digits_dpswflow_r", [*SHRINK_AE, "model.n_particles=200", "model.num_percentiles=50"], 0, ""),
     "dpswflow": ("mnist_dpswflow", [*SHRINK_AE, "model.n_particles=200", "model.num_percentiles=50",
                                     "model.steps=8"], 0, ""),
     "dpswgen": ("mnist_dpswgen", [*SHRINK_AE, "model.batch_size=64"], 0, ""),

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.helpers.runs import beats_chance, train
+from tests.helpers.runs import beats_chance, train, train_here
 
 FAST = ["logger=local", "trainer.progress=false", "trainer.log_every=10", "model.epochs=3", "model.start_align=1"]
 # digits_shift: N_target = 674, B = 32 -> 22 steps per epoch; 3 epochs, alignment from epoch 1 -> 44 private steps
@@ -73,7 +73,7 @@ def test_office31_presets_run_on_fixture_features(tmp_path):
 
 
 def test_missing_office_features_fail_with_the_expected_paths(tmp_path):
-    r = train(["experiment=office31_dpswd", "dataset.source=dslr", f"paths.data_root={tmp_path}", "logger=local",
+    r = train_here(["experiment=office31_dpswd", "dataset.source=dslr", f"paths.data_root={tmp_path}", "logger=local",
                f"hydra.run.dir={tmp_path / 'run'}"])
     assert r.returncode != 0 and "office31/dslr.npz" in r.stderr
 

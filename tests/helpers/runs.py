@@ -29,8 +29,9 @@ def train(args: list[str], cwd: Path = ROOT, env_extra: dict | None = None) -> s
 
 def train_here(args: list[str], cwd: Path | None = None, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     """``train.py args`` in this process: :func:`dpgen.app.run_app`, what ``train.py`` calls, with its stdout,
-    stderr and exit code.  For the runs a user's fault stops before training, where a fresh interpreter would
-    only add its start-up (a few seconds of imports); what a whole process prints is tested with :func:`train`."""
+    stderr and exit code.  For runs where a fresh interpreter would only add its start-up (seconds of imports):
+    a user's fault that stops the run, a short local run; what a whole process prints and writes (the W&B
+    logger included) is tested through :func:`train`."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 

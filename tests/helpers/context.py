@@ -14,9 +14,9 @@ from dpgen.privacy.mechanisms import GaussianProjectionRelease
 
 
 def train_context(run_dir: Path, **kw) -> TrainContext:
-    """CPU, deterministic, no progress bar, a log line and a checkpoint every 5 steps, logs in ``run_dir``;
-    ``kw`` overrides any field (``max_steps``, ``resume_from``, ...)."""
-    base = dict(device=torch.device("cpu"), logger=RunLogger(run_dir), run_dir=run_dir, log_every=5,
+    """CPU, deterministic, no progress bar, a checkpoint every 5 steps, one log line (at the last step: each
+    line computes epsilon), logs in ``run_dir``; ``kw`` overrides any field (``max_steps``, ``log_every``, ...)."""
+    base = dict(device=torch.device("cpu"), logger=RunLogger(run_dir), run_dir=run_dir, log_every=10**6,
                 checkpoint_every=5, progress=False, deterministic=True)
     return TrainContext(**{**base, **kw})
 

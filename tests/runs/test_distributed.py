@@ -1,6 +1,6 @@
 """One run on two processes (torch.distributed, gloo) is the single-process run.
 
-Two processes are spawned ONCE for the module (``two_ranks``: a few seconds); each runs every check
+Two processes are forked ONCE for the module (``two_ranks``: a few seconds); each runs every check
 below on its part of the data and saves what it released.  The test process computes the
 single-process reference with the same seeds and compares:
 
@@ -142,8 +142,8 @@ def _train(family: str, out: Path, noise: bool, steps: int) -> dict:
         summary = loop.train(method, data, ledger, ctx)
     finally:
         Mechanism.noise = saved
-    return {"release": method.release_state(), "ledger": ledger.state_dict(), "epsilon": ledger.epsilon(),
-            "epsilons": {a: ledger.epsilon(accountant=a) for a in ("rdp", "pld")}, "delta": ledger.delta,
+    # epsilon under every accountant is a function of the ledger's entries and delta (compared below)
+    return {"release": method.release_state(), "ledger": ledger.state_dict(), "epsilon": ledger.epsilon(), "delta": ledger.delta,
             "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "steps": summary["train_steps"]}
 
 
@@ -189,10 +189,13 @@ def _free_port() -> int:
 
 
 def _two_and_one(out: Path, checks) -> tuple[list[dict], dict]:
-    """(what each of the 2 ranks computed, what one process computes with the same seeds)."""
-    mp.spawn(_rank_main, args=(_free_port(), out, checks), nprocs=WORLD, join=True)
+    """(what each of the 2 ranks computed, what one process computes with the same seeds).  The single process
+    runs first; the ranks are forked from it and start with its imports done (a cache they inherit, e.g. of
+    accountant evaluations, is keyed by the inputs: a rank's different ledger is computed afresh)."""
+    single = checks(0, out / "single")
+    mp.start_processes(_rank_main, args=(_free_port(), out, checks), nprocs=WORLD, join=True, start_method="fork")
     ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
-    return ranks, checks(0, out / "single")
+    return ranks, single
 
 
 @pytest.fixture(scope="module")
@@ -253,8 +256,6 @@ def _same_run(ranks: list[dict], single: dict, family: str) -> None:
         got = r[family]
         assert got["steps"] == one["steps"]
         assert got["epsilon"] == pytest.approx(one["epsilon"], rel=1e-9, abs=1e-9)
-        for a, e in one["epsilons"].items():
-            assert got["epsilons"][a] == pytest.approx(e, rel=1e-9, abs=1e-9)
         assert got["delta"] == one["delta"]
         assert got["mechanisms"] == one["mechanisms"]  # sigma, sensitivity, sample rate, releases
         assert got["ledger"] == one["ledger"]  # the same entries: sigma, q, relation, kind, guarantee

@@ -155,14 +155,14 @@ def compose(overrides: list[str], run_dir: Path):
 
 
 def measure(family: str, device: str, precision: str, steps: int, warmup: int, run_dir: Path,
-            data: str = "digits") -> dict:
+            data: str = "digits", extra: tuple[str, ...] = ()) -> dict:
     """One short training of ``family`` through ``dpgen.pipeline.run`` on ``device``: steps/s over the
     timed steps, peak device memory (MiB; None on the CPU), epsilon spent, bf16 forwards."""
     import torch
 
     from dpgen.pipeline import run
 
-    cfg = compose([*composition(family, data), *SHORT, f"trainer.device={device}", f"trainer.precision={precision}",
+    cfg = compose([*composition(family, data), *extra, *SHORT, f"trainer.device={device}", f"trainer.precision={precision}",
                    f"trainer.max_steps={steps}", f"trainer.log_every={steps}"], run_dir)
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -349,8 +349,9 @@ def render(report: dict) -> str:
     if skipped:
         out.append("‡ Not run: the check's time budget (`--budget-s`) was spent before this run's turn.\n")
     out.append("Compositions:\n")
-    out += [f"* {FAMILIES[n][0] if n in FAMILIES else n}: `{' '.join(composition(n, data)) if n in FAMILIES else ''}`"
-            for n in fam]
+    extra = " ".join(meta.get("set", []))
+    out += [f"* {FAMILIES[n][0] if n in FAMILIES else n}: `{' '.join(composition(n, data)) if n in FAMILIES else ''}"
+            f"{(' ' + extra) if extra else ''}`" for n in fam]
     out.append("")
 
     out.append("## The default demo\n")
@@ -419,7 +420,7 @@ def run_check(args) -> dict:
                              "arguments": " ".join(args.argv),
                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                              "steps": args.steps, "warmup": args.warmup, "data": args.data,
-                             "cpu_steps": args.cpu_steps},
+                             "cpu_steps": args.cpu_steps, "set": list(args.set)},
                     "families": {}}
     over = {"skipped": f"the check's time budget (--budget-s {args.budget_s}) was spent"}
 
@@ -447,7 +448,7 @@ def run_check(args) -> dict:
                 print(f"[gpu-check] {FAMILIES[name][0]} on {device}, precision {precision}", flush=True)
                 run_dir = work / f"{name}-{device}-{precision}"
                 runs[key] = _guarded(lambda n=name, d=device, p=precision, r=run_dir: measure(
-                    n, d, p, args.cpu_steps if d == "cpu" else args.steps, args.warmup, r, args.data))
+                    n, d, p, args.cpu_steps if d == "cpu" else args.steps, args.warmup, r, args.data, tuple(args.set)))
                 shutil.rmtree(run_dir, ignore_errors=True)
         if not args.skip_demo:
             print("[gpu-check] default demo", flush=True)
@@ -472,12 +473,15 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", choices=("digits", "mnist"), default="digits",
                     help="the families' data: the embedded 8x8 digits (default), or the MNIST presets (28x28 at the "
                          "presets' batch sizes; MNIST and USPS under $DPGEN_DATA_ROOT in torchvision's layout)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Hydra override added to every family's composition (repeatable), e.g. model.scaling=0.5")
     ap.add_argument("--skip-tests", action="store_true", help="do not run the CUDA-marked tests")
     ap.add_argument("--skip-demo", action="store_true", help="do not run the default demo")
     ap.add_argument("--budget-s", type=int, default=420, help="start no new part after this many seconds (default "
                     "420: the check ends within 8 minutes on one H100); what is left is reported as skipped")
     ap.add_argument("--part-timeout", type=int, default=240, help="seconds allowed to the tests, the demo and each NCCL run")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the markdown report (default docs/benchmarks-gpu.md)")
+    ap.add_argument("--out", type=Path, default=None, help="the markdown report (default docs/benchmarks-gpu.md; "
+                    "with --data mnist docs/benchmarks-gpu-mnist.md)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw measurements as JSON")
     ap.add_argument("--code-version", default=None, help="the code's version to report instead of git's answer (a working "
                     "tree copied to the GPU machine may carry stale or no git metadata)")
@@ -491,7 +495,8 @@ def _non_default(args) -> list[str]:
         if key in ("out", "json", "dry_run", "code_version") or value == defaults.get(key, value):
             continue
         flag = "--" + key.replace("_", "-")
-        out += [flag] if value is True else [flag, str(value)]
+        out += [flag] if value is True else [x for v in value for x in (flag, v)] if isinstance(value, list) \
+            else [flag, str(value)]
     return out
 
 
@@ -504,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --families {','.join(unknown)} unknown; choose from {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
     args.cpu_steps = args.steps if args.cpu_steps is None else args.cpu_steps
+    if args.out is None:
+        args.out = DEFAULT_OUT if args.data == "digits" else DEFAULT_OUT.with_name("benchmarks-gpu-mnist.md")
     if args.warmup >= min(args.steps, args.cpu_steps):
         print(f"error: --warmup {args.warmup} must be below --steps {args.steps} and --cpu-steps {args.cpu_steps}",
               file=sys.stderr)

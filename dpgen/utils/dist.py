@@ -78,21 +78,23 @@ def run_dir_overrides(argv: list[str], hydra_config: Path) -> list[str]:
     """Extra Hydra overrides that make every rank of one run write into ONE run folder.
 
     Hydra names the folder from the clock when each process starts (``${now:...}`` in
-    ``hydra.run.dir``), so the ranks could disagree by a second: rank 0's start time is used on every
-    rank.  Ranks > 0 also leave Hydra's ``.hydra/`` record to rank 0.  Nothing for one process, a
-    multirun, or an explicit ``hydra.run.dir``."""
-    if not requested() or any(a == "-m" or a.startswith("--multirun") for a in argv):
+    ``hydra.run.dir``, or ``hydra.sweep.dir`` for a multirun, whose jobs then run one after the other on
+    all the processes), so the ranks could disagree by a second: rank 0's start time is used on every
+    rank.  Ranks > 0 also leave Hydra's ``.hydra/`` record to rank 0.  Nothing for one process or an
+    explicit folder."""
+    if not requested():
         return []
     init_from_env()
     extra = [] if dist.get_rank() == 0 else ["hydra.output_subdir=null"]
-    if any(a.startswith("hydra.run.dir=") for a in argv):
+    key = "sweep" if any(a == "-m" or a.startswith("--multirun") for a in argv) else "run"
+    if any(a.startswith(f"hydra.{key}.dir=") for a in argv):
         return extra
     box = [time.time()]
     dist.broadcast_object_list(box, src=0)  # rank 0's clock on every rank
     t0 = box[0]
-    pattern = str(OmegaConf.to_container(OmegaConf.load(hydra_config), resolve=False)["run"]["dir"])
+    pattern = str(OmegaConf.to_container(OmegaConf.load(hydra_config), resolve=False)[key]["dir"])
     now = datetime.fromtimestamp(t0)
-    return [f"hydra.run.dir={re.sub(r'[$][{]now:([^}]*)[}]', lambda m: now.strftime(m.group(1)), pattern)}", *extra]
+    return [f"hydra.{key}.dir={re.sub(r'[$][{]now:([^}]*)[}]', lambda m: now.strftime(m.group(1)), pattern)}", *extra]
 
 
 # ---------------------------------------------------------------------------- faults

@@ -53,16 +53,31 @@ def init_from_env() -> bool:
     if not requested():
         return False
     backend = "gloo"
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank() % torch.cuda.device_count())
+    if gpu_per_process():  # NCCL wants one GPU per process: with fewer GPUs than processes, gloo alone
+        torch.cuda.set_device(local_rank())
         backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s()))
     return True
 
 
+def gpu_per_process() -> bool:
+    """True when every process of this node can have a GPU of its own (``LOCAL_WORLD_SIZE`` <= GPUs)."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    return torch.cuda.is_available() and local_world <= torch.cuda.device_count()
+
+
 def device_of_rank(device: torch.device) -> torch.device:
-    """``cuda`` -> this process's GPU (``LOCAL_RANK``) when several processes share a node."""
+    """``cuda`` -> this process's GPU (``LOCAL_RANK``) when several processes share a node; a fault when
+    the node has fewer GPUs than processes (``trainer.device=cpu`` then runs, on gloo)."""
     if device.type == "cuda" and device.index is None and dist.is_available() and dist.is_initialized():
+        if not gpu_per_process():
+            n = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+            from ..errors import ConfigError
+
+            raise ConfigError(f"trainer.device=cuda on {n} processes per node needs a GPU for each, and "
+                             f"{torch.cuda.device_count()} {'is' if torch.cuda.device_count() == 1 else 'are'} "
+                             f"visible: use --nproc {torch.cuda.device_count()} (torchrun --nproc-per-node), or "
+                             "trainer.device=cpu")
         return torch.device("cuda", torch.cuda.current_device())
     return device
 

@@ -308,3 +308,28 @@ def test_every_rank_names_its_folder_from_rank_0s_clock(monkeypatch, multirun):
                    "hydra.output_subdir=null"]
     assert udist.run_dir_overrides([*argv, f"hydra.{key}.dir=/x"], CONFIGS / "hydra" / "default.yaml") == \
         ["hydra.output_subdir=null"]
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_nccl_only_when_every_process_of_the_node_has_a_gpu(monkeypatch, gpus):
+    """Two processes on a one-GPU machine: gloo alone (trainer.device=cpu runs; cuda is one error line);
+    on two GPUs: each process takes its own and NCCL carries the cuda tensors."""
+    from dpgen.errors import ConfigError
+    from dpgen.utils import dist as udist
+
+    chosen: list = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(udist.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(udist.torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(udist.torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(udist.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(udist.dist, "init_process_group", lambda backend, timeout: chosen.append(backend))
+    assert udist.init_from_env()
+    assert chosen == (["gloo"] if gpus == 1 else [1, "cpu:gloo,cuda:nccl"])
+    monkeypatch.setattr(udist.dist, "is_initialized", lambda: True)
+    assert udist.device_of_rank(torch.device("cpu")) == torch.device("cpu")
+    if gpus == 1:
+        with pytest.raises(ConfigError, match=r"trainer.device=cuda on 2 processes per node .* --nproc 1"):
+            udist.device_of_rank(torch.device("cuda"))

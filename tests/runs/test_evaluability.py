@@ -14,7 +14,7 @@ from dpgen.data.base import DataSplits, TensorSplit
 from dpgen.errors import ConfigError
 from dpgen.eval import ClassifierEvaluator, GenerativeEvaluator, ToyEvaluator
 from dpgen.eval.evaluator import evaluate_run
-from tests.helpers.runs import beats_chance, train, train_here
+from tests.helpers.runs import beats_chance, train_here
 
 
 class _SecretSize:
@@ -111,7 +111,7 @@ def test_a_run_whose_evaluation_fails_is_kept_and_dpgen_evaluate_completes_it(tm
     run_dir = tmp_path / "run"
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("")
-    r = train([*FAST, f"evaluator.fid.cache_dir={blocker}", f"hydra.run.dir={run_dir}"])
+    r = train_here([*FAST, f"evaluator.fid.cache_dir={blocker}", f"hydra.run.dir={run_dir}"])
     assert r.returncode == 0, r.stderr[-3000:]
     first = json.loads((run_dir / "results.json").read_text())
     assert "eval_error" in first["metrics"] and beats_chance(first["metrics"]["acc_logreg"]), first["metrics"]

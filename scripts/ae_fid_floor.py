@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from dpgen.eval.fid import DomainSettings, domain_extractor, frechet_distance  # noqa: E402
+from dpgen.eval.fid import DomainSettings, domain_extractor, frechet_distance
 
 
 def floor(run_dir: Path, n: int | None = None) -> dict:

@@ -35,8 +35,8 @@ from dpgen.eval.cnn import fit_cnn
 from dpgen.logging import RunLogger
 from dpgen.methods.base import TrainContext
 from dpgen.methods.loop import train
+from dpgen.paths import CONFIGS, ROOT
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 VARIANTS = ("class", "pooled", "pooled_prior")
 
 
@@ -153,7 +153,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--eps", type=float, default=10.0)
-    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("default_variety.md"))
+    ap.add_argument("--out", type=Path, default=ROOT / "scripts" / "default_variety.md")
     ap.add_argument("--run-dir", type=Path, default=Path("outputs/default_variety"))
     args = ap.parse_args()
     res = {v: {s: measure(v, s, args.eps, args.run_dir / f"{v}_{s}") for s in args.seeds} for v in VARIANTS}

@@ -32,14 +32,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dpgen.privacy.dpswflow import paper_flow_noise_std  # noqa: E402
-from dpgen.privacy.rows import RowMap  # noqa: E402
+from dpgen.privacy.dpswflow import paper_flow_noise_std
+from dpgen.privacy.rows import RowMap
 
 
 def mnist_train(root: str) -> tuple[torch.Tensor, torch.Tensor]:

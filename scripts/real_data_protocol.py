@@ -18,16 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from dpgen.eval.downstream import downstream_accuracy  # noqa: E402
+from dpgen.eval.downstream import downstream_accuracy
 
 PAPER_REAL = {"mnist": (92.2, 97.5), "fashion_mnist": (84.5, 88.2)}  # DP-Sinkhorn Table 1, real data: LogReg / MLP
 

@@ -12,17 +12,11 @@ itself (W_t ~ sqrt(2) sigma C (P E|N(0,1)|^16)^{1/16}).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from dpgen.privacy import PLDAccountant, RDPAccountant, Release  # noqa: E402
-from dpgen.privacy.bayesian import MomentsAccountant  # noqa: E402
-from dpgen.privacy.wdp import WassersteinAccountant  # noqa: E402
+from dpgen.privacy import PLDAccountant, RDPAccountant, Release
+from dpgen.privacy.bayesian import MomentsAccountant
+from dpgen.privacy.wdp import WassersteinAccountant
 
 
 def sweep(sigmas=(4.0, 2.0, 1.0, 0.5, 0.25, 0.1), q: float = 256 / 60000, steps: int = 235, delta: float = 1e-5,

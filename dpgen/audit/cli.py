@@ -91,9 +91,8 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
                              "pixel-space presets (digits_dpswd, mnist_dpswd)")
         _setup(method, data, ledger, seed)
         mech = method.mechanisms["projection"]
-        idx = torch.randperm(n_priv, generator=gen)[:4]
-        x, y = data.private._gather(idx)
-        rows = method._rowmap(x, y).double()  # 4 real private rows through the run's row map
+        real = data.private.read_outside_guarantee("the audit's canary rows", n=4, seed=seed)
+        rows = method.rows(real.x, real.y).double()  # 4 real private rows through the run's row map
         from dpgen.audit.releases import antipodal_rows
 
         d0, d1 = antipodal_rows(rows, 0, 0.5)  # row 0 at norm 1/2, its antipode in D': ||x - x'|| = 1
@@ -107,12 +106,12 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
         D = d_lat + (data.num_classes if method.label_mode == "concat" else 0)
         if kind == "DPSWFlow":
             mech = OneShotProjectionRelease(ledger, dim=D, calibration=method.calibration,
-                                            noise=method._noise(ledger, one_shot=True), **method.dp.release_settings())
+                                            noise=method.release_noise(ledger, one_shot=True), **method.dp.release_settings())
             name = "DPSWflow one-shot release (whole private set)"
         else:
             steps_run = method.steps_planned(n_priv)
             mech = GaussianProjectionRelease(ledger, dim=D, steps=steps_run, sample_rate=method.batch_size / n_priv,
-                                             n_private=n_priv, row_diameter=2.0, noise=method._noise(ledger),
+                                             n_private=n_priv, row_diameter=2.0, noise=method.release_noise(ledger),
                                              **method.dp.release_settings())
             name = f"{'DPSWflow-r' if kind == 'DPSWFlowR' else 'DPSWgen'} per-step projection release"
         base = torch.randn(4, D, generator=gen, dtype=torch.float64)
@@ -156,10 +155,10 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
         mech = method.mechanisms["moments"]
         if mech.kind != "class_moments":
             raise SystemExit(f"{preset}: model.release={method.release_kind}: the audit covers release=moments")
-        idx = torch.randperm(n_priv, generator=gen)[:16]
-        x, y = data.private._gather(idx)
-        z = method.rep.encode(x).double()  # 16 real private codes through the run's public map
-        out.append(audit_class_moments(mech, z, y, canary_class=int(y[0]), runs=runs, seed=seed, preset=preset))
+        real = data.private.read_outside_guarantee("the audit's canary codes", n=16, seed=seed)
+        z = method.rep.encode(real.x).double()  # 16 real private codes through the run's public map
+        out.append(audit_class_moments(mech, z, real.y, canary_class=int(real.y[0]), runs=runs, seed=seed,
+                                       preset=preset))
     else:
         raise SystemExit(f"{preset}: no audit for {kind} yet (audited: DPSWDGenerator, DPSWFlow, DPSWFlowR, DPSWGen, "
                          "DPSinkhorn, DPSGDClassifier, DomainAdaptation, DPClassGaussian)")
@@ -240,8 +239,8 @@ def audit_blackbox(overrides: list[str], runs: int, n_samples: int = 2000) -> li
     cfg = compose(overrides)
     preset = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "default")
     data = instantiate(cfg.dataset)
-    n = len(data.private)
-    x, y = data.private._gather(torch.arange(n))
+    private = data.private.read_outside_guarantee("the black-box audit: the private set with and without a canary")
+    x, y, n = private.x, private.y, len(private)
     lo, hi = data.value_range
     c, h, w = data.image_shape
     canary = torch.full((c, h, w), lo)

@@ -15,33 +15,15 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 
 import torch
 
 from dpgen.privacy import accountants as acc  # noqa: E402
 from dpgen.privacy.calibration import calibrate, largest_steps_within  # noqa: E402
 
+from .timing import ms_spread, times
+
 REPEATS, MAX_SPREAD = 5, 1.5
-
-
-def _times(fn, repeats: int = REPEATS, warmup: int = 1, clear=None) -> list[float]:
-    for _ in range(warmup):
-        if clear:
-            clear()
-        fn()
-    out = []
-    for _ in range(repeats):
-        if clear:
-            clear()
-        t = time.process_time()
-        fn()
-        out.append(time.process_time() - t)
-    return out
-
-
-def _fmt(ts: list[float]) -> str:
-    return f"{1e3 * statistics.median(ts):.0f} ms (spread ×{max(ts) / max(min(ts), 1e-9):.2f})"
 
 
 def _ratio(slow: list[float], fast: list[float]) -> str:
@@ -56,7 +38,7 @@ def _old_calibrate(target: float, delta: float, q: float, steps: int, rel_tol: f
     a = acc.RDPAccountant("poisson")
 
     def eps(s):
-        e = a._epsilon([acc.Release(s, q, steps)], delta)
+        e = a.epsilon_of([acc.Release(s, q, steps)], delta)
         return math.inf if math.isnan(e) else e
 
     if eps(1e4) > target:
@@ -74,7 +56,7 @@ def _old_allowance(name: str, sigma: float, q: float, target: float, delta: floa
     a = acc.make_accountant(name, "poisson")
 
     def ok(s):
-        return a._epsilon([acc.Release(sigma, q, s)], delta) <= target
+        return a.epsilon_of([acc.Release(sigma, q, s)], delta) <= target
 
     lo, hi = 1, 2
     while ok(hi):
@@ -87,29 +69,31 @@ def _old_allowance(name: str, sigma: float, q: float, target: float, delta: floa
 
 def calibration_rows() -> list[tuple[str, str]]:
     out = []
-    clear = acc._EPS_CACHE.clear
+    clear = acc.clear_epsilon_cache  # every search timed from a cold cache
     for label, q, steps, delta in (("mnist_dpswd (q = 100/60000, 60,000 steps, δ_conv = 5e-6)", 100 / 60000, 60000, 5e-6),
                                    ("digits_dpswd (q = 32/1347, 8,420 steps, δ_conv = 5e-5)", 32 / 1347, 8420, 5e-5)):
         s_old = _old_calibrate(10.0, delta, q, steps)
         s_rdp = calibrate(10.0, delta, q, steps, "poisson", accountant="rdp")
         s_pld = calibrate(10.0, delta, q, steps, "poisson", accountant="pld")
-        t_old = _times(lambda: _old_calibrate(10.0, delta, q, steps), repeats=1, warmup=0)  # noqa: B023
-        t_rdp = _times(lambda: calibrate(10.0, delta, q, steps, "poisson", accountant="rdp"),  # noqa: B023
+        t_old = times(lambda: _old_calibrate(10.0, delta, q, steps), repeats=1, warmup=0,  # noqa: B023
+                       clear=clear)
+        t_rdp = times(lambda: calibrate(10.0, delta, q, steps, "poisson", accountant="rdp"),  # noqa: B023
                        repeats=3, warmup=0, clear=clear)
-        t_pld = _times(lambda: calibrate(10.0, delta, q, steps, "poisson", accountant="pld"),  # noqa: B023
+        t_pld = times(lambda: calibrate(10.0, delta, q, steps, "poisson", accountant="pld"),  # noqa: B023
                        repeats=3, warmup=0, clear=clear)
-        out += [(f"calibration {label}: before (RDP, bisection from [0, 1]; one run)", f"{_fmt(t_old)}, σ = {s_old:.4f}"),
-                (f"calibration {label}: RDP, secant + Brent", f"{_fmt(t_rdp)}, σ = {s_rdp:.4f} "
+        out += [(f"calibration {label}: before (RDP, bisection from [0, 1]; one run)", f"{ms_spread(t_old, 0)}, σ = {s_old:.4f}"),
+                (f"calibration {label}: RDP, secant + Brent", f"{ms_spread(t_rdp, 0)}, σ = {s_rdp:.4f} "
                  f"({_ratio(t_old, t_rdp)} faster)"),
                 (f"calibration {label}: PLD (the default for Poisson), secant + Brent",
-                 f"{_fmt(t_pld)}, σ = {s_pld:.4f}: {100 * (1 - s_pld / s_rdp):.1f} % less noise than RDP "
+                 f"{ms_spread(t_pld, 0)}, σ = {s_pld:.4f}: {100 * (1 - s_pld / s_rdp):.1f} % less noise than RDP "
                  f"({_ratio(t_old, t_pld)} faster than before)")]
-        t_a_old = _times(lambda: _old_allowance("pld", s_pld, q, 10.0, delta), repeats=1, warmup=0)  # noqa: B023
-        t_a_new = _times(lambda: largest_steps_within(  # noqa: B023
-            lambda s: acc.PLDAccountant()._epsilon([acc.Release(s_pld, q, s)], delta), 10.0),  # noqa: B023
+        t_a_old = times(lambda: _old_allowance("pld", s_pld, q, 10.0, delta), repeats=1, warmup=0,  # noqa: B023
+                         clear=clear)
+        t_a_new = times(lambda: largest_steps_within(  # noqa: B023
+            lambda s: acc.PLDAccountant().epsilon_of([acc.Release(s_pld, q, s)], delta), 10.0),  # noqa: B023
             repeats=1, warmup=0, clear=clear)
         out.append((f"budget-stop search {label}, PLD: exponential + binary vs interpolation",
-                    f"{_fmt(t_a_old)} vs {_fmt(t_a_new)} (×{statistics.median(t_a_old) / statistics.median(t_a_new):.1f}; "
+                    f"{ms_spread(t_a_old, 0)} vs {ms_spread(t_a_new, 0)} (×{statistics.median(t_a_old) / statistics.median(t_a_new):.1f}; "
                     "one run each)"))
     return out
 
@@ -135,12 +119,12 @@ def flow_rows() -> list[tuple[str, str]]:
         tq = empirical_quantiles(gaussian_projection_release(y, u, 5.05).T.contiguous(), levels)
         proj = smoothed_projections(x, u, 5.05)
         assert torch.equal(transport_map(proj, tq, levels), transport_map_reference(proj, tq, levels))
-        t_ref = _times(lambda: transport_map_reference(proj, tq, levels))  # noqa: B023
-        t_new = _times(lambda: transport_map(proj, tq, levels))  # noqa: B023
-        t_sort = _times(lambda: torch.sort(proj, dim=-1))  # noqa: B023
+        t_ref = times(lambda: transport_map_reference(proj, tq, levels), REPEATS)  # noqa: B023
+        t_new = times(lambda: transport_map(proj, tq, levels), REPEATS)  # noqa: B023
+        t_sort = times(lambda: torch.sort(proj, dim=-1), REPEATS)  # noqa: B023
         out.append((f"DPSWflow-r transport map, {n} particles, k = {k}, M = {m} levels: literal vs one-sort "
-                    "(bit-identical)", f"{_fmt(t_ref)} vs {_fmt(t_new)}: {_ratio(t_ref, t_new)}; floor: the sort "
-                    f"alone takes {_fmt(t_sort)}"))
+                    "(bit-identical)", f"{ms_spread(t_ref, 0)} vs {ms_spread(t_new, 0)}: {_ratio(t_ref, t_new)}; floor: the sort "
+                    f"alone takes {ms_spread(t_sort, 0)}"))
     return out
 
 
@@ -161,7 +145,7 @@ def dpsgd_rows(batch: int = 64) -> list[tuple[str, str]]:
         ce(net(x), y).backward()
 
     rows = []
-    t_plain, t_vmap = _times(plain), _times(vmap_grads)
+    t_plain, t_vmap = times(plain, REPEATS), times(vmap_grads, REPEATS)
     try:
         from opacus import GradSampleModule
 
@@ -171,14 +155,14 @@ def dpsgd_rows(batch: int = 64) -> list[tuple[str, str]]:
             gsm.zero_grad()
             ce(gsm(x), y).backward()
 
-        t_op = _times(opacus_grads)
+        t_op = times(opacus_grads, REPEATS)
         rows.append((f"DP-SGD per-sample gradients, mnist_dpsgd CNN, batch {batch}: Opacus GradSampleModule",
-                     f"{_fmt(t_op)} ({_ratio(t_op, t_plain)} of a non-private backward)"))
+                     f"{ms_spread(t_op, 0)} ({_ratio(t_op, t_plain)} of a non-private backward)"))
     except Exception as e:  # noqa: BLE001 - Opacus may not support a layer: say so
         t_op = None
         rows.append(("DP-SGD per-sample gradients: Opacus GradSampleModule", f"not measured ({type(e).__name__}: {e})"))
     rows.insert(0, (f"DP-SGD per-sample gradients, mnist_dpsgd CNN, batch {batch}: torch.func vmap (dpgen)",
-                    f"{_fmt(t_vmap)} ({_ratio(t_vmap, t_plain)} of a non-private backward {_fmt(t_plain)}"
+                    f"{ms_spread(t_vmap, 0)} ({_ratio(t_vmap, t_plain)} of a non-private backward {ms_spread(t_plain, 0)}"
                     + (f"; Opacus / vmap {_ratio(t_op, t_vmap)}" if t_op else "") + ")"))
     return rows
 

@@ -34,7 +34,7 @@ STEPS, WARMUP, REPEATS = 60, 10, 3
 
 def _variants():
     disc = partial(DomainDiscriminator, hidden=100)
-    return {"swd": (SWDAlignment(0.1, 200), False), "dpswd": (DPSWDAlignment(0.5, ProjectionDP(200)), True),
+    return {"swd": (SWDAlignment(0.1, 200), False), "dpswd": (DPSWDAlignment(0.5, ProjectionDP(200, "bernstein")), True),
             "dann": (DANNAlignment(disc, 0.1), False), "dp_dann": (DPDANNAlignment(disc, 0.1), True)}
 
 

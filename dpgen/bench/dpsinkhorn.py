@@ -4,8 +4,6 @@ same problem.  No timing is asserted anywhere."""
 
 from __future__ import annotations
 
-import statistics
-import time
 from functools import partial
 
 import torch
@@ -13,16 +11,7 @@ import torch
 from dpgen.utils import pick_device
 from dpgen.utils.misc import synchronize
 
-
-def _timeit(fn, repeats: int = 5, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from .timing import wall_median
 
 
 def _step_time(device: torch.device, batch: int = 50) -> tuple[str, str]:
@@ -45,7 +34,7 @@ def _step_time(device: torch.device, batch: int = 50) -> tuple[str, str]:
         m.step(0)
         synchronize(device)
 
-    t = _timeit(step)
+    t = wall_median(step)
     return (f"DP-Sinkhorn training step (mnist_dpsinkhorn: B=50 Poisson + 20 debias rows, 28x28 DCGAN, "
             f"L1+L2, λ=0.05, scaling 0.9, {device.type})",
             f"{1000 * t:.0f} ms/step ({1 / t:.1f} steps/s; the paper's 3.4M steps ≈ {3.4e6 * t / 86400:.1f} days)")
@@ -72,7 +61,7 @@ def _loss_vs_pot(device: torch.device, n: int = 50, d: int = 794, reg: float = 0
         c = cost_matrix(x, y.double(), "l1+l2", 1.0)
         pot.sinkhorn2(a, a, c, reg, method="sinkhorn_log", numItermax=1000, stopThr=1e-9).backward()
 
-    t_ours, t_pot = _timeit(ours), _timeit(plain_pot)
+    t_ours, t_pot = wall_median(ours), wall_median(plain_pot)
     return (f"Sinkhorn loss+gradient, n=m={n}, D={d} (L1+L2, λ={reg}, {device.type}): GeomLoss (dpgen settings) "
             "vs POT sinkhorn_log (≤1000 iterations, stopThr 1e-9)",
             f"{1000 * t_ours:.1f} ms vs {1000 * t_pot:.1f} ms (ratio ours/POT {t_ours / t_pot:.2f})")

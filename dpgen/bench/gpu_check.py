@@ -46,6 +46,7 @@ COMMAND = "make gpu-check"
 
 # family -> (what it is, the composition: preset + overrides that only make the run short)
 AE_SHORT = ["model.ae_steps=100", "model.autoencoder_cache=null"]  # the PUBLIC autoencoder pre-training, untimed
+AE_SHORT_MNIST = ["model.ae_steps=20", "model.autoencoder_cache=null"]  # (its quality does not change a step's time)
 FAMILIES: dict[str, tuple[str, list[str]]] = {
     "dpsgd_classifier": ("DP-SGD classifier", ["experiment=digits_dpsgd"]),
     "dpswd_generator": ("DP-SWD generator", ["experiment=digits_dpswd"]),
@@ -58,6 +59,25 @@ FAMILIES: dict[str, tuple[str, list[str]]] = {
     "dp_dann": ("DP-DANN", ["experiment=digits_shift_dp_dann", "model.start_align=0"]),
     "class_gaussian": ("DP class-Gaussian", ["experiment=digits_moments"]),
 }
+# --data mnist: the same families on the MNIST presets (28x28 images at the presets' own batch sizes; the
+# private data under paths.data_root in torchvision's layout, USPS beside it for the two adapters)
+MNIST_FAMILIES: dict[str, list[str]] = {
+    "dpsgd_classifier": ["experiment=mnist_dpsgd"],
+    "dpswd_generator": ["experiment=mnist_dpswd"],
+    "dpswd_adapter": ["experiment=mnist_usps_dpswd", "model.start_align=0"],
+    "dpsinkhorn": ["experiment=mnist_dpsinkhorn"],
+    "dpswflow_r": ["experiment=mnist_dpswflow_r", *AE_SHORT_MNIST],
+    "dpswgen": ["experiment=mnist_dpswgen", *AE_SHORT_MNIST],
+    "dp_dann": ["experiment=mnist_usps_dp_dann", "model.start_align=0"],
+    "class_gaussian": ["experiment=mnist_moments"],
+}
+
+
+def composition(family: str, data: str = "digits") -> list[str]:
+    """The preset and overrides of ``family``'s runs on ``data`` (digits: the embedded 8x8 digits)."""
+    return FAMILIES[family][1] if data == "digits" else MNIST_FAMILIES[family]
+
+
 # (device kind, trainer.precision) of every family's runs; "device" is the --device
 SETTINGS = (("cpu", "32"), ("device", "32"), ("device", "bf16"))
 SHORT = ["logger=local", "evaluator=none", "trainer.progress=false", "trainer.checkpoint_every=1000000"]
@@ -134,14 +154,15 @@ def compose(overrides: list[str], run_dir: Path):
         return hcompose("train", overrides=[*overrides, f"paths.data_root={data_root}", f"paths.output_dir={run_dir}"])
 
 
-def measure(family: str, device: str, precision: str, steps: int, warmup: int, run_dir: Path) -> dict:
+def measure(family: str, device: str, precision: str, steps: int, warmup: int, run_dir: Path,
+            data: str = "digits", extra: tuple[str, ...] = ()) -> dict:
     """One short training of ``family`` through ``dpgen.pipeline.run`` on ``device``: steps/s over the
     timed steps, peak device memory (MiB; None on the CPU), epsilon spent, bf16 forwards."""
     import torch
 
     from dpgen.pipeline import run
 
-    cfg = compose([*FAMILIES[family][1], *SHORT, f"trainer.device={device}", f"trainer.precision={precision}",
+    cfg = compose([*composition(family, data), *extra, *SHORT, f"trainer.device={device}", f"trainer.precision={precision}",
                    f"trainer.max_steps={steps}", f"trainer.log_every={steps}"], run_dir)
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -236,14 +257,16 @@ def nccl(work: Path, steps: int, timeout_s: int, n_devices: int) -> dict:
 
 
 # -- the plan and the report --------------------------------------------------------------------
-def plan(families: list[str], device: str, steps: int, warmup: int) -> list[str]:
+def plan(families: list[str], device: str, steps: int, warmup: int, data: str = "digits",
+         cpu_steps: int | None = None) -> list[str]:
     """What the check runs, one line each (``--dry-run`` prints these)."""
     lines = ["CUDA-marked tests: pytest -m cuda tests"]
     for name in families:
-        label, comp = FAMILIES[name]
+        label, comp = FAMILIES[name][0], composition(name, data)
         for kind, precision in SETTINGS:
             dev = "cpu" if kind == "cpu" else device
-            lines.append(f"{label} [{name}]: {dev} precision={precision}, {steps} steps ({warmup} warm-up): "
+            n = cpu_steps if dev == "cpu" and cpu_steps is not None else steps
+            lines.append(f"{label} [{name}]: {dev} precision={precision}, {n} steps ({warmup} warm-up): "
                          f"{' '.join(comp)}")
     lines.append(f"default demo: python train.py trainer.device={device}")
     lines.append(f"2-process NCCL (two or more CUDA devices, else skipped): torchrun --nproc-per-node 2 train.py "
@@ -283,7 +306,8 @@ def render(report: dict) -> str:
     """The markdown page of a measurement dict (``run_check``'s; tests hand it a fake one)."""
     meta, dev = report["meta"], report["meta"]["device"]
     out = ["# GPU check\n",
-           f"Produced by `{COMMAND}` (`python -m dpgen.bench.gpu_check`), {meta['date']}, in {meta['wall_s']:.0f} s. "
+           f"Produced by `{COMMAND}` (`python -m dpgen.bench.gpu_check"
+           f"{(' ' + meta['arguments']) if meta.get('arguments') else ''}`), {meta['date']}, in {meta['wall_s']:.0f} s. "
            f"Device: **{meta['device_name']}** ({meta['n_devices']} visible); CPU: {meta['cpu']}. "
            f"Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}. Code: {meta['commit']}.\n",
            "## CUDA-marked tests\n"]
@@ -293,10 +317,13 @@ def render(report: dict) -> str:
     else:
         out.append(f"`{t['command']}`: {t.get('summary', '')}" + (f" — **failed**: {t['error']}" if "error" in t else "") + "\n")
 
-    fam = report["families"]
+    fam, data = report["families"], meta.get("data", "digits")
+    what = "embedded 8×8 digits" if data == "digits" else "MNIST presets, 28×28, their own batch sizes"
     out += ["## Every private family: a short training\n",
-            f"Each run is `dpgen.pipeline.run` of the composition shown (embedded 8×8 digits, `evaluator=none`, "
-            f"`trainer.max_steps={meta['steps']}`). Steps/s: private steps {meta['warmup']}…{meta['steps']} of the run "
+            f"Each run is `dpgen.pipeline.run` of the composition shown ({what}, `evaluator=none`, "
+            f"`trainer.max_steps={meta['steps']}`"
+            + (f"; on the CPU {meta['cpu_steps']}" if meta.get("cpu_steps", meta["steps"]) != meta["steps"] else "")
+            + f"). Steps/s: private steps {meta['warmup']}…max_steps of the run "
             f"(the first {meta['warmup']} are warm-up), the device synchronised at both ends; the DP class-Gaussian "
             "makes one release, which is the step timed. CPU: `trainer.threads=1`, the default. Peak memory: "
             "`torch.cuda.max_memory_allocated` over the whole run (setup, calibration and training), in MiB.\n",
@@ -322,8 +349,9 @@ def render(report: dict) -> str:
     if skipped:
         out.append("‡ Not run: the check's time budget (`--budget-s`) was spent before this run's turn.\n")
     out.append("Compositions:\n")
-    out += [f"* {FAMILIES[n][0] if n in FAMILIES else n}: `{' '.join(FAMILIES[n][1]) if n in FAMILIES else ''}`"
-            for n in fam]
+    extra = " ".join(meta.get("set", []))
+    out += [f"* {FAMILIES[n][0] if n in FAMILIES else n}: `{' '.join(composition(n, data)) if n in FAMILIES else ''}"
+            f"{(' ' + extra) if extra else ''}`" for n in fam]
     out.append("")
 
     out.append("## The default demo\n")
@@ -387,9 +415,12 @@ def run_check(args) -> dict:
     n_devices = torch.cuda.device_count() if dev.type == "cuda" else 0
     report: dict = {"meta": {"device": args.device, "device_name": device_name(dev) or "CPU", "n_devices": n_devices,
                              "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} threads",
-                             "versions": _versions(dev.type), "commit": code_version() or "not a git checkout",
+                             "versions": _versions(dev.type),
+                             "commit": args.code_version or code_version() or "not a git checkout",
+                             "arguments": " ".join(args.argv),
                              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                             "steps": args.steps, "warmup": args.warmup},
+                             "steps": args.steps, "warmup": args.warmup, "data": args.data,
+                             "cpu_steps": args.cpu_steps, "set": list(args.set)},
                     "families": {}}
     over = {"skipped": f"the check's time budget (--budget-s {args.budget_s}) was spent"}
 
@@ -416,8 +447,8 @@ def run_check(args) -> dict:
                     continue
                 print(f"[gpu-check] {FAMILIES[name][0]} on {device}, precision {precision}", flush=True)
                 run_dir = work / f"{name}-{device}-{precision}"
-                runs[key] = _guarded(lambda n=name, d=device, p=precision, r=run_dir: measure(n, d, p, args.steps,
-                                                                                               args.warmup, r))
+                runs[key] = _guarded(lambda n=name, d=device, p=precision, r=run_dir: measure(
+                    n, d, p, args.cpu_steps if d == "cpu" else args.steps, args.warmup, r, args.data, tuple(args.set)))
                 shutil.rmtree(run_dir, ignore_errors=True)
         if not args.skip_demo:
             print("[gpu-check] default demo", flush=True)
@@ -435,31 +466,59 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dry-run", action="store_true", help="list what would run and exit (no torch work)")
     ap.add_argument("--device", default="cuda", help="the device under test (default cuda; cpu exercises the path)")
     ap.add_argument("--steps", type=int, default=40, help="private steps per family run (default 40)")
+    ap.add_argument("--cpu-steps", type=int, default=None, help="private steps of the CPU runs (default: --steps; "
+                    "fewer keep a check on the MNIST presets short, where a CPU step takes seconds)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed first steps of each run (default 5)")
     ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated subset of: " + ", ".join(FAMILIES))
+    ap.add_argument("--data", choices=("digits", "mnist"), default="digits",
+                    help="the families' data: the embedded 8x8 digits (default), or the MNIST presets (28x28 at the "
+                         "presets' batch sizes; MNIST and USPS under $DPGEN_DATA_ROOT in torchvision's layout)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Hydra override added to every family's composition (repeatable), e.g. model.scaling=0.5")
     ap.add_argument("--skip-tests", action="store_true", help="do not run the CUDA-marked tests")
     ap.add_argument("--skip-demo", action="store_true", help="do not run the default demo")
     ap.add_argument("--budget-s", type=int, default=420, help="start no new part after this many seconds (default "
                     "420: the check ends within 8 minutes on one H100); what is left is reported as skipped")
     ap.add_argument("--part-timeout", type=int, default=240, help="seconds allowed to the tests, the demo and each NCCL run")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the markdown report (default docs/benchmarks-gpu.md)")
+    ap.add_argument("--out", type=Path, default=None, help="the markdown report (default docs/benchmarks-gpu.md; "
+                    "with --data mnist docs/benchmarks-gpu-mnist.md)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw measurements as JSON")
+    ap.add_argument("--code-version", default=None, help="the code's version to report instead of git's answer (a working "
+                    "tree copied to the GPU machine may carry stale or no git metadata)")
     return ap
+
+
+def _non_default(args) -> list[str]:
+    """The options that changed what ran (not where the report went), as they would be typed."""
+    defaults, out = vars(parser().parse_args([])), []
+    for key, value in vars(args).items():
+        if key in ("out", "json", "dry_run", "code_version") or value == defaults.get(key, value):
+            continue
+        flag = "--" + key.replace("_", "-")
+        out += [flag] if value is True else [x for v in value for x in (flag, v)] if isinstance(value, list) \
+            else [flag, str(value)]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.argv = _non_default(args)
     args.families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = [f for f in args.families if f not in FAMILIES]
     if unknown:
         print(f"error: --families {','.join(unknown)} unknown; choose from {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
-    if args.warmup >= args.steps:
-        print(f"error: --warmup {args.warmup} must be below --steps {args.steps}", file=sys.stderr)
+    args.cpu_steps = args.steps if args.cpu_steps is None else args.cpu_steps
+    if args.out is None:
+        args.out = DEFAULT_OUT if args.data == "digits" else DEFAULT_OUT.with_name("benchmarks-gpu-mnist.md")
+    if args.warmup >= min(args.steps, args.cpu_steps):
+        print(f"error: --warmup {args.warmup} must be below --steps {args.steps} and --cpu-steps {args.cpu_steps}",
+              file=sys.stderr)
         return 2
     if args.dry_run:
         print(f"{COMMAND} would run, then write {args.out}:")
-        print("\n".join(f"  {line}" for line in plan(args.families, args.device, args.steps, args.warmup)))
+        print("\n".join(f"  {line}" for line in plan(args.families, args.device, args.steps, args.warmup, args.data,
+                                                   args.cpu_steps)))
         return 0
     import torch
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -25,16 +24,7 @@ from dpgen.ot import dp_sliced_wasserstein, random_directions  # noqa: E402
 from dpgen.privacy import dpswd_noise  # noqa: E402
 from dpgen.utils.misc import device_name, synchronize
 
-
-def _timeit(fn, repeats: int = 5, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from .timing import wall_median
 
 
 def bench_loss(device: torch.device, n: int = 1000, d: int = 784, k: int = 1000) -> list[tuple[str, str]]:
@@ -44,7 +34,7 @@ def bench_loss(device: torch.device, n: int = 1000, d: int = 784, k: int = 1000)
     xs, xt = torch.rand(n, d, generator=g), torch.rand(n, d, generator=g)
     u = random_directions(d, k, generator=g)
     xs_np, xt_np, u_np = xs.double().numpy(), xt.double().numpy(), u.double().numpy()
-    t_pot = _timeit(lambda: pot.sliced_wasserstein_distance(xs_np, xt_np, projections=u_np, p=2))
+    t_pot = wall_median(lambda: pot.sliced_wasserstein_distance(xs_np, xt_np, projections=u_np, p=2))
     xs_d, xt_d, u_d = xs.to(device), xt.to(device), u.to(device)
 
     def ours(sigma: float) -> None:
@@ -56,7 +46,7 @@ def bench_loss(device: torch.device, n: int = 1000, d: int = 784, k: int = 1000)
         dp_sliced_wasserstein(x, xt_d, 2.9, k=k).backward()
         synchronize(device)
 
-    t0, t1, t2 = _timeit(lambda: ours(0.0)), _timeit(lambda: ours(2.9)), _timeit(ours_fresh)
+    t0, t1, t2 = wall_median(lambda: ours(0.0)), wall_median(lambda: ours(2.9)), wall_median(ours_fresh)
     return [
         (f"POT sliced_wasserstein_distance (numpy float64, n={n}, d={d}, k={k})", f"{1e3 * t_pot:.1f} ms"),
         (f"dpgen SWD, σ=0, same directions ({device.type}, float32)", f"{1e3 * t0:.1f} ms (×{t_pot / t0:.1f} vs POT)"),
@@ -92,7 +82,7 @@ def bench_training(device: torch.device, steps: int = 200) -> list[tuple[str, st
         x, y = torch.rand(60000, 1, 28, 28), torch.randint(10, (60000,))
         data, src = DataSplits("random", PrivateSplit(x, y), TensorSplit(x[:100], y[:100]), None, 10,
                                (1, 28, 28)), "random 28x28 (no MNIST under DPGEN_DATA_ROOT)"
-    m = DPSWDGenerator(generator=partial(ConvCondGen), dp=ProjectionDP(1000), batch_size=100, epochs=100, lr=1e-4,
+    m = DPSWDGenerator(generator=partial(ConvCondGen), dp=ProjectionDP(1000, "bernstein"), batch_size=100, epochs=100, lr=1e-4,
                        label_mode="concat")
     with tempfile.TemporaryDirectory() as tmp:
         ctx = TrainContext(device=device, logger=RunLogger(tmp), run_dir=Path(tmp), log_every=10**9,
@@ -106,7 +96,8 @@ def bench_training(device: torch.device, steps: int = 200) -> list[tuple[str, st
              f"fit incl. calibration {dt:.1f} s)")]
 
 
-NOT_PLUGINS = ("run", "gpu_check")  # this driver, and `make gpu-check` (its own report, docs/benchmarks-gpu.md)
+NOT_PLUGINS = ("run", "gpu_check", "timing")  # this driver, `make gpu-check` (its own report, docs/benchmarks-gpu.md)
+# and the timing helpers the benchmarks share
 
 
 def _plugins(only: set[str] | None = None):

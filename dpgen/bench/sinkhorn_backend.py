@@ -11,22 +11,9 @@ import time
 
 import torch
 
+from .timing import ms_spread, times
+
 SIZES = dict(n=50, extra=20, m_real=50, d=28 * 28 + 10)  # B = 50 generated + floor(0.4*50) debias rows, 50 real
-
-
-def _times(fn, repeats: int = 5, warmup: int = 1) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeats):
-        t = time.process_time()
-        fn()
-        out.append(time.process_time() - t)
-    return out
-
-
-def _fmt(ts: list[float]) -> str:
-    return f"{1e3 * statistics.median(ts):.1f} ms (spread ×{max(ts) / max(min(ts), 1e-9):.2f})"
 
 
 def rows(device: torch.device) -> list[tuple[str, str]]:
@@ -47,11 +34,11 @@ def rows(device: torch.device) -> list[tuple[str, str]]:
         return float(loss), x.grad
 
     tens = EntropicOT(reg=0.05, cost="l1+l2", m=1.0, scaling=0.9, backend="tensorized")
-    t_tens = _times(lambda: run(tens))
+    t_tens = times(lambda: run(tens))
     try:
         import pykeops
     except Exception as e:  # noqa: BLE001 - report, do not fail the bench
-        return [(label, f"{_fmt(t_tens)} vs not measured (pykeops cannot be imported: {type(e).__name__})")]
+        return [(label, f"{ms_spread(t_tens)} vs not measured (pykeops cannot be imported: {type(e).__name__})")]
     old = pykeops.get_build_folder()
     with tempfile.TemporaryDirectory() as build:
         pykeops.set_build_folder(build)
@@ -60,14 +47,14 @@ def rows(device: torch.device) -> list[tuple[str, str]]:
             t0 = time.perf_counter()
             run(onl)  # compiles the KeOps kernels (forward + gradient)
             compile_s = time.perf_counter() - t0
-            t_onl = _times(lambda: run(onl), warmup=0)
+            t_onl = times(lambda: run(onl), warmup=0)
             (lt, gt), (lo, go) = run(tens), run(onl)
         finally:
             pykeops.set_build_folder(old)
     ratio = statistics.median(t_onl) / statistics.median(t_tens)
     agree = (f"loss rel. diff {abs(lo - lt) / abs(lt):.1e}, gradient max rel. diff "
              f"{float((go - gt).abs().max() / gt.abs().max()):.1e}")
-    return [(label, f"{_fmt(t_tens)} vs {_fmt(t_onl)}: online/tensorized ×{ratio:.2f} ({agree}; first online call "
+    return [(label, f"{ms_spread(t_tens)} vs {ms_spread(t_onl)}: online/tensorized ×{ratio:.2f} ({agree}; first online call "
                     f"incl. KeOps compilation {compile_s:.0f} s wall, one run). Default stays tensorized")]
 
 

@@ -1,7 +1,9 @@
 """Per-step cost before / after, timed side by side in one run.
 
-Each "before" below is a faithful, bench-only copy of the step as it was before its optimisation
-(not part of ``dpgen``); each "after" is the library's current step on the same inputs.  Repeats
+Each "before" below is the step as it was before its optimisation: a faithful, bench-only copy of
+the part that changed (not part of ``dpgen``: a generator's forward, the transport map, the DP-SGD
+release) run in the library's current step; each "after" is the library's current step on the same
+inputs.  Repeats
 are interleaved (before, after, after, before, ...) so that a change of the machine's load hits
 both sides alike; every figure is CPU time (``time.process_time``, one torch thread).  A step
 whose ratio stays below ×2 gets the profile of its "after" side (top operators by self CPU time
@@ -32,6 +34,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from dpgen.privacy.mechanisms import NoisyGradientSum
+
+from .timing import ms_spread
+
 REPEATS = 7
 
 
@@ -55,62 +61,22 @@ def dcgan_forward_before(G, z: torch.Tensor, y: torch.Tensor | None = None) -> t
     return G.net(torch.cat([z, G.embed(y)], dim=1)[:, :, None, None])
 
 
-def dpswd_step_before(m, t: int) -> dict:
-    """``DPSWDGenerator.step`` before optimisation (no feature map), generator forward in NCHW."""
-    from dpgen.ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
+def with_forward(G, forward):
+    """``G`` running ``forward(G, z, y)`` in place of its own ``forward`` (same parameters, same optimiser)."""
+    G.forward = partial(forward, G)
+    return G
 
-    rows_t = m._private_rows()
-    b = rows_t.shape[0]
-    if m.label_mode == "partition":
-        y_g = torch.arange(m.num_classes, device=m.device).repeat_interleave(m.block_rows)
-    else:
-        y_g = torch.randint(m.num_classes, (b,), device=m.device)
-    x_g = convcondgen_forward_before(m.G, torch.randn(b, m.G.d_code, device=m.device), y_g)
-    u = m.projection.draw_directions(m.device)
-    p_t = m.projection.release(rows_t, u)
-    p_s = gaussian_projection_release(m._rows(x_g, y_g), u, m.projection.noise_std)
-    loss = sliced_wasserstein_blocks(p_s, p_t, m.n_blocks, m.power)
-    m.opt.zero_grad(set_to_none=True)
-    loss.backward()
-    m.opt.step()
-    return {"loss": float(loss.detach())}
+
+def dpswd_step_before(m, t: int) -> dict:
+    """``DPSWDGenerator.step`` before optimisation: the same step with the generator forward in NCHW."""
+    with_forward(m.G, convcondgen_forward_before)
+    return {k: float(v) for k, v in m.step(t).items()}
 
 
 def dpsinkhorn_step_before(m, t: int) -> dict:
-    """``DPSinkhorn.step`` before optimisation (pixel features), generator forward in NCHW."""
-    from dpgen.ot.sinkhorn import embed, extra_rows, sinkhorn_generator_loss
-    from dpgen.privacy.image_gradient import clip_whole
-
-    n, k, dev = m.batch_size, m.num_classes, m.device
-    n_extra = extra_rows(n, m.ratio) if m.debias == "semi" else 0
-    y_g = torch.randint(max(k, 1), (n,), device=dev)
-    y_all = torch.cat([y_g, y_g[:n_extra]])
-    x_all = dcgan_forward_before(m.G, m.G.latent(n + n_extra, device=dev), y_all)
-    x_cross, x_debias = x_all[:n], x_all[n:]
-    released = {}
-
-    def cross_hook(g: torch.Tensor) -> torch.Tensor:
-        released["g"] = m.sanitiser.release(g)
-        return released["g"]
-
-    x_cross.register_hook(cross_hook)
-    if n_extra and m.private:
-        x_debias.register_hook(lambda g: clip_whole(g, m.clip_norm))
-    x_t, y_t = m.sampler.sample()
-    lo, hi = m._range
-    x_t = torch.nan_to_num(x_t.to(dev), nan=lo, posinf=hi, neginf=lo).clamp(lo, hi)
-    rows_real = embed(m._features((x_t - lo) / (hi - lo) * 2.0 - 1.0), y_t.to(dev), k, m.embed_multiplier)
-    rows_gen = embed(m._features(torch.cat([x_cross, x_debias])), y_all, k, m.embed_multiplier)
-    if rows_real.shape[0] > 0:
-        loss = sinkhorn_generator_loss(m.ot, rows_gen, rows_real, n, m.debias, m.ratio)
-    elif n_extra:
-        loss = -m.ot(rows_gen[:n], rows_gen[n_extra:n + n_extra])
-    else:
-        loss = (rows_gen[:n] * 0.0).sum()
-    m.opt.zero_grad(set_to_none=True)
-    loss.backward()
-    m.opt.step()
-    return {"released_grad_norm": float(released["g"].norm())}
+    """``DPSinkhorn.step`` before optimisation: the same step with the generator forward in NCHW."""
+    with_forward(m.G, dcgan_forward_before)
+    return {k: float(v) for k, v in m.step(t).items()}
 
 
 def flow_r_step_before(x, y, k, levels, sigma, h=3.0, reg=0.0):
@@ -149,22 +115,24 @@ def clip_per_sample_before(grads: dict, max_norm: float) -> dict:
     return {k: g * scale.view(-1, *([1] * (g.dim() - 1))) for k, g in grads.items()}
 
 
-def noisy_gradient_sum_before(mech, per_sample) -> dict:
-    """``NoisyGradientSum.release`` before optimisation (without the data-dependent ``observe``): clip every
-    chunk into a copy, sum it, then noise from the same mechanism object (recorded)."""
-    total = None
-    for chunk in per_sample:
-        clipped = clip_per_sample_before(chunk, mech.clip_norm)
-        if total is None:
-            total = {k: torch.zeros_like(v[0]) if v.shape[0] else v.new_zeros(v.shape[1:]) for k, v in clipped.items()}
-        for k, v in clipped.items():
-            total[k] += v.sum(dim=0)
-    out = {}
-    for k, s in total.items():
-        z = mech.noise(s.shape, s)
-        out[k] = (s if z is None else s + z) / mech.expected_batch_size
-    mech._record()
-    return out
+class NoisyGradientSumBefore(NoisyGradientSum):
+    """``NoisyGradientSum`` with its ``release`` as it was before optimisation (without the data-dependent
+    ``observe``): clip every chunk into a copy, sum it, then noise from the same generator (recorded)."""
+
+    def release(self, per_sample, observe=None) -> dict:
+        total = None
+        for chunk in per_sample:
+            clipped = clip_per_sample_before(chunk, self.clip_norm)
+            if total is None:
+                total = {k: torch.zeros_like(v[0]) if v.shape[0] else v.new_zeros(v.shape[1:]) for k, v in clipped.items()}
+            for k, v in clipped.items():
+                total[k] += v.sum(dim=0)
+        out = {}
+        for k, s in total.items():
+            z = self.noise(s.shape, s)
+            out[k] = (s if z is None else s + z) / self.expected_batch_size
+        self._record()
+        return out
 
 
 # -- the benchmark's set-ups -------------------------------------------------------------------------
@@ -189,7 +157,7 @@ def dpswd_method(device, preset: str = "mnist"):
     x, y = torch.rand(n, 1, side, side, generator=g), torch.randint(10, (n,), generator=g)
     data = DataSplits("bench", PrivateSplit(x, y), TensorSplit(x[:10], y[:10]), None, 10, (1, side, side))
     m = DPSWDGenerator(partial(ConvCondGen, d_code=10, hidden=200, channels=(16, 8), kernel_size=5),
-                       dp=ProjectionDP(k), batch_size=100, epochs=100, lr=1e-4, label_mode="partition", private=False)
+                       dp=ProjectionDP(k, "bernstein"), batch_size=100, epochs=100, lr=1e-4, label_mode="partition", private=False)
     m.setup(data, PrivacyLedger(10.0, 1e-5), _ctx(device))
     p = m.projection  # the same release with the smoothing noise of a non-private run (std 3)
     m.projection = GaussianProjectionRelease(p.ledger, dim=p.dim, num_projections=p.k, steps=p.steps,
@@ -213,31 +181,23 @@ def dpsinkhorn_method(device):
     return m
 
 
-def dpsgd_setup(device, batch: int = 256):
-    """The mnist_dpsgd CNN, a DP run's ``NoisyGradientSum`` (no data-dependent reports), one batch."""
+def dpsgd_setup(device, batch: int = 256, before: bool = False):
+    """The mnist_dpsgd CNN, a DP run's ``NoisyGradientSum`` (no data-dependent reports; ``before``: its release
+    before optimisation, in chunks of 128), one batch."""
     from dpgen.methods.dpsgd_classifier import DPSGDClassifier
     from dpgen.models import mnist_convnet
     from dpgen.privacy import PrivacyLedger
-    from dpgen.privacy.mechanisms import NoisyGradientSum
     from dpgen.privacy.noise import FixedMultiplier
 
     torch.manual_seed(0)
-    m = DPSGDClassifier(network=mnist_convnet, batch_size=batch, normalize_mean=(0.1307,), normalize_std=(0.3081,))
+    m = DPSGDClassifier(network=mnist_convnet, batch_size=batch, normalize_mean=(0.1307,), normalize_std=(0.3081,),
+                        microbatch=128 if before else 16)
     m.net, m.device, m.reports = mnist_convnet().to(device), device, False
-    m.gradient_release = NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=1.0, sample_rate=batch / 60000,
-                                          expected_batch_size=float(batch), noise=FixedMultiplier(1.0), seed=0)
-    x, y = m._normalize(torch.rand(batch, 1, 28, 28).to(device)), torch.randint(10, (batch,)).to(device)
+    release = NoisyGradientSumBefore if before else NoisyGradientSum
+    m.gradient_release = release(PrivacyLedger(None, 1e-5), clip_norm=1.0, sample_rate=batch / 60000,
+                                 expected_batch_size=float(batch), noise=FixedMultiplier(1.0), seed=0)
+    x, y = m.normalize(torch.rand(batch, 1, 28, 28).to(device)), torch.randint(10, (batch,)).to(device)
     return m, x, y
-
-
-def dpsgd_gradient_before(m, x, y, microbatch: int = 128) -> dict:
-    m.microbatch = microbatch
-    return noisy_gradient_sum_before(m.gradient_release, m._per_sample_chunks(x, y))
-
-
-def dpsgd_gradient_after(m, x, y, microbatch: int = 16) -> dict:
-    m.microbatch = microbatch
-    return m._private_gradient(x, y)
 
 
 # -- timing and profiles ------------------------------------------------------------------------------
@@ -268,10 +228,6 @@ def profile_top(fn, steps: int = 5, top: int = 6) -> str:
     return ", ".join(f"{e.key} {100 * e.self_cpu_time_total / total:.0f} %" for e in ev[:top])
 
 
-def _ms(ts: list[float]) -> str:
-    return f"{1e3 * statistics.median(ts):.1f} ms (spread ×{max(ts) / max(min(ts), 1e-9):.2f})"
-
-
 def cases(device: torch.device) -> list[tuple]:
     """``(name, before, after, note[, anchor])`` for every step of the table (anchor: timed beside them)."""
     from dpgen.ot.flows import quantile_levels
@@ -299,10 +255,10 @@ def cases(device: torch.device) -> list[tuple]:
 
     out.append(("DPSWflow-r step, 30,000 particles (d = 8, N_θ = 70, b = 250, M = 30,000 levels)",
                 flow(flow_r_step_before), flow(flow_r_step_after), "one-sort transport map"))
-    m, xb, yb = dpsgd_setup(device)
+    (mb, xb, yb), (ma, _, _) = dpsgd_setup(device, before=True), dpsgd_setup(device)
     out.append(("DP-SGD private gradient, mnist_dpsgd CNN, batch 256 (per-sample grads, clip, sum, noise)",
-                partial(dpsgd_gradient_before, m, xb, yb), partial(dpsgd_gradient_after, m, xb, yb),
-                "clipped sum, chunks of 16", partial(m._plain_gradient, xb, yb)))
+                partial(mb.private_gradient, xb, yb), partial(ma.private_gradient, xb, yb),
+                "clipped sum, chunks of 16", partial(ma.plain_gradient, xb, yb)))
     return out
 
 
@@ -338,10 +294,10 @@ def _section(device: torch.device) -> str:
         noisy = max(max(t) / min(t) for t in (tb, ta, *tp)) > 1.5
         if tp:  # the non-private gradient of the same net and batch, timed in the same rounds
             p = statistics.median(tp[0])
-            note += (f"; non-private gradient {_ms(tp[0])}: before ×{statistics.median(tb) / p:.2f}, "
+            note += (f"; non-private gradient {ms_spread(tp[0])}: before ×{statistics.median(tb) / p:.2f}, "
                      f"after ×{statistics.median(ta) / p:.2f} of it")
         prof = profile_top(after) if ratio < 2.0 else ""
-        lines.append(f"| {name} | {_ms(tb)} | {_ms(ta)} | ×{ratio:.2f}{' (noisy)' if noisy else ''} | {note} | "
+        lines.append(f"| {name} | {ms_spread(tb)} | {ms_spread(ta)} | ×{ratio:.2f}{' (noisy)' if noisy else ''} | {note} | "
                      f"{prof} |")
     end = os.getloadavg()
     lines += ["", f"Load average at the end: {end[0]:.1f} / {end[1]:.1f} / {end[2]:.1f}."]

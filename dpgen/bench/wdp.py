@@ -16,13 +16,9 @@ from dpgen.privacy.noise import FixedMultiplier  # noqa: E402
 from dpgen.privacy.wdp import WassersteinAccountant  # noqa: E402
 from dpgen.utils import pick_device
 
+from .timing import times
+
 STEPS, Q, SIGMA, DELTA = 10_000, 256 / 60000, 1.0, 1e-5
-
-
-def _timed(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 
 def accountant_rows() -> list[tuple[str, str]]:
@@ -54,7 +50,7 @@ def accountant_rows() -> list[tuple[str, str]]:
                      ("RDP (autodp, one query for the whole history)", lambda: RDPAccountant().epsilon_of(hist, DELTA)),
                      ("PLD (dp-accounting, one query for the whole history)",
                       lambda: PLDAccountant().epsilon_of(hist, DELTA))):
-        out.append((f"wdp: {name}, {STEPS:,} steps", f"{_timed(fn):.2f} s"))
+        out.append((f"wdp: {name}, {STEPS:,} steps", f"{times(fn, repeats=1, warmup=0, clock=time.perf_counter)[0]:.2f} s"))
     return out
 
 
@@ -70,11 +66,11 @@ def dpsgd_rows(device: torch.device, batch: int = 256, repeats: int = 3) -> list
                                           noise=FixedMultiplier(1.0), seed=0)
     m.reports, m.pair_gen = True, torch.Generator().manual_seed(0)
     m.wa, m.ba, m.ma = WassersteinAccountant(16, 32), BayesianAccountant(16, total_steps=10**6), MomentsAccountant(16)
-    x, y = m._normalize(torch.rand(batch, 1, 28, 28).to(device)), torch.randint(10, (batch,)).to(device)
-    m._private_gradient(x, y)  # warm-up
-    m._plain_gradient(x, y)
-    t_priv = min(_timed(lambda: m._private_gradient(x, y)) for _ in range(repeats))
-    t_plain = min(_timed(lambda: m._plain_gradient(x, y)) for _ in range(repeats))
+    x, y = m.normalize(torch.rand(batch, 1, 28, 28).to(device)), torch.randint(10, (batch,)).to(device)
+    m.private_gradient(x, y)  # warm-up
+    m.plain_gradient(x, y)
+    t_priv = min(times(lambda: m.private_gradient(x, y), repeats, warmup=0, clock=time.perf_counter))
+    t_plain = min(times(lambda: m.plain_gradient(x, y), repeats, warmup=0, clock=time.perf_counter))
     return [(f"wdp: DP-SGD step, mnist_dpsgd CNN, batch {batch} ({device.type})", f"{1 / t_priv:.2f} steps/s"),
             (f"wdp: non-private SGD step, same net and batch ({device.type})", f"{1 / t_plain:.2f} steps/s"),
             ("wdp: DP-SGD / non-private step-time ratio", f"{t_priv / t_plain:.1f}x slower")]

@@ -73,18 +73,19 @@ class PrivateSplit:
     def _gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.__x[idx], self.__y[idx]
 
-    def read_outside_guarantee(self, purpose: str, n: int | None = None) -> TensorSplit:
-        """A copy of the records (all, or a fixed seed-0 subset of ``n``) for an EVALUATION that reads private
-        data outside the privacy guarantee, e.g. DPImageBench's FID against the sensitive training images.
+    def read_outside_guarantee(self, purpose: str, n: int | None = None, seed: int = 0) -> TensorSplit:
+        """A copy of the records (all, or a fixed subset of ``n`` drawn with ``seed``) for an EVALUATION that
+        reads private data outside the privacy guarantee: DPImageBench's FID against the sensitive training
+        images, or the empirical audit's canaries (``dpgen audit``, which writes only its numbers).
 
         Never called by a method or a release: only by an evaluator whose every result says, in its label,
-        that it reads sensitive data and is not covered (``purpose`` names the reading, for the reader of the
-        code).  Nothing it returns may reach a release, a checkpoint or a card."""
+        that it reads sensitive data and is not covered, or by the audit (``purpose`` names the reading, for
+        the reader of the code).  Nothing it returns may reach a release, a checkpoint or a card."""
         if not purpose:
             raise ValueError("read_outside_guarantee needs its purpose")
         idx = torch.arange(len(self))
         if n is not None and n < len(self):
-            idx = torch.randperm(len(self), generator=torch.Generator().manual_seed(0))[:n]
+            idx = torch.randperm(len(self), generator=torch.Generator().manual_seed(seed))[:n]
         x, y = self._gather(idx)
         return TensorSplit(x.clone(), y.clone())
 

@@ -272,11 +272,9 @@ def _latent(method, state: dict, data: PublicData, release: Release) -> None:
     from ..data.representations import Representation
 
     rep = release.data.get("representation")
-    if rep is not None:
-        stored = Representation(rep["kind"], rep["basis"], rep["center"], float(rep["radius"]),
-                                tuple(rep["image_shape"]), tuple(rep["value_range"]))
-        method._representation = lambda _data: stored  # the public map of the run, not rebuilt from data
-    method.restore(data, release.path)
+    stored = None if rep is None else Representation(rep["kind"], rep["basis"], rep["center"], float(rep["radius"]),
+                                                     tuple(rep["image_shape"]), tuple(rep["value_range"]))
+    method.restore(data, release.path, representation=stored)  # the public map of the run, not rebuilt from data
 
 
 _BUILDERS = {"DPClassGaussian": _class_gaussian, "DPSWDGenerator": _pixel_generator, "DPSinkhorn": _pixel_generator,

@@ -153,11 +153,12 @@ class DPSWDAlignment(Alignment):
     """
 
     private = True
+    default_dp = ProjectionDP(num_projections=200, bound="bernstein")  # model.alignment.dp when none is given
 
     def __init__(self, weight: float = 0.05, dp: ProjectionDP | dict | None = None, power: float = 2.0,
                  feature_radius: float | None = None) -> None:
         super().__init__(weight)
-        self.dp = as_projection_dp(dp, ProjectionDP(num_projections=200))  # k, bound, delta share
+        self.dp = as_projection_dp(dp, self.default_dp)  # k, bound, delta share
         if self.dp.directions != "random":
             raise ValueError("model.alignment.dp.directions: the DP-SWD adapter draws random directions only; "
                              "set model.alignment.dp.directions=random")

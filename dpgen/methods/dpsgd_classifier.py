@@ -119,8 +119,9 @@ class DPSGDClassifier(Method):
         """``epochs * ceil(N / B)`` batches (each of expected size B = q N)."""
         return self.epochs * math.ceil(n_private / self.batch_size)
 
-    def _normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """Public per-channel constants (no statistic of the private data)."""
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """The network's input: ``(x - mean) / std`` with public per-channel constants (no statistic of the
+        private data)."""
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
@@ -171,12 +172,12 @@ class DPSGDClassifier(Method):
         """DP-SGD, one step: ``g~ = (sum_{i in B_t} clip_C(grad l(theta; x_i, y_i)) + N(0, s^2 I)) / (q N)``,
         ``theta <- theta - lr g~`` (B_t a Poisson(q) private batch)."""
         x, y = self.sampler.sample()                                           # 1. private batch
-        x, y = self._normalize(x.to(self.device)), y.to(self.device)
+        x, y = self.normalize(x.to(self.device)), y.to(self.device)
         if self.private:
-            grads = self._private_gradient(x, y)                               # 2-3. clip, sum, noise (recorded)
+            grads = self.private_gradient(x, y)                               # 2-3. clip, sum, noise (recorded)
         else:
             self.gradient_release.release()                                             # un-noised access (recorded)
-            grads = self._plain_gradient(x, y)
+            grads = self.plain_gradient(x, y)
         assign_grads(self.net, grads)
         self.opt.step()                                                        # 4. theta <- theta - lr g~
         # the norm of the released (noised) gradient: public; NaN/inf in it is caught by the loop's
@@ -193,8 +194,8 @@ class DPSGDClassifier(Method):
             yield per_sample_grads(self.net, _loss_one, x[i:i + self.microbatch], y[i:i + self.microbatch],
                                    params=params)
 
-    def _private_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
-        """Lines 5-7 through the mechanism.  With the data-dependent opt-in, P random batch members'
+    def private_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
+        """The released gradient of a batch (normalised, on the device): lines 5-7 through the mechanism.  With the data-dependent opt-in, P random batch members'
         clipped gradients are kept for the WA/BA pair distances (never released or logged)."""
         if not self.reports:
             return self.gradient_release.release(self._per_sample_chunks(x, y))
@@ -241,8 +242,8 @@ class DPSGDClassifier(Method):
         p = self.pair_samples
         return p if self.pair_mode == "add_remove" else p * (p - 1) // 2
 
-    def _plain_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
-        """Non-private SGD gradient of the mean loss (``private=false`` baseline)."""
+    def plain_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
+        """The non-private SGD gradient of the mean loss of a batch (``private=false`` baseline)."""
         self.net.zero_grad(set_to_none=True)
         if not x.shape[0]:
             return {k: torch.zeros_like(p) for k, p in self.net.named_parameters()}
@@ -279,7 +280,7 @@ class DPSGDClassifier(Method):
         if self.net is None:
             raise RuntimeError("train the method first (methods.loop.train) or restore() a release before predict()")
         self.net.eval()
-        out = [self.net(self._normalize(x[i:i + batch_size].to(self.device))).argmax(1).cpu()
+        out = [self.net(self.normalize(x[i:i + batch_size].to(self.device))).argmax(1).cpu()
                for i in range(0, x.shape[0], batch_size)]
         self.net.train()
         return torch.cat(out) if out else torch.empty(0, dtype=torch.long)

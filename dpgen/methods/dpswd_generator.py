@@ -91,6 +91,7 @@ class DPSWDGenerator(GenerativeMethod):
     """Generator trained with the DP-SWD loss against private samples."""
 
     name = "DP-SWD"
+    default_dp = ProjectionDP(num_projections=1000, bound="bernstein")  # model.dp when none is given
     release_name = "generator.pt"
 
     def __init__(self, generator: Callable[..., torch.nn.Module], dp: ProjectionDP | dict | None = None,
@@ -108,7 +109,7 @@ class DPSWDGenerator(GenerativeMethod):
             raise ValueError("privacy.convention=paper (raw pixel rows) needs model.label_mode=partition or none, no "
                              "model.feature_map and model.private=true; set privacy.convention=honest otherwise")
         self.make_generator = generator
-        self.dp = as_projection_dp(dp, ProjectionDP(num_projections=1000))  # k, bound, directions, delta share
+        self.dp = as_projection_dp(dp, self.default_dp)  # k, bound, directions, delta share
         self.k, self.power = self.dp.num_projections, float(power)
         self.batch_size, self.epochs, self.lr, self.betas = int(batch_size), int(epochs), float(lr), tuple(betas)
         self.label_mode, self.label_weight = label_mode, float(label_weight)
@@ -202,15 +203,17 @@ class DPSWDGenerator(GenerativeMethod):
         x_g = x_g.float()  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
         p_t = self.projection.release(rows_t, u)                              # 4. P_t = r(X_t) U + Z_t (recorded)
-        p_s = gaussian_projection_release(self._rows(x_g, y_g), u, self.projection.noise_std)  # 5. P_s = r(G) U + Z_s
+        p_s = gaussian_projection_release(self.rows(x_g, y_g), u, self.projection.noise_std)  # 5. P_s = r(G) U + Z_s
         loss = sliced_wasserstein_blocks(p_s, p_t, self.n_blocks, self.power)  # 6. SW_2, within blocks
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
         return {"loss": loss.detach()}  # a function of the release P_t and public P_s (synced at log cadence)
 
-    def _rows(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Rows of norm <= 1/2: ``rowmap(x)`` or ``rowmap(f(x))`` with f in eval mode (a per-record map)."""
+    def rows(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The rows the projection release sees, of norm <= 1/2 (so neighbours differ by at most 1):
+        ``rowmap(x)`` or ``rowmap(f(x))`` with the feature map f in eval mode (a fixed per-record public map;
+        ``setup`` builds it).  Generated images go through the same map."""
         if self.fmap is None:
             return self._rowmap(x, y)
         self.fmap.eval()
@@ -221,7 +224,7 @@ class DPSWDGenerator(GenerativeMethod):
         except through the projection release)."""
         x_t, y_t = self.sampler.sample()
         with torch.no_grad():
-            rows = self._rows(x_t.to(self.device), y_t.to(self.device))
+            rows = self.rows(x_t.to(self.device), y_t.to(self.device))
         if self.label_mode != "partition":
             return fixed_size(rows, self.batch_size)
         return class_blocks(rows, y_t, self.num_classes, self.block_rows)  # C blocks of the public size m
@@ -246,8 +249,8 @@ class DPSWDGenerator(GenerativeMethod):
     def warm_target(self) -> WarmTarget:
         """The warm-up fits ``G`` in the rows of the release (``_rows``: public normalisation)."""
         def generate(y: torch.Tensor) -> torch.Tensor:
-            return self._rows(self.G(torch.randn(y.shape[0], self.G.d_code, device=self.device), y).float(), y)
-        return WarmTarget(rows=self._rows, device=self.device, generate=generate, parameters=self.G.parameters())
+            return self.rows(self.G(torch.randn(y.shape[0], self.G.d_code, device=self.device), y).float(), y)
+        return WarmTarget(rows=self.rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     # -- state ------------------------------------------------------------------------------
     def signature(self) -> dict:

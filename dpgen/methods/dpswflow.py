@@ -286,7 +286,7 @@ class DPSWFlow(_ParticleFlow):
         n_priv, c_n = len(data.private), data.num_classes
         self.block_rows = math.ceil(self.block_slack * n_priv / c_n) if self.label_mode == "partition" else None
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.calibration,
-                                                 noise=self._noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
+                                                 noise=self.release_noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
                                                  class_blocks=self.label_mode == "partition", n_private=n_priv,
                                                  **self.dp.release_settings())
         self.mechanisms = {"one_shot": self.one_shot}

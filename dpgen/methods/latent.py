@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from ..config import noise_policy
 from ..data import DataSplits, PrivateSplit
-from ..data.representations import build_representation
+from ..data.representations import Representation, build_representation
 from ..errors import ConfigError
 from ..privacy import PrivacyLedger, PrivateSampler, distributed
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
@@ -275,9 +275,11 @@ class LatentMethod(GenerativeMethod):
             torch.manual_seed(ctx.seed + 3)
         self._seed = secret_seed(ctx)  # secret sampler seed; reseeds torch (directions, noise) unless deterministic
 
-    def restore(self, data: DataSplits, artefact: str | Path, device: torch.device | str = "cpu") -> None:
+    def restore(self, data: DataSplits, artefact: str | Path, device: torch.device | str = "cpu",
+                representation: Representation | None = None) -> None:
         """Rebuild a trained model for ``sample`` from a run's ``release.pt`` (or ``checkpoints/last.pt``);
-        no private data is read."""
+        no private data is read.  ``representation``: the run's public linear map as its release stored it
+        (``model.representation``); ``None`` builds it again from the public split."""
         self.device = torch.device(device)
         ck = load_checkpoint(artefact)
         state = ck.get("method", ck)
@@ -287,7 +289,8 @@ class LatentMethod(GenerativeMethod):
             ae.load_state_dict(state["autoencoder"])
             ae.eval()
         self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
-                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
+                                 self.latent_scale, clip=self.private or ae is not None,
+                                 rep=self._representation(data) if representation is None else representation)
         self._restore_state(state)
 
     def _restore_state(self, state: dict) -> None:
@@ -331,12 +334,12 @@ class LatentMethod(GenerativeMethod):
         self._steps = self.steps_planned(n_priv)
         self.projection = GaussianProjectionRelease(
             ledger, dim=self.space.dim, steps=self._steps, sample_rate=self.sampler.sample_rate, n_private=n_priv,
-            row_diameter=ROW_DIAMETER, noise=self._noise(ledger), seed=mechanism_seed(ctx),
+            row_diameter=ROW_DIAMETER, noise=self.release_noise(ledger), seed=mechanism_seed(ctx),
             **self.dp.release_settings())
         self.mechanisms = {"projection": self.projection}
 
-    def _noise(self, ledger: PrivacyLedger, one_shot: bool = False) -> NoisePolicy:
-        """The release's noise policy; ``privacy.convention=paper``: the released code's std against the CLT
+    def release_noise(self, ledger: PrivacyLedger, one_shot: bool = False) -> NoisePolicy:
+        """The noise policy of the method's release (``one_shot``: DPSWflow's one release of the whole set); ``privacy.convention=paper``: the released code's std against the CLT
         sensitivity it states (at ``privacy.paper_sensitivity_dim`` when given: DPSWgen's C·W² = 1024, not d)."""
         if self.convention is None:
             return self.noise

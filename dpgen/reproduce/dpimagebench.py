@@ -18,14 +18,13 @@ protocol label the evaluator wrote).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import ROOT
-from .evidence import evidence_from_run, evidence_name, expand_run_dirs, stored_number
-from .store import STORE, effective_overrides
+from .evidence import collect, report_collected, stored_number
+from .store import STORE, effective_overrides, load_store
 
 BENCH_STORE = STORE / "dpimagebench"
 PAGE = ROOT / "docs" / "benchmark.md"
@@ -107,28 +106,12 @@ def extra_overrides(ev: dict, family: Family, dataset: str) -> list[str]:
     return [o for o in effective_overrides(ev) if o not in base and not o.startswith("accountant.epsilon=")]
 
 
-def collect(run_dirs: list[Path], store: Path = BENCH_STORE, commit: str | None = None) -> tuple[list[Path], list[str]]:
-    """Store the evidence of every run folder that is a cell of the page; returns (written, skipped-with-reason)."""
-    store.mkdir(parents=True, exist_ok=True)
-    written, skipped = [], []
-    for rd in expand_run_dirs(run_dirs):
-        try:
-            ev = evidence_from_run(Path(rd), commit)
-        except FileNotFoundError as e:
-            skipped.append(str(e))
-            continue
-        if cell_of(ev) is None:
-            skipped.append(f"{rd}: not a DPImageBench cell (needs evaluator=dpimagebench, "
-                           f"dataset.validation_size={VALIDATION_SIZE}, MNIST or F-MNIST, ε = 1 or 10, a family preset)")
-            continue
-        path = store / evidence_name(ev)
-        path.write_text(json.dumps(ev, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
-        written.append(path)
-    return written, skipped
-
-
-def load(store: Path = BENCH_STORE) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(store.glob("*.json"))] if store.is_dir() else []
+def skip_reason(ev: dict) -> str | None:
+    """None for a run of a cell of the page (what ``collect`` stores), else why not."""
+    if cell_of(ev) is not None:
+        return None
+    return (f"not a DPImageBench cell (needs evaluator=dpimagebench, dataset.validation_size={VALIDATION_SIZE}, "
+            "MNIST or F-MNIST, ε = 1 or 10, a family preset)")
 
 
 # ------------------------------------------------------------------------------------ rendering
@@ -208,7 +191,7 @@ def render(page: Path = PAGE, store: Path = BENCH_STORE) -> bool:
     text = page.read_text()
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    new = f"{head}{START}\n{render_block(load(store))}\n{END}{tail}"
+    new = f"{head}{START}\n{render_block(load_store(store))}\n{END}{tail}"
     if new != text:
         page.write_text(new)
         return True
@@ -218,7 +201,7 @@ def render(page: Path = PAGE, store: Path = BENCH_STORE) -> bool:
 def stale(page: Path = PAGE, store: Path = BENCH_STORE) -> bool:
     text = page.read_text()
     block = text.split(START, 1)[1].split(END, 1)[0]
-    return block != f"\n{render_block(load(store))}\n"
+    return block != f"\n{render_block(load_store(store))}\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,11 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="exit 1 when docs/benchmark.md differs from a render of the store")
     args = ap.parse_args(argv)
     if args.cmd == "collect":
-        written, skipped = collect(args.runs, commit=args.commit)
-        for p in written:
-            print(f"stored {p.relative_to(ROOT)}")
-        for s in skipped:
-            print(f"skipped {s}")
+        report_collected(*collect(args.runs, BENCH_STORE, args.commit, skip_reason))
     if args.cmd in ("collect", "render"):
         print("updated docs/benchmark.md" if render() else "docs/benchmark.md unchanged")
         return 0

@@ -1,7 +1,8 @@
 """The evidence store ``docs/reproduction/runs/``: one small JSON file per finished run, matched to the registry.
 
 ``collect`` reads run folders (``results.json``, ``.hydra/overrides.yaml``, ``.hydra/config.yaml``),
-keeps the fields the tables need and writes them only for runs that match a registry cell;
+keeps the fields the tables need and writes them only for the runs its selection keeps (a registry cell
+or claim; ``reproduce.dpimagebench`` passes its own);
 ``load_store`` reads them back; ``match_reason`` / ``group_runs`` say which runs belong to a cell.
 """
 
@@ -14,12 +15,14 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dpgen.logging.timings import load_results
+from dpgen.paths import ROOT
 
 from .registry import CELLS, REGISTRY, Cell, Row
 from .store import STORE, effective_overrides, neutral, override_key
@@ -155,10 +158,20 @@ def expand_run_dirs(paths: list[Path]) -> list[Path]:
     return out
 
 
+def scoreboard_skip_reason(ev: dict, registry: tuple[Row, ...] = REGISTRY) -> str | None:
+    """None when the run matches a registry cell or a utility claim (``reproduce.claims``), else why not."""
+    if matching_cells(ev, registry) or matching_claims(ev):
+        return None
+    same = [f"{r.id}/{c}: {match_reason(getattr(r, c), ev)}" for r in registry for c in CELLS
+            if isinstance(getattr(r, c), Cell) and getattr(r, c).experiment == _experiment(ev)]
+    return "matches no scoreboard cell" + (f" ({'; '.join(same)})" if same else
+                                          f" (no row uses experiment {_experiment(ev)})")
+
+
 def collect(run_dirs: list[Path], store: Path = STORE, commit: str | None = None,
-            registry: tuple[Row, ...] = REGISTRY) -> tuple[list[Path], list[str]]:
-    """Write the evidence of every run that matches a registry cell or a utility claim (``reproduce.claims``);
-    returns (written, skipped-with-reason)."""
+            skip_reason: Callable[[dict], str | None] = scoreboard_skip_reason) -> tuple[list[Path], list[str]]:
+    """Write the evidence of every run that ``skip_reason`` keeps (it returns None; by default a run of a
+    scoreboard cell or claim) into ``store``; returns (written, skipped-with-reason)."""
     store.mkdir(parents=True, exist_ok=True)
     written, skipped = [], []
     for rd in expand_run_dirs(run_dirs):
@@ -167,17 +180,27 @@ def collect(run_dirs: list[Path], store: Path = STORE, commit: str | None = None
         except FileNotFoundError as e:
             skipped.append(str(e))
             continue
-        cells = matching_cells(ev, registry) or matching_claims(ev)
-        if not cells:
-            same = [f"{r.id}/{c}: {match_reason(getattr(r, c), ev)}" for r in registry for c in CELLS
-                    if isinstance(getattr(r, c), Cell) and getattr(r, c).experiment == _experiment(ev)]
-            skipped.append(f"{rd}: matches no scoreboard cell" + (f" ({'; '.join(same)})" if same else
-                                                                  f" (no row uses experiment {_experiment(ev)})"))
+        reason = skip_reason(ev)
+        if reason is not None:
+            skipped.append(f"{rd}: {reason}")
             continue
         path = store / evidence_name(ev)
         path.write_text(json.dumps(ev, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
         written.append(path)
     return written, skipped
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the checkout when it lies in it (what the commands print)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def report_collected(written: list[Path], skipped: list[str]) -> None:
+    """The ``collect`` commands' account: one line per run stored or skipped (with its reason)."""
+    for p in written:
+        print(f"stored {shown_path(p)}")
+    for s in skipped:
+        print(f"skipped {s}")
 
 
 def stored_number(v) -> float | None:

@@ -58,12 +58,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .evidence import collect
-from .render import ROOT, render, stale_pages
-
-
-def _rel(page: Path) -> str:
-    return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
+from .evidence import collect, report_collected, shown_path
+from .render import render, stale_pages
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,20 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="exit 1 when a docs/reproduction page differs from a render of the store")
     args = ap.parse_args(argv)
     if args.cmd == "collect":
-        written, skipped = collect(args.runs, commit=args.commit)
-        for p in written:
-            print(f"stored {_rel(p)}")
-        for s in skipped:
-            print(f"skipped {s}")
+        report_collected(*collect(args.runs, commit=args.commit))
     if args.cmd == "render" or args.cmd == "collect" and not args.no_render:
         changed = render()
-        print("updated " + ", ".join(map(_rel, changed)) if changed else "docs/reproduction/ unchanged")
+        print("updated " + ", ".join(map(shown_path, changed)) if changed else "docs/reproduction/ unchanged")
         return 0
     if args.cmd == "collect":
         return 0
     stale = stale_pages()
     if stale:
-        print(f"{', '.join(map(_rel, stale))} differ from the evidence store: run `make reproduce`", file=sys.stderr)
+        print(f"{', '.join(map(shown_path, stale))} differ from the evidence store: run `make reproduce`", file=sys.stderr)
         return 1
     print("docs/reproduction/ matches the evidence store")
     return 0

@@ -1,7 +1,9 @@
 """One source of defaults: a method built in Python with its constructor's defaults is the method its
 config group (configs/model/*.yaml) builds.  For every group, each setting the group gives that the
 constructor also defaults must have the same value; a class shared by groups that disagree on a setting
-has no default for it (the caller must choose, as each group does)."""
+has no default for it (the caller must choose, as each group does).  The nested parts a group builds
+(``model.alignment``, the projection DP settings ``model.dp`` / ``model.alignment.dp``) are checked the
+same way, and a method's ``default_dp`` (what it uses when given no ``dp``) is its group's ``dp``."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import pytest
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from dpgen.privacy.projection import as_projection_dp
 from tests.helpers.configs import CONFIGS, compose_cfg
 
 GROUPS = sorted(p.stem for p in (CONFIGS / "model").glob("*.yaml"))
-NESTED = ("alignment",)  # nested nodes built by the group that are method parts with defaults of their own
+NESTED = ("alignment", "dp")  # nested nodes built by the group that are method parts with defaults of their own
 
 
 def _parameters(cls) -> dict[str, inspect.Parameter]:
@@ -34,9 +37,11 @@ def _parameters(cls) -> dict[str, inspect.Parameter]:
 
 
 def _nodes(group: str) -> list[tuple[str, dict]]:
+    """The group's model node and every nested part in it (``alignment``, ``dp``, ``alignment.dp``)."""
     model = OmegaConf.to_container(compose_cfg([f"model={group}"]).model, resolve=True)
     out = [(f"model={group}", model)]
-    out += [(f"model={group} {k}", model[k]) for k in NESTED if isinstance(model.get(k), dict)]
+    for where, node in out:
+        out += [(f"{where} {k}", node[k]) for k in NESTED if isinstance(node.get(k), dict)]
     return out
 
 
@@ -75,6 +80,18 @@ def test_constructor_defaults_equal_the_config_groups():
                 continue  # required in Python, given by the group
             elif not _same(p.default, value):
                 wrong.append(f"{where}: {key} = {value!r} in the config, {p.default!r} in the constructor")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_methods_default_dp_is_its_groups_dp():
+    """``dp`` is a mapping in the config and ``None`` by default in Python, where the method takes its
+    ``default_dp``: the two must be the same settings."""
+    wrong = []
+    for where, node in (n for g in GROUPS for n in _nodes(g)):
+        if isinstance(node.get("dp"), dict):
+            default = get_class(node["_target_"]).default_dp
+            if as_projection_dp(node["dp"], default) != default:
+                wrong.append(f"{where}: dp = {node['dp']} in the config, {default} in the class")
     assert not wrong, "\n".join(wrong)
 
 

@@ -77,7 +77,7 @@ def test_gradient_reversal_flips_the_feature_extractor_part_of_per_sample_gradie
 
 # ------------------------------------------------------------------------------- DP-SWD adapter
 def _dpswd(g, sigma=None, n=200, b=20):
-    a = DPSWDAlignment(weight=1.0, dp=ProjectionDP(30))
+    a = DPSWDAlignment(weight=1.0, dp=ProjectionDP(30, bound="bernstein"))
     a.setup(_actx(g, n=n, b=b))
     if sigma is not None:
         a.mechanism.noise_std = sigma  # the same release with another std (a test-only change)
@@ -104,7 +104,7 @@ def test_dpswd_adapter_has_no_autograd_path_from_target_records_to_weights():
 
 def test_dpswd_adapter_target_rows_are_clipped_by_the_public_radius():
     g = _mlp_g()
-    a = DPSWDAlignment(weight=1.0, dp=ProjectionDP(30), feature_radius=0.01)  # tiny public R: every row clipped
+    a = DPSWDAlignment(weight=1.0, dp=ProjectionDP(30, bound="bernstein"), feature_radius=0.01)  # tiny public R: every row clipped
     a.setup(_actx(g))
     rows = a._target_rows(g, torch.randn(35, 12) * 100)  # Poisson batch larger than B is cut to B rows
     assert rows.shape == (20, 8)
@@ -138,7 +138,7 @@ def test_dpswd_adapter_noisy_release_hides_the_target_batch_as_sigma_grows():
 
 def test_dpswd_adapter_accounts_with_the_feature_dimension_and_private_steps():
     g = DigitsFeatureExtractor()
-    a = DPSWDAlignment(dp=ProjectionDP(200))
+    a = DPSWDAlignment(dp=ProjectionDP(200, bound="bernstein"))
     rep = a.setup(_actx(g, n=7291, b=128, steps=8 * 57, delta=1e-5))
     assert rep["feature_dim"] == 320 and rep["feature_radius"] == pytest.approx(math.sqrt(320))
     led = PrivacyLedger(10.0, 1e-5, "poisson")
@@ -220,12 +220,12 @@ def _method(alignment, epochs=3, start_align=1, private=True):
 
 def test_warm_up_epochs_never_touch_the_private_target(tmp_path):
     data = _tiny_data()
-    m = _method(DPSWDAlignment(dp=ProjectionDP(10), feature_radius=5.0), epochs=3, start_align=2)
+    m = _method(DPSWDAlignment(dp=ProjectionDP(10, bound="bernstein"), feature_radius=5.0), epochs=3, start_align=2)
     led = PrivacyLedger(10.0, 1e-4, "poisson")
     out = loop.train(m, data, led, train_context(tmp_path, max_steps=8))  # 4 steps/epoch: the first 8 are warm-up
     assert out["warmup_steps"] == 8 and led.steps == 0
     led2 = PrivacyLedger(10.0, 1e-4, "poisson")
-    out2 = loop.train(_method(DPSWDAlignment(dp=ProjectionDP(10), feature_radius=5.0), epochs=3, start_align=2),
+    out2 = loop.train(_method(DPSWDAlignment(dp=ProjectionDP(10, bound="bernstein"), feature_radius=5.0), epochs=3, start_align=2),
         data, led2, train_context(tmp_path / "b"))
     assert out2["private_steps_planned"] == 4 and led2.steps == 4 and led2.epsilon() <= 10.0
 

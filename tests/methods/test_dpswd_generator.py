@@ -18,7 +18,7 @@ from tests.helpers.context import train_context
 
 
 def _method(**kw) -> DPSWDGenerator:
-    base = dict(generator=partial(ConvCondGen, d_code=4, hidden=32), dp=ProjectionDP(50), batch_size=32, epochs=2,
+    base = dict(generator=partial(ConvCondGen, d_code=4, hidden=32), dp=ProjectionDP(50, bound="bernstein"), batch_size=32, epochs=2,
                 lr=1e-3, label_mode="concat")
     base.update(kw)
     return DPSWDGenerator(**base)
@@ -50,7 +50,7 @@ def test_fixed_size_release_pads_and_truncates():
 
 def test_noise_added_to_private_projections_equals_calibrated_noise(tmp_path, release_spy):
     private_noise = release_spy()
-    m = _method(dp=ProjectionDP(200))
+    m = _method(dp=ProjectionDP(200, bound="bernstein"))
     loop.train(m, digits(), PrivacyLedger(10.0, 1e-4), train_context(tmp_path, max_steps=25))
     assert len(private_noise) == 25
     assert all(c.noise_std == m.projection.noise_std for c in private_noise)
@@ -192,7 +192,7 @@ def test_feature_space_variant_needs_public_data_and_trains_feature_map_on_it(tm
         return f
 
     kw = dict(generator=partial(DCGANDecoder, d_code=8, width=8), feature_map=feature_map,
-              label_mode="none", dp=ProjectionDP(20), batch_size=16, epochs=1)
+              label_mode="none", dp=ProjectionDP(20, bound="bernstein"), batch_size=16, epochs=1)
     with pytest.raises(ValueError, match="public_fraction"):
         loop.train(DPSWDGenerator(**kw), mk(None), PrivacyLedger(5.0, 1e-3), train_context(tmp_path))
     m = DPSWDGenerator(**kw)

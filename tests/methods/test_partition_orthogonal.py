@@ -117,7 +117,7 @@ def _dpswd(tmp_path, **kw):
     from dpgen.methods import DPSWDGenerator
     from dpgen.models import ConvCondGen
 
-    kw.setdefault("dp", ProjectionDP(64))
+    kw.setdefault("dp", ProjectionDP(64, bound="bernstein"))
     kw.setdefault("label_mode", "concat")
     m = DPSWDGenerator(generator=partial(ConvCondGen, d_code=4, hidden=32), batch_size=30, epochs=2, lr=1e-3, **kw)
     return m, train_context(tmp_path, max_steps=6)
@@ -127,7 +127,7 @@ def test_dpswd_partition_releases_class_blocks_with_exact_orthogonal_calibration
     from dpgen.data.datasets import digits
 
     released = release_spy()
-    m, ctx = _dpswd(tmp_path, label_mode="partition", dp=ProjectionDP(64, directions="orthogonal"))
+    m, ctx = _dpswd(tmp_path, label_mode="partition", dp=ProjectionDP(64, bound="bernstein", directions="orthogonal"))
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
     out = loop.train(m, digits(), ledger, ctx)
     assert out["released_rows"] == 30 and out["directions"] == "orthogonal"

@@ -35,7 +35,7 @@ from dpgen.privacy.projection import ProjectionDP
 WARM = dict(kind="class_gaussian", epsilon_share=0.25, steps=4, batch_size=40, num_projections=16)
 AE = partial(LiutkusAutoencoder, latent_dim=4, width=4, pad_to=8)
 LATENT = dict(autoencoder=AE, ae_steps=5, ae_batch_size=32, autoencoder_cache=None,
-              dp=ProjectionDP(16, directions="orthogonal"), batch_size=40, epochs=1)
+              dp=ProjectionDP(16, bound="bernstein", directions="orthogonal"), batch_size=40, epochs=1)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def _ctx(tmp_path, **kw) -> TrainContext:
 
 
 def _dpswd(warm: dict | None = WARM, **kw) -> DPSWDGenerator:
-    base = dict(generator=partial(ConvCondGen, d_code=4, hidden=16), dp=ProjectionDP(64, directions="orthogonal"),
+    base = dict(generator=partial(ConvCondGen, d_code=4, hidden=16), dp=ProjectionDP(64, bound="bernstein", directions="orthogonal"),
                 batch_size=40, epochs=1, lr=1e-3, label_mode="partition", warm_start=warm)
     return DPSWDGenerator(**{**base, **kw})
 

@@ -135,14 +135,13 @@ def test_noisy_gradient_sum_equals_reference_release():
     g = torch.Generator().manual_seed(0)
     grads = {"w": torch.randn(256, 20, 6, generator=g), "b": torch.randn(256, 6, generator=g)}
 
-    def mech():
-        m = NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=1.0, sample_rate=0.01, expected_batch_size=256.0,
-                             seed=3, noise=FixedMultiplier(1.0))
-        return m
+    def mech(cls):
+        return cls(PrivacyLedger(None, 1e-5), clip_norm=1.0, sample_rate=0.01, expected_batch_size=256.0, seed=3,
+                   noise=FixedMultiplier(1.0))
 
-    new, old = mech(), mech()
+    new, old = mech(NoisyGradientSum), mech(steps.NoisyGradientSumBefore)
     out = new.release(_chunks(grads, 16))
-    ref = steps.noisy_gradient_sum_before(old, _chunks(grads, 128))
+    ref = old.release(_chunks(grads, 128))
     _assert_close(out, ref, rel=1e-5)
     assert new.releases == old.releases == 1
 

@@ -175,7 +175,7 @@ def test_da_batch_max_convention_scales_by_the_private_max_and_reports_infinite_
     g = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Sigmoid())
     g.out_dim, g.feature_bound = 6, math.sqrt(6)
     led = PrivacyLedger(None, 1e-5, "poisson")
-    al = DPSWDAlignment(weight=1.0, dp=ProjectionDP(20))
+    al = DPSWDAlignment(weight=1.0, dp=ProjectionDP(20, bound="bernstein"))
     DomainAdaptation(feature_extractor=None, classifier=None, alignment=al, epochs=2, start_align=0, lr=5e-4,
                      private=True, convention={"sigma": 0.5, "epsilon": 10.0})
     assert al.convention == PaperConvention(0.5, 10.0)

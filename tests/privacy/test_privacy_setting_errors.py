@@ -15,7 +15,7 @@ from dpgen.privacy.sampler import PrivateSampler
 
 @pytest.mark.parametrize("make, setting, key", [
     (lambda: ProjectionDP(5, bound="nope"), "bound", "model.dp.bound"),
-    (lambda: ProjectionDP(5, sensitivity_fraction=1.5), "sensitivity_fraction", "model.dp.sensitivity_fraction"),
+    (lambda: ProjectionDP(5, bound="bernstein", sensitivity_fraction=1.5), "sensitivity_fraction", "model.dp.sensitivity_fraction"),
     (lambda: calibrating_accountant("poisson", "nope"), "calibrate_with", "accountant.calibrate_with"),
     (lambda: PrivacyLedger(None, 1e-5).calibrate(0.1, 10), "target_epsilon", "accountant.epsilon"),
     (lambda: PrivateSampler(range(5), 6, "poisson"), "batch_size", "model.batch_size"),

@@ -13,10 +13,10 @@ from tests.helpers.configs import compose_cfg
 
 
 @pytest.mark.parametrize("bad,match", [
-    (dict(num_projections=0), "model.dp.num_projections"),
+    (dict(num_projections=0, bound="bernstein"), "model.dp.num_projections"),
     (dict(num_projections=10, bound="lemma3"), "model.dp.bound"),
-    (dict(num_projections=10, directions="haar"), "model.dp.directions"),
-    (dict(num_projections=10, sensitivity_fraction=1.0), "model.dp.sensitivity_fraction"),
+    (dict(num_projections=10, bound="bernstein", directions="haar"), "model.dp.directions"),
+    (dict(num_projections=10, bound="bernstein", sensitivity_fraction=1.0), "model.dp.sensitivity_fraction"),
 ])
 def test_invalid_settings_are_refused_naming_the_key(bad, match):
     """The core names the setting in its own words; the config layer names the key."""

@@ -285,3 +285,51 @@ def test_one_step_without_noise_equals_the_single_process_step(two_ranks):
     for r in ranks:
         for k, v in one.items():
             torch.testing.assert_close(r["dpsgd_noise_off"]["release"]["network"][k], v, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_every_rank_names_its_folder_from_rank_0s_clock(monkeypatch, multirun):
+    """torchrun: rank 1 started a second later, yet its run (or sweep) folder is rank 0's; a sweep's jobs
+    then run one after the other on all the processes, in ONE sweep folder."""
+    from datetime import datetime
+
+    from dpgen.paths import CONFIGS
+    from dpgen.utils import dist as udist
+
+    rank0_start = datetime(2026, 1, 2, 3, 4, 5).timestamp()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(udist, "init_from_env", lambda: True)
+    monkeypatch.setattr(udist.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(udist.dist, "broadcast_object_list", lambda box, src: box.__setitem__(0, rank0_start))
+    argv = ["-m", "accountant.epsilon=1,2"] if multirun else ["accountant.epsilon=1"]
+    key = "sweep" if multirun else "run"
+    out = udist.run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml")
+    assert out == [f"hydra.{key}.dir={'multirun' if multirun else 'outputs'}/${{experiment_name}}/2026-01-02_03-04-05",
+                   "hydra.output_subdir=null"]
+    assert udist.run_dir_overrides([*argv, f"hydra.{key}.dir=/x"], CONFIGS / "hydra" / "default.yaml") == \
+        ["hydra.output_subdir=null"]
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_nccl_only_when_every_process_of_the_node_has_a_gpu(monkeypatch, gpus):
+    """Two processes on a one-GPU machine: gloo alone (trainer.device=cpu runs; cuda is one error line);
+    on two GPUs: each process takes its own and NCCL carries the cuda tensors."""
+    from dpgen.errors import ConfigError
+    from dpgen.utils import dist as udist
+
+    chosen: list = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(udist.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(udist.torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(udist.torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(udist.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(udist.dist, "init_process_group", lambda backend, timeout: chosen.append(backend))
+    assert udist.init_from_env()
+    assert chosen == (["gloo"] if gpus == 1 else [1, "cpu:gloo,cuda:nccl"])
+    monkeypatch.setattr(udist.dist, "is_initialized", lambda: True)
+    assert udist.device_of_rank(torch.device("cpu")) == torch.device("cpu")
+    if gpus == 1:
+        with pytest.raises(ConfigError, match=r"trainer.device=cuda on 2 processes per node .* --nproc 1"):
+            udist.device_of_rank(torch.device("cuda"))

@@ -119,6 +119,73 @@ def test_no_private_name_crosses_a_module():
     assert not crossing
 
 
+# attributes of other libraries that start with one underscore and are read on purpose, each with its reason
+FOREIGN_PRIVATE = {
+    "_exit": "os._exit: the standard library's documented exit without interpreter teardown",
+    "_BatchNorm": "torch.nn.modules.batchnorm._BatchNorm: torch's one base class of every BatchNorm layer",
+    "_get_node": "OmegaConf's node API: a child node without resolving interpolations (presets, preflight)",
+    "_is_none": "OmegaConf's node API: a None node without resolving it (presets)",
+    "_value": "OmegaConf's node API: a leaf's raw value, interpolations unresolved (presets)",
+}
+
+
+def _own_attributes(tree: ast.Module) -> set[str]:
+    """Names a module gives its own classes: methods and class attributes, and ``self.x`` / ``cls.x``."""
+    own = set()
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for node in ast.walk(cls):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node in cls.body:
+                own.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and any(
+                    node in ast.walk(stmt) for stmt in cls.body if isinstance(stmt, ast.Assign | ast.AnnAssign)):
+                own.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                own.add(node.attr)
+    return own
+
+
+def private_attribute_reads(tree: ast.Module) -> list[str]:
+    """``obj._name`` (one leading underscore; Hydra's ``_target_`` style keys excepted) read or written on
+    something other than ``self`` / ``cls``, where no class of this module defines ``_name``: another
+    module's private attribute.  A subclass overriding a hook (``super()._config()``) defines it too."""
+    own = _own_attributes(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if not name.startswith("_") or name.startswith("__") or name.endswith("_") or name in FOREIGN_PRIVATE:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls") or name in own:
+            continue
+        found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_attribute():
+    """A private attribute (``_name``) belongs to its module; another module, or a script, asks through a
+    public, documented method or property named for what it means."""
+    files = sorted(PKG.rglob("*.py")) + sorted((PKG.parent / "scripts").glob("*.py"))
+    crossing = [f"{path.relative_to(PKG.parent)}:{hit}" for path in files for hit in private_attribute_reads(_tree(path))]
+    assert not crossing, "give these a public interface in the module that owns them:\n" + "\n".join(crossing)
+
+
+def test_the_private_attribute_check_can_fail():
+    tree = ast.parse("class A:\n    def _mine(self):\n        return self._x, A._mine, other._mine\n"
+                     "def f(method, cfg):\n    return method._rowmap(1), cfg._target_, super()._config()\n")
+    assert private_attribute_reads(tree) == ["5: method._rowmap", "5: super()._config"]
+
+
+def test_one_module_finds_the_checkout():
+    """dpgen.paths (ROOT, CONFIGS, DOCS) is where the package and the scripts find the checkout's files."""
+    found = [f"{p.relative_to(PKG.parent)}:{i}" for folder in (PKG, PKG.parent / "scripts")
+             for p in sorted(folder.rglob("*.py")) if p != PKG / "paths.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if "__file__" in line and ("parents[" in line or "parent.parent" in line)]
+    assert not found, "use dpgen.paths instead:\n" + "\n".join(found)
+
+
 def test_the_architecture_page_shows_the_floor_map():
     assert floor_map() in ARCHITECTURE.read_text(), "docs/ARCHITECTURE.md: paste tests/structure/test_structure.py's floor_map()"
 
@@ -139,7 +206,8 @@ def test_the_method_interface_does_not_import_the_loop():
 def test_the_privacy_package_exports_every_mechanism():
     import dpgen.privacy.moments  # noqa: F401  (defines two mechanisms)
 
-    kinds = {c for c in _subclasses(Mechanism) if not inspect.isabstract(c) and c.__module__.startswith("dpgen.")}
+    kinds = {c for c in _subclasses(Mechanism) if not inspect.isabstract(c) and c.__module__.startswith("dpgen.")
+             and "kind" in c.__dict__}  # a kind of its own (a benchmark's variant of a kind is not one)
     assert kinds and kinds <= {getattr(privacy, n) for n in privacy.__all__}
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from dpgen.reproduce import dpimagebench as page
+from dpgen.reproduce.evidence import collect
 from tests.helpers import ROOT
 
 
@@ -46,7 +47,7 @@ def test_a_collected_run_fills_its_cell_with_its_label_and_command(tmp_path, mon
     store = tmp_path / "store"
     shortened = _run_folder(tmp_path, page.TARGET, 10.0, "shortened protocol: 2 epoch(s) (benchmark: 50)")
     other = _run_folder(tmp_path, "dpgen.eval.GenerativeEvaluator", 1.0, "")
-    written, skipped = page.collect([shortened, other], store=store)
+    written, skipped = collect([shortened, other], store=store, skip_reason=page.skip_reason)
     assert len(written) == 1 and len(skipped) == 1 and "not a DPImageBench cell" in skipped[0]
     assert page.render(doc, store) and not page.stale(doc, store)
     text = doc.read_text()

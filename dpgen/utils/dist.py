@@ -67,19 +67,20 @@ def gpu_per_process() -> bool:
 
 
 def device_of_rank(device: torch.device) -> torch.device:
-    """``cuda`` -> this process's GPU (``LOCAL_RANK``) when several processes share a node; a fault when
-    the node has fewer GPUs than processes (``trainer.device=cpu`` then runs, on gloo)."""
+    """``cuda`` -> this process's GPU (``LOCAL_RANK``) when several processes share a node."""
     if device.type == "cuda" and device.index is None and dist.is_available() and dist.is_initialized():
-        if not gpu_per_process():
-            n = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-            from ..errors import ConfigError
-
-            raise ConfigError(f"trainer.device=cuda on {n} processes per node needs a GPU for each, and "
-                             f"{torch.cuda.device_count()} {'is' if torch.cuda.device_count() == 1 else 'are'} "
-                             f"visible: use --nproc {torch.cuda.device_count()} (torchrun --nproc-per-node), or "
-                             "trainer.device=cpu")
         return torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+def too_few_gpus(device: torch.device) -> str | None:
+    """Why ``device`` cannot run on this node's processes (fewer GPUs than processes: NCCL wants one
+    each; ``trainer.device=cpu`` then runs, on gloo), or None."""
+    if device.type != "cuda" or not (dist.is_available() and dist.is_initialized()) or gpu_per_process():
+        return None
+    n, k = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))), torch.cuda.device_count()
+    return (f"trainer.device=cuda on {n} processes per node needs a GPU for each, and {k} "
+            f"{'is' if k == 1 else 'are'} visible: use --nproc {k} (torchrun --nproc-per-node), or trainer.device=cpu")
 
 
 def shutdown() -> None:

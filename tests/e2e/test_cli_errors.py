@@ -1,8 +1,8 @@
 """What a user sees when a run cannot start: ONE `error:` line naming the setting or file and the fix,
 exit code 2, no traceback, no leftover run folder (docs/guides/troubleshooting.md lists them all).
 
-Two faults go through ``python train.py`` in a fresh process (a setting's error, a misspelt key); the others
-through the same entry point in this process (``train_here``), which prints and exits the same way."""
+One fault goes through ``python train.py`` in a fresh process (a setting's error); the others through the same
+entry point in this process (``train_here``), which prints and exits the same way."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_typo_in_a_key_suggests_the_setting():
 
 
 def test_typo_through_train_py_is_one_error_line_with_did_you_mean(tmp_path):
-    r = train(["trainer.max_step=3", f"hydra.run.dir={tmp_path / 'run'}"])
+    r = train_here(["trainer.max_step=3", f"hydra.run.dir={tmp_path / 'run'}"])
     assert_user_error(r, tmp_path / "run", "did you mean 'trainer.max_steps'?")
 
 

@@ -22,13 +22,14 @@ train: $(STAMP)
 	$(BIN)/python train.py $(ARGS)
 
 ## fast unit, property and shrunk end-to-end tests (CPU, < 10 min on 2 cores from a fresh clone);
-## caches go to pytest's tmp folder; fails when no test runs (pytest exit 5 is an error)
+## caches go to pytest's tmp folder; fails when no test runs (pytest exit 5 is an error);
+## one worker per core, each test file on one worker (its module fixtures, e.g. a shared run, are made once)
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --dist loadscope -q -m "not slow" $(PYTEST_ARGS)
 
 ## every test, including the long end-to-end runs marked `slow`
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -n auto -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --dist loadscope -q $(PYTEST_ARGS)
 
 ## benchmarks: writes docs/benchmarks.md
 bench: $(STAMP)

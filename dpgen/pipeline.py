@@ -111,7 +111,10 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     console = Console(stderr=True)
     seed = int(cfg.get("seed", 0))
     seed_everything(seed)
-    device = dist.device_of_rank(pick_device(cfg.trainer.device))  # several processes: LOCAL_RANK's GPU
+    device = pick_device(cfg.trainer.device)
+    if (why := dist.too_few_gpus(device)) is not None:
+        raise ConfigError(why)
+    device = dist.device_of_rank(device)  # several processes: LOCAL_RANK's GPU
     run_dir = folder.path
     name = cfg.get("experiment_name", "run")
     main = distributed.is_main()

@@ -36,7 +36,7 @@ def measure(run_dir: Path, n: int = 10000, seed: int = 0) -> tuple[dict, dict]:
     torch.manual_seed(seed)
     with torch.no_grad():
         y = torch.arange(n) % method.space.n_classes
-        z_gen = method._generate(y) if method.label_mode == "partition" else method.G(torch.randn(n, method.G.d_code))
+        z_gen = method.generate_latents(y)
         x_pub = data.public.x[:n]
         z_pub = torch.cat([method.space.ae.encode(x_pub[i:i + 500]) for i in range(0, len(x_pub), 500)])
     return spread(z_gen), spread(z_pub)

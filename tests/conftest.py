@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from dpgen.privacy.mechanisms import GaussianProjectionRelease
 from tests.helpers import shared_data_root
@@ -19,6 +20,11 @@ from tests.helpers.context import Release, spy_releases
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# one CPU thread per test process (and the processes it starts): `make test` runs one worker per core, and the
+# shrunk models gain nothing from more threads (dpgen's own runs do the same: trainer.threads=1)
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+torch.set_num_threads(1)
 
 HERMETIC_DIRS = {"DPGEN_CACHE_DIR": "dpgen-cache", "TORCH_HOME": "torch-home", "MPLCONFIGDIR": "matplotlib",
                  "WANDB_CACHE_DIR": "wandb-cache", "WANDB_CONFIG_DIR": "wandb-config", "WANDB_DATA_DIR": "wandb-data",

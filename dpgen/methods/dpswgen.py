@@ -53,7 +53,7 @@ class DPSWGen(LatentMethod):
         extra = self.space.n_classes if self.label_mode == "partition" else 0
         return self.make_generator(d_code=self.noise_dim + extra, out_dim=d).to(self.device)
 
-    def _generate(self, labels: torch.Tensor) -> torch.Tensor:
+    def generate_latents(self, labels: torch.Tensor) -> torch.Tensor:
         """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``."""
         z = torch.randn(labels.shape[0], self.noise_dim, device=self.device)
         if self.label_mode == "partition":
@@ -77,7 +77,7 @@ class DPSWGen(LatentMethod):
             rows = class_blocks(rows.to(self.device), y, c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1
             y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
             with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-                fake = self._generate(y_g)
+                fake = self.generate_latents(y_g)
         else:
             rows = self._private_rows()                                        # Y_t: (B, D), norm <= 1
             with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
@@ -97,7 +97,7 @@ class DPSWGen(LatentMethod):
         """The warm-up fits the latent generator to latent rows of samples of the released class Gaussians."""
         if self.label_mode != "partition":
             raise ConfigError("model.warm_start for DPSWgen needs model.label_mode=partition (a conditional generator)")
-        return WarmTarget(rows=self.space.rows, device=self.device, generate=self._generate,
+        return WarmTarget(rows=self.space.rows, device=self.device, generate=self.generate_latents,
                           parameters=self.G.parameters())
 
     def state_dict(self) -> dict:
@@ -130,7 +130,7 @@ class DPSWGen(LatentMethod):
         if labels is None:
             labels = torch.arange(n) % k
         if self.label_mode == "partition":  # the conditional generator, label by label
-            z = torch.cat([self._generate(labels[i:i + batch_size]) for i in range(0, n, batch_size)])
+            z = torch.cat([self.generate_latents(labels[i:i + batch_size]) for i in range(0, n, batch_size)])
             return self.space.decode(z, batch_size), labels.cpu()
         if self.space.label_mode != "concat":
             z = torch.cat([self.G(torch.randn(min(batch_size, n - i), self.G.d_code, device=self.device))

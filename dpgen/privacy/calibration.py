@@ -50,6 +50,9 @@ def calibrate(target_epsilon: float, delta: float, sample_rate: float = 1.0, ste
     * a function ``noise_multiplier -> epsilon`` (non-increasing; e.g. a paper's own accountant of
       its planned releases at ``delta``).
 
+    ``sigma_guess``: where the search starts (default 1; for one un-subsampled release without history,
+    the exact single-Gaussian multiplier, :func:`_one_gaussian_multiplier`).
+
     Raises :class:`PrivacySettingError` (``target_epsilon``) when no multiplier <= ``sigma_max`` reaches
     the target.
     """
@@ -69,6 +72,8 @@ def calibrate(target_epsilon: float, delta: float, sample_rate: float = 1.0, ste
         raise ValueError(f"calibration needs steps >= 1, got {steps}")
     acct = make_accountant(calibrating_accountant(sampling, accountant), sampling)
     base = list(history)
+    if sigma_guess is None and sample_rate >= 1.0 and int(steps) == 1 and not base:
+        sigma_guess = _one_gaussian_multiplier(target_epsilon, delta, rel_tol, sigma_max)
 
     def eps(sig: float) -> float:
         e = acct.epsilon_of(base + [Release(sig, sample_rate, int(steps))], delta)
@@ -77,6 +82,19 @@ def calibrate(target_epsilon: float, delta: float, sample_rate: float = 1.0, ste
 
     return _solve(eps, target_epsilon, rel_tol=rel_tol, sigma_max=sigma_max, sigma_guess=sigma_guess,
                   what=f"sample_rate={sample_rate}, steps={steps}")
+
+
+def _one_gaussian_multiplier(target_epsilon: float, delta: float, rel_tol: float, sigma_max: float) -> float | None:
+    """The exact multiplier of one un-subsampled Gaussian release (Balle & Wang 2018; milliseconds): the
+    search's starting point for that release under an accountant.  Every accountant's epsilon is an upper
+    bound on the exact one, so its multiplier lies at or just above this one and the search ends after about
+    3 accountant evaluations instead of 5-6 from ``sigma = 1`` (a PLD evaluation at a small multiplier
+    costs ~0.3 s).  Only a starting point: the answer is still certified by the accountant's own evaluations."""
+    try:
+        return _solve(lambda sig: analytic_gaussian_epsilon(sig, delta), target_epsilon, rel_tol=rel_tol,
+                      sigma_max=sigma_max)
+    except PrivacySettingError:  # unreachable exactly: the accountant's search reports it
+        return None
 
 
 def _solve(eps_fn, target: float, *, rel_tol: float = 1e-3, sigma_max: float = 1e4,

@@ -29,8 +29,7 @@ from dataclasses import asdict, dataclass
 
 from .accountants import Release, calibrating_accountant, check_epsilon_delta, make_accountant
 from .calibration import calibrate
-from .errors import PrivacySettingError
-from .sensitivity import l2_sensitivity
+from .sensitivity import check_sensitivity_fraction, l2_sensitivity
 
 DELTA_SPLITS = ("union", "prop2", "published")
 
@@ -55,9 +54,7 @@ class DPSWDNoise:
 
 def _deltas(delta: float, steps: int, delta_split: str, fraction: float) -> tuple[float, float, float]:
     """(beta used in the bound, beta recorded per step, delta for the conversion)."""
-    if not 0.0 < fraction < 1.0:
-        raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
-                                                          f"{fraction}")
+    check_sensitivity_fraction(fraction)
     if delta_split == "union":
         beta = fraction * delta / steps
         return beta, beta, (1.0 - fraction) * delta

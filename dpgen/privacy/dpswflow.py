@@ -29,7 +29,7 @@ from .accountants import check_epsilon_delta
 from .calibration import calibrate
 from .dpswd import DPSWDNoise, dpswd_noise
 from .errors import PrivacySettingError
-from .sensitivity import l2_sensitivity, w_clt
+from .sensitivity import check_sensitivity_fraction, l2_sensitivity, w_clt
 
 ROW_DIAMETER = 2.0  # unit-norm latents: ||x - x'|| <= 2 (DPSWflow paper, sensitivity)
 ONE_SHOT_CALIBRATIONS = ("rdp", "analytic", "classic")
@@ -88,10 +88,7 @@ def one_shot_noise(epsilon: float, delta: float, *, d: int, k: int, bound: str =
     if calibration not in ONE_SHOT_CALIBRATIONS:
         raise PrivacySettingError("calibration", f"one-shot calibration {calibration!r} is unknown; choose one of "
                                                  f"{', '.join(ONE_SHOT_CALIBRATIONS)}")
-    if not 0.0 < sensitivity_fraction < 1.0:
-        raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
-                                                          f"{sensitivity_fraction}")
-    beta = sensitivity_fraction * delta
+    beta = check_sensitivity_fraction(sensitivity_fraction) * delta
     delta_conv = delta - beta
     sens = one_shot_sensitivity(d, k, beta, bound)
     # "rdp": one step at q = 1 under the RDP accountant; "analytic" to 1e-6 like the exact epsilon it inverts

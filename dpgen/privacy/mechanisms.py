@@ -66,10 +66,18 @@ from .noise import (
     check_policy,
     describe_policy,
 )
-from .sensitivity import BOUNDS, l2_sensitivity
+from .sensitivity import check_bound, check_sensitivity_fraction, l2_sensitivity
 
 DIRECTIONS_SEED_OFFSET = 7919  # the directions generator: seed + offset (a deterministic run), else OS entropy too
 DIRECTIONS = ("random", "orthogonal")  # orthogonal: sensitivity exactly row_diameter * sqrt(ceil(k/d)), no beta
+
+
+def check_directions(directions: str) -> str:
+    """``directions`` when it is one of :data:`DIRECTIONS`, else the setting's error."""
+    if directions not in DIRECTIONS:
+        raise PrivacySettingError("directions", f"directions {directions!r} are unknown; choose one of "
+                                                f"{', '.join(DIRECTIONS)}")
+    return directions
 
 
 def neighbouring_relation(sampling: str, full_set: bool = False) -> str:
@@ -320,14 +328,9 @@ class GaussianProjectionRelease(Mechanism):
                  accountant: str | None = None) -> None:
         super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, full_set=full_set, seed=seed,
                          accountant=accountant, bound=bound)
-        if bound not in BOUNDS:
-            raise PrivacySettingError("bound", f"sensitivity bound {bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
-        if directions not in DIRECTIONS:
-            raise PrivacySettingError("directions", f"directions {directions!r} are unknown; choose one of "
-                                                    f"{', '.join(DIRECTIONS)}")
-        if not 0.0 < sensitivity_fraction < 1.0:
-            raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
-                                                              f"{sensitivity_fraction}")
+        check_bound(bound)
+        check_directions(directions)
+        check_sensitivity_fraction(sensitivity_fraction)
         self.dim, self.k, self.n_private = int(dim), int(num_projections), int(n_private)
         self.row_diameter, self.sensitivity_fraction, self.directions = float(row_diameter), float(
             sensitivity_fraction), directions

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import PrivacySettingError
-from .mechanisms import DIRECTIONS
-from .sensitivity import BOUNDS
+from .mechanisms import check_directions
+from .sensitivity import check_bound, check_sensitivity_fraction
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,9 @@ class ProjectionDP:
                 and self.num_projections >= 1):
             raise PrivacySettingError("num_projections", f"the number of projections must be a positive integer, got "
                                                          f"{self.num_projections!r}")
-        if self.bound not in BOUNDS:
-            raise PrivacySettingError("bound", f"sensitivity bound {self.bound!r} is unknown; choose one of "
-                                               f"{', '.join(BOUNDS)}")
-        if self.directions not in DIRECTIONS:
-            raise PrivacySettingError("directions", f"directions {self.directions!r} are unknown; choose one of "
-                                                    f"{', '.join(DIRECTIONS)}")
-        if not 0.0 < float(self.sensitivity_fraction) < 1.0:
-            raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
-                                                          f"{self.sensitivity_fraction}")
-        object.__setattr__(self, "sensitivity_fraction", float(self.sensitivity_fraction))
+        check_bound(self.bound)
+        check_directions(self.directions)
+        object.__setattr__(self, "sensitivity_fraction", check_sensitivity_fraction(self.sensitivity_fraction))
 
     def release_settings(self) -> dict:
         """The keyword arguments of a ``GaussianProjectionRelease`` these settings fix."""

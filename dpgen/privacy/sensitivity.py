@@ -17,6 +17,8 @@ from typing import Literal
 from scipy.optimize import minimize_scalar
 from scipy.stats import norm
 
+from .errors import PrivacySettingError
+
 Bound = Literal["bernstein", "bernstein_code", "clt", "chernoff"]
 BOUNDS: tuple[str, ...] = ("bernstein", "bernstein_code", "clt", "chernoff")
 
@@ -93,15 +95,25 @@ def w_chernoff(k: int, d: int, delta: float) -> float:
 _W = {"bernstein": w_bernstein, "bernstein_code": w_bernstein_code, "clt": w_clt, "chernoff": w_chernoff}
 
 
+def check_bound(bound: str) -> str:
+    """``bound`` when it is one of :data:`BOUNDS`, else the setting's error."""
+    if bound not in BOUNDS:
+        raise PrivacySettingError("bound", f"sensitivity bound {bound!r} is unknown; choose one of {', '.join(BOUNDS)}")
+    return bound
+
+
+def check_sensitivity_fraction(fraction: float) -> float:
+    """The share f of delta reserved for a probabilistic sensitivity bound (beta = f delta, split over the
+    releases), as a float in (0, 1), else the setting's error."""
+    if not 0.0 < float(fraction) < 1.0:
+        raise PrivacySettingError("sensitivity_fraction", f"the sensitivity share of delta must be in (0, 1), got "
+                                                          f"{fraction}")
+    return float(fraction)
+
+
 def squared_sensitivity_bound(k: int, d: int, delta: float, bound: str = "bernstein") -> float:
     """``w(k, delta)``: a ``1-delta`` bound on ``||XU - X'U||_F^2`` for unit-distance neighbours."""
-    try:
-        fn = _W[bound]
-    except KeyError:
-        raise ValueError(
-            f"unknown sensitivity bound {bound!r}; choose one of {', '.join(BOUNDS)}"
-        ) from None
-    return fn(k, d, delta)
+    return _W[check_bound(bound)](k, d, delta)
 
 
 def l2_sensitivity(k: int, d: int, delta: float, bound: str = "bernstein", row_diameter: float = 1.0) -> float:

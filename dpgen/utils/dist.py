@@ -53,11 +53,17 @@ def init_from_env() -> bool:
     if not requested():
         return False
     backend = "gloo"
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank() % torch.cuda.device_count())
+    if gpu_per_process():  # NCCL wants one GPU per process: with fewer GPUs than processes, gloo alone
+        torch.cuda.set_device(local_rank())
         backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s()))
     return True
+
+
+def gpu_per_process() -> bool:
+    """True when every process of this node can have a GPU of its own (``LOCAL_WORLD_SIZE`` <= GPUs)."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    return torch.cuda.is_available() and local_world <= torch.cuda.device_count()
 
 
 def device_of_rank(device: torch.device) -> torch.device:
@@ -65,6 +71,16 @@ def device_of_rank(device: torch.device) -> torch.device:
     if device.type == "cuda" and device.index is None and dist.is_available() and dist.is_initialized():
         return torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+def too_few_gpus(device: torch.device) -> str | None:
+    """Why ``device`` cannot run on this node's processes (fewer GPUs than processes: NCCL wants one
+    each; ``trainer.device=cpu`` then runs, on gloo), or None."""
+    if device.type != "cuda" or not (dist.is_available() and dist.is_initialized()) or gpu_per_process():
+        return None
+    n, k = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))), torch.cuda.device_count()
+    return (f"trainer.device=cuda on {n} processes per node needs a GPU for each, and {k} "
+            f"{'is' if k == 1 else 'are'} visible: use --nproc {k} (torchrun --nproc-per-node), or trainer.device=cpu")
 
 
 def shutdown() -> None:
@@ -78,21 +94,23 @@ def run_dir_overrides(argv: list[str], hydra_config: Path) -> list[str]:
     """Extra Hydra overrides that make every rank of one run write into ONE run folder.
 
     Hydra names the folder from the clock when each process starts (``${now:...}`` in
-    ``hydra.run.dir``), so the ranks could disagree by a second: rank 0's start time is used on every
-    rank.  Ranks > 0 also leave Hydra's ``.hydra/`` record to rank 0.  Nothing for one process, a
-    multirun, or an explicit ``hydra.run.dir``."""
-    if not requested() or any(a == "-m" or a.startswith("--multirun") for a in argv):
+    ``hydra.run.dir``, or ``hydra.sweep.dir`` for a multirun, whose jobs then run one after the other on
+    all the processes), so the ranks could disagree by a second: rank 0's start time is used on every
+    rank.  Ranks > 0 also leave Hydra's ``.hydra/`` record to rank 0.  Nothing for one process or an
+    explicit folder."""
+    if not requested():
         return []
     init_from_env()
     extra = [] if dist.get_rank() == 0 else ["hydra.output_subdir=null"]
-    if any(a.startswith("hydra.run.dir=") for a in argv):
+    key = "sweep" if any(a == "-m" or a.startswith("--multirun") for a in argv) else "run"
+    if any(a.startswith(f"hydra.{key}.dir=") for a in argv):
         return extra
     box = [time.time()]
     dist.broadcast_object_list(box, src=0)  # rank 0's clock on every rank
     t0 = box[0]
-    pattern = str(OmegaConf.to_container(OmegaConf.load(hydra_config), resolve=False)["run"]["dir"])
+    pattern = str(OmegaConf.to_container(OmegaConf.load(hydra_config), resolve=False)[key]["dir"])
     now = datetime.fromtimestamp(t0)
-    return [f"hydra.run.dir={re.sub(r'[$][{]now:([^}]*)[}]', lambda m: now.strftime(m.group(1)), pattern)}", *extra]
+    return [f"hydra.{key}.dir={re.sub(r'[$][{]now:([^}]*)[}]', lambda m: now.strftime(m.group(1)), pattern)}", *extra]
 
 
 # ---------------------------------------------------------------------------- faults

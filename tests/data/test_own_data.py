@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +12,9 @@ from PIL import Image
 
 from dpgen.data.own import arrays, image_folder
 from dpgen.errors import ConfigError
-from tests.helpers import ROOT
 from tests.helpers.configs import CONFIGS, compose_cfg
 from tests.helpers.fakedata import png_folder
+from tests.helpers.runs import train_here
 
 DECLARED = {"image_size": 8, "channels": 1, "classes": 3}
 
@@ -204,9 +202,9 @@ def test_a_size_the_preset_cannot_make_names_both(tmp_path):
 def test_train_py_prints_one_error_line_naming_the_bad_file(tmp_path):
     png_folder(tmp_path / "d")
     Image.fromarray(np.zeros((9, 9), np.uint8)).save(tmp_path / "d" / "1" / "002.png")
-    r = subprocess.run([sys.executable, str(ROOT / "train.py"), "dataset=image_folder", f"dataset.path={tmp_path / 'd'}",
-                        "dataset.test_fraction=0.25", "dataset.image_size=8", "dataset.channels=1", "dataset.classes=3",
-                        "logger=local", f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=300)
+    r = train_here(["dataset=image_folder", f"dataset.path={tmp_path / 'd'}", "dataset.test_fraction=0.25",
+                    "dataset.image_size=8", "dataset.channels=1", "dataset.classes=3", "logger=local",
+                    f"hydra.run.dir={tmp_path / 'run'}"])
     assert r.returncode == 2, r.stderr[-2000:]
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "002.png: is 9x9 but the declared dataset.image_size is 8x8" in last

@@ -1,5 +1,8 @@
 """What a user sees when a run cannot start: ONE `error:` line naming the setting or file and the fix,
-exit code 2, no traceback, no leftover run folder (docs/guides/troubleshooting.md lists them all)."""
+exit code 2, no traceback, no leftover run folder (docs/guides/troubleshooting.md lists them all).
+
+One fault goes through ``python train.py`` in a fresh process (a setting's error); the others through the same
+entry point in this process (``train_here``), which prints and exits the same way."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dpgen.preflight import unknown_key_hints
-from tests.helpers.runs import train
+from tests.helpers.runs import train, train_here
 
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
@@ -37,7 +40,7 @@ def test_config_error_prints_the_message_without_traceback_and_leaves_no_run_fol
 
 
 def test_missing_dataset_is_one_line_listing_the_expected_files(tmp_path):
-    r = train(["experiment=mnist_dpswd", "logger=local", f"paths.data_root={tmp_path}",
+    r = train_here(["experiment=mnist_dpswd", "logger=local", f"paths.data_root={tmp_path}",
                f"hydra.run.dir={tmp_path / 'run'}"])
     line = assert_user_error(r, tmp_path / "run", str(tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte"),
                              "dataset.download=true")
@@ -53,29 +56,29 @@ def test_typo_in_a_key_suggests_the_setting():
 
 
 def test_typo_through_train_py_is_one_error_line_with_did_you_mean(tmp_path):
-    r = train(["trainer.max_step=3", f"hydra.run.dir={tmp_path / 'run'}"])
+    r = train_here(["trainer.max_step=3", f"hydra.run.dir={tmp_path / 'run'}"])
     assert_user_error(r, tmp_path / "run", "did you mean 'trainer.max_steps'?")
 
 
 def test_plus_key_typo_is_one_error_line_with_did_you_mean(tmp_path):
-    r = train(["experiment=digits_dpswd", "+accountant.epsilonn=3", f"hydra.run.dir={tmp_path / 'run'}"])
+    r = train_here(["experiment=digits_dpswd", "+accountant.epsilonn=3", f"hydra.run.dir={tmp_path / 'run'}"])
     assert_user_error(r, tmp_path / "run", "'+accountant.epsilonn'", "did you mean accountant.epsilon=3?")
 
 
 def test_plus_key_that_resembles_nothing_is_refused_by_the_schema(tmp_path):
-    r = train(["experiment=digits_dpswd", "logger=local", "+accountant.qqqq=3", f"hydra.run.dir={tmp_path / 'run'}"])
+    r = train_here(["experiment=digits_dpswd", "logger=local", "+accountant.qqqq=3", f"hydra.run.dir={tmp_path / 'run'}"])
     assert_user_error(r, tmp_path / "run", "accountant.qqqq is not a setting", "accountant has:")
 
 
 def test_unknown_preset_lists_close_names(tmp_path):
-    r = train(["experiment=celeba_dpwsd", f"hydra.run.dir={tmp_path / 'run'}"])
+    r = train_here(["experiment=celeba_dpwsd", f"hydra.run.dir={tmp_path / 'run'}"])
     assert_user_error(r, tmp_path / "run", "experiment=celeba_dpwsd", "did you mean experiment=celeba_dpswd",
                       "dpgen presets")
 
 
 def test_unwritable_output_folder_is_refused_before_hydra_creates_it(tmp_path):
     (tmp_path / "a_file").write_text("x")
-    r = train(["experiment=digits_dpswd", f"hydra.run.dir={tmp_path / 'a_file' / 'run'}"])
+    r = train_here(["experiment=digits_dpswd", f"hydra.run.dir={tmp_path / 'a_file' / 'run'}"])
     assert_user_error(r, tmp_path / "a_file" / "run", "is a file, not a folder", "hydra.run.dir=")
 
 
@@ -83,7 +86,7 @@ def test_unwritable_output_folder_is_refused_before_hydra_creates_it(tmp_path):
 def test_read_only_output_folder_is_refused(tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
-    r = train(["experiment=digits_dpswd", f"hydra.run.dir={locked / 'run'}"])
+    r = train_here(["experiment=digits_dpswd", f"hydra.run.dir={locked / 'run'}"])
     assert_user_error(r, locked / "run", "cannot write", "hydra.run.dir=")
 
 
@@ -92,13 +95,13 @@ def test_wandb_online_without_login_fails_before_training(tmp_path):
     env = {"HOME": str(home), "WANDB_CONFIG_DIR": str(home / "wandb"), "NETRC": str(home / "netrc"),
            "WANDB_API_KEY": "", "WANDB_MODE": "online"}  # the environment wins over the config's offline
     run_dir = tmp_path / "run"
-    r = train(["experiment=digits_dpswd", "logger=wandb", f"hydra.run.dir={run_dir}"], env_extra=env)
+    r = train_here(["experiment=digits_dpswd", "logger=wandb", f"hydra.run.dir={run_dir}"], env_extra=env)
     assert_user_error(r, run_dir, "not logged in", "wandb login", "WANDB_MODE=offline", "logger=local")
 
 
 def test_delta_not_below_one_over_n_is_refused_before_loading(tmp_path):
     # no MNIST under this data root: the δ error comes first, so nothing was loaded
-    r = train(["experiment=mnist_dpswd", "accountant.delta=1e-4", f"paths.data_root={tmp_path}",
+    r = train_here(["experiment=mnist_dpswd", "accountant.delta=1e-4", f"paths.data_root={tmp_path}",
                f"hydra.run.dir={tmp_path / 'run'}"])
     assert_user_error(r, tmp_path / "run", "accountant.delta: delta=0.0001", "N = at most 60000", "fix: delta=1e-05")
 
@@ -111,7 +114,7 @@ def test_truncated_mnist_file_is_named_with_the_fix(tmp_path, data_root):
         (raw / name).symlink_to(data_root / "MNIST" / "raw" / name)
     (raw / "t10k-labels-idx1-ubyte").unlink()
     (raw / "t10k-labels-idx1-ubyte").write_bytes((data_root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").read_bytes()[:5000])
-    r = train(["experiment=mnist_dpswd", "logger=local", f"paths.data_root={tmp_path / 'data'}",
+    r = train_here(["experiment=mnist_dpswd", "logger=local", f"paths.data_root={tmp_path / 'data'}",
                f"hydra.run.dir={tmp_path / 'run'}"], env_extra={"DPGEN_CACHE_DIR": str(tmp_path / "cache")})
     assert_user_error(r, tmp_path / "run", f"the file {raw / 't10k-labels-idx1-ubyte'} is damaged",
                       "5000 bytes, the published file has 10008", "fix: delete it")

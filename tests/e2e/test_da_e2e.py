@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.helpers.runs import beats_chance, train
+from tests.helpers.runs import beats_chance, train, train_here
 
 FAST = ["logger=local", "trainer.progress=false", "trainer.log_every=10", "model.epochs=3", "model.start_align=1"]
 # digits_shift: N_target = 674, B = 32 -> 22 steps per epoch; 3 epochs, alignment from epoch 1 -> 44 private steps
@@ -73,15 +73,14 @@ def test_office31_presets_run_on_fixture_features(tmp_path):
 
 
 def test_missing_office_features_fail_with_the_expected_paths(tmp_path):
-    r = train(["experiment=office31_dpswd", "dataset.source=dslr", f"paths.data_root={tmp_path}", "logger=local",
+    r = train_here(["experiment=office31_dpswd", "dataset.source=dslr", f"paths.data_root={tmp_path}", "logger=local",
                f"hydra.run.dir={tmp_path / 'run'}"])
     assert r.returncode != 0 and "office31/dslr.npz" in r.stderr
 
 
-def test_sweep_report_plots_target_accuracy_against_epsilon(tmp_path):
+def test_sweep_report_plots_target_accuracy_against_epsilon(tmp_path, capsys):
     """Fig. 3 path: a multirun over accountant.epsilon summarised by dpgen/report.py --metric acc_target."""
-    import subprocess
-    import sys
+    from dpgen.report import main as report
 
 
     for i, (eps, acc) in enumerate([(1.0, 0.6), (10.0, 0.7), (None, 0.8)]):
@@ -91,8 +90,8 @@ def test_sweep_report_plots_target_accuracy_against_epsilon(tmp_path):
         (job / "results.json").write_text(json.dumps({"experiment": "mnist_usps_dpswd", "privacy": privacy,
                                                       "overrides": [f"accountant.epsilon={eps}"],
                                                       "metrics": {"acc_target": acc, "acc_source": 0.97}}))
-    r = subprocess.run([sys.executable, "-m", "dpgen.report", str(tmp_path), "--metric", "acc_target"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "acc_target" in r.stdout and "0.6" in r.stdout and "0.8" in r.stdout
+    code = report([str(tmp_path), "--metric", "acc_target"])  # `python -m dpgen.report`, in this process
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "acc_target" in out.out and "0.6" in out.out and "0.8" in out.out
     assert (tmp_path / "privacy_utility.png").stat().st_size > 1000

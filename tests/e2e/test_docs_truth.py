@@ -15,7 +15,7 @@ import pytest
 from dpgen.cli import COMMANDS
 from dpgen.preflight import preflight
 from tests.helpers import ROOT
-from tests.helpers.runs import FAST, train
+from tests.helpers.runs import FAST, train_here
 
 TABLES = {"docs/getting-started.md": "## What a run writes", "docs/guides/runs.md": "## What is kept where"}
 ELSEWHERE = {"classifier.pt", "da_model.pt", "release.pt",  # the releases of other methods
@@ -25,9 +25,10 @@ PAGES = ["README.md", "docs/getting-started.md", *sorted(str(p.relative_to(ROOT)
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
-    """`python train.py` with the default preset and the default logger (W&B offline), evaluation shortened."""
+    """`python train.py` (in this process) with the default preset and the default logger (W&B offline), evaluation
+    shortened."""
     out = tmp_path_factory.mktemp("docs_truth") / "run"
-    r = train([*FAST, f"hydra.run.dir={out}"])
+    r = train_here([*FAST, f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]
     return out
 

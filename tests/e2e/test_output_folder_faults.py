@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from dpgen.preflight import writable_folder_problem
-from tests.helpers.runs import train
+from tests.helpers.runs import train_here
 
 
 @pytest.mark.parametrize("where", ["/proc/nonexist/run", "/proc/1/run"])
 def test_train_py_refuses_a_run_folder_it_cannot_make(where):
     if not Path("/proc/1").is_dir():
         pytest.skip("needs Linux /proc")
-    r = train(["logger=local", "evaluator=none", f"hydra.run.dir={where}"])
+    r = train_here(["logger=local", "evaluator=none", f"hydra.run.dir={where}"])
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert f"the run folder {where}" in errors[0] and "fix: choose a writable folder with hydra.run.dir=" in errors[0]

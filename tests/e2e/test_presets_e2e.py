@@ -37,7 +37,7 @@ MNIST_FAMILY = {"mnist", "fashion_mnist", "mnist_usps", "usps_mnist"}  # dataset
 SHRINK = {
     "trainer.max_steps": 2, "trainer.log_every": 1, "trainer.progress": False, "trainer.threads": 1,
     "model.batch_size": 16, "model.ae_steps": 2, "model.ae_batch_size": 16, "model.n_particles": 64,
-    "model.num_percentiles": 64, "model.start_align": 0,
+    "model.num_percentiles": 64, "model.start_align": 0, "model.generator.hidden": 16,
     "evaluator.n_synthetic": 100, "evaluator.grid_per_class": 2, "evaluator.logreg_max_iter": 50,
     "evaluator.mlp_max_iter": 20, "evaluator.cnn.epochs": 1, "evaluator.cnn.min_steps": 2,
     "evaluator.torch_clf.max_epochs": 2, "evaluator.fid.n_fid": 40, "evaluator.fid.domain.epochs": 1,
@@ -53,6 +53,20 @@ def _cut(split: TensorSplit | None, n: int) -> TensorSplit | None:
     return split if split is None or len(split) <= n else TensorSplit(split.x[:n], split.y[:n])
 
 
+_LOADED: dict[str, object] = {}  # the capped splits of each dataset setting, read once per test process
+
+
+def loaded_once(data, n_private: int, n_test: int):
+    """:func:`capped` of the dataset node ``data``, instantiated once per distinct node: presets that share a
+    dataset setting share its (read-only) splits instead of reading the full files again."""
+    from hydra.utils import instantiate
+
+    key = OmegaConf.to_yaml(data, resolve=True) + f"{n_private} {n_test}"
+    if key not in _LOADED:
+        _LOADED[key] = capped(instantiate(data), n_private, n_test)
+    return _LOADED[key]
+
+
 def capped(data, n_private: int, n_test: int):
     """``data`` (any :class:`DataSplits`) with at most ``n_private`` private / public and ``n_test`` test records."""
     if len(data.private) > n_private:
@@ -65,7 +79,7 @@ def capped(data, n_private: int, n_test: int):
 
 def shrunk(cfg):
     """``cfg`` with :data:`SHRINK` (where the key exists and the value is larger), :data:`SET` (where the key
-    exists) and the dataset wrapped in :func:`capped`."""
+    exists) and the dataset wrapped in :func:`capped` (read once per dataset setting: :func:`loaded_once`)."""
     for key, small in SHRINK.items():
         value = OmegaConf.select(cfg, key, default=None)
         if isinstance(value, bool) or (isinstance(value, (int, float)) and value > small) or (
@@ -75,7 +89,7 @@ def shrunk(cfg):
         if OmegaConf.select(cfg, key, default="absent") != "absent":
             OmegaConf.update(cfg, key, value)
     with open_dict(cfg):
-        cfg.dataset = {"_target_": f"{__name__}.capped", "data": cfg.dataset, **CAP}
+        cfg.dataset = {"_target_": f"{__name__}.loaded_once", "_recursive_": False, "data": cfg.dataset, **CAP}
     return cfg
 
 

@@ -14,9 +14,9 @@ from dpgen.privacy.mechanisms import GaussianProjectionRelease
 
 
 def train_context(run_dir: Path, **kw) -> TrainContext:
-    """CPU, deterministic, no progress bar, a log line and a checkpoint every 5 steps, logs in ``run_dir``;
-    ``kw`` overrides any field (``max_steps``, ``resume_from``, ...)."""
-    base = dict(device=torch.device("cpu"), logger=RunLogger(run_dir), run_dir=run_dir, log_every=5,
+    """CPU, deterministic, no progress bar, a checkpoint every 5 steps, one log line (at the last step: each
+    line computes epsilon), logs in ``run_dir``; ``kw`` overrides any field (``max_steps``, ``log_every``, ...)."""
+    base = dict(device=torch.device("cpu"), logger=RunLogger(run_dir), run_dir=run_dir, log_every=10**6,
                 checkpoint_every=5, progress=False, deterministic=True)
     return TrainContext(**{**base, **kw})
 
@@ -53,3 +53,23 @@ def spy_releases(monkeypatch: pytest.MonkeyPatch, cls: type = GaussianProjection
 
     monkeypatch.setattr(cls, "release", spy)
     return calls
+
+
+def assert_holds_no_record(checkpoint, *records: torch.Tensor) -> None:
+    """No floating-point tensor of ``checkpoint`` (a nested dict / list), cut into rows of a record's width,
+    has a row within 1e-4 of a row of ``records`` (each a 2-D tensor of private records or their latents)."""
+
+    def tensors(o):
+        if torch.is_tensor(o):
+            yield o
+        elif isinstance(o, dict):
+            for v in o.values():
+                yield from tensors(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                yield from tensors(v)
+
+    for t in tensors(checkpoint):
+        for flat in records:
+            if t.is_floating_point() and t.numel() >= flat.shape[1] and t.numel() % flat.shape[1] == 0:
+                assert torch.cdist(t.reshape(-1, flat.shape[1]).float(), flat).min() > 1e-4

@@ -19,7 +19,7 @@ from dpgen.models import ConvClassifier, cifar_convnet, mnist_convnet
 from dpgen.privacy.dpsgd import clip_per_sample, per_sample_grads, per_sample_norms
 from dpgen.utils import load_checkpoint
 from tests.helpers.context import train_context
-from tests.helpers.runs import beats_chance, train
+from tests.helpers.runs import beats_chance, train, train_here
 
 FAST = ["logger=local", "trainer.progress=false", "trainer.log_every=5"]
 
@@ -79,8 +79,8 @@ def test_bad_settings_fail_with_messages_naming_them():
 # ---------------------------------------------------------------------------------- end to end
 def test_digits_dpsgd_run_writes_results_with_four_epsilons(tmp_path):
     out = tmp_path / "run"
-    r = train(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=20", "accountant.data_dependent_reports=true",
-               f"hydra.run.dir={out}"], env_extra={"COLUMNS": "250"})  # a wide table: no wrapped labels
+    r = train_here(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=20", "accountant.data_dependent_reports=true",
+                    f"hydra.run.dir={out}"], env_extra={"COLUMNS": "250"})  # a wide table: no wrapped labels
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert beats_chance(res["metrics"]["test_accuracy"]), res["metrics"]
@@ -216,7 +216,7 @@ def test_non_private_sgd_reports_infinite_epsilon(tmp_path):
 def test_default_private_run_publishes_no_data_dependent_accountant(tmp_path):
     """WA/BA are un-noised functions of private gradients: off unless accountant.data_dependent_reports=true."""
     out = tmp_path / "run"
-    r = train(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=10", "evaluator=none", f"hydra.run.dir={out}"])
+    r = train_here(["experiment=digits_dpsgd", *FAST, "trainer.max_steps=10", "evaluator=none", f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]
     p = json.loads((out / "results.json").read_text())["privacy"]
     assert not any(k in p for k in ("epsilon_wa", "epsilon_ba", "epsilon_ma", "reported_accountants", "status"))

@@ -24,7 +24,7 @@ from dpgen.privacy.dpswflow import (
     paper_one_shot_sigma,
 )
 from dpgen.privacy.projection import ProjectionDP
-from tests.helpers.context import train_context
+from tests.helpers.context import assert_holds_no_record, train_context
 
 AE = partial(LiutkusAutoencoder, latent_dim=4, width=4, pad_to=8)
 COMMON = dict(autoencoder=AE, ae_steps=20, ae_batch_size=32, autoencoder_cache=None, num_percentiles=64,
@@ -271,22 +271,7 @@ def test_checkpoint_holds_no_private_record_nor_private_latent(data, tmp_path, c
     loop.train(m, data, PrivacyLedger(10.0, 1e-4), train_context(tmp_path, max_steps=6))
     ck = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     x, y = data.private._gather(torch.arange(len(data.private)))  # test-only access to the records
-    secrets_ = [x.flatten(1), m.space.rows(x, y)]
-
-    def tensors(o):
-        if torch.is_tensor(o):
-            yield o
-        elif isinstance(o, dict):
-            for v in o.values():
-                yield from tensors(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                yield from tensors(v)
-
-    for t in tensors(ck):
-        for flat in secrets_:
-            if t.is_floating_point() and t.numel() >= flat.shape[1] and t.numel() % flat.shape[1] == 0:
-                assert torch.cdist(t.reshape(-1, flat.shape[1]).float(), flat).min() > 1e-4
+    assert_holds_no_record(ck, x.flatten(1), m.space.rows(x, y))
 
 
 def test_non_private_flow_records_infinite_epsilon(data, tmp_path):

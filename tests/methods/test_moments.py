@@ -224,10 +224,10 @@ def test_default_train_run_is_the_private_class_gaussian_and_is_useful(tmp_path:
     """`python train.py` with no experiment: the default demo (digits_moments), eps <= 10, one release."""
     import json
 
-    from tests.helpers.runs import train
+    from tests.helpers.runs import train_here
 
     out = tmp_path / "run"
-    r = train(["logger=local", "evaluator.fid.enabled=false", "evaluator.class_grids=false",
+    r = train_here(["logger=local", "evaluator.fid.enabled=false", "evaluator.class_grids=false",
                "evaluator.classifiers=[logreg]", "evaluator.n_synthetic=2000", "trainer.progress=false",
                f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]

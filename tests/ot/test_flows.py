@@ -7,14 +7,16 @@ import pytest
 import torch
 
 from dpgen.data.toys import sample_five_gaussians
-from dpgen.ot import random_directions, sliced_wasserstein, sliced_wasserstein_projected
-from dpgen.ot.flows import (
+from dpgen.ot import (
     empirical_quantiles,
     euler_maruyama_step,
     flow_step,
     interp1d,
     quantile_levels,
+    random_directions,
     sliced_flow_drift,
+    sliced_wasserstein,
+    sliced_wasserstein_projected,
     smoothed_projections,
     transport_map,
 )

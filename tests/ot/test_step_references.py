@@ -38,33 +38,28 @@ def _assert_close(a: dict, b: dict, rel: float) -> None:
     assert err <= rel * scale, f"||diff|| {err:.3g} > {rel:g} * ||ref|| {scale:.3g}"
 
 
-def test_convcondgen_channels_last_forward_and_gradients_equal_nchw():
+# generator -> (batch: latent codes and labels, the NCHW forward it replaced, forward tolerance)
+GENERATORS = {
+    "convcondgen": (ConvCondGen, lambda G: (torch.randn(100, 10), torch.arange(10).repeat_interleave(10)),
+                    steps.convcondgen_forward_before, 1e-6),
+    "dcgan": (DCGANCondGenerator, lambda G: (G.latent(20), torch.arange(20) % 10), steps.dcgan_forward_before, 1e-5),
+}
+
+
+@pytest.mark.parametrize("name", list(GENERATORS))
+def test_channels_last_forward_and_gradients_equal_nchw(name):
+    make, batch, before, atol = GENERATORS[name]
     torch.manual_seed(0)
-    G = ConvCondGen()
-    z, y = torch.randn(100, 10), torch.arange(10).repeat_interleave(10)
-    w = torch.randn(100, 1, 28, 28)
+    G = make()
+    z, y = batch(G)
+    w = torch.randn(z.shape[0], 1, 28, 28)
     out = G(z, y)
     (out * w).sum().backward()
     g_new = _grads(G)
     G.zero_grad()
-    ref = steps.convcondgen_forward_before(G, z, y)
+    ref = before(G, z, y)
     (ref * w).sum().backward()
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
-    _assert_close(g_new, _grads(G), rel=1e-5)
-
-
-def test_dcgan_channels_last_forward_and_gradients_equal_nchw():
-    torch.manual_seed(0)
-    G = DCGANCondGenerator()
-    z, y = G.latent(20), torch.arange(20) % 10
-    w = torch.randn(20, 1, 28, 28)
-    out = G(z, y)
-    (out * w).sum().backward()
-    g_new = _grads(G)
-    G.zero_grad()
-    ref = steps.dcgan_forward_before(G, z, y)
-    (ref * w).sum().backward()
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out, ref, rtol=0, atol=atol)
     _assert_close(g_new, _grads(G), rel=1e-5)
 
 

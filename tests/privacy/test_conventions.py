@@ -27,7 +27,7 @@ from dpgen.privacy.mechanisms import GaussianProjectionRelease
 from dpgen.privacy.noise import FixedStd, PaperNoise
 from dpgen.privacy.projection import ProjectionDP
 from tests.helpers.configs import CONFIGS, compose_cfg
-from tests.helpers.runs import FAST, train
+from tests.helpers.runs import FAST, train_here
 
 PRESETS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 PAPER_PRESETS = [p for p in PRESETS if p.endswith("_paper")]
@@ -147,7 +147,7 @@ def test_bad_convention_settings_fail_naming_the_setting(overrides, match):
 def test_convention_run_reports_label_and_true_epsilon_end_to_end(tmp_path):
     """digits_dpswd with the DP-SWD generator convention (raw 8x8 pixel rows, fixed sigma), 20 steps."""
     out = tmp_path / "run"
-    r = train(["experiment=digits_dpswd", "model.dp.bound=bernstein", "privacy.convention=paper",
+    r = train_here(["experiment=digits_dpswd", "logger=local", "model.dp.bound=bernstein", "privacy.convention=paper",
                "privacy.paper_sigma=2.0", "privacy.paper_epsilon=10", "accountant.epsilon=null", *FAST,
                f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]

@@ -97,6 +97,7 @@ def _presets_module():
     return presets
 
 
+@pytest.mark.slow  # a lint of the preset files: ~95 Hydra compositions (20 s); `make test-all` runs it
 def test_no_preset_restates_a_value_its_defaults_already_give():
     """Every leaf key of configs/experiment/*.yaml (and of the shared configs/da_dataset/*.yaml) must change
     the composition: compared with the config composed from the file's defaults without its own keys."""
@@ -105,7 +106,7 @@ def test_no_preset_restates_a_value_its_defaults_already_give():
         f"{f}:{line}: {key}" for f, line, key in found)
 
 
-@pytest.mark.slow  # the check itself runs on every preset in the fast suite
+@pytest.mark.slow  # a copy of every config file and the lint above
 def test_the_restatement_check_flags_a_restated_default(tmp_path):
     import shutil
 

@@ -11,7 +11,7 @@ from dpgen.logging.summary import print_summary
 from dpgen.pipeline import run
 from dpgen.runs import claim_run_folder
 from tests.helpers.configs import compose_cfg
-from tests.helpers.runs import train
+from tests.helpers.runs import train_here
 
 
 def _title(overrides: list[str]) -> str:
@@ -28,7 +28,7 @@ def test_each_sweep_job_table_has_its_own_title():
 
 
 def test_a_refused_start_leaves_no_empty_outputs_folder(tmp_path):
-    r = train(["experiment=mnist_dpswd", "logger=local", f"paths.data_root={tmp_path / 'nodata'}"], cwd=tmp_path)
+    r = train_here(["experiment=mnist_dpswd", "logger=local", f"paths.data_root={tmp_path / 'nodata'}"], cwd=tmp_path)
     assert r.returncode == 2 and "not found under data root" in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "outputs").exists()  # neither the run folder nor outputs/mnist_dpswd/
 

@@ -33,6 +33,7 @@ DATA = Path(__import__("os").environ.get("DPGEN_DATA_ROOT", ROOT.parent / "share
 # the places that may name "cuda": the run's device choice, and the functions whose job is placing work on
 # GPUs (one GPU per process, NCCL's CUDA tensors, the GPU check and its per-device-count benchmark rows)
 DEVICE_HELPERS = {("dpgen/utils/misc.py", "pick_device"), ("dpgen/utils/dist.py", "device_of_rank"),
+                  ("dpgen/utils/dist.py", "too_few_gpus"),
                   ("dpgen/privacy/distributed.py", "_comm_device"), ("dpgen/bench/distributed.py", "rows"),
                   ("dpgen/bench/gpu_check.py", "measure"), ("dpgen/bench/gpu_check.py", "run_check")}
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
@@ -95,7 +96,7 @@ CASES = {
     "dpsinkhorn": ("digits_dpsinkhorn", ["model.batch_size=32"], 2,
                    "GeomLoss needs the epsilon-scaling `diameter` as a python float (ot/sinkhorn.py: one "
                    "float() of the max cost per OT term; two terms in the semi-debiased loss)"),
-    "dpswflow_r": ("digits_dpswflow_r", ["model.n_particles=200", "model.num_percentiles=50"], 0, ""),
+    "dpswflow_r": ("digits_dpswflow_r", [*SHRINK_AE, "model.n_particles=200", "model.num_percentiles=50"], 0, ""),
     "dpswflow": ("mnist_dpswflow", [*SHRINK_AE, "model.n_particles=200", "model.num_percentiles=50",
                                     "model.steps=8"], 0, ""),
     "dpswgen": ("mnist_dpswgen", [*SHRINK_AE, "model.batch_size=64"], 0, ""),

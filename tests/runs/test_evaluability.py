@@ -14,7 +14,7 @@ from dpgen.data.base import DataSplits, TensorSplit
 from dpgen.errors import ConfigError
 from dpgen.eval import ClassifierEvaluator, GenerativeEvaluator, ToyEvaluator
 from dpgen.eval.evaluator import evaluate_run
-from tests.helpers.runs import beats_chance, train
+from tests.helpers.runs import beats_chance, train_here
 
 
 class _SecretSize:
@@ -75,7 +75,7 @@ def test_a_misconfigured_run_fails_in_seconds_before_training_with_one_error_lin
     run_dir = tmp_path / "run"
     t0 = time.perf_counter()
     # one test image holds one class: without classifiers, the sliced distance's own need is what refuses
-    r = train(["experiment=toy_dpswd", "dataset.n_test=1", "evaluator.classifiers=[]", "logger=local",
+    r = train_here(["experiment=toy_dpswd", "dataset.n_test=1", "evaluator.classifiers=[]", "logger=local",
                f"hydra.run.dir={run_dir}"])
     elapsed = time.perf_counter() - t0
     assert r.returncode == 2, r.stderr[-2000:]
@@ -111,7 +111,7 @@ def test_a_run_whose_evaluation_fails_is_kept_and_dpgen_evaluate_completes_it(tm
     run_dir = tmp_path / "run"
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("")
-    r = train([*FAST, f"evaluator.fid.cache_dir={blocker}", f"hydra.run.dir={run_dir}"])
+    r = train_here([*FAST, f"evaluator.fid.cache_dir={blocker}", f"hydra.run.dir={run_dir}"])
     assert r.returncode == 0, r.stderr[-3000:]
     first = json.loads((run_dir / "results.json").read_text())
     assert "eval_error" in first["metrics"] and beats_chance(first["metrics"]["acc_logreg"]), first["metrics"]

@@ -32,11 +32,11 @@ from tests.helpers import ROOT
 from tests.helpers.configs import compose_cfg
 
 pytestmark = pytest.mark.filterwarnings("ignore:trainer.deterministic=true")
-# 27 private steps (1347 digits, batch 50, one epoch), a checkpoint every 4 steps, a metrics row every step
+# 14 private steps (1347 digits, batch 100, one epoch), a checkpoint every 4 steps, a metrics row every step
 SHORT = ["experiment=digits_dpswd", "logger=local", "evaluator=none", "trainer.progress=false",
          "trainer.deterministic=true", "trainer.log_every=1", "trainer.checkpoint_every=4", "model.epochs=1",
-         "model.batch_size=50", "model.dp.num_projections=20", "model.generator.hidden=20"]
-STEPS = 27
+         "model.batch_size=100", "model.dp.num_projections=20", "model.generator.hidden=20"]
+STEPS = 14
 TIMING = {"steps_per_s", "train_time_s"}  # wall-clock columns: the only values allowed to differ
 
 

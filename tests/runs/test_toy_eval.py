@@ -30,10 +30,10 @@ def test_toy_presets_use_the_toy_evaluator(preset):
 
 
 def test_toy_dpswd_preset_writes_its_sliced_distance_to_results(tmp_path):
-    from tests.helpers.runs import train
+    from tests.helpers.runs import train_here
 
     out = tmp_path / "toy"
-    r = train(["experiment=toy_dpswd", "logger=local", "trainer.max_steps=20", "trainer.progress=false",
+    r = train_here(["experiment=toy_dpswd", "logger=local", "trainer.max_steps=20", "trainer.progress=false",
                "evaluator.n_synthetic=500", f"hydra.run.dir={out}"])
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())

@@ -125,3 +125,22 @@ def test_the_nccl_section_shows_both_runs_and_a_differing_epsilon_fails_the_chec
     assert "**Failed:** ε differs" in md and gpu_check.failed({**_fake(), "families": {}, "nccl": n})
     assert gpu_check.nccl(tmp_path, 40, 60, n_devices=1) == {
         "skipped": "1 CUDA device visible; the 2-process NCCL run needs 2"}
+
+
+def test_the_mnist_check_lists_the_mnist_presets_with_fewer_cpu_steps_and_the_report_names_every_option(capsys):
+    assert main(["--dry-run", "--data", "mnist", "--cpu-steps", "6", "--warmup", "3",
+                 "--families", "dpsinkhorn,class_gaussian"]) == 0
+    out = capsys.readouterr().out
+    assert "DP-Sinkhorn [dpsinkhorn]: cpu precision=32, 6 steps (3 warm-up): experiment=mnist_dpsinkhorn" in out
+    assert "DP-Sinkhorn [dpsinkhorn]: cuda precision=32, 40 steps (3 warm-up): experiment=mnist_dpsinkhorn" in out
+    assert "experiment=mnist_moments" in out and "digits" not in out.split("default demo")[0]
+    assert main(["--dry-run", "--cpu-steps", "3", "--warmup", "5"]) == 2  # the warm-up must leave a timed step
+    assert "--cpu-steps 3" in capsys.readouterr().err
+    args = gpu_check.parser().parse_args(["--data", "mnist", "--set", "model.scaling=0.5", "--set", "seed=1",
+                                          "--out", "elsewhere.md", "--code-version", "abc"])
+    assert gpu_check._non_default(args) == ["--data", "mnist", "--set", "model.scaling=0.5", "--set", "seed=1"]
+    fake = _fake()
+    fake["meta"].update(data="mnist", set=["model.scaling=0.5"], arguments="--data mnist --set model.scaling=0.5")
+    md = render(fake)
+    assert "`python -m dpgen.bench.gpu_check --data mnist --set model.scaling=0.5`" in md
+    assert "* DP-Sinkhorn: `experiment=mnist_dpsinkhorn model.scaling=0.5`" in md and "MNIST presets" in md

@@ -95,4 +95,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("mnist-dpswd-warm50-fit2000-lr1e-4-ot0",  # its warm-up alone (resumed copies continue it: paired)
           Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
                                          "model.warm_start.steps=2000", "model.lr=1e-4", "trainer.max_steps=0"))),
+    # DP-Sinkhorn warm-started (share 0.5), shortened to 200 OT steps and a warm-up of 100 samples per fit step
+    *(Claim(f"mnist-dpsinkhorn-warm50-200{tag}",
+            Cell("mnist_dpsinkhorn", (*EVAL, "model.steps=200", "model.noise_multiplier=null", *_WARM,
+                                      "model.warm_start.epsilon_share=0.5", "model.warm_start.batch_size=100", *extra)))
+      for tag, extra in (("", ()), ("-ot0", ("trainer.max_steps=0",)))),
 )

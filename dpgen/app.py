@@ -101,10 +101,15 @@ def _remove_untouched_run_dir() -> None:
 
     if not HydraConfig.initialized():
         return
+    from omegaconf import OmegaConf
+
     from .preflight import CREATED
     from .runs import STATE_DIR, in_use
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None, throw_on_missing=False)
+    if output_dir is None:  # a config composed in this process, not a Hydra app's run
+        return
+    run_dir = Path(output_dir)
     if not run_dir.is_dir() or in_use(run_dir):  # another run's folder (a refused second start): never touched
         return
     for entry in run_dir.iterdir():

@@ -243,7 +243,10 @@ def _hydra_record_dir(run_dir: Path) -> Path | None:
     if not HydraConfig.initialized():
         return None
     hc = HydraConfig.get()
-    if hc.output_subdir is None or Path(str(hc.runtime.output_dir)).resolve() != run_dir.resolve():
+    output_dir = OmegaConf.select(hc, "runtime.output_dir", default=None, throw_on_missing=False)
+    if output_dir is None:  # a config composed in this process (hydra.compose), not a Hydra app's run
+        return None
+    if hc.output_subdir is None or Path(str(output_dir)).resolve() != run_dir.resolve():
         return None
     return run_dir / str(hc.output_subdir)
 

@@ -31,7 +31,11 @@ import torch
 
 from dpgen.data.datasets import mnist
 from dpgen.export.release import load_release, rebuild
-from dpgen.ot.sliced import gaussian_projection_release, orthogonal_directions, sliced_wasserstein_blocks
+from dpgen.ot.sliced import (
+    gaussian_projection_release,
+    orthogonal_directions,
+    sliced_wasserstein_blocks,
+)
 
 
 def flat_parameters(run: Path) -> torch.Tensor:

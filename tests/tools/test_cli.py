@@ -89,13 +89,15 @@ def test_train_is_the_hydra_app_of_train_py(capsys, monkeypatch):
     """``dpgen train`` passes its arguments to train.py's Hydra application (here: print the composed job).
     In this process (the module's own start: ``test_console_script_runs_as_a_module``)."""
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
     # Hydra's logging set-up (a logging dictConfig) would close this process's log handlers (pytest's)
     monkeypatch.setattr("hydra._internal.logging_config.configure_logging", lambda *a, **k: None)
     try:
         code = cli.main(["train", "--cfg", "job", "experiment=mnist_dpswd"])
-    finally:
+    finally:  # what --cfg left in this process: Hydra's global state and its config (without a run's folder)
         GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = None
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "experiment_name: mnist_dpswd" in out.out

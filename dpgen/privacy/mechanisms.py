@@ -233,8 +233,9 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         return self.noised_once(distributed.all_reduce_sum(torch.cat([p.reshape(-1) for p in parts])), parts)
 
     def noised_once(self, flat: torch.Tensor, parts: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Several processes: ``flat`` (the concatenated ``parts``, the same on every rank) plus noise drawn
-        once, on rank 0, from this generator in the order of ``parts``; broadcast; split back like ``parts``."""
+        """``flat`` (the concatenated ``parts``, the same on every rank) plus noise drawn once, on rank 0 (the
+        only process: the same draws), from this generator in the order of ``parts``; broadcast; split back
+        like ``parts``."""
         sizes = [p.numel() for p in parts]
         if distributed.is_main():
             chunks = list(flat.split(sizes))
@@ -526,11 +527,7 @@ class ImageGradientSanitiser(Mechanism):
             # non-finite entries -> 0 (a public rule; unconditional: testing first would be a host sync per step)
             g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
             g = clip_whole(g, self.clip_norm) if self.clip == "whole" else clip_per_row(g, self.clip_norm)
-            if distributed.active():  # every rank computed g from the whole batch: noised once on rank 0, broadcast
-                g = self.noised_once(g.reshape(-1), [g])[0]
-            else:
-                z = self.noise(g.shape, g)
-                g = g if z is None else g + z
+            g = self.noised_once(g.reshape(-1), [g])[0]  # several processes: every rank has g; rank 0 noises it
         self._record()
         return g
 

@@ -42,6 +42,11 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def local_world_size() -> int:
+    """How many processes of this run share this node."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+
+
 def timeout_s() -> float:
     return float(os.environ.get(TIMEOUT_ENV, "600"))
 
@@ -62,8 +67,7 @@ def init_from_env() -> bool:
 
 def gpu_per_process() -> bool:
     """True when every process of this node can have a GPU of its own (``LOCAL_WORLD_SIZE`` <= GPUs)."""
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-    return torch.cuda.is_available() and local_world <= torch.cuda.device_count()
+    return torch.cuda.is_available() and local_world_size() <= torch.cuda.device_count()
 
 
 def device_of_rank(device: torch.device) -> torch.device:
@@ -78,7 +82,7 @@ def too_few_gpus(device: torch.device) -> str | None:
     each; ``trainer.device=cpu`` then runs, on gloo), or None."""
     if device.type != "cuda" or not (dist.is_available() and dist.is_initialized()) or gpu_per_process():
         return None
-    n, k = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))), torch.cuda.device_count()
+    n, k = local_world_size(), torch.cuda.device_count()
     return (f"trainer.device=cuda on {n} processes per node needs a GPU for each, and {k} "
             f"{'is' if k == 1 else 'are'} visible: use --nproc {k} (torchrun --nproc-per-node), or trainer.device=cpu")
 

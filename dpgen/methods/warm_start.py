@@ -115,7 +115,7 @@ class WarmStart:
     """``model.warm_start``: the settings of both phases and their checkpointed state (module docstring)."""
 
     def __init__(self, kind: str = "class_gaussian", epsilon_share: float = 0.5, representation: dict | None = None,
-                 shrinkage: str = "auto", steps: int = 300, batch_size: int = 500, lr: float = 1e-3,
+                 shrinkage: str = "auto", steps: int = 200, batch_size: int = 500, lr: float = 1e-3,
                  num_projections: int = 200) -> None:
         if kind not in WARM_STARTS:
             raise ConfigError(f"model.warm_start.kind={kind!r} is unknown; choose one of {', '.join(WARM_STARTS)}")

@@ -91,13 +91,24 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("mnist-dpswd-warm50-fit2000-lr1e-4",  # the fix (README headline)
           Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
                                          "model.warm_start.steps=2000", "model.lr=1e-4")),
-          docs=("README.md", "docs/utility.md"), min_runs=2),
-    Claim("mnist-dpswd-warm50-fit2000-lr1e-4-ot0",  # its warm-up alone (resumed copies continue it: paired)
-          Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
-                                         "model.warm_start.steps=2000", "model.lr=1e-4", "trainer.max_steps=0"))),
+          docs=("README.md", "docs/utility.md"), min_runs=3),
+    # its warm-up alone (n = 0) and the same warm-up continued by n of its 120 OT steps (resumed copies of the
+    # warm-up's run folder: paired; n = 120 is the whole schedule, stated so that it is told apart from a fresh run)
+    *(Claim(f"mnist-dpswd-warm50-fit2000-lr1e-4-ot{n}",
+            Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
+                                           "model.warm_start.steps=2000", "model.lr=1e-4", f"trainer.max_steps={n}")))
+      for n in (0, 30, 60, 120)),
+    # the same at epsilon = 1 (its warm-up alone, and a resumed copy of it run to the end: paired), beside the
+    # class-Gaussian alone at epsilon = 1
+    Claim("mnist-moments-eps1", Cell("mnist_moments", (*EVAL, "accountant.epsilon=1"))),
+    *(Claim(f"mnist-dpswd-warm50-fit2000-lr1e-4-eps1{tag}",
+            Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
+                                           "model.warm_start.steps=2000", "model.lr=1e-4", "accountant.epsilon=1",
+                                           *extra)))
+      for tag, extra in (("", ()), ("-ot0", ("trainer.max_steps=0",)))),
     # DP-Sinkhorn warm-started (share 0.5), shortened to 200 OT steps and a warm-up of 100 samples per fit step
     *(Claim(f"mnist-dpsinkhorn-warm50-200{tag}",
             Cell("mnist_dpsinkhorn", (*EVAL, "model.steps=200", "model.noise_multiplier=null", *_WARM,
                                       "model.warm_start.epsilon_share=0.5", "model.warm_start.batch_size=100", *extra)))
-      for tag, extra in (("", ()), ("-ot0", ("trainer.max_steps=0",)))),
+      for tag, extra in (("", ()), *((f"-ot{n}", (f"trainer.max_steps={n}",)) for n in (0, 50, 100, 200)))),
 )

@@ -158,6 +158,7 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
             so_far.phase = "done"
             return {"metrics": {}, "train": train_metrics, "rank": rank}
         metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
+        logger.open_after_training()  # W&B, if the evaluator did not open it while it evaluated
         so_far.phase = "summary"
         privacy = ledger.summary()
         privacy["convention"] = "paper" if convention else "honest"

@@ -24,6 +24,7 @@ import sys
 import time
 import traceback
 import warnings
+from contextlib import closing, nullcontext
 
 import torch
 from rich.console import Console
@@ -43,6 +44,7 @@ from .fid import (
     inception_source,
     plan_domain_split,
 )
+from .workers import Forked, resolve_workers
 
 _FID_DEFAULTS = {"enabled": False, "extractor": "inception", "fallback": None, "n_fid": 10000,
                  "inception_weights": None, "cache_dir": None, "min_public": 1000, "min_reference": 1000,
@@ -65,8 +67,10 @@ class GenerativeEvaluator:
     def __init__(self, n_synthetic: int = 60000, classifiers: tuple[str, ...] = ("logreg", "mlp"),
                  grid_per_class: int = 10, logreg_max_iter: int = 5000, mlp_max_iter: int = 200,
                  cnn: dict | None = None, fid: dict | None = None, class_grids: bool = True,
-                 device: str = "auto", protocol: str = "sklearn", torch_clf: dict | None = None) -> None:
+                 device: str = "auto", protocol: str = "sklearn", torch_clf: dict | None = None,
+                 workers: int | str = "auto") -> None:
         self.n_synthetic, self.classifiers = int(n_synthetic), tuple(classifiers)
+        self.workers = resolve_workers(workers)
         bad = [c for c in self.classifiers if c not in ("logreg", "mlp", "cnn")]
         if bad:
             raise ValueError(f"evaluator.classifiers: unknown {bad}; choose from logreg, mlp, cnn")
@@ -115,19 +119,38 @@ class GenerativeEvaluator:
             x_syn, y_syn = method.sample(n_gen, y)
             self._check_samples(x_syn, data)
         if n_clf > 0:
-            with Progress(SpinnerColumn(), TextColumn("[eval] {task.description}"), TimeElapsedColumn(),
-                          console=console) as progress:
-                for clf in self.classifiers:
-                    task = progress.add_task(f"fitting {clf} on synthetic, testing on real", total=1)
-                    metrics.update(downstream_accuracy(x_syn[:n_clf], y_syn[:n_clf], data.test.x, data.test.y, (clf,),
-                                                       seed, self.logreg_max_iter, self.mlp_max_iter, cnn=self.cnn,
-                                                       num_classes=k, device=device, protocol=self.protocol,
-                                                       torch_clf=self.torch_clf))
-                    progress.update(task, completed=1, description=f"{clf}: accuracy {metrics[f'acc_{clf}']:.4f}")
+            def fit(clf: str) -> dict:
+                return downstream_accuracy(x_syn[:n_clf], y_syn[:n_clf], data.test.x, data.test.y, (clf,), seed,
+                                           self.logreg_max_iter, self.mlp_max_iter, cnn=self.cnn, num_classes=k,
+                                           device=device, protocol=self.protocol, torch_clf=self.torch_clf)
+
+            # the CNN, the longest fit, in a second process while this one fits the others (evaluator.workers);
+            # on cuda the fits share one GPU, so they stay in this process
+            forked = "cnn" if self.workers > 1 and "cnn" in self.classifiers and device.type == "cpu" else None
+            worker = Forked(fit, forked) if forked else None
+            progress = Progress(SpinnerColumn(), TextColumn("[eval] {task.description}"), TimeElapsedColumn(),
+                                console=console)
+            fid_metrics: dict = {}
+            with closing(worker) if worker else nullcontext(), progress:
+                tasks = {clf: progress.add_task(f"fitting {clf} on synthetic, testing on real"
+                                                + (" (second process)" if clf == forked else ""), total=1)
+                         for clf in self.classifiers}
+                for clf in (c for c in self.classifiers if c != forked):
+                    metrics.update(fit(clf))
+                    progress.update(tasks[clf], completed=1, description=f"{clf}: accuracy {metrics[f'acc_{clf}']:.4f}")
+                if fid_on:
+                    fid_metrics = self._fid(x_syn[: int(self.fid["n_fid"])], data, device, console)
+                # training is over: W&B starts up and sends its history while this process would only wait
+                logger.open_after_training()
+                if worker is not None:
+                    metrics.update(worker.result())
+                    progress.update(tasks[forked], completed=1,
+                                    description=f"{forked}: accuracy {metrics[f'acc_{forked}']:.4f}")
             metrics["downstream_protocol"] = self.protocol
-        if fid_on:
+            metrics.update(fid_metrics)
+        elif fid_on:
             metrics.update(self._fid(x_syn[: int(self.fid["n_fid"])], data, device, console))
-        elif self.fid_off is not None:
+        if self.fid_off is not None:
             metrics["fid_skipped"] = self.fid_off
         metrics["eval_time_s"] = time.time() - t0
         return metrics

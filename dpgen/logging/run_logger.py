@@ -11,7 +11,7 @@ Wall-clock timings of a private run (run time, training time, steps/s) depend on
 (Poisson) batch sizes, so they are an un-noised function of private data: they never go to
 ``results.json``, ``metrics.csv``, W&B or the console.  ``private_timings.json`` in the run folder
 holds them, for the operator only (mode 0600; like ``checkpoints/``, it is not to be published).
-W&B receives the run after it has ended (:class:`WandbSink`), so its own time stamps time nothing
+W&B receives the run once training has ended (:class:`WandbSink`), so its own time stamps time nothing
 private.
 """
 
@@ -234,14 +234,20 @@ def _hydra_group_and_name(experiment: str | None) -> tuple[str | None, str | Non
 class WandbSink:
     """Weights & Biases run: config, metrics, the ε-spent curve, synthetic grids, grouped summary.
 
-    **Sent after the run, not during it.**  W&B stamps every logged row with its wall-clock time
+    **Opened after training, not during it.**  W&B stamps every logged row with its wall-clock time
     (``_timestamp``, ``_runtime``) and samples system metrics while a run is open: during training
     those are the step timings of a private run, which depend on the private batch sizes.  So the
-    sink only records what it is given; ``finish()`` (the end of the run, also after an error)
-    opens the W&B run, sends the rows of ``metrics.csv`` (the whole history of the run folder, each
-    step once, also across resumed segments), the image grids and the summary, every row stamped
-    with one and the same ``_timestamp``, system metrics off, and closes it.  Its ``_runtime`` is the
-    upload's duration.
+    sink only records what it is given until the private part of the run is over:
+
+    * ``open_after_training()`` (the pipeline calls it once training has ended, before the evaluation)
+      starts, on a background thread, W&B's import and service (``wandb.setup()``), opens the W&B run and
+      sends the rows of ``metrics.csv`` (the whole history of the run folder, each step once, also across
+      resumed segments), every row stamped with one and the same ``_timestamp``, system metrics off.  Its
+      clock then times only the evaluation, a post-processing of the release on synthetic and public data,
+      which runs meanwhile;
+    * ``finish()`` (the end of the run, also after an error) waits for that thread, or does the same itself
+      when training never ended (an interrupted or failed run), sends the image grids, the summary and any
+      later row, and closes the run.  Its ``_runtime`` is the evaluation's and the upload's duration.
 
     * every logged metric is charted against ``epsilon`` (the calibrating accountant's ε spent;
       ``define_metric(step_metric=...)``), and ``epsilon`` itself against the step (the ε-spent curve);
@@ -249,12 +255,8 @@ class WandbSink:
       sweep's runs give one point each on a chart keyed by ε;
     * the jobs of a Hydra multirun share one group (``group: null``);
     * ``resume_id``: continue that W&B run (a resumed run folder whose earlier segment was sent)
-      instead of starting a new one; the id is written to ``wandb_run_id`` when the run is sent.
+      instead of starting a new one; the id is written to ``wandb_run_id`` when the run is opened.
     * nothing recorded (a run refused before its first logged step): no W&B run at all.
-
-    W&B's start-up (its import, and ``wandb.setup()``: the service process a run connects to) is done
-    on a background thread while the run trains and evaluates, so ``finish()`` only opens, fills and
-    closes the run: no W&B run exists and nothing is recorded before then.
     """
 
     def __init__(self, run_dir: str | Path, config: dict, mode: str = "offline", project: str = "dpgen",
@@ -267,13 +269,14 @@ class WandbSink:
                       "tags": tags}
         self.resumed = resume_id is not None
         self.run_id = resume_id or new_wandb_id()
-        self._rows: dict[int, dict] = {}  # step -> metrics of this segment (metrics.csv is read at the end)
+        self._rows: dict[int, dict] = {}  # step -> metrics of this segment (metrics.csv is read when the run opens)
+        self._sent: set[int] = set()  # steps already sent
         self._images: list[tuple[str, np.ndarray, str, int | None]] = []
         self._summary: dict | None = None
         self.run = None
-        self._prepared = threading.Thread(target=_prepare_wandb, name="dpgen-wandb-setup", daemon=True)
-        if self.mode != "disabled":
-            self._prepared.start()
+        self._opener: threading.Thread | None = None
+        self._open_error: BaseException | None = None
+        self._finished = False
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         self._rows.setdefault(int(step), {}).update({k: v for k, v in metrics.items() if v is not None})
@@ -286,12 +289,20 @@ class WandbSink:
     def log_summary(self, results: dict[str, Any]) -> None:
         self._summary = results
 
-    def finish(self) -> None:
-        """Open the W&B run, send everything recorded, close it (once)."""
-        if self.run is not None or not (self._rows or self._images or self._summary is not None):
-            return
-        if self._prepared.is_alive():
-            self._prepared.join()
+    def open_after_training(self) -> None:
+        """Training has ended: open the W&B run and send its history on a background thread (once)."""
+        if self._opener is None and self.mode != "disabled" and self._rows:
+            self._opener = threading.Thread(target=self._open_in_background, name="dpgen-wandb", daemon=True)
+            self._opener.start()
+
+    def _open_in_background(self) -> None:
+        try:
+            self._open()
+        except BaseException as e:  # noqa: BLE001 - raised by finish(), in the main thread
+            self._open_error = e
+
+    def _open(self) -> None:
+        """Open the W&B run and send the rows recorded so far."""
         import wandb
 
         (self.run_dir / WANDB_ID_FILE).write_text(self.run_id + "\n")
@@ -305,12 +316,30 @@ class WandbSink:
             raise ConfigError(NOT_LOGGED_IN) from None
         self._wandb, self._defined, self._stamp = wandb, set(), float(time.time())
         self.run.define_metric(EPSILON_KEY, summary="max")
-        first = int(getattr(self.run, "starting_step", 0) or 0) if self.resumed else 0  # rows W&B already has
-        rows = {**read_metrics_csv(self.run_dir / "metrics.csv"), **self._rows}
-        for step in sorted(s for s in rows if s >= first):
+        self._first = int(getattr(self.run, "starting_step", 0) or 0) if self.resumed else 0  # rows W&B already has
+        self._send_rows({**read_metrics_csv(self.run_dir / "metrics.csv"), **dict(self._rows)})
+
+    def _send_rows(self, rows: dict[int, dict]) -> None:
+        for step in sorted(s for s in rows if s >= self._first and s not in self._sent):
             self._log(rows[step], step)
+            self._sent.add(step)
+
+    def finish(self) -> None:
+        """Send everything recorded (opening the run first if training never ended) and close it (once)."""
+        if self._finished or not (self._rows or self._images or self._summary is not None):
+            return
+        self._finished = True
+        if self._opener is not None:
+            self._opener.join()
+            self._opener = None
+            if self._open_error is not None:
+                raise self._open_error
+        else:
+            self._open()
+        self._send_rows(self._rows)
         for key, arr, caption, step in self._images:
-            self._log({key: wandb.Image(arr, caption=caption)}, step if step is not None and step >= first else None)
+            self._log({key: self._wandb.Image(arr, caption=caption)},
+                      step if step is not None and step >= self._first else None)
         if self._summary is not None:
             self._send_summary(self._summary)
         self.run.finish()
@@ -340,19 +369,6 @@ class WandbSink:
         for key in ("experiment", "dataset"):
             if key in safe:
                 self.run.summary[key] = safe[key]
-
-
-def _prepare_wandb() -> None:
-    """Import W&B and start its service process (``wandb.setup()``, public API: it creates no run and records
-    nothing), plus the module every ``wandb.init`` imports, so that the run's ``finish()`` does not wait for
-    them.  Any failure is left for ``wandb.init`` itself to report."""
-    try:
-        import wandb
-
-        wandb.setup()
-        import wandb.sdk.launch.inputs.internal  # noqa: F401 - imported by every wandb.init (launch job inputs)
-    except Exception:  # noqa: BLE001 - a speed-up only: wandb.init reports any real problem
-        pass
 
 
 def new_wandb_id() -> str:
@@ -502,6 +518,13 @@ class RunLogger:
         for s in self.sinks:
             s.log_summary(public)
 
+    def open_after_training(self) -> None:
+        """Training has ended: the remote sinks may open their run now (W&B: on a background thread, while the
+        run evaluates; see :class:`WandbSink`)."""
+        for s in self.sinks:
+            if hasattr(s, "open_after_training"):
+                s.open_after_training()
+
     def local_only(self) -> None:
         """Drop the remote sinks (an interrupted run: its W&B run is sent by the run that completes the folder)."""
         self.sinks = [self.local]
@@ -525,5 +548,7 @@ class SilentLogger:
     def log_summary(self, results: dict[str, Any]) -> None: ...
 
     def finish(self) -> None: ...
+
+    def open_after_training(self) -> None: ...
 
     def local_only(self) -> None: ...

@@ -72,8 +72,9 @@ def calibrate(target_epsilon: float, delta: float, sample_rate: float = 1.0, ste
         raise ValueError(f"calibration needs steps >= 1, got {steps}")
     acct = make_accountant(calibrating_accountant(sampling, accountant), sampling)
     base = list(history)
+    known_above: tuple[float, ...] = ()
     if sigma_guess is None and sample_rate >= 1.0 and int(steps) == 1 and not base:
-        sigma_guess = _one_gaussian_multiplier(target_epsilon, delta, rel_tol, sigma_max)
+        sigma_guess, known_above = _one_gaussian_multiplier(target_epsilon, delta, rel_tol, sigma_max)
 
     def eps(sig: float) -> float:
         e = acct.epsilon_of(base + [Release(sig, sample_rate, int(steps))], delta)
@@ -81,25 +82,36 @@ def calibrate(target_epsilon: float, delta: float, sample_rate: float = 1.0, ste
         return math.inf if math.isnan(e) else e
 
     return _solve(eps, target_epsilon, rel_tol=rel_tol, sigma_max=sigma_max, sigma_guess=sigma_guess,
-                  what=f"sample_rate={sample_rate}, steps={steps}")
+                  known_above=known_above, what=f"sample_rate={sample_rate}, steps={steps}")
 
 
-def _one_gaussian_multiplier(target_epsilon: float, delta: float, rel_tol: float, sigma_max: float) -> float | None:
-    """The exact multiplier of one un-subsampled Gaussian release (Balle & Wang 2018; milliseconds): the
-    search's starting point for that release under an accountant.  Every accountant's epsilon is an upper
-    bound on the exact one, so its multiplier lies at or just above this one and the search ends after about
-    3 accountant evaluations instead of 5-6 from ``sigma = 1`` (a PLD evaluation at a small multiplier
-    costs ~0.3 s).  Only a starting point: the answer is still certified by the accountant's own evaluations."""
+def _one_gaussian_multiplier(target_epsilon: float, delta: float, rel_tol: float,
+                             sigma_max: float) -> tuple[float | None, tuple[float, ...]]:
+    """The exact multiplier of one un-subsampled Gaussian release (Balle & Wang 2018; milliseconds), and the
+    multipliers the exact search found above the target: the starting point of that release's search under an
+    accountant.  Every accountant's epsilon is an upper bound on the exact one, so a multiplier whose exact
+    epsilon is above the target is above it for the accountant too (it need not be evaluated), and the
+    accountant's multiplier lies at or above the exact one.  When the accountant accepts the exact multiplier
+    (PLD does at these sizes), one accountant evaluation certifies it, instead of 3 from this starting point
+    alone or 5-6 from ``sigma = 1`` (a PLD evaluation at a small multiplier costs ~0.3 s)."""
+    seen: dict[float, float] = {}
+
+    def exact(sig: float) -> float:
+        seen[sig] = analytic_gaussian_epsilon(sig, delta)
+        return seen[sig]
+
     try:
-        return _solve(lambda sig: analytic_gaussian_epsilon(sig, delta), target_epsilon, rel_tol=rel_tol,
-                      sigma_max=sigma_max)
+        best = _solve(exact, target_epsilon, rel_tol=rel_tol, sigma_max=sigma_max)
     except PrivacySettingError:  # unreachable exactly: the accountant's search reports it
-        return None
+        return None, ()
+    return best, tuple(sig for sig, e in seen.items() if e > target_epsilon)
 
 
 def _solve(eps_fn, target: float, *, rel_tol: float = 1e-3, sigma_max: float = 1e4,
-                           sigma_guess: float | None = None, what: str = "") -> float:
+                           sigma_guess: float | None = None, known_above: Sequence[float] = (), what: str = "") -> float:
     """Smallest ``sigma`` (to a factor ``1 + rel_tol``) with ``eps_fn(sigma) <= target``.
+
+    ``known_above``: multipliers known (not evaluated) to have ``eps_fn(sigma) > target``.
 
     ``eps_fn`` is non-increasing in ``sigma``.  ``eps(sigma)`` is close to a power law, so the
     search runs on ``f(x) = log eps(e^x) - log target``: secant steps from ``sigma_guess`` (default
@@ -136,6 +148,9 @@ def _solve(eps_fn, target: float, *, rel_tol: float = 1e-3, sigma_max: float = 1
     # bracket [lo, hi] with f(lo) > 0 >= f(hi), by secant steps on the log-log curve.  sigma_max is
     # evaluated only if the search gets there (autodp is slow at huge sigma: its best order is huge)
     lo, hi = -math.inf, math.inf
+    for sig in known_above:
+        seen[sig] = math.inf
+        lo = max(lo, math.log(sig))
     x = min(math.log(sigma_guess) if sigma_guess else 0.0, x_max)
     slope, prev = -2.0, None  # d log eps / d log sigma: -2 for a Gaussian at large sigma
     for _ in range(80):

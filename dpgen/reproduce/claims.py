@@ -24,6 +24,9 @@ EVAL = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg,mlp]", "ev
 EVAL_LOGREG = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg]", "evaluator.fid.enabled=false")
 # settings such a run does not read (no FID, no CNN): a change there does not call for a re-measurement
 NOT_READ = ("evaluator.fid.*", "evaluator.cnn.*")
+# settings that say where a computation runs, not what it computes: the same numbers either way
+# (evaluator.workers: the CNN in a second process or this one; tests/runs/test_eval_workers.py compares them)
+PLACEMENT_ONLY = ("evaluator.workers",)
 
 
 @dataclass(frozen=True)
@@ -39,10 +42,10 @@ class Claim:
 def config_drift(claim: Claim, recorded: dict, now: dict) -> dict:
     """``{key: (recorded, now)}`` for every setting whose recorded value differs from the current composition:
     a changed value, a removed key, or a new key whose default is not null (a new setting that is off by
-    default changes nothing a run did).  Keys in ``claim.not_read`` are skipped."""
+    default changes nothing a run did).  Keys in ``claim.not_read`` and ``PLACEMENT_ONLY`` are skipped."""
     out = {}
     for k in sorted(set(recorded) | set(now)):
-        if any(fnmatch.fnmatch(k, p) for p in claim.not_read):
+        if any(fnmatch.fnmatch(k, p) for p in (*claim.not_read, *PLACEMENT_ONLY)):
             continue
         if k not in recorded and now[k] is None:
             continue

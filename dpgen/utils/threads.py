@@ -11,7 +11,9 @@ running a joblib sweep) its default of one spinning thread per core oversubscrib
 * ``threads: <n>``: exactly n.
 
 The value is also written to ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS``
-so subprocesses (dataloader workers, joblib workers, evaluator scripts) inherit it.
+so subprocesses (dataloader workers, joblib workers, evaluator scripts) inherit it, and set on the BLAS
+and OpenMP pools this process has already loaded (``threadpoolctl``: numpy's OpenBLAS, which
+scikit-learn's LogReg and MLP use, would otherwise start one spinning thread per core).
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ def apply_threads(threads: int | str | None) -> int:
     for var in THREAD_ENV_VARS:
         os.environ[var] = str(n)
     import torch
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(n)  # BLAS pools already loaded (numpy's OpenBLAS: scikit-learn's fits) read no variable now
 
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)

@@ -173,8 +173,10 @@ def test_one_gaussian_calibrations_are_exact_or_the_classic_formula_and_refuse_a
 @pytest.mark.parametrize("eps,delta", [(10.0, 1e-4), (1.0, 1e-5), (0.2, 1e-6)])
 def test_one_release_calibration_starts_at_the_exact_multiplier(monkeypatch, sampling, name, eps, delta):
     """One un-subsampled release (the class-Gaussian default): the search starts at the exact Gaussian
-    multiplier, a lower bound on every accountant's, so PLD needs at most 3 evaluations (5-6 from sigma = 1);
-    the answer is still the accountant's own: within the target, and 0.5 % less noise exceeds it."""
+    multiplier, a lower bound on every accountant's, and a multiplier whose exact epsilon is above the target is
+    above it for the accountant too: PLD accepts the exact multiplier at these sizes and needs ONE evaluation
+    (5-6 from sigma = 1); the answer is still the accountant's own: within the target, and 0.5 % less noise
+    exceeds it."""
     import dpgen.privacy.accountants as accountants
 
     acct = make_accountant(name, sampling)
@@ -185,5 +187,5 @@ def test_one_release_calibration_starts_at_the_exact_multiplier(monkeypatch, sam
     sigma = calibrate(eps, delta, 1.0, 1, sampling, accountant=name)
     assert sigma >= calibrate(eps, delta, accountant="analytic") / (1 + 1e-3)
     if name == "pld":
-        assert len(calls) <= 3
+        assert len(calls) == 1
     assert acct.epsilon_of([Release(sigma, 1.0, 1)], delta) <= eps < acct.epsilon_of([Release(sigma * 0.995, 1.0, 1)], delta)

@@ -33,7 +33,7 @@ def test_a_fid_on_fewer_reference_images_than_features_is_switched_off_with_one_
         def sample(self, n, labels):
             return torch.rand(n, 1, 8, 8), labels
 
-    metrics = ev(Method(), splits(40), logger=type("L", (), {"log_images": lambda *a, **k: None})(), seed=0)
+    metrics = ev(Method(), splits(40), logger=type("L", (), {"log_images": lambda *a, **k: None, "open_after_training": lambda *a: None})(), seed=0)
     assert "fid" not in metrics and metrics["fid_skipped"] == ev.fid_off
     ev.check(splits(600))  # a reference set larger than the features: measured
     assert ev.fid_off is None

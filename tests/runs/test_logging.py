@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import threading
 import types
 
 import numpy as np
 import pytest
 import torch
 
+from dpgen.errors import ConfigError
 from dpgen.logging import RunLogger
 from dpgen.logging.run_logger import LocalSink, image_grid, save_png, to_uint8_image
 
@@ -97,6 +99,7 @@ def test_wandb_offline_image_files_are_not_blank(tmp_path, monkeypatch):
 class _FakeRun:
     def __init__(self, kwargs):
         self.kwargs, self.id = kwargs, kwargs.get("id") or "fakeid01"
+        self.thread = threading.current_thread()
         self.defined, self.logged, self.summary, self.finished = {}, [], {}, False
 
     def define_metric(self, name, step_metric=None, summary=None):
@@ -186,16 +189,49 @@ def test_non_private_metrics_are_charted_by_step_not_by_infinite_epsilon(tmp_pat
     assert "loss" not in fake_wandb[0].defined
 
 
-def test_wandb_starts_up_in_the_background_and_opens_no_run_before_finish(tmp_path, fake_wandb, monkeypatch):
-    """W&B's import and service start overlap the run on another thread; the run itself is opened only by finish()."""
-    import threading
-
-    calls = []
-    monkeypatch.setattr(sys.modules["wandb"], "setup", lambda: calls.append(("setup", threading.current_thread(),
-                                                                             len(fake_wandb))), raising=False)
+def test_wandb_opens_in_the_background_after_training_and_never_during_it(tmp_path, fake_wandb):
+    """No W&B run exists while training goes on; open_after_training() opens it on another thread and sends the
+    training history; finish() waits for it, then sends the grids and the summary and closes the run."""
     logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
     logger.log_metrics({"loss": 1.0, "epsilon": 0.5}, step=1)
-    assert not fake_wandb  # nothing sent while the run goes on
+    logger.log_metrics({"loss": 0.5, "epsilon": 0.9}, step=2)
+    assert not fake_wandb  # nothing sent while the run trains
+    logger.open_after_training()
+    logger.sinks[-1]._opener.join()
+    assert len(fake_wandb) == 1 and not fake_wandb[0].finished
+    assert fake_wandb[0].thread is not threading.main_thread()
+    assert [step for _, step in fake_wandb[0].logged] == [1, 2]  # the history, while the evaluation runs
+    logger.log_images("samples", torch.rand(4, 1, 8, 8))
+    logger.log_summary({"experiment": "e", "metrics": {"acc_logreg": 0.7},
+                        "privacy": {"epsilon": 0.9, "target_epsilon": 1.0, "delta": 1e-5}})
     logger.finish()
-    assert calls and calls[0][1] is not threading.main_thread() and calls[0][2] == 0  # setup before any run
     assert len(fake_wandb) == 1 and fake_wandb[0].finished
+    steps = [step for _, step in fake_wandb[0].logged]
+    assert steps[:2] == [1, 2] and steps.count(1) == 1 and steps.count(2) == 1  # each row once
+    assert any("samples" in row for row, _ in fake_wandb[0].logged)
+    assert any("eval/acc_logreg" in row for row, _ in fake_wandb[0].logged)
+
+
+def test_a_run_whose_training_never_ends_opens_wandb_only_at_finish(tmp_path, fake_wandb):
+    logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
+    logger.log_metrics({"loss": 1.0, "epsilon": 0.5}, step=1)
+    assert not fake_wandb
+    logger.finish()
+    assert len(fake_wandb) == 1 and fake_wandb[0].finished and [s for _, s in fake_wandb[0].logged] == [1]
+    assert fake_wandb[0].thread is threading.main_thread()
+
+
+def test_a_login_fault_found_in_the_background_is_raised_by_finish(tmp_path, fake_wandb, monkeypatch):
+    class UsageError(Exception):
+        pass
+
+    def refuse(**kwargs):
+        raise UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(sys.modules["wandb"], "init", refuse)
+    monkeypatch.setattr(sys.modules["wandb"], "errors", types.SimpleNamespace(UsageError=UsageError), raising=False)
+    logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
+    logger.log_metrics({"loss": 1.0, "epsilon": 0.5}, step=1)
+    logger.open_after_training()
+    with pytest.raises(ConfigError, match="not logged in"):
+        logger.finish()

@@ -107,7 +107,7 @@ def plot(store: list[dict], out: Path) -> None:
     ref = reference(store)
     colours = {"acc_logreg": "tab:blue", "acc_mlp": "tab:orange"}
     markers = "osD^v"
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(5.2 * len(CURVES), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(5.6 * len(CURVES), 5.2), squeeze=False)
     for ax, curve in zip(axes[0], CURVES, strict=True):
         by_seed = points(curve, store)
         for i, (seed, pts) in enumerate(by_seed.items()):
@@ -134,7 +134,7 @@ def plot(store: list[dict], out: Path) -> None:
             top.set_xticklabels([f"{float(ev['privacy']['epsilon_pld']):.2f}" for _, ev in first], fontsize=7)
             top.set_xlabel("ε (PLD) spent", fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best", framealpha=0.8)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)

@@ -103,11 +103,12 @@ CLAIMS: tuple[Claim, ...] = (
       for n in (0, 30, 60, 120)),
     # the same at epsilon = 1 (its warm-up alone, and a resumed copy of it run to the end: paired), beside the
     # class-Gaussian alone at epsilon = 1
-    Claim("mnist-moments-eps1", Cell("mnist_moments", (*EVAL, "accountant.epsilon=1"))),
+    Claim("mnist-moments-eps1", Cell("mnist_moments", (*EVAL, "accountant.epsilon=1")), docs=("docs/utility.md",),
+          min_runs=3),
     *(Claim(f"mnist-dpswd-warm50-fit2000-lr1e-4-eps1{tag}",
             Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
                                            "model.warm_start.steps=2000", "model.lr=1e-4", "accountant.epsilon=1",
-                                           *extra)))
+                                           *extra)), docs=("docs/utility.md",), min_runs=3)
       for tag, extra in (("", ()), ("-ot0", ("trainer.max_steps=0",)))),
     # DP-Sinkhorn warm-started (share 0.5), shortened to 200 OT steps and a warm-up of 100 samples per fit step
     *(Claim(f"mnist-dpsinkhorn-warm50-200{tag}",

@@ -281,7 +281,9 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         if diff:
             raise ValueError(f"cannot resume: the {self.kind} release was calibrated differently in the checkpoint ("
                              + ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
-                             + "); resume with the same model and accountant settings")
+                             + "); resume with the same model and accountant settings, under the dpgen version "
+                               "that started the run (the git_commit of its results.json: another version's noise "
+                               "calibration may differ in the last digits)")
         self.generator.set_state(state["generator"])
         self.directions_generator.set_state(state["directions_generator"])
         self.releases = int(state["releases"])

@@ -114,6 +114,6 @@ CLAIMS: tuple[Claim, ...] = (
     *(Claim(f"mnist-dpsinkhorn-warm50-200{tag}",
             Cell("mnist_dpsinkhorn", (*EVAL, "model.steps=200", "model.noise_multiplier=null", *_WARM,
                                       "model.warm_start.epsilon_share=0.5", "model.warm_start.batch_size=100", *extra)),
-            **({"docs": ("README.md", "docs/utility.md"), "min_runs": 2} if not extra else {}))
+            **({"docs": ("README.md", "docs/utility.md"), "min_runs": 3} if not extra else {}))
       for tag, extra in (("", ()), *((f"-ot{n}", (f"trainer.max_steps={n}",)) for n in (0, 50, 100, 200)))),
 )

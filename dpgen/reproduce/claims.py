@@ -116,4 +116,15 @@ CLAIMS: tuple[Claim, ...] = (
                                       "model.warm_start.epsilon_share=0.5", "model.warm_start.batch_size=100", *extra)),
             **({"docs": ("README.md", "docs/utility.md"), "min_runs": 3} if not extra else {}))
       for tag, extra in (("", ()), *((f"-ot{n}", (f"trainer.max_steps={n}",)) for n in (0, 50, 100, 200)))),
+    # DPSWgen warm-started (share 0.5, 2000 fit steps as the DP-SWD generator's fix, the preset's OT schedule and lr),
+    # its autoencoder as the stored OT-alone run's (1200 steps, batch 64); the warm-up alone was evaluated by
+    # `dpgen evaluate` with the FID off, the paired run (a copy of its folder resumed) with the FID off
+    Claim("mnist-dpswgen-warm50-fit2000-ot0",
+          Cell("mnist_dpswgen", ("model.ae_steps=1200", "model.ae_batch_size=64",
+                                 "evaluator.classifiers=[logreg,mlp]", "evaluator.n_synthetic=10000", *_WARM,
+                                 "model.warm_start.steps=2000", "trainer.max_steps=0"))),
+    Claim("mnist-dpswgen-warm50-fit2000",
+          Cell("mnist_dpswgen", ("model.ae_steps=1200", "model.ae_batch_size=64",
+                                 "evaluator.classifiers=[logreg,mlp]", "evaluator.n_synthetic=10000", *_WARM,
+                                 "model.warm_start.steps=2000", "evaluator.fid.enabled=false"))),
 )

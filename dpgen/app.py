@@ -14,7 +14,6 @@ import math
 import os
 import shutil
 import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -97,20 +96,11 @@ def _remove_untouched_run_dir() -> None:
     """A run that failed before doing anything leaves no folder: delete the run folder if it holds only
     what Hydra wrote on start (``.hydra/``, an empty log).  A folder with anything else (a resumed
     run's checkpoints) is never touched."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return
-    from omegaconf import OmegaConf
-
     from .preflight import CREATED
-    from .runs import STATE_DIR, in_use
+    from .runs import STATE_DIR, hydra_output_dir, in_use
 
-    output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None, throw_on_missing=False)
-    if output_dir is None:  # a config composed in this process, not a Hydra app's run
-        return
-    run_dir = Path(output_dir)
-    if not run_dir.is_dir() or in_use(run_dir):  # another run's folder (a refused second start): never touched
+    run_dir = hydra_output_dir()
+    if run_dir is None or not run_dir.is_dir() or in_use(run_dir):  # another run's folder (a refused second start): never touched
         return
     for entry in run_dir.iterdir():
         if entry.name in (".hydra", STATE_DIR) and entry.is_dir():

@@ -236,17 +236,26 @@ def _put_back_hydra_record(run_dir: Path) -> None:
         (record / copy.name).write_text(copy.read_text())
 
 
-def _hydra_record_dir(run_dir: Path) -> Path | None:
-    """``<run>/.hydra`` when this is a Hydra app writing into ``run_dir``, else None."""
+def hydra_output_dir() -> Path | None:
+    """The output folder of the Hydra app running now; None outside one, or for a config composed in this
+    process (``hydra.compose``, ``--cfg job``), which sets Hydra's config without an output folder."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return None
-    hc = HydraConfig.get()
-    output_dir = OmegaConf.select(hc, "runtime.output_dir", default=None, throw_on_missing=False)
-    if output_dir is None:  # a config composed in this process (hydra.compose), not a Hydra app's run
+    output_dir = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", default=None, throw_on_missing=False)
+    return None if output_dir is None else Path(str(output_dir))
+
+
+def _hydra_record_dir(run_dir: Path) -> Path | None:
+    """``<run>/.hydra`` when this is a Hydra app writing into ``run_dir``, else None."""
+    from hydra.core.hydra_config import HydraConfig
+
+    output_dir = hydra_output_dir()
+    if output_dir is None:
         return None
-    if hc.output_subdir is None or Path(str(output_dir)).resolve() != run_dir.resolve():
+    hc = HydraConfig.get()
+    if hc.output_subdir is None or output_dir.resolve() != run_dir.resolve():
         return None
     return run_dir / str(hc.output_subdir)
 

@@ -202,6 +202,9 @@ class LocalSink:
         os.replace(tmp, path)
         return path
 
+    def open_after_training(self) -> None:
+        pass  # the local files are written as the run goes
+
     def finish(self) -> None:
         pass
 
@@ -522,8 +525,7 @@ class RunLogger:
         """Training has ended: the remote sinks may open their run now (W&B: on a background thread, while the
         run evaluates; see :class:`WandbSink`)."""
         for s in self.sinks:
-            if hasattr(s, "open_after_training"):
-                s.open_after_training()
+            s.open_after_training()
 
     def local_only(self) -> None:
         """Drop the remote sinks (an interrupted run: its W&B run is sent by the run that completes the folder)."""

@@ -48,6 +48,7 @@ from ..errors import ConfigError
 from ..utils import pick_device
 from .benchmark_nets import ARCHITECTURES, DEFAULT_SIZES, ParameterEMA, build_classifier, describe
 from .fid import InceptionFeatures, InceptionUnavailableError, frechet_distance, inception_source
+from .grids import write_sample_grids
 
 CITATION = "DPImageBench (Gong, Li, Lin, Wang; CCS 2025)"
 # the benchmark's settings for MNIST / F-MNIST
@@ -69,14 +70,16 @@ class DPImageBenchEvaluator:
     """Settings (``evaluator.*``, defaults = the benchmark's): ``n_synthetic``, ``classifiers`` (subset of
     resnet, wrn, resnext), ``sizes`` ({name: {depth, ...}} overriding :data:`DEFAULT_SIZES`), ``epochs``,
     ``batch_size``, ``lr``, ``step_size``, ``gamma``, ``ema_decay``, ``eval_batch_size``, ``fid``
-    ({enabled, n_generated, n_reference, inception_weights, batch_size}: ``null`` counts = all), ``device``."""
+    ({enabled, n_generated, n_reference, inception_weights, batch_size}: ``null`` counts = all), ``device``;
+    ``grid_per_class`` and ``class_grids``: the sample grids, as the generative evaluator's (not part of the
+    protocol)."""
 
     reads_private_data = True  # the validation selection and the FID reference: `dpgen evaluate` refuses it
 
     def __init__(self, n_synthetic: int = 60000, classifiers=ARCHITECTURES, sizes: dict | None = None,
                  epochs: int = 50, batch_size: int = 256, lr: float = 0.01, step_size: int = 20, gamma: float = 0.2,
                  ema_decay: float = 0.9999, eval_batch_size: int = 1000, fid: dict | None = None,
-                 device: str = "auto") -> None:
+                 device: str = "auto", grid_per_class: int = 10, class_grids: bool = True) -> None:
         self.classifiers = tuple(classifiers)
         bad = [c for c in self.classifiers if c not in ARCHITECTURES]
         if bad or not self.classifiers:
@@ -108,6 +111,7 @@ class DPImageBenchEvaluator:
             raise ConfigError(f"evaluator.fid: unknown keys {sorted(unknown)}; known: {sorted(_FID_DEFAULTS)}")
         self.fid = {**_FID_DEFAULTS, **fid}
         self.device = device
+        self.grid_per_class, self.class_grids = int(grid_per_class), bool(class_grids)
 
     # ------------------------------------------------------------------------------------ checks
     def check(self, data: DataSplits | None = None) -> None:
@@ -174,6 +178,7 @@ class DPImageBenchEvaluator:
         metrics: dict = {"dpimagebench_protocol": protocol}
         self.last_metrics = metrics
         console.log(f"[eval] {protocol}")
+        write_sample_grids(method, k, logger, self.grid_per_class, self.class_grids)
 
         y = torch.arange(self.n_synthetic) % k  # balanced labels (the benchmark's generators: n / k per class)
         y = y[torch.randperm(self.n_synthetic, generator=torch.Generator().manual_seed(seed))]

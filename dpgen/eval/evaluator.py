@@ -44,6 +44,7 @@ from .fid import (
     inception_source,
     plan_domain_split,
 )
+from .grids import write_sample_grids
 from .workers import Forked, resolve_workers
 
 _FID_DEFAULTS = {"enabled": False, "extractor": "inception", "fallback": None, "n_fid": 10000,
@@ -105,7 +106,7 @@ class GenerativeEvaluator:
         k = data.num_classes
         is_image = data.image_shape[1] > 1
         if is_image:
-            self._grids(method, k, logger)
+            write_sample_grids(method, k, logger, self.grid_per_class, self.class_grids)
         metrics: dict = {}
         self.last_metrics = metrics  # what was computed so far, if a later metric fails (evaluate_run)
         fid_on = bool(self.fid["enabled"]) and is_image and int(self.fid["n_fid"]) > 0 and self.fid_off is None
@@ -217,16 +218,6 @@ class GenerativeEvaluator:
         return "inception"
 
     # ------------------------------------------------------------------------------------
-    def _grids(self, method, k: int, logger) -> None:
-        labels = torch.arange(k).repeat_interleave(self.grid_per_class)
-        grid, _ = method.sample(len(labels), labels)
-        logger.log_images("samples", grid, nrow=self.grid_per_class)
-        if self.class_grids and k > 1:
-            for c in range(k):  # one square grid per class
-                n = self.grid_per_class ** 2
-                imgs, _ = method.sample(n, torch.full((n,), c, dtype=torch.long))
-                logger.log_images(f"samples_class{c}", imgs, nrow=self.grid_per_class)
-
     @staticmethod
     def _check_samples(x: torch.Tensor, data: DataSplits) -> None:
         if tuple(x.shape[1:]) != tuple(data.image_shape):

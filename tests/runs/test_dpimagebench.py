@@ -75,11 +75,26 @@ class _TinyFeatures(torch.nn.Module):
             .repeat(1, 2)
 
 
+class _Images:
+    """A logger that keeps the grids it is given."""
+
+    def __init__(self):
+        self.images = {}
+
+    def log_images(self, key, imgs, nrow):
+        self.images[key] = (tuple(imgs.shape), nrow)
+
+
 def test_both_selections_and_the_fid_are_written_with_their_labels(monkeypatch):
     monkeypatch.setattr(bench, "InceptionFeatures", _TinyFeatures)
     data, method = _data()
-    ev = bench.DPImageBenchEvaluator(n_synthetic=240, sizes=TINY, epochs=2, batch_size=32)
-    m = ev(method, data, logger=None)
+    ev = bench.DPImageBenchEvaluator(n_synthetic=240, sizes=TINY, epochs=2, batch_size=32, grid_per_class=3)
+    logger = _Images()
+    m = ev(method, data, logger=logger)
+    # the run's pictures: one row of 3 per class, and a 3 x 3 grid per class (four classes)
+    assert logger.images["samples"] == ((12, *data.image_shape), 3)
+    assert sorted(logger.images) == ["samples", *(f"samples_class{c}" for c in range(4))]
+    assert logger.images["samples_class3"] == ((9, *data.image_shape), 3)
     for sel in ("val", "syn"):
         assert len({m[f"acc_dpimagebench_{sel}_{c}"] for c in ("resnet", "wrn", "resnext")}) >= 1
         vals = [m[f"acc_dpimagebench_{sel}_{c}"] for c in ("resnet", "wrn", "resnext")]
@@ -135,6 +150,7 @@ def test_train_py_with_the_dpimagebench_evaluator_on_cpu(tmp_path):
     assert "shortened protocol: 1 epoch(s)" in r.stdout and "not covered by the privacy guarantee" in r.stdout
     card = json.loads((out / "privacy_card.json").read_text())
     assert card["dataset"]["validation_held_out"]["size"] == 300
+    assert (out / "samples.png").is_file() and (out / "samples_class9.png").is_file()
 
 
 def test_only_the_evaluator_and_the_audit_read_private_records_outside_the_guarantee():

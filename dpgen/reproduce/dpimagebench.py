@@ -10,7 +10,7 @@ seed, run time, schedule and its "full protocol" / "shortened protocol: …" lab
 command that fills it.
 
 A run belongs to a cell (family × dataset × ε) when its experiment is the family's preset for the dataset, its
-resolved config has ``evaluator=dpimagebench``, ``dataset.validation_size=5000`` and the dataset, and its
+overrides include the family's (a warm start, say), its resolved config has ``evaluator=dpimagebench``, ``dataset.validation_size=5000`` and the dataset, and its
 target ε is the cell's.  Any other override is shown with the run (evaluator.* shortenings are also in the
 protocol label the evaluator wrote).
 """
@@ -69,10 +69,19 @@ class Family:
                          f"dataset.validation_size={VALIDATION_SIZE}", f"accountant.epsilon={eps:g}"])
 
 
+# the DP-SWD generator warm-started from the class-Gaussian (docs/utility.md, "What OT adds"): half of ε on the
+# moment release, a 2000-step warm-up fit, one epoch of class-partitioned DP-SWD at lr 1e-4
+WARM_DPSWD = ("model/warm_start=class_gaussian", "model.warm_start.representation.n_components=100",
+              "model.warm_start.representation.center=0.0", "model.warm_start.epsilon_share=0.5",
+              "model.warm_start.steps=2000", "model.epochs=1", "model.lr=1e-4")
+
 FAMILIES = (
     Family("DP class-Gaussian (one release of class moments)",
            {"mnist": ("mnist_moments", ()), "fashion_mnist": ("mnist_moments", ("dataset=fashion_mnist",))}, "none"),
     Family("DP-SWD generator", {"mnist": ("mnist_dpswd", ()), "fashion_mnist": ("fmnist_dpswd", ())}, "none"),
+    Family("DP-SWD generator warm-started from the class-Gaussian (ε share 0.5, one OT epoch)",
+           {"mnist": ("mnist_dpswd_partition", WARM_DPSWD),
+            "fashion_mnist": ("mnist_dpswd_partition", ("dataset=fashion_mnist", *WARM_DPSWD))}, "none"),
     Family("DP-Sinkhorn", {"mnist": ("mnist_dpsinkhorn", ()), "fashion_mnist": ("fmnist_dpsinkhorn", ())}, "none"),
     Family("DPSWflow-r", {"mnist": ("mnist_dpswflow_r", ()), "fashion_mnist": ("fmnist_dpswflow_r", ())},
            "half of the training split (its autoencoder)"),
@@ -93,8 +102,10 @@ def cell_of(ev: dict) -> tuple[Family, str, float] | None:
         return None
     experiment = next((o.split("=", 1)[1] for o in ev.get("overrides") or [] if o.startswith("experiment=")),
                       ev.get("experiment"))
+    overrides = set(effective_overrides(ev))
     for family in FAMILIES:
-        if family.presets[dataset][0] == experiment:
+        preset, extra = family.presets[dataset]
+        if preset == experiment and all(o in overrides for o in extra if not o.startswith("dataset=")):
             return family, dataset, eps
     return None
 

@@ -23,13 +23,15 @@ def test_every_family_preset_exists():
             assert (ROOT / "configs" / "experiment" / f"{experiment}.yaml").is_file(), experiment
 
 
-def _run_folder(root: Path, evaluator: str, eps: float, protocol: str) -> Path:
-    run = root / f"run_{evaluator}_{eps:g}"
+def _run_folder(root: Path, evaluator: str, eps: float, protocol: str, experiment: str = "mnist_moments",
+                extra: tuple[str, ...] = ()) -> Path:
+    run = root / f"run_{evaluator}_{eps:g}_{experiment}_{len(extra)}"
     (run / ".hydra").mkdir(parents=True)
-    overrides = ["experiment=mnist_moments", "dataset=fashion_mnist", "evaluator=dpimagebench",
-                 "dataset.validation_size=5000", f"accountant.epsilon={eps:g}", "evaluator.epochs=2", "logger=local"]
+    overrides = [f"experiment={experiment}", "dataset=fashion_mnist", "evaluator=dpimagebench",
+                 "dataset.validation_size=5000", f"accountant.epsilon={eps:g}", "evaluator.epochs=2", "logger=local",
+                 *extra]
     (run / "results.json").write_text(json.dumps({
-        "experiment": "mnist_moments", "overrides": overrides, "runtime_s": 1800.0,
+        "experiment": experiment, "overrides": overrides, "runtime_s": 1800.0,
         "metrics": {"acc_dpimagebench_val_mean": 0.8123, "acc_dpimagebench_val_std": 0.01,
                     "acc_dpimagebench_syn_mean": 0.8011, "acc_dpimagebench_syn_std": 0.02, "fid": 41.25,
                     "dpimagebench_protocol": protocol},
@@ -59,3 +61,20 @@ def test_a_collected_run_fills_its_cell_with_its_label_and_command(tmp_path, mon
     assert "overrides beyond the cell's command: `evaluator.epochs=2`" in text
     fill = page.FAMILIES[0].command("fashion_mnist", 10.0)
     assert f"`{fill}`" not in text and f"`{page.FAMILIES[0].command('fashion_mnist', 1.0)}`" in text
+
+
+def test_a_warm_started_run_fills_the_warm_row_and_a_plain_run_of_its_preset_fills_none(tmp_path):
+    doc = tmp_path / "benchmark.md"
+    shutil.copy(page.PAGE, doc)
+    store = tmp_path / "store"
+    warm = _run_folder(tmp_path, page.TARGET, 1.0, "shortened protocol: 2 epoch(s) (benchmark: 50)",
+                       "mnist_dpswd_partition", page.WARM_DPSWD)
+    plain = _run_folder(tmp_path, page.TARGET, 1.0, "shortened protocol: 2 epoch(s) (benchmark: 50)",
+                        "mnist_dpswd_partition", page.WARM_DPSWD[:-1])  # one of the warm settings missing
+    written, skipped = collect([warm, plain], store=store, skip_reason=page.skip_reason)
+    assert len(written) == 1 and len(skipped) == 1
+    page.render(doc, store)
+    row = next(line for line in doc.read_text().splitlines() if line.startswith("| DP-SWD generator warm-started"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4].startswith("81.2 ± 1.0 / 80.1 ± 2.0") and cells[2] == cells[3] == cells[5] == "not run"
+    assert "overrides beyond the cell's command: `evaluator.epochs=2`" in doc.read_text()

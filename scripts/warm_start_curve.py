@@ -23,6 +23,7 @@ from pathlib import Path
 from dpgen.paths import DOCS
 from dpgen.reproduce.claims import CLAIMS
 from dpgen.reproduce.evidence import match_reason
+from dpgen.reproduce.markers import replace_between
 from dpgen.reproduce.store import load_store
 
 
@@ -95,7 +96,7 @@ def table(store: list[dict]) -> str:
 
 def block(store: list[dict], figure: str = "img/warm_start_curve.png") -> str:
     """What the page shows between the markers: the figure and the table."""
-    return f"{BEGIN}\n![accuracy against the OT phase's steps]({figure})\n\n{table(store)}\n{END}"
+    return f"![accuracy against the OT phase's steps]({figure})\n\n{table(store)}"
 
 
 def plot(store: list[dict], out: Path) -> None:
@@ -142,11 +143,7 @@ def plot(store: list[dict], out: Path) -> None:
 
 
 def write_block(doc: Path, text: str) -> None:
-    page = doc.read_text()
-    if BEGIN not in page or END not in page:
-        raise SystemExit(f"error: {doc} has no {BEGIN} / {END} markers: add them where the curve goes")
-    head, rest = page.split(BEGIN, 1)
-    doc.write_text(head + text + rest.split(END, 1)[1])
+    doc.write_text(replace_between(doc.read_text(), BEGIN, END, text, page=doc))
 
 
 def main(argv: list[str] | None = None) -> int:

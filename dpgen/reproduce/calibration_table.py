@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import time
 from pathlib import Path
 
 from rich.progress import track
 
 from dpgen.privacy import dpswd_noise  # noqa: E402
+
+from .markers import write_between
 
 START, END = "<!-- calibration-table:start -->", "<!-- calibration-table:end -->"
 
@@ -107,14 +108,6 @@ def to_markdown(rows: list[dict], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def write_block(path: Path, block: str) -> None:
-    text = path.read_text() if path.exists() else f"# Reproduction\n\n{START}\n{END}\n"
-    if START not in text:
-        text += f"\n{START}\n{END}\n"
-    text = re.sub(re.escape(START) + r".*?" + re.escape(END), f"{START}\n{block}\n{END}", text, flags=re.S)
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None, help="markdown file whose calibration block is replaced")
@@ -124,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     md = to_markdown(rows, time.time() - t0)
     print(md)
     if args.out:
-        write_block(args.out, md)
+        write_between(args.out, START, END, md)
         print(f"\nwritten to {args.out}")
     worst = max(abs(r["rel"]) for r in rows)
     return 0 if worst <= 0.02 else 1

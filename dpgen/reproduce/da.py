@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from dpgen.logging.timings import load_results  # noqa: E402
 from dpgen.privacy import RDPAccountant, Release, dpswd_noise  # noqa: E402
 
 from ..paths import ROOT
+from .markers import write_between
 
 START, END = "<!-- da:start -->", "<!-- da:end -->"
 TASKS = {"mnist_usps": "M→U", "usps_mnist": "U→M"}
@@ -176,15 +176,6 @@ def fig3(args) -> str:
     return "\n\n".join(md)
 
 
-def write_block(path: Path, block: str) -> None:
-    text = path.read_text() if path.exists() else "# Reproduction\n"
-    if START in text:
-        text = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: f"{START}\n{block}\n{END}", text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + f"\n\n{START}\n{block}\n{END}\n"
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -217,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     md = "\n".join(parts)
     print(md)
     if args.out:
-        write_block(args.out, md)
+        write_between(args.out, START, END, md)
         print(f"\nwritten to {args.out}")
     return 0
 

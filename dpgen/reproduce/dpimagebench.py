@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..paths import ROOT
 from .evidence import collect, report_collected, stored_number
+from .markers import between, replace_between
 from .store import STORE, effective_overrides, load_store
 
 BENCH_STORE = STORE / "dpimagebench"
@@ -200,9 +201,7 @@ def render_block(evidence: list[dict]) -> str:
 def render(page: Path = PAGE, store: Path = BENCH_STORE) -> bool:
     """Rewrite the generated block of ``page``; True when it changed."""
     text = page.read_text()
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{START}\n{render_block(load_store(store))}\n{END}{tail}"
+    new = replace_between(text, START, END, render_block(load_store(store)), page=page)
     if new != text:
         page.write_text(new)
         return True
@@ -210,9 +209,7 @@ def render(page: Path = PAGE, store: Path = BENCH_STORE) -> bool:
 
 
 def stale(page: Path = PAGE, store: Path = BENCH_STORE) -> bool:
-    text = page.read_text()
-    block = text.split(START, 1)[1].split(END, 1)[0]
-    return block != f"\n{render_block(load_store(store))}\n"
+    return between(page.read_text(), START, END) != render_block(load_store(store))
 
 
 def main(argv: list[str] | None = None) -> int:

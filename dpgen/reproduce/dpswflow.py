@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from ..paths import ROOT
+from .markers import write_between
 
 OUT = ROOT / "outputs" / "reproduce_dpswflow"
 FIG = ROOT / "docs" / "figures"
@@ -227,7 +228,7 @@ def section() -> str:
     for ds in ("mnist", "fmnist"):
         if _summary(ds).exists():
             summ.update(json.loads(_summary(ds).read_text()))
-    L = [START, "## DPSWflow (Sebag et al., TMLR)", "",
+    L = ["## DPSWflow (Sebag et al., TMLR)", "",
          "Produced by `dpgen/reproduce/dpswflow.py` (`toy`, `runs`, `eval`, `write`) and "
          "`dpgen/reproduce/dpswflow_sigma_table.py`.", "", "### σ ↔ ε (DPSWflow paper, App. C.5)", "", sigma_md(), "",
          "Interpretation: the paper's σ is a noise multiplier of the subsampled Gaussian with q = 250/N_priv "
@@ -333,20 +334,11 @@ def section() -> str:
         for ds in ("mnist", "fmnist"):
             L.append(" ".join(f"![{ds} {m}](figures/dpswflow_{ds}_{m}_eps10.png)" for m in METHODS))
         L.append("")
-    L += [END]
     return "\n".join(L)
 
 
 def write_doc() -> None:
-    text = DOC.read_text()
-    sec = section()
-    if START in text:
-        pre, rest = text.split(START, 1)
-        post = rest.split(END, 1)[1] if END in rest else ""
-        text = pre + sec + post
-    else:
-        text = text.rstrip("\n") + "\n\n" + sec + "\n"
-    DOC.write_text(text)
+    write_between(DOC, START, END, section())
     print(f"wrote {DOC}")
 
 

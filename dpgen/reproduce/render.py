@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..paths import ROOT
 from .evidence import evidence_name, group_runs, matching_cells, stored_number
+from .markers import replace_between
 from .registry import (
     CELLS,
     HEADERS,
@@ -270,14 +271,6 @@ def render_tables(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY,
     return "\n".join(out)
 
 
-def replace_block(text: str, block: str, doc: Path | str = "the page") -> str:
-    if START not in text or END not in text:
-        raise SystemExit(f"{doc}: markers {START} / {END} not found; add them where the scoreboard belongs")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return head + START + "\n" + block + "\n" + END + tail
-
-
 def render_page(slug: str, evidence: list[dict], registry: tuple[Row, ...] = REGISTRY) -> str:
     """The generated block of ``docs/reproduction/<slug>.md``: that paper's tables, run ids local to the page."""
     return render_tables(evidence, page_registry(slug, registry), tuple(t for t in TABLES if t.id in PAGES[slug]))
@@ -306,7 +299,7 @@ def render(docs: Path = DOCS, store: Path = STORE) -> list[Path]:
     changed = []
     for page, block in rendered_pages(load_store(store), docs).items():
         old = page.read_text()
-        new = replace_block(old, block, page)
+        new = replace_between(old, START, END, block, page=page)
         if new != old:
             page.write_text(new)
             changed.append(page)
@@ -316,5 +309,5 @@ def render(docs: Path = DOCS, store: Path = STORE) -> list[Path]:
 def stale_pages(docs: Path = DOCS, store: Path = STORE) -> list[Path]:
     """The reproduction pages whose scoreboard block differs from a render of the store."""
     return [page for page, block in rendered_pages(load_store(store), docs).items()
-            if replace_block(page.read_text(), block, page) != page.read_text()]
+            if replace_between(page.read_text(), START, END, block, page=page) != page.read_text()]
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from dpgen.reproduce.claims import CLAIMS
+from dpgen.reproduce.markers import between
 from dpgen.reproduce.store import load_store
 from tests.helpers import ROOT
 
@@ -66,5 +67,5 @@ def test_the_figure_and_the_page_block_are_written_between_the_markers(store, tm
 
 def test_the_page_shows_the_curve_of_the_stored_runs():
     """docs/utility.md prints exactly what the store gives (re-run the script after collecting a run)."""
-    assert wsc.block(load_store()) in (ROOT / "docs" / "utility.md").read_text(), \
+    assert between((ROOT / "docs" / "utility.md").read_text(), wsc.BEGIN, wsc.END) == wsc.block(load_store()), \
         "docs/utility.md: run `python scripts/warm_start_curve.py`"

@@ -1,0 +1,34 @@
+"""Generated blocks in hand-written pages: the text between two HTML-comment markers, rewritten by a command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def between(text: str, start: str, end: str) -> str | None:
+    """The block between the markers (without the line breaks that follow ``start`` and precede ``end``), or None
+    when ``text`` lacks them."""
+    if start not in text or end not in text.split(start, 1)[1]:
+        return None
+    inner = text.split(start, 1)[1].split(end, 1)[0]
+    return inner.removeprefix("\n").removesuffix("\n")
+
+
+def replace_between(text: str, start: str, end: str, block: str, *, page: Path | str = "the page",
+                    append: bool = False) -> str:
+    """``text`` with the block between the markers replaced: ``start``, ``block`` and ``end`` on lines of their own.
+    Without the markers the marked block is appended when ``append``; otherwise SystemExit names ``page`` and the
+    markers to add."""
+    if between(text, start, end) is not None:
+        head, rest = text.split(start, 1)
+        return f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
+    if append:
+        return text.rstrip("\n") + f"\n\n{start}\n{block}\n{end}\n"
+    raise SystemExit(f"error: {page} has no {start} / {end} markers: add them where the generated block goes")
+
+
+def write_between(path: Path, start: str, end: str, block: str, *, new_page: str = "# Reproduction\n") -> None:
+    """Rewrite the marked block of the page at ``path`` (a new page starts as ``new_page``; a page without the
+    markers gets the block at its end)."""
+    text = path.read_text() if path.exists() else new_page
+    path.write_text(replace_between(text, start, end, block, page=path, append=True))

@@ -14,7 +14,7 @@ STORE = DOCS / "reproduction" / "runs"
 # overrides (and resolved-config keys) that do not change what a run measures
 NEUTRAL = ("seed", "logger", "logger.*", "trainer.progress", "trainer.log_every", "trainer.threads",
            "trainer.checkpoint_every", "trainer.device", "trainer.resume", "hydra.*", "model.autoencoder_cache",
-           "evaluator.fid.cache_dir", "evaluator.device", "paths.*", "experiment_name", "dataset.seed")
+           "evaluator.fid.cache_dir", "evaluator.device", "evaluator.workers", "paths.*", "experiment_name", "dataset.seed")
 
 
 def load_store(store=STORE) -> list[dict]:

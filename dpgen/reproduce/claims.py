@@ -17,6 +17,7 @@ import statistics
 from dataclasses import dataclass
 
 from .registry import Cell
+from .store import neutral
 
 # the evaluation every utility row of docs/utility.md uses (10,000 synthetic samples; LogReg / MLP; CPU budget)
 EVAL = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg,mlp]", "evaluator.fid.enabled=false")
@@ -24,9 +25,6 @@ EVAL = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg,mlp]", "ev
 EVAL_LOGREG = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg]", "evaluator.fid.enabled=false")
 # settings such a run does not read (no FID, no CNN): a change there does not call for a re-measurement
 NOT_READ = ("evaluator.fid.*", "evaluator.cnn.*")
-# settings that say where a computation runs, not what it computes: the same numbers either way
-# (evaluator.workers: the CNN in a second process or this one; tests/runs/test_eval_workers.py compares them)
-PLACEMENT_ONLY = ("evaluator.workers",)
 
 
 @dataclass(frozen=True)
@@ -42,10 +40,11 @@ class Claim:
 def config_drift(claim: Claim, recorded: dict, now: dict) -> dict:
     """``{key: (recorded, now)}`` for every setting whose recorded value differs from the current composition:
     a changed value, a removed key, or a new key whose default is not null (a new setting that is off by
-    default changes nothing a run did).  Keys in ``claim.not_read`` and ``PLACEMENT_ONLY`` are skipped."""
+    default changes nothing a run did).  Keys in ``claim.not_read`` and bookkeeping keys
+    (:func:`~dpgen.reproduce.store.neutral`: where a run writes or computes, e.g. ``evaluator.workers``) are skipped."""
     out = {}
     for k in sorted(set(recorded) | set(now)):
-        if any(fnmatch.fnmatch(k, p) for p in (*claim.not_read, *PLACEMENT_ONLY)):
+        if neutral(k) or any(fnmatch.fnmatch(k, p) for p in claim.not_read):
             continue
         if k not in recorded and now[k] is None:
             continue

@@ -23,6 +23,8 @@ from .store import neutral
 EVAL = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg,mlp]", "evaluator.fid.enabled=false")
 # the diagnostic rows' cheaper evaluation (LogReg only: the MLP took ~3 min of a shared core per run)
 EVAL_LOGREG = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg]", "evaluator.fid.enabled=false")
+# the same with the CNN (dpgen's small CNN, evaluator.cnn defaults)
+EVAL_CNN = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg,mlp,cnn]", "evaluator.fid.enabled=false")
 # settings such a run does not read (no FID, no CNN): a change there does not call for a re-measurement
 NOT_READ = ("evaluator.fid.*", "evaluator.cnn.*")
 
@@ -68,10 +70,20 @@ _SHORT = ("model.epochs=1",)
 _WARM = ("model/warm_start=class_gaussian", "model.warm_start.representation.n_components=100",
          "model.warm_start.representation.center=0.0")
 
+# the DP-SWD generator's fix (a 2000-step warm-up fit, OT lr 1e-4), at a share of ε for the moment release
+def _fix(share: float) -> tuple[str, ...]:
+    return (*_SHORT, *_WARM, f"model.warm_start.epsilon_share={share}", "model.warm_start.steps=2000", "model.lr=1e-4")
+
+
+_FMNIST = ("dataset=fashion_mnist",)  # the MNIST presets' settings on Fashion-MNIST (fixed a priori, not tuned)
+_DPSINKHORN_WARM = ("model.steps=200", "model.noise_multiplier=null", *_WARM, "model.warm_start.epsilon_share=0.5",
+                    "model.warm_start.batch_size=100")
+_AE = ("model.ae_steps=1200", "model.ae_batch_size=64")  # the stored DPSWflow-family runs' public autoencoder
+
 CLAIMS: tuple[Claim, ...] = (
     Claim("mnist-moments", Cell("mnist_moments", EVAL), docs=("README.md", "docs/utility.md"), min_runs=3),
     Claim("mnist-moments-eps5", Cell("mnist_moments", (*EVAL, "accountant.epsilon=5"))),
-    Claim("mnist-dpswd-ot-short", Cell("mnist_dpswd_partition", (*EVAL, *_SHORT))),
+    Claim("mnist-dpswd-ot-short", Cell("mnist_dpswd_partition", (*EVAL, *_SHORT)), min_runs=3),
     *(Claim(f"mnist-dpswd-warm{int(100 * s)}-short",
             Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, f"model.warm_start.epsilon_share={s}")))
       for s in (0.25, 0.5, 0.75)),
@@ -126,4 +138,26 @@ CLAIMS: tuple[Claim, ...] = (
           Cell("mnist_dpswgen", ("model.ae_steps=1200", "model.ae_batch_size=64",
                                  "evaluator.classifiers=[logreg,mlp]", "evaluator.n_synthetic=10000", *_WARM,
                                  "model.warm_start.steps=2000", "evaluator.fid.enabled=false"))),
+    # the grid of docs/utility.md (scripts/warm_start_table.py): the fix at the other shares; the CNN beside
+    # LogReg / MLP for the class-Gaussian and the fix; DP-Sinkhorn at epsilon = 1; DPSWflow-r; Fashion-MNIST
+    *(Claim(f"mnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4", Cell("mnist_dpswd_partition", (*EVAL, *_fix(s))),
+            min_runs=3, docs=("README.md",) if s == 0.75 else ()) for s in (0.25, 0.75)),
+    Claim("mnist-moments-cnn", Cell("mnist_moments", EVAL_CNN), metric="acc_cnn", min_runs=3),
+    Claim("mnist-dpswd-warm50-fit2000-lr1e-4-cnn", Cell("mnist_dpswd_partition", (*EVAL_CNN, *_fix(0.5))),
+          metric="acc_cnn", min_runs=3),
+    Claim("mnist-dpsinkhorn-warm50-200-eps1",
+          Cell("mnist_dpsinkhorn", (*EVAL, *_DPSINKHORN_WARM, "accountant.epsilon=1")), min_runs=3),
+    *(Claim(f"{ds}-dpsinkhorn-{tag}-200", Cell(f"{ds}_dpsinkhorn", (*EVAL, *extra)), min_runs=3 if ds == "mnist" else 2)
+      for ds in ("mnist", "fmnist")
+      for tag, extra in (("ot", ("model.steps=200", "model.noise_multiplier=null")), ("warm50", _DPSINKHORN_WARM))
+      if (ds, tag) != ("mnist", "warm50")),  # MNIST's warm start: mnist-dpsinkhorn-warm50-200 above
+    # DPSWflow-r: its warm-up alone, and a copy of it resumed and stopped after 1000 of its 4200 OT steps (paired)
+    *(Claim(f"mnist-dpswflow-r-warm50-ot{n}", Cell("mnist_dpswflow_r", (*_AE, *EVAL, *_WARM, f"trainer.max_steps={n}")))
+      for n in (0, 1000)),
+    *(Claim(f"fmnist-{name}-eps{eps}", Cell(preset, (*EVAL, *_FMNIST, *extra, f"accountant.epsilon={eps}")),
+            min_runs=3)
+      for eps in (10, 1)
+      for name, preset, extra in (("moments", "mnist_moments", ()),
+                                  ("dpswd-ot-short", "mnist_dpswd_partition", _SHORT),
+                                  ("dpswd-warm50-fit2000-lr1e-4", "mnist_dpswd_partition", _fix(0.5)))),
 )

@@ -1,0 +1,116 @@
+"""What OT adds to a warm start, every family, dataset and ε: the grid of docs/utility.md, read from the evidence store.
+
+    python scripts/warm_start_table.py [--doc docs/utility.md]
+
+Trains nothing.  Every cell is the stored runs (``docs/reproduction/runs/``) of one claim of
+``dpgen/reproduce/claims.py``: mean ± sample std over its runs (one run: its value), the number of runs and the
+ε they spent (PLD, the largest).  The CNN column reads a second claim, the same command with the CNN among the
+classifiers.  A claim with no stored run prints "not run".  Writes the table between the
+``<!-- warm-grid:begin -->`` / ``<!-- warm-grid:end -->`` markers of ``--doc``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpgen.paths import DOCS
+from dpgen.reproduce.claims import CLAIMS, text
+from dpgen.reproduce.evidence import match_reason
+from dpgen.reproduce.markers import replace_between
+from dpgen.reproduce.store import load_store
+
+BEGIN, END = "<!-- warm-grid:begin -->", "<!-- warm-grid:end -->"
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    claim: str              # LogReg and MLP (and the ε spent) from this claim's runs
+    cnn: str | None = None  # the CNN from this claim's runs (the same command with the CNN)
+
+
+FIX = "mnist-dpswd-warm50-fit2000-lr1e-4"
+SECTIONS: tuple[tuple[str, tuple[Row, ...]], ...] = (
+    ("MNIST, ε = 10", (
+        Row("(a) class-Gaussian alone", "mnist-moments", "mnist-moments-cnn"),
+        Row("(b) DP-SWD generator, OT alone (1 epoch)", "mnist-dpswd-ot-short"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.25", "mnist-dpswd-warm25-fit2000-lr1e-4"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.5", FIX, f"{FIX}-cnn"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.75", "mnist-dpswd-warm75-fit2000-lr1e-4"),
+        Row("DP-SWD generator, its warm-up alone (share 0.5: spends ε = 5)", f"{FIX}-ot0"),
+        Row("(c) DP-Sinkhorn, warm-up + 200 OT steps, share 0.5", "mnist-dpsinkhorn-warm50-200"),
+        Row("DP-Sinkhorn, its warm-up alone", "mnist-dpsinkhorn-warm50-200-ot0"),
+        Row("(b) DP-Sinkhorn, OT alone (200 steps)", "mnist-dpsinkhorn-ot-200"),
+        Row("(c) DPSWgen (public autoencoder), warm-up + OT, share 0.5", "mnist-dpswgen-warm50-fit2000"),
+        Row("DPSWgen, its warm-up alone", "mnist-dpswgen-warm50-fit2000-ot0"),
+        Row("DPSWflow-r (public autoencoder), its warm-up alone (share 0.5)", "mnist-dpswflow-r-warm50-ot0"),
+        Row("DPSWflow-r, the same warm-up + 1000 of its 4200 OT steps (stopped early, paired)",
+            "mnist-dpswflow-r-warm50-ot1000"),
+    )),
+    ("MNIST, ε = 1", (
+        Row("(a) class-Gaussian alone", "mnist-moments-eps1"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.5", f"{FIX}-eps1"),
+        Row("DP-SWD generator, its warm-up alone (spends ε = 0.5)", f"{FIX}-eps1-ot0"),
+        Row("(c) DP-Sinkhorn, warm-up + 200 OT steps, share 0.5", "mnist-dpsinkhorn-warm50-200-eps1"),
+    )),
+    *((f"Fashion-MNIST, ε = {eps}", (
+        Row("(a) class-Gaussian alone", f"fmnist-moments-eps{eps}"),
+        Row("(b) DP-SWD generator, OT alone (1 epoch)", f"fmnist-dpswd-ot-short-eps{eps}"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.5", f"fmnist-dpswd-warm50-fit2000-lr1e-4-eps{eps}"),
+        *((Row("(b) DP-Sinkhorn (`fmnist_dpsinkhorn`), OT alone (200 steps)", "fmnist-dpsinkhorn-ot-200"),
+           Row("(c) DP-Sinkhorn (`fmnist_dpsinkhorn`), warm-up + 200 OT steps, share 0.5",
+               "fmnist-dpsinkhorn-warm50-200")) if eps == 10 else ()),
+    )) for eps in (10, 1)),
+)
+
+
+def runs_of(claim_id: str, store: list[dict]) -> list[dict]:
+    claim = next(c for c in CLAIMS if c.id == claim_id)
+    return [ev for ev in store if match_reason(claim.cell, ev) is None]
+
+
+def cell(runs: list[dict], metric: str, count: bool = False) -> str:
+    """mean ± std over the runs that measured ``metric`` (``count``: and how many)."""
+    runs = [ev for ev in runs if ev["metrics"].get(metric) is not None]
+    if not runs:
+        return "—"
+    return text(runs, metric) + (f" ({len(runs)} runs)" if count and len(runs) > 1 else " (1 run)" if count else "")
+
+
+def table(store: list[dict]) -> str:
+    lines = ["| run | runs (seeds) | ε spent (PLD) | LogReg | MLP | CNN | command (+ `seed=<k>`) |",
+             "|---|---|---|---|---|---|---|"]
+    for title, rows in SECTIONS:
+        lines.append(f"| **{title}** | | | | | | |")
+        for row in rows:
+            runs = runs_of(row.claim, store)
+            command = next(c for c in CLAIMS if c.id == row.claim).cell.command()
+            if not runs:
+                lines.append(f"| {row.label} | not run | | | | | `{command}` |")
+                continue
+            cnn = cell(runs_of(row.cnn, store), "acc_cnn", count=True) if row.cnn else "—"
+            seeds = ", ".join(str(s) for s in sorted(int(ev["seed"]) for ev in runs))
+            eps = max(float(ev["privacy"]["epsilon_pld"]) for ev in runs)
+            lines.append(f"| {row.label} | {len(runs)} ({seeds}) | {eps:.2f} | {cell(runs, 'acc_logreg')} | "
+                         f"{cell(runs, 'acc_mlp')} | {cnn} | `{command}` |")
+    return "\n".join(lines)
+
+
+def write_block(doc: Path, block: str) -> None:
+    doc.write_text(replace_between(doc.read_text(), BEGIN, END, block, page=doc))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--doc", type=Path, default=DOCS / "utility.md", help="the page whose markers get the table")
+    args = ap.parse_args(argv)
+    block = table(load_store())
+    write_block(args.doc, block)
+    print(block)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

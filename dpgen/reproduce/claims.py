@@ -147,7 +147,7 @@ CLAIMS: tuple[Claim, ...] = (
           metric="acc_cnn", min_runs=3),
     Claim("mnist-dpsinkhorn-warm50-200-eps1",
           Cell("mnist_dpsinkhorn", (*EVAL, *_DPSINKHORN_WARM, "accountant.epsilon=1")), min_runs=3),
-    *(Claim(f"{ds}-dpsinkhorn-{tag}-200", Cell(f"{ds}_dpsinkhorn", (*EVAL, *extra)), min_runs=3 if ds == "mnist" else 2)
+    *(Claim(f"{ds}-dpsinkhorn-{tag}-200", Cell(f"{ds}_dpsinkhorn", (*EVAL, *extra)), min_runs=3)
       for ds in ("mnist", "fmnist")
       for tag, extra in (("ot", ("model.steps=200", "model.noise_multiplier=null")), ("warm50", _DPSINKHORN_WARM))
       if (ds, tag) != ("mnist", "warm50")),  # MNIST's warm start: mnist-dpsinkhorn-warm50-200 above

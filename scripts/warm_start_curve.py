@@ -23,7 +23,7 @@ from pathlib import Path
 from dpgen.paths import DOCS
 from dpgen.reproduce.claims import CLAIMS
 from dpgen.reproduce.evidence import match_reason
-from dpgen.reproduce.markers import replace_between
+from dpgen.reproduce.markers import write_between
 from dpgen.reproduce.store import load_store
 
 
@@ -143,7 +143,7 @@ def plot(store: list[dict], out: Path) -> None:
 
 
 def write_block(doc: Path, text: str) -> None:
-    doc.write_text(replace_between(doc.read_text(), BEGIN, END, text, page=doc))
+    write_between(doc, BEGIN, END, text, append=False)
 
 
 def main(argv: list[str] | None = None) -> int:

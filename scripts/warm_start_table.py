@@ -12,13 +12,14 @@ classifiers.  A claim with no stored run prints "not run".  Writes the table bet
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from dpgen.paths import DOCS
 from dpgen.reproduce.claims import CLAIMS, text
 from dpgen.reproduce.evidence import match_reason
-from dpgen.reproduce.markers import replace_between
+from dpgen.reproduce.markers import write_between
 from dpgen.reproduce.store import load_store
 
 BEGIN, END = "<!-- warm-grid:begin -->", "<!-- warm-grid:end -->"
@@ -43,6 +44,7 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...]], ...] = (
         Row("(c) DP-Sinkhorn, warm-up + 200 OT steps, share 0.5", "mnist-dpsinkhorn-warm50-200"),
         Row("DP-Sinkhorn, its warm-up alone", "mnist-dpsinkhorn-warm50-200-ot0"),
         Row("(b) DP-Sinkhorn, OT alone (200 steps)", "mnist-dpsinkhorn-ot-200"),
+        Row("DP-Sinkhorn, the same 200 steps without privacy (ε = ∞)", "mnist-sinkhorn-nonprivate-200"),
         Row("(c) DPSWgen (public autoencoder), warm-up + OT, share 0.5", "mnist-dpswgen-warm50-fit2000"),
         Row("DPSWgen, its warm-up alone", "mnist-dpswgen-warm50-fit2000-ot0"),
         Row("DPSWflow-r (public autoencoder), its warm-up alone (share 0.5)", "mnist-dpswflow-r-warm50-ot0"),
@@ -93,13 +95,14 @@ def table(store: list[dict]) -> str:
             cnn = cell(runs_of(row.cnn, store), "acc_cnn", count=True) if row.cnn else "—"
             seeds = ", ".join(str(s) for s in sorted(int(ev["seed"]) for ev in runs))
             eps = max(float(ev["privacy"]["epsilon_pld"]) for ev in runs)
-            lines.append(f"| {row.label} | {len(runs)} ({seeds}) | {eps:.2f} | {cell(runs, 'acc_logreg')} | "
+            lines.append(f"| {row.label} | {len(runs)} ({seeds}) | {'∞' if math.isinf(eps) else f'{eps:.2f}'} | "
+                         f"{cell(runs, 'acc_logreg')} | "
                          f"{cell(runs, 'acc_mlp')} | {cnn} | `{command}` |")
     return "\n".join(lines)
 
 
 def write_block(doc: Path, block: str) -> None:
-    doc.write_text(replace_between(doc.read_text(), BEGIN, END, block, page=doc))
+    write_between(doc, BEGIN, END, block, append=False)
 
 
 def main(argv: list[str] | None = None) -> int:

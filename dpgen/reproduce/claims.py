@@ -152,6 +152,9 @@ CLAIMS: tuple[Claim, ...] = (
       for tag, extra in (("ot", ("model.steps=200", "model.noise_multiplier=null")), ("warm50", _DPSINKHORN_WARM))
       if (ds, tag) != ("mnist", "warm50")),  # MNIST's warm start: mnist-dpsinkhorn-warm50-200 above
     # DPSWflow-r: its warm-up alone, and a copy of it resumed and stopped after 1000 of its 4200 OT steps (paired)
+    # the same 200 DP-Sinkhorn steps without privacy: what the loss and lr reach in 200 steps (LogReg only)
+    Claim("mnist-sinkhorn-nonprivate-200", Cell("mnist_dpsinkhorn", (*EVAL_LOGREG, "model.steps=200",
+                                                                      "model.private=false", "accountant.epsilon=null"))),
     *(Claim(f"mnist-dpswflow-r-warm50-ot{n}", Cell("mnist_dpswflow_r", (*_AE, *EVAL, *_WARM, f"trainer.max_steps={n}")))
       for n in (0, 1000)),
     *(Claim(f"fmnist-{name}-eps{eps}", Cell(preset, (*EVAL, *_FMNIST, *extra, f"accountant.epsilon={eps}")),

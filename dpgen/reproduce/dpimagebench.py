@@ -10,8 +10,8 @@ seed, run time, schedule and its "full protocol" / "shortened protocol: …" lab
 command that fills it.
 
 A run belongs to a cell (family × dataset × ε) when its experiment is the family's preset for the dataset, its
-overrides include the family's (a warm start, say), its resolved config has ``evaluator=dpimagebench``, ``dataset.validation_size=5000`` and the dataset, and its
-target ε is the cell's.  Any other override is shown with the run (evaluator.* shortenings are also in the
+overrides include the family's (a warm start, say), its resolved config has ``evaluator=dpimagebench``,
+``dataset.validation_size=5000`` and the dataset, and its target ε is the cell's.  Any other override is shown with the run (evaluator.* shortenings are also in the
 protocol label the evaluator wrote).
 """
 

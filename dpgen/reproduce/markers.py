@@ -27,8 +27,9 @@ def replace_between(text: str, start: str, end: str, block: str, *, page: Path |
     raise SystemExit(f"error: {page} has no {start} / {end} markers: add them where the generated block goes")
 
 
-def write_between(path: Path, start: str, end: str, block: str, *, new_page: str = "# Reproduction\n") -> None:
+def write_between(path: Path, start: str, end: str, block: str, *, new_page: str = "# Reproduction\n",
+                  append: bool = True) -> None:
     """Rewrite the marked block of the page at ``path`` (a new page starts as ``new_page``; a page without the
-    markers gets the block at its end)."""
+    markers gets the block at its end, or, without ``append``, is refused by name)."""
     text = path.read_text() if path.exists() else new_page
-    path.write_text(replace_between(text, start, end, block, page=path, append=True))
+    path.write_text(replace_between(text, start, end, block, page=path, append=append))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..paths import ROOT
 from .evidence import evidence_name, group_runs, matching_cells, stored_number
-from .markers import replace_between
+from .markers import between, replace_between
 from .registry import (
     CELLS,
     HEADERS,
@@ -309,5 +309,5 @@ def render(docs: Path = DOCS, store: Path = STORE) -> list[Path]:
 def stale_pages(docs: Path = DOCS, store: Path = STORE) -> list[Path]:
     """The reproduction pages whose scoreboard block differs from a render of the store."""
     return [page for page, block in rendered_pages(load_store(store), docs).items()
-            if replace_between(page.read_text(), START, END, block, page=page) != page.read_text()]
+            if between(page.read_text(), START, END) != block]
 

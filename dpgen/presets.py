@@ -357,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("presets", nargs="*")
     sub.add_parser("stats")
     sub.add_parser("check")
-    sub.add_parser("status", help="what has been run of each preset here: smoke, shortened, full (markdown table)")
+    st = sub.add_parser("status", help="what has been run of each preset here: smoke, shortened, full (markdown table)")
+    st.add_argument("--write", action="store_true", help="also write it between the markers of docs/guides/presets.md")
     f = sub.add_parser("fix")
     f.add_argument("presets", nargs="*")
     a = ap.parse_args(argv)
@@ -375,7 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "status":
         from . import preset_runs
 
-        print(preset_runs.markdown(presets(), preset_runs.load()), end="")
+        table = preset_runs.markdown(presets(), preset_runs.load())
+        print(table, end="")
+        if a.write:
+            from .reproduce.markers import write_between
+
+            write_between(preset_runs.GUIDE, preset_runs.BEGIN, preset_runs.END, table.rstrip("\n"), append=False)
         return 0
     if a.cmd == "dump":
         a.out.mkdir(parents=True, exist_ok=True)

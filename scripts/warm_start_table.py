@@ -4,7 +4,7 @@
 
 Trains nothing.  Every cell is the stored runs (``docs/reproduction/runs/``) of one claim of
 ``dpgen/reproduce/claims.py``: mean ± sample std over its runs (one run: its value), the number of runs and the
-ε they spent (PLD, the largest).  The CNN column reads a second claim, the same command with the CNN among the
+ε they spent (PLD, the largest), and how many ran on a GPU (the ``device`` its results.json records).  The CNN column reads a second claim, the same command with the CNN among the
 classifiers.  A claim with no stored run prints "not run".  Writes the table between the
 ``<!-- warm-grid:begin -->`` / ``<!-- warm-grid:end -->`` markers of ``--doc``.
 """
@@ -45,20 +45,27 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...]], ...] = (
         Row("DP-Sinkhorn, its warm-up alone", "mnist-dpsinkhorn-warm50-200-ot0"),
         Row("(b) DP-Sinkhorn, OT alone (200 steps)", "mnist-dpsinkhorn-ot-200"),
         Row("DP-Sinkhorn, the same 200 steps without privacy (ε = ∞)", "mnist-sinkhorn-nonprivate-200"),
-        Row("(c) DPSWgen (public autoencoder), warm-up + OT, share 0.5", "mnist-dpswgen-warm50-fit2000"),
-        Row("DPSWgen, its warm-up alone", "mnist-dpswgen-warm50-fit2000-ot0"),
-        Row("DPSWflow-r (public autoencoder), its warm-up alone (share 0.5)", "mnist-dpswflow-r-warm50-ot0"),
-        Row("DPSWflow-r, the same warm-up + 1000 of its 4200 OT steps (stopped early, paired)",
-            "mnist-dpswflow-r-warm50-ot1000"),
+        *(Row(label, claim, claim) for label, claim in (
+            ("(b) DPSWgen (public autoencoder), OT alone (35 epochs)", "mnist-dpswgen-ot-cnn"),
+            ("(c) DPSWgen, warm-up + OT at the preset's lr 1e-3, share 0.5", "mnist-dpswgen-warm50-fit2000-cnn"),
+            ("(c) DPSWgen, warm-up + OT at lr 1e-4, share 0.5", "mnist-dpswgen-warm50-fit2000-lr1e-4-cnn"),
+            ("DPSWgen, its warm-up alone (spends ε = 5)", "mnist-dpswgen-warm50-fit2000-ot0-cnn"),
+            ("(b) DPSWflow-r (public autoencoder), OT alone (4200 steps)", "mnist-dpswflow-r-ot-cnn"),
+            ("(c) DPSWflow-r, warm-up + OT (4200 steps), share 0.5", "mnist-dpswflow-r-warm50-cnn"),
+            ("DPSWflow-r, its warm-up alone (spends ε = 5)", "mnist-dpswflow-r-warm50-ot0-cnn"))),
     )),
     ("MNIST, ε = 1", (
-        Row("(a) class-Gaussian alone", "mnist-moments-eps1"),
+        Row("(a) class-Gaussian alone", "mnist-moments-eps1", "mnist-moments-eps1-cnn"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.25", f"{FIX.replace('50', '25')}-eps1-cnn",
+            f"{FIX.replace('50', '25')}-eps1-cnn"),
         Row("(c) DP-SWD generator, warm-up + OT, share 0.5", f"{FIX}-eps1"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.75", f"{FIX.replace('50', '75')}-eps1-cnn",
+            f"{FIX.replace('50', '75')}-eps1-cnn"),
         Row("DP-SWD generator, its warm-up alone (spends ε = 0.5)", f"{FIX}-eps1-ot0"),
         Row("(c) DP-Sinkhorn, warm-up + 200 OT steps, share 0.5", "mnist-dpsinkhorn-warm50-200-eps1"),
     )),
     *((f"Fashion-MNIST, ε = {eps}", (
-        Row("(a) class-Gaussian alone", f"fmnist-moments-eps{eps}"),
+        Row("(a) class-Gaussian alone", f"fmnist-moments-eps{eps}", f"fmnist-moments-eps{eps}-cnn"),
         Row("(b) DP-SWD generator, OT alone (1 epoch)", f"fmnist-dpswd-ot-short-eps{eps}"),
         Row("(c) DP-SWD generator, warm-up + OT, share 0.5", f"fmnist-dpswd-warm50-fit2000-lr1e-4-eps{eps}"),
         *((Row("(b) DP-Sinkhorn (`fmnist_dpsinkhorn`), OT alone (200 steps)", "fmnist-dpsinkhorn-ot-200"),
@@ -73,12 +80,21 @@ def runs_of(claim_id: str, store: list[dict]) -> list[dict]:
     return [ev for ev in store if match_reason(claim.cell, ev) is None]
 
 
+def on_gpu(runs: list[dict]) -> int:
+    """How many of ``runs`` ran on a GPU (the ``device`` their results.json records)."""
+    return sum(str(ev.get("device", "")).startswith("cuda") for ev in runs)
+
+
 def cell(runs: list[dict], metric: str, count: bool = False) -> str:
-    """mean ± std over the runs that measured ``metric`` (``count``: and how many)."""
+    """mean ± std over the runs that measured ``metric`` (``count``: and how many, and how many on a GPU)."""
     runs = [ev for ev in runs if ev["metrics"].get(metric) is not None]
     if not runs:
         return "—"
-    return text(runs, metric) + (f" ({len(runs)} runs)" if count and len(runs) > 1 else " (1 run)" if count else "")
+    if not count:
+        return text(runs, metric)
+    gpu = on_gpu(runs)
+    where = "" if not gpu else "; on a GPU" if gpu == len(runs) else f"; {gpu} on a GPU"
+    return text(runs, metric) + f" ({len(runs)} run{'s' if len(runs) > 1 else ''}{where})"
 
 
 def table(store: list[dict]) -> str:
@@ -94,6 +110,8 @@ def table(store: list[dict]) -> str:
                 continue
             cnn = cell(runs_of(row.cnn, store), "acc_cnn", count=True) if row.cnn else "—"
             seeds = ", ".join(str(s) for s in sorted(int(ev["seed"]) for ev in runs))
+            gpu = on_gpu(runs)
+            seeds += f"; {'all' if gpu == len(runs) else gpu} on a GPU" if gpu else ""
             eps = max(float(ev["privacy"]["epsilon_pld"]) for ev in runs)
             lines.append(f"| {row.label} | {len(runs)} ({seeds}) | {'∞' if math.isinf(eps) else f'{eps:.2f}'} | "
                          f"{cell(runs, 'acc_logreg')} | "

@@ -163,4 +163,21 @@ CLAIMS: tuple[Claim, ...] = (
       for name, preset, extra in (("moments", "mnist_moments", ()),
                                   ("dpswd-ot-short", "mnist_dpswd_partition", _SHORT),
                                   ("dpswd-warm50-fit2000-lr1e-4", "mnist_dpswd_partition", _fix(0.5)))),
+    # with the CNN beside LogReg / MLP (one evaluation, three classifiers): the class-Gaussian at the other
+    # (dataset, epsilon) cells, the fix's other shares at epsilon = 1, and the two autoencoder families in full
+    # (each: its warm-up alone, the warm start run to the end of its schedule, OT alone)
+    Claim("mnist-moments-eps1-cnn", Cell("mnist_moments", (*EVAL_CNN, "accountant.epsilon=1")), min_runs=3),
+    *(Claim(f"fmnist-moments-eps{eps}-cnn", Cell("mnist_moments", (*EVAL_CNN, *_FMNIST, f"accountant.epsilon={eps}")),
+            min_runs=3) for eps in (10, 1)),
+    *(Claim(f"mnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4-eps1-cnn",
+            Cell("mnist_dpswd_partition", (*EVAL_CNN, *_fix(s), "accountant.epsilon=1")), min_runs=3)
+      for s in (0.25, 0.75)),
+    *(Claim(f"mnist-dpswflow-r-{tag}-cnn", Cell("mnist_dpswflow_r", (*_AE, *EVAL_CNN, *extra)), min_runs=3)
+      for tag, extra in (("ot", ()), ("warm50", _WARM), ("warm50-ot0", (*_WARM, "trainer.max_steps=0")))),
+    *(Claim(f"mnist-dpswgen-{tag}-cnn", Cell("mnist_dpswgen", (*_AE, *EVAL_CNN, *extra)), min_runs=3,
+            docs=("README.md", "docs/utility.md") if tag.startswith("warm50-fit2000") and "ot0" not in tag else ())
+      for tag, extra in (("ot", ()),
+                         ("warm50-fit2000", (*_WARM, "model.warm_start.steps=2000")),
+                         ("warm50-fit2000-lr1e-4", (*_WARM, "model.warm_start.steps=2000", "model.lr=1e-4")),
+                         ("warm50-fit2000-ot0", (*_WARM, "model.warm_start.steps=2000", "trainer.max_steps=0")))),
 )

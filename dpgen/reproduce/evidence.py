@@ -104,12 +104,15 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
     date = dt.datetime.fromtimestamp(res_p.stat().st_mtime, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     overrides = [portable_override(o) for o in overrides or []]
     shown = [o for o in overrides if not override_key(o).startswith("hydra.")]
-    return {"schema": SCHEMA, "experiment": res.get("experiment"), "overrides": overrides,
-            "seed": seed, "config": config, "metrics": metrics, "privacy": privacy, "mechanism": mechanism,
-            "steps": steps, "runtime_s": res.get("runtime_s"),
-            "command": " ".join(["python train.py", *shown]),
-            "git_commit": res.get("git_commit") or commit or "not recorded",
-            "date_utc": res.get("created_utc") or date, "run_dir": portable_path(run_dir)}
+    ev = {"schema": SCHEMA, "experiment": res.get("experiment"), "overrides": overrides,
+          "seed": seed, "config": config, "metrics": metrics, "privacy": privacy, "mechanism": mechanism,
+          "steps": steps, "runtime_s": res.get("runtime_s"),
+          "command": " ".join(["python train.py", *shown]),
+          "git_commit": res.get("git_commit") or commit or "not recorded",
+          "date_utc": res.get("created_utc") or date, "run_dir": portable_path(run_dir)}
+    if res.get("device"):  # where it ran (trainer.device=auto picks a GPU when there is one): cpu | cuda
+        ev["device"] = res["device"]
+    return ev
 
 
 def portable_path(path: str | Path) -> str:

@@ -70,6 +70,10 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
     if not res_p.is_file():
         raise FileNotFoundError(f"{run_dir}: no results.json (the run did not finish, or this is not a run folder)")
     res = load_results(run_dir)  # + the private run time (the operator's own benchmark runs)
+    if "incomplete" in res:  # stopped before the end (results.json says so): not a measurement of its command
+        stop = res["incomplete"] or {}
+        raise FileNotFoundError(f"{run_dir}: incomplete (stopped by {stop.get('stopped_by', '?')} during "
+                                f"{stop.get('during', '?')}): run its command again in that folder to finish it")
     overrides = res.get("overrides")
     ov_p = run_dir / ".hydra" / "overrides.yaml"
     if not overrides and ov_p.is_file():

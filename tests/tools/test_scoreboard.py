@@ -216,6 +216,16 @@ def test_collect_stores_matching_runs_and_skips_the_rest_with_a_reason(tmp_path)
     assert "**93.0** — non-private; 5,700 steps; one run, seed 0; 12 s" in table
 
 
+def test_collect_skips_a_run_stopped_before_the_end(tmp_path):
+    rd = _run_folder(tmp_path / "stopped", ["experiment=mnist_usps_swd", "seed=0"], "mnist_box", 0.93)
+    res = json.loads((rd / "results.json").read_text())
+    (rd / "results.json").write_text(json.dumps({**res, "metrics": {}, "incomplete": {
+        "stopped_by": "SIGTERM", "during": "training", "note": "run the same command again"}}))
+    written, skipped = evidence.collect([rd], store=tmp_path / "store")
+    assert not written and len(skipped) == 1
+    assert "incomplete (stopped by SIGTERM during training)" in skipped[0] and "again" in skipped[0]
+
+
 def test_the_registry_is_valid_and_declares_every_paper_table():
     registry.validate_registry()
     assert {r.table for r in registry.REGISTRY} == {t.id for t in registry.TABLES}

@@ -127,8 +127,9 @@ class _ParticleFlow(LatentMethod):
                               self.space.decode(self.X).flatten(1))
 
     def train_summary(self) -> dict:
-        out = {**self._summary(self._main_mechanism()), "n_particles": self.n_particles,
-               "final_drift_norm": float(self._last_drift)}
+        out = {**self._summary(self._main_mechanism()), "n_particles": self.n_particles}
+        if math.isfinite(float(self._last_drift)):  # absent when this process ran no flow step (e.g. max_steps=0)
+            out["final_drift_norm"] = float(self._last_drift)
         if self.space.labels(self.X) is not None:
             counts = torch.bincount(self.space.labels(self.X).cpu(), minlength=self.space.n_classes)
             out["particle_label_fractions"] = (counts.float() / counts.sum()).tolist()

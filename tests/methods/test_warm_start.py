@@ -225,6 +225,14 @@ def test_every_family_runs_warm_started_end_to_end(tmp_path, data, data_public, 
         assert out["warm_start"]["warm_start_particles"] == 60
 
 
+def test_a_particle_flow_stopped_after_its_warm_up_states_no_drift(tmp_path, data_public):
+    """With no flow step run there is no last drift to report: the summary leaves it out (no "nan")."""
+    out = loop.train(_family("dpswflow_r"), data_public, PrivacyLedger(6.0, 1e-4), _ctx(tmp_path, max_steps=0))
+    assert out["train_steps"] == 0 and "final_drift_norm" not in out
+    moved = loop.train(_family("dpswflow_r"), data_public, PrivacyLedger(6.0, 1e-4), _ctx(tmp_path / "b", max_steps=2))
+    assert moved["final_drift_norm"] > 0
+
+
 def test_dpswflow_one_shot_and_bad_shares_are_refused_before_any_data():
     with pytest.raises(ConfigError, match="replace-one"):
         DPSWFlow(**LATENT, warm_start=WARM)

@@ -64,7 +64,7 @@ def cell(run: dict | None) -> str:
 
 def evidence_runs(store: list[dict] | None = None) -> dict[str, dict[str, dict]]:
     """``{preset: {"shortened" | "full": cell run}}`` from the reproduction evidence store: the number of
-    runs and the median wall time of each kind."""
+    runs and the median wall time of each kind (a run launched on another dataset, ``dataset=...``, is none)."""
     from .reproduce.store import effective_overrides, load_store, override_key
 
     grouped: dict[tuple[str, str], list[float]] = {}
@@ -73,6 +73,8 @@ def evidence_runs(store: list[dict] | None = None) -> dict[str, dict[str, dict]]
         if not preset:
             continue
         keys = {override_key(o) for o in effective_overrides(ev)}
+        if "dataset" in keys:  # the preset's settings on another dataset: not a run of this preset
+            continue
         kind = "shortened" if any(k in SCHEDULE_KEYS for k in keys) else "full"
         grouped.setdefault((preset, kind), []).append(float(ev.get("runtime_s") or "nan"))
     out: dict[str, dict[str, dict]] = {}

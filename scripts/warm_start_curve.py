@@ -35,7 +35,10 @@ class Curve:
 
 
 CURVES = (Curve("DP-SWD generator", "mnist-dpswd-warm50-fit2000-lr1e-4", (0, 30, 60, 120)),
-          Curve("DP-Sinkhorn", "mnist-dpsinkhorn-warm50-200", (0, 50, 100, 200)))
+          Curve("DP-Sinkhorn", "mnist-dpsinkhorn-warm50-200", (0, 50, 100, 200)),
+          Curve("DPSWgen (OT lr 1e-3)", "mnist-dpswgen-warm50-fit2000", (0, 500, 1000, 2000, 4200)),
+          Curve("DPSWgen (OT lr 1e-4)", "mnist-dpswgen-warm50-fit2000-lr1e-4", (0, 500, 1000, 2000, 4200)),
+          Curve("DPSWflow-r", "mnist-dpswflow-r-warm50", (0, 250, 1000, 4200)))
 REFERENCE = "mnist-moments"    # the class-Gaussian alone at the same total ε
 METRICS = (("acc_logreg", "LogReg"), ("acc_mlp", "MLP"))
 BEGIN, END = "<!-- warm-curve:begin -->", "<!-- warm-curve:end -->"
@@ -108,8 +111,12 @@ def plot(store: list[dict], out: Path) -> None:
     ref = reference(store)
     colours = {"acc_logreg": "tab:blue", "acc_mlp": "tab:orange"}
     markers = "osD^v"
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(5.6 * len(CURVES), 5.2), squeeze=False)
-    for ax, curve in zip(axes[0], CURVES, strict=True):
+    cols = min(2, len(CURVES))
+    rows = -(-len(CURVES) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 5.6 * rows), squeeze=False)
+    for ax in axes.flat[len(CURVES):]:
+        ax.set_visible(False)
+    for ax, curve in zip(list(axes.flat)[:len(CURVES)], CURVES, strict=True):
         by_seed = points(curve, store)
         for i, (seed, pts) in enumerate(by_seed.items()):
             xs = [n for n, _ in pts]

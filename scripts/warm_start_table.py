@@ -68,9 +68,18 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...]], ...] = (
         Row("(a) class-Gaussian alone", f"fmnist-moments-eps{eps}", f"fmnist-moments-eps{eps}-cnn"),
         Row("(b) DP-SWD generator, OT alone (1 epoch)", f"fmnist-dpswd-ot-short-eps{eps}"),
         Row("(c) DP-SWD generator, warm-up + OT, share 0.5", f"fmnist-dpswd-warm50-fit2000-lr1e-4-eps{eps}"),
+        *(Row(label, claim, claim) for label, claim in (
+            ("(c) DP-SWD generator, warm-up + OT, share 0.25", "fmnist-dpswd-warm25-fit2000-lr1e-4-eps1-cnn"),
+            ("(c) DP-SWD generator, warm-up + OT, share 0.75", "fmnist-dpswd-warm75-fit2000-lr1e-4-eps1-cnn"),
+            ("DP-SWD generator, its warm-up alone (share 0.5: spends ε = 0.5)",
+             "fmnist-dpswd-warm50-fit2000-lr1e-4-eps1-ot0-cnn")) if eps == 1),
         *((Row("(b) DP-Sinkhorn (`fmnist_dpsinkhorn`), OT alone (200 steps)", "fmnist-dpsinkhorn-ot-200"),
            Row("(c) DP-Sinkhorn (`fmnist_dpsinkhorn`), warm-up + 200 OT steps, share 0.5",
-               "fmnist-dpsinkhorn-warm50-200")) if eps == 10 else ()),
+               "fmnist-dpsinkhorn-warm50-200")) if eps == 10 else
+          (Row("(b) DP-Sinkhorn (`fmnist_dpsinkhorn`), OT alone (200 steps)", "fmnist-dpsinkhorn-ot-200-eps1-cnn",
+               "fmnist-dpsinkhorn-ot-200-eps1-cnn"),
+           Row("(c) DP-Sinkhorn (`fmnist_dpsinkhorn`), warm-up + 200 OT steps, share 0.5",
+               "fmnist-dpsinkhorn-warm50-200-eps1-cnn", "fmnist-dpsinkhorn-warm50-200-eps1-cnn"))),
     )) for eps in (10, 1)),
 )
 

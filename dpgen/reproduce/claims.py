@@ -151,12 +151,22 @@ CLAIMS: tuple[Claim, ...] = (
       for ds in ("mnist", "fmnist")
       for tag, extra in (("ot", ("model.steps=200", "model.noise_multiplier=null")), ("warm50", _DPSINKHORN_WARM))
       if (ds, tag) != ("mnist", "warm50")),  # MNIST's warm start: mnist-dpsinkhorn-warm50-200 above
-    # DPSWflow-r: its warm-up alone, and a copy of it resumed and stopped after 1000 of its 4200 OT steps (paired)
     # the same 200 DP-Sinkhorn steps without privacy: what the loss and lr reach in 200 steps (LogReg only)
     Claim("mnist-sinkhorn-nonprivate-200", Cell("mnist_dpsinkhorn", (*EVAL_LOGREG, "model.steps=200",
                                                                       "model.private=false", "accountant.epsilon=null"))),
+    # DPSWflow-r's curve (CPU, seed 0): its warm-up alone and copies of it resumed for n of its 4200 OT steps (paired;
+    # n = 4200 continues the n = 1000 folder)
     *(Claim(f"mnist-dpswflow-r-warm50-ot{n}", Cell("mnist_dpswflow_r", (*_AE, *EVAL, *_WARM, f"trainer.max_steps={n}")))
-      for n in (0, 1000)),
+      for n in (0, 250, 1000, 4200)),
+    # DPSWgen's curves: copies of a warm-up's folder (seed 0) resumed for n of its 4200 OT steps (paired), at the
+    # preset's OT lr and at 1e-4
+    *(Claim(f"mnist-dpswgen-warm50-fit2000{lr}-ot{n}",
+            Cell("mnist_dpswgen", (*_AE, "evaluator.classifiers=[logreg,mlp]", "evaluator.n_synthetic=10000", *_WARM,
+                                   "model.warm_start.steps=2000", "evaluator.fid.enabled=false", *extra,
+                                   f"trainer.max_steps={n}")))
+      for lr, extra, steps in (("", (), (500, 1000, 2000, 4200)),
+                               ("-lr1e-4", ("model.lr=1e-4",), (0, 500, 1000, 2000, 4200)))
+      for n in steps),
     *(Claim(f"fmnist-{name}-eps{eps}", Cell(preset, (*EVAL, *_FMNIST, *extra, f"accountant.epsilon={eps}")),
             min_runs=3)
       for eps in (10, 1)
@@ -180,4 +190,12 @@ CLAIMS: tuple[Claim, ...] = (
                          ("warm50-fit2000", (*_WARM, "model.warm_start.steps=2000")),
                          ("warm50-fit2000-lr1e-4", (*_WARM, "model.warm_start.steps=2000", "model.lr=1e-4")),
                          ("warm50-fit2000-ot0", (*_WARM, "model.warm_start.steps=2000", "trainer.max_steps=0")))),
+    # Fashion-MNIST at epsilon = 1: the fix's other shares and its warm-up alone; DP-Sinkhorn
+    *(Claim(f"fmnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4-eps1{tag}-cnn",
+            Cell("mnist_dpswd_partition", (*EVAL_CNN, *_FMNIST, *_fix(s), "accountant.epsilon=1", *extra)),
+            min_runs=3)
+      for s, tag, extra in ((0.25, "", ()), (0.75, "", ()), (0.5, "-ot0", ("trainer.max_steps=0",)))),
+    *(Claim(f"fmnist-dpsinkhorn-{tag}-200-eps1-cnn",
+            Cell("fmnist_dpsinkhorn", (*EVAL_CNN, *extra, "accountant.epsilon=1")), min_runs=3)
+      for tag, extra in (("ot", ("model.steps=200", "model.noise_multiplier=null")), ("warm50", _DPSINKHORN_WARM))),
 )

@@ -73,6 +73,9 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...]], ...] = (
             ("(c) DP-SWD generator, warm-up + OT, share 0.75", "fmnist-dpswd-warm75-fit2000-lr1e-4-eps1-cnn"),
             ("DP-SWD generator, its warm-up alone (share 0.5: spends ε = 0.5)",
              "fmnist-dpswd-warm50-fit2000-lr1e-4-eps1-ot0-cnn")) if eps == 1),
+        *((Row("DP-SWD generator, its warm-up alone (share 0.5: spends ε = 5)",
+               "fmnist-dpswd-warm50-fit2000-lr1e-4-eps10-ot0-cnn", "fmnist-dpswd-warm50-fit2000-lr1e-4-eps10-ot0-cnn"),)
+          if eps == 10 else ()),
         *((Row("(b) DP-Sinkhorn (`fmnist_dpsinkhorn`), OT alone (200 steps)", "fmnist-dpsinkhorn-ot-200"),
            Row("(c) DP-Sinkhorn (`fmnist_dpsinkhorn`), warm-up + 200 OT steps, share 0.5",
                "fmnist-dpsinkhorn-warm50-200")) if eps == 10 else

@@ -190,11 +190,12 @@ CLAIMS: tuple[Claim, ...] = (
                          ("warm50-fit2000", (*_WARM, "model.warm_start.steps=2000")),
                          ("warm50-fit2000-lr1e-4", (*_WARM, "model.warm_start.steps=2000", "model.lr=1e-4")),
                          ("warm50-fit2000-ot0", (*_WARM, "model.warm_start.steps=2000", "trainer.max_steps=0")))),
-    # Fashion-MNIST at epsilon = 1: the fix's other shares and its warm-up alone; DP-Sinkhorn
-    *(Claim(f"fmnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4-eps1{tag}-cnn",
-            Cell("mnist_dpswd_partition", (*EVAL_CNN, *_FMNIST, *_fix(s), "accountant.epsilon=1", *extra)),
+    # Fashion-MNIST: the fix's other shares (epsilon = 1) and its warm-up alone; DP-Sinkhorn at epsilon = 1
+    *(Claim(f"fmnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4-eps{eps}{tag}-cnn",
+            Cell("mnist_dpswd_partition", (*EVAL_CNN, *_FMNIST, *_fix(s), f"accountant.epsilon={eps}", *extra)),
             min_runs=3)
-      for s, tag, extra in ((0.25, "", ()), (0.75, "", ()), (0.5, "-ot0", ("trainer.max_steps=0",)))),
+      for eps, s, tag, extra in ((1, 0.25, "", ()), (1, 0.75, "", ()), (1, 0.5, "-ot0", ("trainer.max_steps=0",)),
+                                 (10, 0.5, "-ot0", ("trainer.max_steps=0",)))),
     *(Claim(f"fmnist-dpsinkhorn-{tag}-200-eps1-cnn",
             Cell("fmnist_dpsinkhorn", (*EVAL_CNN, *extra, "accountant.epsilon=1")), min_runs=3)
       for tag, extra in (("ot", ("model.steps=200", "model.noise_multiplier=null")), ("warm50", _DPSINKHORN_WARM))),

@@ -56,11 +56,11 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...]], ...] = (
     )),
     ("MNIST, ε = 1", (
         Row("(a) class-Gaussian alone", "mnist-moments-eps1", "mnist-moments-eps1-cnn"),
-        Row("(c) DP-SWD generator, warm-up + OT, share 0.25", f"{FIX.replace('50', '25')}-eps1-cnn",
-            f"{FIX.replace('50', '25')}-eps1-cnn"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.25", "mnist-dpswd-warm25-fit2000-lr1e-4-eps1-cnn",
+            "mnist-dpswd-warm25-fit2000-lr1e-4-eps1-cnn"),
         Row("(c) DP-SWD generator, warm-up + OT, share 0.5", f"{FIX}-eps1"),
-        Row("(c) DP-SWD generator, warm-up + OT, share 0.75", f"{FIX.replace('50', '75')}-eps1-cnn",
-            f"{FIX.replace('50', '75')}-eps1-cnn"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.75", "mnist-dpswd-warm75-fit2000-lr1e-4-eps1-cnn",
+            "mnist-dpswd-warm75-fit2000-lr1e-4-eps1-cnn"),
         Row("DP-SWD generator, its warm-up alone (spends ε = 0.5)", f"{FIX}-eps1-ot0"),
         Row("(c) DP-Sinkhorn, warm-up + 200 OT steps, share 0.5", "mnist-dpsinkhorn-warm50-200-eps1"),
     )),
@@ -92,9 +92,11 @@ def runs_of(claim_id: str, store: list[dict]) -> list[dict]:
     return [ev for ev in store if match_reason(claim.cell, ev) is None]
 
 
-def on_gpu(runs: list[dict]) -> int:
-    """How many of ``runs`` ran on a GPU (the ``device`` their results.json records)."""
-    return sum(str(ev.get("device", "")).startswith("cuda") for ev in runs)
+def on_gpu(runs: list[dict]) -> str:
+    """``"; all on a GPU"`` / ``"; <k> on a GPU"`` / ``""``: how many of ``runs`` ran on a GPU (the ``device``
+    their results.json records)."""
+    gpu = sum(str(ev.get("device", "")).startswith("cuda") for ev in runs)
+    return "" if not gpu else "; all on a GPU" if gpu == len(runs) else f"; {gpu} on a GPU"
 
 
 def cell(runs: list[dict], metric: str, count: bool = False) -> str:
@@ -104,9 +106,7 @@ def cell(runs: list[dict], metric: str, count: bool = False) -> str:
         return "—"
     if not count:
         return text(runs, metric)
-    gpu = on_gpu(runs)
-    where = "" if not gpu else "; on a GPU" if gpu == len(runs) else f"; {gpu} on a GPU"
-    return text(runs, metric) + f" ({len(runs)} run{'s' if len(runs) > 1 else ''}{where})"
+    return text(runs, metric) + f" ({len(runs)} run{'s' if len(runs) > 1 else ''}{on_gpu(runs)})"
 
 
 def table(store: list[dict]) -> str:
@@ -121,9 +121,7 @@ def table(store: list[dict]) -> str:
                 lines.append(f"| {row.label} | not run | | | | | `{command}` |")
                 continue
             cnn = cell(runs_of(row.cnn, store), "acc_cnn", count=True) if row.cnn else "—"
-            seeds = ", ".join(str(s) for s in sorted(int(ev["seed"]) for ev in runs))
-            gpu = on_gpu(runs)
-            seeds += f"; {'all' if gpu == len(runs) else gpu} on a GPU" if gpu else ""
+            seeds = ", ".join(str(s) for s in sorted(int(ev["seed"]) for ev in runs)) + on_gpu(runs)
             eps = max(float(ev["privacy"]["epsilon_pld"]) for ev in runs)
             lines.append(f"| {row.label} | {len(runs)} ({seeds}) | {'∞' if math.isinf(eps) else f'{eps:.2f}'} | "
                          f"{cell(runs, 'acc_logreg')} | "

@@ -184,12 +184,13 @@ CLAIMS: tuple[Claim, ...] = (
       for s in (0.25, 0.75)),
     *(Claim(f"mnist-dpswflow-r-{tag}-cnn", Cell("mnist_dpswflow_r", (*_AE, *EVAL_CNN, *extra)), min_runs=3)
       for tag, extra in (("ot", ()), ("warm50", _WARM), ("warm50-ot0", (*_WARM, "trainer.max_steps=0")))),
-    *(Claim(f"mnist-dpswgen-{tag}-cnn", Cell("mnist_dpswgen", (*_AE, *EVAL_CNN, *extra)), min_runs=3,
-            docs=("README.md", "docs/utility.md") if tag.startswith("warm50-fit2000") and "ot0" not in tag else ())
-      for tag, extra in (("ot", ()),
-                         ("warm50-fit2000", (*_WARM, "model.warm_start.steps=2000")),
-                         ("warm50-fit2000-lr1e-4", (*_WARM, "model.warm_start.steps=2000", "model.lr=1e-4")),
-                         ("warm50-fit2000-ot0", (*_WARM, "model.warm_start.steps=2000", "trainer.max_steps=0")))),
+    *(Claim(f"mnist-dpswgen-{tag}-cnn", Cell("mnist_dpswgen", (*_AE, *EVAL_CNN, *extra)), min_runs=3, docs=docs)
+      for tag, extra, docs in (
+          ("ot", (), ()),
+          ("warm50-fit2000", (*_WARM, "model.warm_start.steps=2000"), ("README.md", "docs/utility.md")),
+          ("warm50-fit2000-lr1e-4", (*_WARM, "model.warm_start.steps=2000", "model.lr=1e-4"),
+           ("README.md", "docs/utility.md")),
+          ("warm50-fit2000-ot0", (*_WARM, "model.warm_start.steps=2000", "trainer.max_steps=0"), ()))),
     # Fashion-MNIST: the fix's other shares (epsilon = 1) and its warm-up alone; DP-Sinkhorn at epsilon = 1
     *(Claim(f"fmnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4-eps{eps}{tag}-cnn",
             Cell("mnist_dpswd_partition", (*EVAL_CNN, *_FMNIST, *_fix(s), f"accountant.epsilon={eps}", *extra)),

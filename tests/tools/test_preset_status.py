@@ -36,7 +36,6 @@ def test_evidence_runs_are_full_or_shortened_by_their_schedule_overrides():
              {"experiment": "mnist_x", "overrides": ["experiment=mnist_x", "model.epochs=2"], "runtime_s": 30.0}]
     ev = preset_runs.evidence_runs(store)
     assert ev["mnist_x"]["full"]["wall_s"] == 180.0 and "2 runs" in ev["mnist_x"]["full"]["note"]
-
     assert ev["mnist_x"]["shortened"]["wall_s"] == 30.0
     md = preset_runs.markdown(["mnist_x"], {"runs": {}}, evidence=ev)
     assert "| `mnist_x` | not run | real, 30 s wall; 1 run in the reproduction evidence | real, 3.0 min wall;" in md
@@ -46,6 +45,7 @@ def test_a_run_of_a_preset_on_another_dataset_is_not_counted_as_a_run_of_it():
     store = [{"experiment": "mnist_x", "overrides": ["experiment=mnist_x"], "runtime_s": 60.0},
              {"experiment": "mnist_x", "overrides": ["experiment=mnist_x", "dataset=fashion_mnist"], "runtime_s": 9.0}]
     assert preset_runs.evidence_runs(store)["mnist_x"]["full"]["note"] == "1 run in the reproduction evidence"
+
 
 def test_status_write_puts_the_generated_table_between_the_guides_markers(tmp_path, monkeypatch, capsys):
     from dpgen.presets import main

@@ -53,3 +53,12 @@ def test_the_page_shows_the_grid_of_the_stored_runs(tmp_path):
     doc.write_text("no markers\n")
     with pytest.raises(SystemExit, match="markers"):
         wst.write_block(doc, "x")
+
+
+def test_a_cell_says_how_many_of_its_runs_ran_on_a_gpu():
+    runs = [_run("mnist-moments", 0, {"acc_logreg": 0.86}) | {"device": "cuda"},
+            _run("mnist-moments", 1, {"acc_logreg": 0.88}) | {"device": "cpu"},
+            _run("mnist-moments", 2, {"acc_logreg": 0.87})]
+    assert wst.on_gpu(runs) == "; 1 on a GPU" and wst.on_gpu(runs[:1]) == "; all on a GPU"
+    assert wst.on_gpu(runs[1:]) == ""
+    assert wst.cell(runs[:1], "acc_logreg", count=True) == "86.0 % (1 run; all on a GPU)"

@@ -63,26 +63,33 @@ SECTIONS: tuple[tuple[str, tuple[Row, ...]], ...] = (
             "mnist-dpswd-warm75-fit2000-lr1e-4-eps1-cnn"),
         Row("DP-SWD generator, its warm-up alone (spends ε = 0.5)", f"{FIX}-eps1-ot0"),
         Row("(c) DP-Sinkhorn, warm-up + 200 OT steps, share 0.5", "mnist-dpsinkhorn-warm50-200-eps1"),
+        Row("(b) DP-Sinkhorn, OT alone (200 steps)", *["mnist-dpsinkhorn-ot-200-eps1-cnn"] * 2),
+        Row("(b) DPSWgen (public autoencoder), OT alone (35 epochs)", *["mnist-dpswgen-ot-eps1-cnn"] * 2),
+        Row("(c) DPSWgen, warm-up + OT at lr 1e-4, share 0.5", *["mnist-dpswgen-warm50-fit2000-lr1e-4-eps1-cnn"] * 2),
     )),
     *((f"Fashion-MNIST, ε = {eps}", (
         Row("(a) class-Gaussian alone", f"fmnist-moments-eps{eps}", f"fmnist-moments-eps{eps}-cnn"),
         Row("(b) DP-SWD generator, OT alone (1 epoch)", f"fmnist-dpswd-ot-short-eps{eps}"),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.25", *[f"fmnist-dpswd-warm25-fit2000-lr1e-4-eps{eps}-cnn"] * 2),
         Row("(c) DP-SWD generator, warm-up + OT, share 0.5", f"fmnist-dpswd-warm50-fit2000-lr1e-4-eps{eps}"),
-        *(Row(label, claim, claim) for label, claim in (
-            ("(c) DP-SWD generator, warm-up + OT, share 0.25", "fmnist-dpswd-warm25-fit2000-lr1e-4-eps1-cnn"),
-            ("(c) DP-SWD generator, warm-up + OT, share 0.75", "fmnist-dpswd-warm75-fit2000-lr1e-4-eps1-cnn"),
-            ("DP-SWD generator, its warm-up alone (share 0.5: spends ε = 0.5)",
-             "fmnist-dpswd-warm50-fit2000-lr1e-4-eps1-ot0-cnn")) if eps == 1),
-        *((Row("DP-SWD generator, its warm-up alone (share 0.5: spends ε = 5)",
-               "fmnist-dpswd-warm50-fit2000-lr1e-4-eps10-ot0-cnn", "fmnist-dpswd-warm50-fit2000-lr1e-4-eps10-ot0-cnn"),)
-          if eps == 10 else ()),
+        Row("(c) DP-SWD generator, warm-up + OT, share 0.75" + (" (preset `fmnist_dpswd_warm`)" if eps == 10 else ""),
+            *[f"fmnist-dpswd-warm75-fit2000-lr1e-4-eps{eps}-cnn"] * 2),
+        *((Row("DP-SWD generator, its warm-up alone at share 0.75 (spends ε = 7.5)",
+               *["fmnist-dpswd-warm75-fit2000-lr1e-4-eps10-ot0-cnn"] * 2),
+           Row("the same warm-ups (paired) + their 120 OT steps",
+               *["fmnist-dpswd-warm75-fit2000-lr1e-4-eps10-ot120-cnn"] * 2)) if eps == 10 else ()),
+        Row(f"DP-SWD generator, its warm-up alone (share 0.5: spends ε = {eps / 2:g})",
+            *[f"fmnist-dpswd-warm50-fit2000-lr1e-4-eps{eps}-ot0-cnn"] * 2),
         *((Row("(b) DP-Sinkhorn (`fmnist_dpsinkhorn`), OT alone (200 steps)", "fmnist-dpsinkhorn-ot-200"),
            Row("(c) DP-Sinkhorn (`fmnist_dpsinkhorn`), warm-up + 200 OT steps, share 0.5",
-               "fmnist-dpsinkhorn-warm50-200")) if eps == 10 else
-          (Row("(b) DP-Sinkhorn (`fmnist_dpsinkhorn`), OT alone (200 steps)", "fmnist-dpsinkhorn-ot-200-eps1-cnn",
-               "fmnist-dpsinkhorn-ot-200-eps1-cnn"),
+               "fmnist-dpsinkhorn-warm50-200"),
+           *(Row(label, claim, claim) for label, claim in (
+               ("(b) DPSWgen (`fmnist_dpswgen`, public autoencoder), OT alone (35 epochs)", "fmnist-dpswgen-ot-cnn"),
+               ("(c) DPSWgen, warm-up + OT at lr 1e-4, share 0.5", "fmnist-dpswgen-warm50-fit2000-lr1e-4-cnn"),
+               ("DPSWgen, its warm-up alone (spends ε = 5)", "fmnist-dpswgen-warm50-fit2000-ot0-cnn")))) if eps == 10 else
+          (Row("(b) DP-Sinkhorn (`fmnist_dpsinkhorn`), OT alone (200 steps)", *["fmnist-dpsinkhorn-ot-200-eps1-cnn"] * 2),
            Row("(c) DP-Sinkhorn (`fmnist_dpsinkhorn`), warm-up + 200 OT steps, share 0.5",
-               "fmnist-dpsinkhorn-warm50-200-eps1-cnn", "fmnist-dpsinkhorn-warm50-200-eps1-cnn"))),
+               *["fmnist-dpsinkhorn-warm50-200-eps1-cnn"] * 2))),
     )) for eps in (10, 1)),
 )
 

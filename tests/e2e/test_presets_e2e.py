@@ -38,6 +38,7 @@ SHRINK = {
     "trainer.max_steps": 2, "trainer.log_every": 1, "trainer.progress": False, "trainer.threads": 1,
     "model.batch_size": 16, "model.ae_steps": 2, "model.ae_batch_size": 16, "model.n_particles": 64,
     "model.num_percentiles": 64, "model.start_align": 0, "model.generator.hidden": 16,
+    "model.warm_start.steps": 2, "model.warm_start.batch_size": 16,
     "evaluator.n_synthetic": 100, "evaluator.grid_per_class": 2, "evaluator.logreg_max_iter": 50,
     "evaluator.mlp_max_iter": 20, "evaluator.cnn.epochs": 1, "evaluator.cnn.min_steps": 2,
     "evaluator.torch_clf.max_epochs": 2, "evaluator.fid.n_fid": 40, "evaluator.fid.domain.epochs": 1,

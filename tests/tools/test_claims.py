@@ -48,6 +48,19 @@ def test_the_pages_print_what_the_stored_runs_give(claim, store):
         assert number in (ROOT / page).read_text(), f"{page} does not state {claim.id} as {number}"
 
 
+def test_a_warm_preset_trains_the_command_its_claim_measured():
+    """A ``*_warm`` preset stands for stored runs of another preset's command: it must compose the same training."""
+    presets = {p.stem for p in (ROOT / "configs" / "experiment").glob("*_warm.yaml")}
+    claimed = {c.preset: c for c in CLAIMS if c.preset}
+    assert presets == set(claimed), "every *_warm preset is named by the claim whose runs measured it"
+    for preset, claim in claimed.items():
+        cell = compose_cfg([f"experiment={claim.cell.experiment}", *claim.cell.overrides])
+        own = compose_cfg([f"experiment={preset}"])
+        a, b = ({k: v for k, v in _flatten(OmegaConf.to_container(c, resolve=False)).items()
+                 if not k.startswith("evaluator.") and k != "experiment_name"} for c in (cell, own))
+        assert a == b, f"{preset} differs from {claim.id}'s command: {set(a.items()) ^ set(b.items())}"
+
+
 def test_a_changed_default_is_caught():
     """The check can fail: a recorded run of the old estimator against the preset as it composes now."""
     claim = CLAIMS[0]

@@ -192,7 +192,8 @@ CLAIMS: tuple[Claim, ...] = (
           ("warm50-fit2000-lr1e-4", (*_WARM, "model.warm_start.steps=2000", "model.lr=1e-4"),
            ("README.md", "docs/utility.md")),
           ("warm50-fit2000-ot0", (*_WARM, "model.warm_start.steps=2000", "trainer.max_steps=0"), ()))),
-    # Fashion-MNIST: the fix's other shares (epsilon = 1) and its warm-up alone; DP-Sinkhorn at epsilon = 1
+    # Fashion-MNIST: the fix's other shares, its warm-ups alone and (share 0.75, epsilon = 10) their paired
+    # continuations; DP-Sinkhorn at epsilon = 1
     *(Claim(f"fmnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4-eps{eps}{tag}-cnn",
             Cell("mnist_dpswd_partition", (*EVAL_CNN, *_FMNIST, *_fix(s), f"accountant.epsilon={eps}", *extra)),
             min_runs=3, docs=("README.md", "docs/utility.md") if tag == "-ot120" else ())

@@ -178,7 +178,7 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
             "precision": ctx.precision,
             "runtime_s": time.time() - t0,
             "overrides": _overrides(),
-            "git_commit": code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/evidence.py)
+            "git_commit": code_version(),  # provenance for the evidence store (dpgen/reproduce/evidence.py)
             "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
         }
         logger.log_summary(results)

@@ -2,7 +2,7 @@
 
     python scripts/warm_start_curve.py [--out docs/img/warm_start_curve.png] [--doc docs/utility.md]
 
-Trains nothing.  Every point is a stored run (``docs/reproduction/runs/``) of a claim of
+Trains nothing.  Every point is a stored run (``evidence/``) of a claim of
 ``dpgen/reproduce/claims.py``: a warm-up alone (``trainer.max_steps=0``) and copies of its run folder resumed
 for n OT steps (``trainer.max_steps=n``), so the points of one seed share the moment release and the warm-up
 fit and differ only in their OT steps (a point before the end of the schedule is a run stopped early: it spends

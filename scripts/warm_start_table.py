@@ -2,7 +2,7 @@
 
     python scripts/warm_start_table.py [--doc docs/utility.md]
 
-Trains nothing.  Every cell is the stored runs (``docs/reproduction/runs/``) of one claim of
+Trains nothing.  Every cell is the stored runs (``evidence/``) of one claim of
 ``dpgen/reproduce/claims.py``: mean ± sample std over its runs (one run: its value), the number of runs and the
 ε they spent (PLD, the largest), and how many ran on a GPU (the ``device`` its results.json records).  The CNN column reads a second claim, the same command with the CNN among the
 classifiers.  A claim with no stored run prints "not run".  Writes the table between the

@@ -2,7 +2,7 @@
 
 A claim names how its runs were launched (a :class:`~dpgen.reproduce.registry.Cell`: preset + overrides), the
 metric, how many runs it needs and the pages that print it.  ``dpgen reproduce collect`` stores a finished run
-that matches a claim in the evidence store (``docs/reproduction/runs/``) as it does for the papers' cells.
+that matches a claim in the evidence store (``evidence/``) as it does for the papers' cells.
 The check (``tests/tools/test_claims.py``) fails when
 
 * a stored run's recorded configuration differs from what the preset composes NOW (a default it depends on

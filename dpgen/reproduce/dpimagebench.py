@@ -2,7 +2,7 @@
 
 ``dpgen reproduce dpimagebench collect RUN_DIR...`` stores the evidence of finished ``evaluator=dpimagebench``
 runs (the same fields as the scoreboard's store, :func:`dpgen.reproduce.evidence.evidence_from_run`) in
-``docs/reproduction/runs/dpimagebench/`` and re-renders the page; ``render`` rebuilds the block between
+``evidence/dpimagebench/`` and re-renders the page; ``render`` rebuilds the block between
 ``<!-- benchmark:start -->`` and ``<!-- benchmark:end -->`` from the store alone; ``check`` exits 1 when the page
 and the store disagree.  Nothing on the page is typed: the published rows are the benchmark's README (§7,
 Gong, Li, Lin, Wang; CCS 2025), quoted as published numbers; every dpgen cell is a stored run (its command,

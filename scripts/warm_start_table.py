@@ -1,6 +1,6 @@
-"""What OT adds to a warm start, every family, dataset and ε: the grid of docs/utility.md, read from the evidence store.
+"""What OT adds to a warm start, every family, dataset and ε: the grid of the warm-start note, read from the evidence store.
 
-    python scripts/warm_start_table.py [--doc docs/utility.md]
+    python scripts/warm_start_table.py [--doc docs/research/2026-11-warm-start.md]
 
 Trains nothing.  Every cell is the stored runs (``evidence/``) of one claim of
 ``dpgen/reproduce/claims.py``: mean ± sample std over its runs (one run: its value), the number of runs and the
@@ -19,9 +19,10 @@ from pathlib import Path
 from dpgen.paths import DOCS
 from dpgen.reproduce.claims import CLAIMS, text
 from dpgen.reproduce.evidence import match_reason
-from dpgen.reproduce.markers import write_between
+from dpgen.reproduce.markers import wrapped_command, write_between
 from dpgen.reproduce.store import load_store
 
+NOTE = DOCS / "research" / "2026-11-warm-start.md"  # the dated note that shows the grid
 BEGIN, END = "<!-- warm-grid:begin -->", "<!-- warm-grid:end -->"
 
 
@@ -117,23 +118,27 @@ def cell(runs: list[dict], metric: str, count: bool = False) -> str:
 
 
 def table(store: list[dict]) -> str:
-    lines = ["| run | runs (seeds) | ε spent (PLD) | LogReg | MLP | CNN | command (+ `seed=<k>`) |",
-             "|---|---|---|---|---|---|---|"]
+    """The grid (one line per row, its run id wN in the first column), then every row's command in one code block
+    below it, each under a ``# wN`` comment."""
+    lines = ["| id | run | runs (seeds) | ε spent (PLD) | LogReg | MLP | CNN |", "|---|---|---|---|---|---|---|"]
+    commands = []
     for title, rows in SECTIONS:
-        lines.append(f"| **{title}** | | | | | | |")
+        lines.append(f"| | **{title}** | | | | | |")
         for row in rows:
+            ref = f"w{len(commands) + 1}"
             runs = runs_of(row.claim, store)
-            command = next(c for c in CLAIMS if c.id == row.claim).cell.command()
+            commands.append(f"# {ref}: {title}, {row.label}\n"
+                            + wrapped_command(next(c for c in CLAIMS if c.id == row.claim).cell.command()))
             if not runs:
-                lines.append(f"| {row.label} | not run | | | | | `{command}` |")
+                lines.append(f"| {ref} | {row.label} | not run | | | | |")
                 continue
             cnn = cell(runs_of(row.cnn, store), "acc_cnn", count=True) if row.cnn else "—"
             seeds = ", ".join(str(s) for s in sorted(int(ev["seed"]) for ev in runs)) + on_gpu(runs)
             eps = max(float(ev["privacy"]["epsilon_pld"]) for ev in runs)
-            lines.append(f"| {row.label} | {len(runs)} ({seeds}) | {'∞' if math.isinf(eps) else f'{eps:.2f}'} | "
-                         f"{cell(runs, 'acc_logreg')} | "
-                         f"{cell(runs, 'acc_mlp')} | {cnn} | `{command}` |")
-    return "\n".join(lines)
+            lines.append(f"| {ref} | {row.label} | {len(runs)} ({seeds}) | "
+                         f"{'∞' if math.isinf(eps) else f'{eps:.2f}'} | {cell(runs, 'acc_logreg')} | "
+                         f"{cell(runs, 'acc_mlp')} | {cnn} |")
+    return "\n".join([*lines, "", "Commands (add `seed=<k>`):", "", "```bash", "\n\n".join(commands), "```"])
 
 
 def write_block(doc: Path, block: str) -> None:
@@ -142,7 +147,7 @@ def write_block(doc: Path, block: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--doc", type=Path, default=DOCS / "utility.md", help="the page whose markers get the table")
+    ap.add_argument("--doc", type=Path, default=NOTE, help="the page whose markers get the table")
     args = ap.parse_args(argv)
     block = table(load_store())
     write_block(args.doc, block)

@@ -70,7 +70,7 @@ class Family:
                          f"dataset.validation_size={VALIDATION_SIZE}", f"accountant.epsilon={eps:g}"])
 
 
-# the DP-SWD generator warm-started from the class-Gaussian (docs/utility.md, "What OT adds"): half of ε on the
+# the DP-SWD generator warm-started from the class-Gaussian (the warm-start note, docs/research/): half of ε on the
 # moment release, a 2000-step warm-up fit, one epoch of class-partitioned DP-SWD at lr 1e-4
 WARM_DPSWD = ("model/warm_start=class_gaussian", "model.warm_start.representation.n_components=100",
               "model.warm_start.representation.center=0.0", "model.warm_start.epsilon_share=0.5",

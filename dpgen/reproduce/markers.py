@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 
@@ -47,3 +48,8 @@ def wrapped_command(command: str, width: int = 100) -> str:
         else:
             line = f"{line} {word}" if line else word
     return "\n".join([*lines, line])
+
+
+def wrapped_prose(text: str, width: int = 110) -> str:
+    """A generated paragraph as lines of at most ``width`` characters (markdown joins them again)."""
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)

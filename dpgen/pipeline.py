@@ -35,7 +35,6 @@ from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
 from .paths import code_version
-from .privacy import distributed
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
@@ -54,22 +53,22 @@ class OtherRank(SystemExit):
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
     dist.init_from_env()  # torchrun / submitit: one of several processes (a no-op otherwise)
-    if distributed.active() and cfg.accountant.get("data_dependent_reports", False):
+    if dist.active() and cfg.accountant.get("data_dependent_reports", False):
         raise ConfigError("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
                           "per-record gradients of the whole batch in one process: run it on one process (without "
                           "--nproc / torchrun)")
-    if not distributed.is_main():  # rank 0 owns the folder; the others learn its decision
-        decision = distributed.broadcast_object(None)
+    if not dist.is_main():  # rank 0 owns the folder; the others learn its decision
+        decision = dist.broadcast_object(None)
         if decision is None:
             raise OtherRank()
         return _run(cfg, RunFolder(Path(decision[0]), None if decision[1] is None else Path(decision[1]), lock=None))
     try:
         folder = claim_run_folder(cfg, log=Console(stderr=True).log)  # one owner; resume or refuse (runs.py)
     except BaseException:
-        distributed.broadcast_object(None)
+        dist.broadcast_object(None)
         raise
     with folder:
-        distributed.broadcast_object((str(folder.path), None if folder.resume_from is None else str(folder.resume_from)))
+        dist.broadcast_object((str(folder.path), None if folder.resume_from is None else str(folder.resume_from)))
         return _run(cfg, folder)
 
 
@@ -117,9 +116,9 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     device = dist.device_of_rank(device)  # several processes: LOCAL_RANK's GPU
     run_dir = folder.path
     name = cfg.get("experiment_name", "run")
-    main = distributed.is_main()
-    if main and distributed.world_size() > 1:
-        console.log(f"one run on {distributed.world_size()} processes (rank 0 writes)")
+    main = dist.is_main()
+    if main and dist.world_size() > 1:
+        console.log(f"one run on {dist.world_size()} processes (rank 0 writes)")
     if main:
         console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
 
@@ -152,7 +151,7 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
                                                                   method, led, code_version(), run_dir))
         train_metrics = loop.train(method, data, ledger, ctx)
         so_far.train, so_far.phase = train_metrics, "evaluation"
-        rank = distributed.rank()
+        rank = dist.rank()
         dist.shutdown()  # training is the only collective work: rank 0 evaluates alone (torchmetrics would sync)
         if not main:  # rank 0 evaluates and writes the results
             so_far.phase = "done"

@@ -66,3 +66,13 @@ def test_the_architecture_page_names_files_that_exist():
     assert len(named) > 30
     missing = sorted(p for p in named if not (ROOT / p.split(" ")[0]).exists())
     assert not missing, f"docs/ARCHITECTURE.md names what is not there: {missing}"
+
+
+LONGEST_LINE = 300  # characters; a longer line is prose to rewrap or a table cell to move into a note below
+
+
+def test_no_doc_line_is_longer_than_300_characters():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    long = [f"{p.relative_to(ROOT)}:{i} ({len(line)} characters)"
+            for p in pages for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > LONGEST_LINE]
+    assert not long, f"{len(long)} doc lines over {LONGEST_LINE} characters:\n" + "\n".join(long)

@@ -6,7 +6,9 @@ Trains nothing.  Every cell is the stored runs (``evidence/``) of one claim of
 ``dpgen/reproduce/claims.py``: mean ± sample std over its runs (one run: its value), the number of runs and the
 ε they spent (PLD, the largest), and how many ran on a GPU (the ``device`` its results.json records).  The CNN column reads a second claim, the same command with the CNN among the
 classifiers.  A claim with no stored run prints "not run".  Writes the table between the
-``<!-- warm-grid:begin -->`` / ``<!-- warm-grid:end -->`` markers of ``--doc``.
+``<!-- warm-grid:begin -->`` / ``<!-- warm-grid:end -->`` markers of ``--doc``, and its summary (LogReg of the
+class-Gaussian alone, the DP-SWD warm start at share 0.75 and OT alone) between the ``warm-summary`` markers of
+docs/utility.md.
 """
 
 from __future__ import annotations
@@ -141,6 +143,28 @@ def table(store: list[dict]) -> str:
     return "\n".join([*lines, "", "Commands (add `seed=<k>`):", "", "```bash", "\n\n".join(commands), "```"])
 
 
+# the summary on docs/utility.md: per (dataset, ε), the class-Gaussian alone, the DP-SWD generator's warm start at
+# share 0.75 (the share of the preset `fmnist_dpswd_warm`, fixed on MNIST) and its OT phase alone
+SUMMARY_PAGE = DOCS / "utility.md"
+SUMMARY_BEGIN, SUMMARY_END = "<!-- warm-summary:begin -->", "<!-- warm-summary:end -->"
+SUMMARY = (("class-Gaussian alone", "(a) class-Gaussian alone"),
+           ("DP-SWD warm start, share 0.75", "(c) DP-SWD generator, warm-up + OT, share 0.75"),
+           ("DP-SWD, OT alone (1 epoch)", "(b) DP-SWD generator, OT alone (1 epoch)"))
+
+
+def summary(store: list[dict]) -> str:
+    """LogReg (mean ± std over the stored runs) of the three rows of every section that ``SUMMARY`` names."""
+    lines = ["| (dataset, ε) | " + " | ".join(head for head, _ in SUMMARY) + " |", "|---" * (len(SUMMARY) + 1) + "|"]
+    for title, rows in SECTIONS:
+        values = []
+        for _, label in SUMMARY:
+            row = next((r for r in rows if r.label.startswith(label)), None)
+            runs = runs_of(row.claim, store) if row else []
+            values.append(cell(runs, "acc_logreg") if runs else "not run")
+        lines.append(f"| {title} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
 def write_block(doc: Path, block: str) -> None:
     write_between(doc, BEGIN, END, block, append=False)
 
@@ -149,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--doc", type=Path, default=NOTE, help="the page whose markers get the table")
     args = ap.parse_args(argv)
-    block = table(load_store())
+    store = load_store()
+    block = table(store)
     write_block(args.doc, block)
+    write_between(SUMMARY_PAGE, SUMMARY_BEGIN, SUMMARY_END, summary(store), append=False)
     print(block)
     return 0
 

@@ -72,3 +72,10 @@ def test_each_rows_command_is_listed_under_the_grid_on_short_lines():
     assert f"# w1: MNIST, ε = 10, (a) class-Gaussian alone\n{wrapped_command(command)}\n" in block
     assert wrapped_command(command).replace(" \\\n    ", " ") == command
     assert max(len(line) for line in block.splitlines()) <= 300
+
+
+def test_the_utility_page_shows_the_summary_of_the_stored_runs():
+    assert between(wst.SUMMARY_PAGE.read_text(), wst.SUMMARY_BEGIN, wst.SUMMARY_END) == wst.summary(load_store()), \
+        "docs/utility.md: run `python scripts/warm_start_table.py`"
+    rows = wst.summary([_run("mnist-moments", 0, {"acc_logreg": 0.86})]).splitlines()
+    assert rows[2] == "| MNIST, ε = 10 | 86.0 % | not run | not run |" and len(rows) == 2 + len(wst.SECTIONS)

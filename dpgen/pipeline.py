@@ -37,7 +37,6 @@ from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
 from .paths import code_version
-from .privacy import distributed
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
@@ -57,22 +56,22 @@ class OtherRank(SystemExit):
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
     dist.init_from_env()  # torchrun / submitit: one of several processes (a no-op otherwise)
-    if distributed.active() and cfg.accountant.get("data_dependent_reports", False):
+    if dist.active() and cfg.accountant.get("data_dependent_reports", False):
         raise ConfigError("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
                           "per-record gradients of the whole batch in one process: run it on one process (without "
                           "--nproc / torchrun)")
-    if not distributed.is_main():  # rank 0 owns the folder; the others learn its decision
-        decision = distributed.broadcast_object(None)
+    if not dist.is_main():  # rank 0 owns the folder; the others learn its decision
+        decision = dist.broadcast_object(None)
         if decision is None:
             raise OtherRank()
         return _run(cfg, RunFolder(Path(decision[0]), None if decision[1] is None else Path(decision[1]), lock=None))
     try:
         folder = claim_run_folder(cfg, log=Console(stderr=True).log)  # one owner; resume or refuse (runs.py)
     except BaseException:
-        distributed.broadcast_object(None)
+        dist.broadcast_object(None)
         raise
     with folder:
-        distributed.broadcast_object((str(folder.path), None if folder.resume_from is None else str(folder.resume_from)))
+        dist.broadcast_object((str(folder.path), None if folder.resume_from is None else str(folder.resume_from)))
         return _run(cfg, folder)
 
 
@@ -132,10 +131,10 @@ def _environment(cfg: DictConfig, run_dir: Path) -> tuple[int, int, torch.device
     if (why := dist.too_few_gpus(device)) is not None:
         raise ConfigError(why)
     device = dist.device_of_rank(device)
-    if distributed.is_main():
+    if dist.is_main():
         console = Console(stderr=True)
-        if distributed.world_size() > 1:
-            console.log(f"one run on {distributed.world_size()} processes (rank 0 writes)")
+        if dist.world_size() > 1:
+            console.log(f"one run on {dist.world_size()} processes (rank 0 writes)")
         console.log(f"[bold]{cfg.get('experiment_name', 'run')}[/] on {device} "
                     f"({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
     return threads, seed, device
@@ -155,7 +154,7 @@ def _build(cfg: DictConfig, run_dir: Path) -> _Parts:
     evaluator.check(data)  # the public splits are large enough for every requested metric, before training
     check_delta_of_config(cfg, len(data.private))  # δ < 1/N: refused before training, N kept out of the message
     logger = (instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
-              if distributed.is_main() else SilentLogger())
+              if dist.is_main() else SilentLogger())
     return _Parts(cfg.get("experiment_name", "run"), seed, device, threads, convention, method, evaluator, ledger,
                   data, logger)
 
@@ -168,7 +167,7 @@ def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
     return TrainContext(device=parts.device, logger=parts.logger, run_dir=folder.path, seed=parts.seed,
                         log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
                         resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps,
-                        progress=bool(cfg.trainer.progress) and distributed.is_main(),
+                        progress=bool(cfg.trainer.progress) and dist.is_main(),
                         deterministic=bool(cfg.trainer.get("deterministic", False)),
                         precision=check_precision(cfg.trainer.get("precision", 32)),
                         release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), parts.data,
@@ -195,7 +194,7 @@ def _results(parts: _Parts, ctx: TrainContext, metrics: dict, train_metrics: dic
         "precision": ctx.precision,
         "runtime_s": time.time() - t0,
         "overrides": _overrides(),
-        "git_commit": code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/evidence.py)
+        "git_commit": code_version(),  # provenance for the evidence store (dpgen/reproduce/evidence.py)
         "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
     }
 
@@ -212,7 +211,7 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
         ctx = _context(cfg, parts, folder)
         train_metrics = loop.train(parts.method, parts.data, parts.ledger, ctx)
         so_far.train, so_far.phase = train_metrics, "evaluation"
-        rank = distributed.rank()
+        rank = dist.rank()
         dist.shutdown()  # training is the only collective work: rank 0 evaluates alone (torchmetrics would sync)
         if rank != 0:  # rank 0 evaluates and writes the results
             so_far.phase = "done"

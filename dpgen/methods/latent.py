@@ -49,7 +49,7 @@ from ..data import DataSplits, PrivateSplit
 from ..data.representations import Representation, build_representation
 from ..errors import ConfigError
 from ..logging.progress import progress_bar
-from ..privacy import PrivacyLedger, PrivateSampler, distributed
+from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
 from ..privacy.mechanisms import GaussianProjectionRelease
@@ -58,7 +58,7 @@ from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import clip_rows, fixed_size, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
 from ..runs import write_atomically
-from ..utils import load_checkpoint
+from ..utils import dist, load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
 from .warm_start import as_warm_start
 
@@ -312,7 +312,7 @@ class LatentMethod(GenerativeMethod):
         rows = torch.cat([self.space.rows(x[i:i + chunk].to(self.device), y[i:i + chunk].to(self.device)).cpu()
                           for i in range(0, x.shape[0], chunk)])
         # several processes: each rank encoded its part; the encoded set is the whole set, in order, on every rank
-        return PrivateSplit(distributed.all_gather_rows(rows), distributed.all_gather_rows(y))
+        return PrivateSplit(dist.all_gather_rows(rows), dist.all_gather_rows(y))
 
     def _private_rows(self) -> torch.Tensor:
         """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release)."""

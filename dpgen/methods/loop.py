@@ -55,12 +55,12 @@ from ..config import privacy_setting_error
 from ..data import DataSplits
 from ..errors import ConfigError
 from ..logging.progress import progress_bar
-from ..privacy import PrivacyLedger, distributed
+from ..privacy import PrivacyLedger
 from ..privacy.card import public_signature
 from ..privacy.errors import PrivacySettingError
 from ..privacy.mechanisms import Mechanism
 from ..runs import read_checkpoint, write_atomically
-from ..utils import rng_state, set_rng_state
+from ..utils import dist, rng_state, set_rng_state
 from .base import Method, NonFiniteLossError, TrainContext, check_signature
 
 
@@ -83,8 +83,8 @@ class Budget:
         kinds = {m.accountant for m in private}  # the accountant(s) that calibrated these releases
         accountant = kinds.pop() if len(kinds) == 1 else self.ledger.calibrating_accountant
         allowed = (self.ledger.allowance_for([m.ledger_entry() for m in private], accountant, at_most)
-                   if distributed.is_main() else None)
-        return int(distributed.broadcast_object(allowed))  # several processes: rank 0's ledger decides
+                   if dist.is_main() else None)
+        return int(dist.broadcast_object(allowed))  # several processes: rank 0's ledger decides
 
     def allows(self, mechs: list[Mechanism], remaining: int) -> bool:
         private = tuple(m.ledger_entry() for m in mechs if m.private)
@@ -155,13 +155,13 @@ def _to_cpu(obj):
 def _same_state_as_rank0(method: Method) -> None:
     """Several processes: copy rank 0's training state (models, optimisers, sampler, noise generators,
     RNG) to every rank, as if each had resumed from rank 0's checkpoint: the ranks start identical."""
-    if not distributed.active():
+    if not dist.active():
         return
     state = {"method": method.state_dict(), "rng": rng_state(),
              "sampler": None if method.sampler is None else method.sampler.state_dict(),
              "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()}}
-    state = distributed.broadcast_object(_to_cpu(state) if distributed.is_main() else None)
-    if distributed.is_main():
+    state = dist.broadcast_object(_to_cpu(state) if dist.is_main() else None)
+    if dist.is_main():
         return
     method.load_state_dict(state["method"])
     for name, mech in method.mechanisms.items():
@@ -175,8 +175,8 @@ def _same_rng_as_rank0() -> None:
     """Several processes: rank 0's global RNG state on every rank (after a step whose private part drew
     from it in proportion to the rank's part of the batch, e.g. dropout masks of per-sample gradients),
     so the next step's public draws (generator inputs, directions, public batches) are the same everywhere."""
-    if distributed.active():
-        set_rng_state(distributed.broadcast_object(rng_state() if distributed.is_main() else None))
+    if dist.active():
+        set_rng_state(dist.broadcast_object(rng_state() if dist.is_main() else None))
 
 
 def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, values: dict,
@@ -184,7 +184,7 @@ def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: in
     """Atomic; a failed write (disk full) is one error line and leaves the previous checkpoint intact.
     ``values``: the last step's loggable values (so a run resumed at its end reports what it would have).
     Several processes: rank 0 writes (every rank holds the same state)."""
-    if not distributed.is_main():
+    if not dist.is_main():
         return
     warm = getattr(method, "warm_start", None)
     write_atomically({"step": step, "signature": signature, "method": method.state_dict(),
@@ -227,7 +227,7 @@ def _warm_release(warm, ck: dict | None, data: DataSplits, ledger: PrivacyLedger
             set_rng_state(ck["rng"])
         return
     warm.release(data, ledger, ctx)  # THE moment release (recorded), then saved at once
-    if distributed.is_main():  # several processes: rank 0 writes
+    if dist.is_main():  # several processes: rank 0 writes
         write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict(),
                           "rng": rng_state()}, ctx.checkpoint_path)
 
@@ -305,7 +305,7 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
             _check_finite(values, t)
             watch.update(values, t)
             done = t + 1
-            if (done % ctx.log_every == 0 or done == plan.end) and distributed.is_main():
+            if (done % ctx.log_every == 0 or done == plan.end) and dist.is_main():
                 watch.check()
                 _log(method, ledger, values, done, ctx, bar, task)
             if done % ctx.checkpoint_every == 0:
@@ -323,7 +323,7 @@ def _publish(method: Method, ledger: PrivacyLedger, signature: dict, done: int, 
     """Phase 6: the final checkpoint, the weights-only release artefact (+ the signature), ``method.finish``.
     Several processes: rank 0 writes (one release artefact, one run folder)."""
     _checkpoint(method, ledger, signature, done, values, ctx)
-    if not distributed.is_main():
+    if not dist.is_main():
         return
     extra = ctx.release_extra(ledger) if ctx.release_extra is not None else {}
     write_atomically({**method.release_state(), "signature": public_signature(signature, ledger.relation), **extra},

@@ -168,7 +168,7 @@ def build_policy(s: NoiseSettings) -> NoisePolicy:
             raise PrivacySettingError(f"{scope}noise_std", str(e)) from None
     if s.noise_std:
         raise PrivacySettingError(f"{scope}noise_std", "is the smoothing of a NON-private run (private=false); a "
-                                                       "private run calibrates its noise from accountant.epsilon: drop it")
+                                                       "private run calibrates its noise from the target epsilon: drop it")
     if s.paper_std is not None:
         return PaperNoise(s.paper_std)
     if s.noise_multiplier is None:
@@ -176,5 +176,5 @@ def build_policy(s: NoiseSettings) -> NoisePolicy:
     try:
         return FixedMultiplier(s.noise_multiplier)
     except PrivacySettingError:
-        raise PrivacySettingError(f"{scope}noise_multiplier", f"must be > 0, or null (calibrated to "
-                                                              f"accountant.epsilon), got {s.noise_multiplier}") from None
+        raise PrivacySettingError(f"{scope}noise_multiplier", f"must be > 0, or null (calibrated to the "
+                                                              f"target epsilon), got {s.noise_multiplier}") from None

@@ -58,7 +58,6 @@ from ..ot.sliced import orthogonal_directions, random_directions
 from . import distributed
 from .dpsgd import clip_per_sample, clipped_sum
 from .errors import PrivacySettingError
-from .sampler import device_generator, generator_state, resumed_generator
 from .guarantee import guarantee_label, qualifier
 from .image_gradient import CLIP_MODES, clip_per_row, clip_whole
 from .ledger import RELATIONS, LedgerEntry, PrivacyLedger, relation_of_sampling
@@ -71,6 +70,7 @@ from .noise import (
     check_policy,
     describe_policy,
 )
+from .sampler import device_generator, generator_state, resumed_generator
 from .sensitivity import check_bound, check_sensitivity_fraction, l2_sensitivity
 
 DIRECTIONS_SEED_OFFSET = 7919  # the directions generator: seed + offset (a deterministic run), else OS entropy too

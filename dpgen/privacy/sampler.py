@@ -95,7 +95,8 @@ class PrivateSampler:
     def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0, split: bool = True,
                  device: torch.device | str | None = None) -> None:
         self.device = torch.device("cpu" if device is None else device)
-        source = source._on(self.device)  # the private split (or its encoding) on the run's device, once
+        if device is not None:
+            source = source._on(self.device)  # the private split (or its encoding) on the run's device, once
         self.source = source
         self.n = len(source)
         if batch_size < 1:
@@ -200,6 +201,15 @@ class PrivateSampler:
         idx, valid = self._shuffle(idx, (pos < counts[:, None]) & mask[idx])
         x, y = self.source._gather(idx.reshape(-1))
         return x, y, valid.reshape(-1)
+
+    def sample_indices(self) -> torch.Tensor:
+        """Indices of this process's part of one private batch (all of it with one process; maybe empty)."""
+        idx = self.global_indices()
+        return distributed.shard(idx) if self.split else idx
+
+    def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One private batch ``(x: (b, ...), y: (b,))``."""
+        return self.source._gather(self.sample_indices())
 
     def state_dict(self) -> dict:
         return {"generator": generator_state(self.generator), "draws": self.draws, "sampling": self.sampling}

@@ -118,7 +118,6 @@ def test_fixed_batch_has_the_law_of_fixed_size_followed_by_a_row_shuffle():
         return _shuffled(fixed_size(x, b, g)[:, 0].long(), g, b)
 
     p_new, p_old = _law(draw_new, reps), _law(draw_old, reps)
-    assert set(p_new) == set(p_old)
     assert _same_law_p(p_new, p_old) > 1e-3
     # the test can fail: without the shuffle, the padding of a small batch sits at the end (another law)
     p_unshuffled = _law(lambda: fixed_size(old.sample()[0], b, g)[:, 0].long().tolist(), reps)
@@ -144,7 +143,6 @@ def test_class_batch_has_the_law_of_class_blocks_followed_by_a_shuffle_within_ea
         return _shuffled(class_blocks(x, y, c, m, g)[:, 0].long(), g, m)
 
     p_new, p_old = _law(draw_new, reps), _law(draw_old, reps)
-    assert set(p_new) == set(p_old)
     assert _same_law_p(p_new, p_old) > 1e-3
 
 

@@ -307,21 +307,25 @@ def _bool_index(name: str, args) -> bool:
 
 # -- the families, through the real pipeline ------------------------------------------------------
 AE_SHORT = ["model.ae_steps=3", "model.ae_batch_size=32", "model.autoencoder_cache=null"]
-# family -> (name shown, composition of a short run at the smallest sizes the preset allows)
+# the smallest sizes a family's preset takes (a batch of one record per class, 10 directions, few particles and
+# levels): the step's cost is then its overhead (dispatch, Python, syncs), what a GPU step at these presets pays
+SMALL = ["model.batch_size=10"]
+FLOW = [*AE_SHORT, *SMALL, "model.n_particles=20", "model.num_percentiles=10", "model.dp.num_projections=10"]
+# family -> (name shown, composition of a short run at those sizes)
 FAMILIES: dict[str, tuple[str, list[str]]] = {
-    "dpswd_generator": ("DP-SWD generator", ["experiment=digits_dpswd"]),
-    "dpswd_adapter": ("DP-SWD adapter", ["experiment=digits_shift_dpswd", "model.batch_size=32",
-                                         "model.start_align=0"]),
-    "dp_dann": ("DP-DANN", ["experiment=digits_shift_dp_dann", "model.batch_size=32", "model.start_align=0"]),
-    "dpswflow_r": ("DPSWflow-r", ["experiment=digits_dpswflow_r", *AE_SHORT, "model.n_particles=200",
-                                  "model.num_percentiles=50"]),
+    "dpswd_generator": ("DP-SWD generator", ["experiment=digits_dpswd", *SMALL, "model.dp.num_projections=10",
+                                             "model.generator.hidden=16"]),
+    "dpswd_adapter": ("DP-SWD adapter", ["experiment=digits_shift_dpswd", *SMALL, "model.start_align=0",
+                                         "model.alignment.dp.num_projections=10"]),
+    "dp_dann": ("DP-DANN", ["experiment=digits_shift_dp_dann", *SMALL, "model.start_align=0"]),
+    "dpswflow_r": ("DPSWflow-r", ["experiment=digits_dpswflow_r", *FLOW]),
     "dpswflow": ("DPSWflow", ["experiment=digits_dpswflow_r", "model=dpswflow", "experiment_name=digits_dpswflow",
-                              *AE_SHORT, "model.n_particles=200", "model.num_percentiles=50", "model.steps=8"]),
+                              *FLOW, "model.steps=8"]),
     "dpswgen": ("DPSWgen", ["experiment=digits_dpswd", "model=dpswgen", "experiment_name=digits_dpswgen",
                             "dataset.public_fraction=0.5", "model.autoencoder.width=16", "model.autoencoder.pad_to=8",
-                            "model.batch_size=32", *AE_SHORT]),
-    "dpsgd_classifier": ("DP-SGD classifier", ["experiment=digits_dpsgd", "model.batch_size=32"]),
-    "dpsinkhorn": ("DP-Sinkhorn", ["experiment=digits_dpsinkhorn", "model.batch_size=32"]),
+                            *AE_SHORT, *SMALL, "model.dp.num_projections=10"]),
+    "dpsgd_classifier": ("DP-SGD classifier", ["experiment=digits_dpsgd", *SMALL]),
+    "dpsinkhorn": ("DP-Sinkhorn", ["experiment=digits_dpsinkhorn", *SMALL]),
 }
 STEPS = 6  # steps of a counted run: step 0 warms up (lazy optimiser state), the last interval logs
 RUN = ["logger=local", "evaluator=none", "trainer.progress=false", "trainer.device=cpu", "trainer.deterministic=true",
@@ -430,9 +434,10 @@ def section(device: torch.device) -> str:
     load = os.getloadavg()
     return "\n".join([
         "## Step overhead (counted on the CPU as a CUDA run takes it)", "",
-        "Per family, one steady-state private step of its digits preset at the smallest sizes of "
-        "`dpgen/bench/step_overhead.py` (the last of the steps 2-4 of a 6-step run through the real pipeline and loop, "
-        "the loop's work up to the next step included): aten ops dispatched, device kernels (estimate: the ops "
+        "Per family, one steady-state private step of its digits preset at the smallest sizes it takes (a batch of "
+        "10 records, one per class; 10 directions; 20 particles and 10 levels for the flows: "
+        "`dpgen/bench/step_overhead.py`), the worst of the steps 2-4 of a 6-step run through the real pipeline and "
+        "loop (the loop's work up to the next step included): aten ops dispatched, device kernels (estimate: the ops "
         "that are not views, on tensors that a CUDA run keeps on the device), device reads (syncs) and "
         "host-to-device copies, entries drawn by host random number generators, and the median CPU time of 30 "
         "more steps (`time.process_time`, one torch thread). Counts are exact and may be asserted; times depend "

@@ -320,7 +320,7 @@ FAMILIES: dict[str, tuple[str, list[str]]] = {
     "dp_dann": ("DP-DANN", ["experiment=digits_shift_dp_dann", *SMALL, "model.start_align=0"]),
     "dpswflow_r": ("DPSWflow-r", ["experiment=digits_dpswflow_r", *FLOW]),
     "dpswflow": ("DPSWflow", ["experiment=digits_dpswflow_r", "model=dpswflow", "experiment_name=digits_dpswflow",
-                              *FLOW, "model.steps=8"]),
+                              *FLOW, "model.steps=8", "model.projections_per_step=5"]),
     "dpswgen": ("DPSWgen", ["experiment=digits_dpswd", "model=dpswgen", "experiment_name=digits_dpswgen",
                             "dataset.public_fraction=0.5", "model.autoencoder.width=16", "model.autoencoder.pad_to=8",
                             *AE_SHORT, *SMALL, "model.dp.num_projections=10"]),

@@ -234,7 +234,9 @@ class StepOps(TorchDispatchMode):
                     if isinstance(x, (str, torch.device, torch.Tensor)):
                         target = x
                         break
-                want = me.device(target) if isinstance(target, torch.Tensor) else _is_device_arg(target)
+                # .to(other): other's placement (a tensor this module has not seen, e.g. a functorch wrapper
+                # inside vmap / grad, is taken to be where the source is: no copy is counted)
+                want = me.on_device.get(target) if isinstance(target, torch.Tensor) else _is_device_arg(target)
                 out = orig(t, *a, **k)
                 if want is None:
                     me._tag(out, me.device(t))

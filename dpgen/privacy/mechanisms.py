@@ -158,7 +158,7 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         self.releases = 0
         # several processes: rank 0's seed on every rank (the generators draw the same numbers everywhere)
         seed = distributed.shared_secret() if seed is None else int(distributed.broadcast_object(int(seed)))
-        self.device = torch.device("cpu" if device is None else device)
+        self.device = None if device is None else torch.device(device)  # None: the host
         self.generator = device_generator(seed, self.device)  # the noise
         # directions of a projection release (secret like the noise; drawn by draw_directions)
         self.directions_generator = device_generator((seed + DIRECTIONS_SEED_OFFSET) % 2**63, self.device)

@@ -94,8 +94,9 @@ class PrivateSampler:
 
     def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0, split: bool = True,
                  device: torch.device | str | None = None) -> None:
-        self.device = torch.device("cpu" if device is None else device)
-        if device is not None:
+        # None: the host (torch's default device), where the private split stays
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None:
             source = source._on(self.device)  # the private split (or its encoding) on the run's device, once
         self.source = source
         self.n = len(source)
@@ -190,7 +191,7 @@ class PrivateSampler:
                                                   "use accountant.sampling=poisson")
         self.draws += 1
         if getattr(self, "_class_layout", None) is None or self._class_layout[0] != n_classes:
-            labels = self.source._labels().to(self.device).long()
+            labels = self.source._labels().long()
             counts = torch.zeros(n_classes, dtype=torch.long, device=self.device).index_add_(
                 0, labels, torch.ones_like(labels))
             self._class_layout = (n_classes, labels, counts.cumsum(0) - counts, counts)

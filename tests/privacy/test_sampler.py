@@ -104,7 +104,7 @@ def test_fixed_batch_has_the_law_of_fixed_size_followed_by_a_row_shuffle():
     larger than B and one smaller both occur at N = 6, B = 3, q = 1/2)."""
     from dpgen.privacy.rows import fixed_size
 
-    n, b, reps = 6, 3, 5000
+    n, b, reps = 6, 3, 3000
     src = PrivateSplit(torch.arange(1, n + 1, dtype=torch.float32)[:, None], torch.zeros(n, dtype=torch.long))
     new = PrivateSampler(src, b, "poisson", seed=1, device="cpu")
     old, g = PrivateSampler(src, b, "poisson", seed=2), torch.Generator().manual_seed(3)
@@ -128,7 +128,7 @@ def test_class_batch_has_the_law_of_class_blocks_followed_by_a_shuffle_within_ea
     from dpgen.privacy.rows import class_blocks
 
     labels = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2])
-    n, c, m, reps = 8, 3, 2, 5000
+    n, c, m, reps = 8, 3, 2, 3000
     src = PrivateSplit(torch.arange(1, n + 1, dtype=torch.float32)[:, None], labels)
     new = PrivateSampler(src, 4, "poisson", seed=1, device="cpu")
     old, g = PrivateSampler(src, 4, "poisson", seed=2), torch.Generator().manual_seed(3)

@@ -88,15 +88,14 @@ class Counts:
 
 def _caller() -> str:
     """The innermost frame of dpgen's own code (not this module's) that led to the current op."""
-    import sys
+    import traceback
 
-    here, f = Path(__file__).resolve(), sys._getframe(2)
+    here = Path(__file__).resolve()
     package = here.parent.parent
-    while f is not None:
-        path = Path(f.f_code.co_filename).resolve()
+    for frame in reversed(traceback.extract_stack()):
+        path = Path(frame.filename).resolve()
         if path != here and package in path.parents:
-            return f"{path.relative_to(package.parent)}:{f.f_lineno}"
-        f = f.f_back
+            return f"{path.relative_to(package.parent)}:{frame.lineno}"
     return "?"
 
 
@@ -351,6 +350,22 @@ class FamilySteps:
         return max(getattr(c, attr) for c in self.steady)
 
 
+def compose(overrides: list[str], run_dir: Path):
+    """The composed config of ``python train.py <overrides>`` with its run folder (data: $DPGEN_DATA_ROOT, else the
+    checkout's data/; the digits presets need none)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from dpgen.paths import ROOT
+
+    data_root = os.environ.get("DPGEN_DATA_ROOT", str(ROOT / "data"))
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return hydra_compose("train", overrides=[*overrides, f"paths.data_root={data_root}",
+                                                 f"paths.output_dir={run_dir}"])
+
+
 @contextlib.contextmanager
 def _counting_train(ops: StepOps, seen: dict):
     """``loop.train`` with ``ops.mark()`` at the start of every ``method.step`` (the pipeline's loop)."""
@@ -384,7 +399,6 @@ def family_steps(family: str, run_dir: Path, extra: list[str] | tuple[str, ...] 
     """Run ``family``'s short preset (:data:`FAMILIES`) on the CPU under :class:`StepOps`; per-step counts."""
     import dpgen.ot.flows
     import dpgen.utils.misc
-    from dpgen.api import compose
     from dpgen.pipeline import run
 
     cfg = compose([*FAMILIES[family][1], *RUN, *extra], run_dir)

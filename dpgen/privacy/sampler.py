@@ -188,7 +188,7 @@ class PrivateSampler:
         """
         if self.sampling != "poisson":
             raise PrivacySettingError("sampling", "class blocks are accounted under Poisson sampling (add/remove); "
-                                                  "use accountant.sampling=poisson")
+                                                  "use Poisson sampling")
         self.draws += 1
         if getattr(self, "_class_layout", None) is None or self._class_layout[0] != n_classes:
             labels = self.source._labels().long()

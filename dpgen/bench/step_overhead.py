@@ -46,8 +46,10 @@ import contextlib
 import os
 import statistics
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -448,8 +450,9 @@ def section(device: torch.device) -> str:
     finally:
         torch.set_num_threads(threads)
     load = os.getloadavg()
+    wrap = partial(textwrap.fill, width=110, break_long_words=False, break_on_hyphens=False)
     return "\n".join([
-        "## Step overhead (counted on the CPU as a CUDA run takes it)", "",
+        "## Step overhead (counted on the CPU as a CUDA run takes it)", "", wrap(
         "Per family, one steady-state private step of its digits preset at the smallest sizes it takes (a batch of "
         "10 records, one per class; 10 directions; 20 particles and 10 levels for the flows: "
         "`dpgen/bench/step_overhead.py`), the worst of the steps 2-4 of a 6-step run through the real pipeline and "
@@ -457,7 +460,7 @@ def section(device: torch.device) -> str:
         "that are not views, on tensors that a CUDA run keeps on the device), device reads (syncs) and "
         "host-to-device copies, entries drawn by host random number generators, and the median CPU time of 30 "
         "more steps (`time.process_time`, one torch thread). Counts are exact and may be asserted; times depend "
-        f"on the machine (load average {load[0]:.1f} at the end). `dpgen bench --only step-overhead` regenerates it.", "",
+        f"on the machine (load average {load[0]:.1f} at the end). `dpgen bench --only step-overhead` regenerates it."), "",
         "| family | aten ops / step | device kernels / step | device reads / step | host-to-device copies / step "
         "| host random numbers / step | CPU ms / step |",
         "|---|---|---|---|---|---|---|", *rows]) + "\n"

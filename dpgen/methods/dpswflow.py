@@ -307,6 +307,7 @@ class DPSWFlow(_ParticleFlow):
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.calibration,
                                                  noise=self.release_noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
                                                  class_blocks=self.label_mode == "partition", n_private=n_priv,
+                                                 device=ctx.device,  # noise and directions drawn on the device
                                                  **self.dp.release_settings())
         self.mechanisms = {"one_shot": self.one_shot}
         released = ctx.resume_state is not None and ctx.resume_state.get("quantiles") is not None
@@ -334,9 +335,8 @@ class DPSWFlow(_ParticleFlow):
         self.u_all = self.one_shot.draw_directions(self.device)  # drawn once (random or orthonormal)
         a = self.one_shot.release(rows, self.u_all)  # THE private release (recorded)
         if self.label_mode == "partition":
-            m = self.block_rows
-            self.tq_all = torch.stack([empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(),
-                                                           self.levels) for c in range(self.space.n_classes)])
+            c_n = self.space.n_classes  # every block's quantiles at once: (C, k, M)
+            self.tq_all = empirical_quantiles(a.view(c_n, self.block_rows, -1).transpose(1, 2).contiguous(), self.levels)
         else:
             self.tq_all = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # (k, M), once
 
@@ -350,6 +350,8 @@ class DPSWFlow(_ParticleFlow):
             u, sigma = self.u_all[:, idx], self.one_shot.noise_std
             if self.label_mode != "partition":
                 self._last_drift = self._move(u, self.tq_all[idx], sigma, t)
+            elif self.n_particles % self.space.n_classes == 0:  # every class at once (DPSWFlowR._partition_step)
+                self._last_drift = self._move_classes(u, self.tq_all[:, idx], sigma)
             else:
                 drifts = [self._move(u, self.tq_all[c][idx], sigma, t, self._class_idx[c])
                           for c in range(self.space.n_classes)]

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import statistics
 import threading
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +84,21 @@ PRECISIONS = ("auto", "bf16", "fp32")
 # the generative evaluator's FID keys, which presets written for it set (digits_moments: a domain extractor):
 # accepted and not used, since this protocol's FID is always the Inception one
 _GENERATIVE_FID_KEYS = {"extractor", "fallback", "n_fid", "cache_dir", "min_public", "domain"}
+
+
+@contextmanager
+def tf32(on: bool):
+    """Float32 matrix products and convolutions in TF32 inside the block (the parts a GPU runs outside bfloat16
+    autocast); the previous settings are restored after it."""
+    if not on:
+        yield
+        return
+    matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, conv
 
 
 @dataclass(frozen=True)
@@ -273,16 +288,8 @@ class DPImageBenchEvaluator:
         console.log(f"[eval] {metrics['dpimagebench_speed']}")
         splits = {key: _Prepared.of(split, device, speed) for key, split in
                   (("train", train), ("syn", holdout), ("val", data.validation), ("test", data.test))}
-        models = []
-        for i, name in enumerate(self.classifiers):
-            console.log(f"[eval] training {describe(name, self.sizes[name])} on {n_train} synthetic images, "
-                        f"{self.epochs} epoch(s)")
-            torch.manual_seed(seed + i)  # the initial weights (and WRN's dropout stream) of classifier i
-            c, h, _ = data.image_shape
-            models.append(build_classifier(name, c, h, k, self.sizes[name]))
-            if not speed.concurrent:  # the reference order: build, train, then the next one
-                models[-1] = self._fit_and_select(models[-1], splits, device, seed + i, speed)
-        results = self._concurrently(models, splits, device, seed, speed) if speed.concurrent else models
+        with tf32(speed.fast and device.type == "cuda"):
+            results = self._train_all(splits, data, device, seed, speed, console, n_train)
         per: dict[str, dict[str, float]] = {"val": {}, "syn": {}}
         epochs: dict[str, list[str]] = {"val": [], "syn": []}
         for name, result in zip(self.classifiers, results, strict=True):
@@ -306,6 +313,23 @@ class DPImageBenchEvaluator:
             metrics.update(self._fid(x_syn, data, device, console, speed))
         self._print(metrics, Console())
         return metrics
+
+    def _train_all(self, splits: dict, data: DataSplits, device: torch.device, seed: int, speed: Speed,
+                   console: Console, n_train: int) -> list[dict]:
+        """Each classifier's selections (the reference order: seed, build, train, then the next one; or all
+        built first, then trained at once on CUDA streams)."""
+        k = data.num_classes
+        models = []
+        for i, name in enumerate(self.classifiers):
+            console.log(f"[eval] training {describe(name, self.sizes[name])} on {n_train} synthetic images, "
+                        f"{self.epochs} epoch(s)")
+            torch.manual_seed(seed + i)  # the initial weights (and WRN's dropout stream) of classifier i
+            c, h, _ = data.image_shape
+            models.append(build_classifier(name, c, h, k, self.sizes[name]))
+            if not speed.concurrent:  # the reference order: build, train, then the next one
+                models[-1] = self._fit_and_select(models[-1], splits, device, seed + i, speed)
+        results = self._concurrently(models, splits, device, seed, speed) if speed.concurrent else models
+        return results
 
     def _concurrently(self, models: list, splits: dict, device: torch.device, seed: int, speed: Speed) -> list:
         """The classifiers trained at once, each in a thread on its own CUDA stream of one GPU (their kernels

@@ -12,7 +12,8 @@
 4. FID (float64, torchmetrics' formula) of ``n_fid`` synthetic images against a NON-private reference set with the
    ``inception`` or the offline ``domain`` extractor (see :mod:`dpgen.eval.fid` for which data
    trains the domain extractor and which is the reference); the metrics record the extractor
-   actually used, the data it was trained on and the reference set.
+   actually used, the data it was trained on and the reference set, and beside the FID its real-vs-real
+   floor (two halves of the reference set under the same extractor, :func:`dpgen.eval.fid.fid_with_floor`).
 
 What a method must provide: ``sample(n, labels) -> (images (n, C, H, W) in [0, 1], labels (n,))``.
 Nothing private is read here: the test split and (optionally) the public split only.

@@ -217,9 +217,9 @@ def render_block(evidence: list[dict]) -> str:
                   *([f"    - overrides beyond the cell's command: `{' '.join(extra)}`"] if extra else [])]
     lines += ["", "### Not run: the commands that fill the open cells (the full protocol, a GPU)", "",
               "Prepared, not measured: `make gpu-bench CELL=<family>:<dataset>:<eps>` runs one of them on a GPU "
-              "(full protocol, the evaluator's fast path, a time budget), stores it with the GPU's name and renders "
-              "this page; `make gpu-bench ARGS=--dry-run` lists what it would run. The first cells to fill: "
-              "`class_gaussian:mnist:10` and `dpswd_warm:mnist:10`.", ""]
+              "(full protocol, the evaluator's fast path, a time budget),",
+              "stores it with the GPU's name and renders this page; `make gpu-bench ARGS=--dry-run` lists what it "
+              "would run. The first cells to fill: `class_gaussian:mnist:10` and `dpswd_warm:mnist:10`.", ""]
     lines += [f"- `{c}`" for c in not_run] or ["Every cell holds a run."]
     return "\n".join(lines)
 

@@ -237,7 +237,9 @@ def render_tables(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY,
            "run time, and the run id [rN] "
            "whose command is listed under the table; \"not run\" gives the command that defines the cell. "
            "Verdicts are computed (`dpgen/reproduce/scoreboard.py`, docstring): a non-private run never counts for a "
-           "private number. † not comparable with the paper (e.g. domain-extractor FID vs Inception FID).", ""]
+           "private number. † not comparable with the paper (e.g. domain-extractor FID vs Inception FID); the "
+           "domain-extractor FIDs stored here were measured with the extractor of their time (its network depended "
+           "on the device and random state it was trained in; no real-vs-real floor) and are not re-measured.", ""]
     statuses = [verdict(r, evidence)[0] for r in registry]
     out += ["Verdicts over the rows below: " + ", ".join(
         f"{statuses.count(v)} {v}" for v in VERDICTS)

@@ -12,6 +12,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from dpgen.runs import read_checkpoint
 from tests.helpers import ROOT
 
@@ -37,6 +39,14 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+def die_with_the_test() -> None:
+    """Linux: the run is killed when the test process dies (a killed test run leaves no spinning child)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the never-returning child is tied to the test on Linux")
 def test_a_signal_during_a_forward_that_never_returns_ends_the_run_with_its_checkpoint(tmp_path):
     run_dir, marker, driver = tmp_path / "run", tmp_path / "forward", tmp_path / "driver.py"
     driver.write_text(DRIVER)
@@ -46,7 +56,7 @@ def test_a_signal_during_a_forward_that_never_returns_ends_the_run_with_its_chec
             f"evaluator.fid.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     proc = subprocess.Popen([sys.executable, str(driver), str(marker), *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=die_with_the_test)
     try:
         while not marker.exists():
             assert proc.poll() is None, proc.communicate()[1][-3000:]

@@ -66,6 +66,11 @@ def test_every_fid_comes_with_its_real_vs_real_floor_on_the_console():
     print_summary(results, Console(file=buf, width=250))
     line = next(ln for ln in buf.getvalue().splitlines() if " fid " in ln)
     assert "12.5000  (on 225 reference images; real-vs-real floor 9.2500 at 112 vs 113)" in line
+    from dpgen.logging.summary import group_results
+
+    grouped = group_results(results)  # what the W&B summary receives, flattened
+    assert grouped["utility"]["fid_real_vs_real"] == 9.25 and grouped["provenance"]["fid_n_reference"] == 225
+    assert grouped["provenance"]["fid_real_vs_real_sizes"].startswith("112 vs 113")
 
 
 class FirstPixels(torch.nn.Module):

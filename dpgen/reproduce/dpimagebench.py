@@ -144,12 +144,12 @@ def _where(ev: dict) -> str:
 
 def _fid_text(m: dict) -> str:
     """``FID 260.0 (floor 3.1)``: every FID beside the real-vs-real FID of its reference set (runs stored before
-    the floor was measured say "no floor")."""
+    the floor was measured show the FID alone)."""
     fid = stored_number(m.get("fid"))
     if fid is None:
         return ""
     floor = stored_number(m.get("fid_real_vs_real"))
-    return f"; FID {fid:.1f} " + (f"(floor {floor:.1f})" if floor is not None else "(no floor)")
+    return f"; FID {fid:.1f}" + (f" (floor {floor:.1f})" if floor is not None else "")
 
 
 def _cell_text(ev: dict, ref: str) -> str:
@@ -158,7 +158,8 @@ def _cell_text(ev: dict, ref: str) -> str:
     text = (f"{_pct(m.get('acc_dpimagebench_val_mean'))} ± {_pct(m.get('acc_dpimagebench_val_std'))} / "
             f"{_pct(m.get('acc_dpimagebench_syn_mean'))} ± {_pct(m.get('acc_dpimagebench_syn_std'))}"
             + _fid_text(m))
-    return f"{text} ({'full' if full else 'shortened'}, {device_of(ev)}, [{ref}])"
+    where = "" if device_of(ev) == "CPU" else f"{device_of(ev)}, "  # the page says: the rest ran on a CPU
+    return f"{text} ({'full' if full else 'shortened'}, {where}[{ref}])"
 
 
 def _item(text: str, first: str, rest: str) -> list[str]:

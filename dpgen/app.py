@@ -119,8 +119,13 @@ def run_app(argv: list[str]) -> int:
     folder), then run :func:`main` on it; returns the exit code."""
     from .preflight import preflight
     from .utils import dist
-    from .utils.launch import run_dir_overrides
+    from .utils.launch import run_dir_overrides, slurm_tasks_problem
 
+    problem = slurm_tasks_problem()
+    if problem is not None:
+        if os.environ.get("SLURM_PROCID", "0") == "0":  # every task finds it, the first says it
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
     problem = preflight(argv)
     if problem is not None:
         if dist.is_main():  # torchrun: every rank finds it, rank 0 says it

@@ -35,6 +35,7 @@ from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
 from .paths import code_version
+from .preflight import single_process_only
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
@@ -53,10 +54,8 @@ class OtherRank(SystemExit):
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
     dist.init_from_env()  # torchrun / submitit: one of several processes (a no-op otherwise)
-    if dist.active() and cfg.accountant.get("data_dependent_reports", False):
-        raise ConfigError("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
-                          "per-record gradients of the whole batch in one process: run it on one process (without "
-                          "--nproc / torchrun)")
+    if (why := single_process_only(cfg, dist.world_size())) is not None:
+        raise ConfigError(why)
     if not dist.is_main():  # rank 0 owns the folder; the others learn its decision
         decision = dist.broadcast_object(None)
         if decision is None:

@@ -32,7 +32,9 @@ Several processes (``torchrun``, ``dpgen.utils.dist``): every rank runs this loo
 batches (the sampler gives each its part) and releases the same tensors (the mechanisms reduce, noise
 once and gather), so every rank takes every step and computes the same update.  After ``setup`` (and a
 resume) rank 0's state — models, optimisers, sampler, noise generators, RNG — is copied to every rank,
-so the ranks start identical whatever they seeded; the budget allowance is rank 0's.  Only rank 0 logs
+so the ranks start identical whatever they seeded; from there every rank draws the same public
+randomness (generator inputs, directions, public batches) from identically seeded generators, with no
+exchange between steps; the budget allowance is rank 0's.  Only rank 0 logs
 and writes (checkpoints, the release artefact, ``finish``): one run folder, one ledger.  Its checkpoint
 holds the single-process state, so a run resumes on any number of processes.
 """
@@ -176,14 +178,6 @@ def _same_state_as_rank0(method: Method) -> None:
     set_rng_state(state["rng"])
 
 
-def _same_rng_as_rank0() -> None:
-    """Several processes: rank 0's global RNG state on every rank (after a step whose private part drew
-    from it in proportion to the rank's part of the batch, e.g. dropout masks of per-sample gradients),
-    so the next step's public draws (generator inputs, directions, public batches) are the same everywhere."""
-    if dist.active():
-        set_rng_state(dist.broadcast_object(rng_state() if dist.is_main() else None))
-
-
 def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, values: dict,
                 ctx: TrainContext) -> None:
     """Atomic; a failed write (disk full) is one error line and leaves the previous checkpoint intact.
@@ -274,7 +268,6 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
                 stopped = True
                 break
             values = method.step(t)
-            _same_rng_as_rank0()
             budget.spent(mechs)
             _check_finite(values, t)
             watch.update(values, t)

@@ -24,6 +24,21 @@ LAUNCHER_ENV = "DPGEN_LAUNCHER"  # set by `dpgen train --nproc`: it reports a lo
 PEER_LOST = 3  # exit status of a rank whose collective failed because another rank died or hung
 
 
+def slurm_tasks_problem() -> str | None:
+    """One line when this process is one of several tasks of a SLURM step (``srun`` with 2+ tasks) that no
+    distributed launcher started (no ``WORLD_SIZE``: not torchrun, not submitit): each task would be an
+    independent run on the same private data, each spending the whole budget.  None otherwise (one task, or
+    a launcher's process).  The batch script of ``sbatch --ntasks N`` runs once: its step has one task."""
+    env = os.environ
+    tasks = env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1"))
+    if not tasks.isdigit() or int(tasks) < 2 or "WORLD_SIZE" in env or env.get("SUBMITIT_EXECUTOR"):
+        return None
+    return (f"this is one of {tasks} SLURM tasks (srun with SLURM_NTASKS={tasks}) without a distributed launcher: "
+            f"they would be {tasks} independent runs, each spending the privacy budget on the same data; start one "
+            f"task that launches the processes (srun --ntasks 1 dpgen train --nproc <processes> ..., one node), or "
+            f"hydra/launcher=submitit_slurm for several nodes (docs/guides/distributed.md)")
+
+
 def run_dir_overrides(argv: list[str], hydra_config: Path) -> list[str]:
     """Extra Hydra overrides that make every rank of one run write into ONE run folder.
 

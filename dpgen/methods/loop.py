@@ -185,7 +185,7 @@ def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: in
                       **({"warm_start": warm.state_dict()} if warm is not None else {}),
                       "ledger": ledger.state_dict(), "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()},
                       "sampler": None if method.sampler is None else method.sampler.state_dict(), "rng": rng_state(),
-                      "values": host_values(values)}, ctx.checkpoint_path)
+                      "values": host_values(values), "processes": dist.world_size()}, ctx.checkpoint_path)
 
 
 @dataclass
@@ -329,6 +329,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     docstring: ``_resume`` -> ``_warm_release`` -> setup -> ``_warm_up`` -> ``_restore`` -> ``_plan`` ->
     ``_steps`` -> ``_publish``."""
     ck = _resume(method, ctx)
+    ctx.processes = dist.processes(resumed_from=None if ck is None else ck.get("processes"))
     warm = getattr(method, "warm_start", None)  # methods.warm_start: phase 1 and its ledger come before setup
     if warm is not None:
         _warm_release(warm, ck, data, ledger, ctx)
@@ -349,6 +350,6 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     return {"train_steps": done, "steps_planned": plan.planned, "stopped_by_budget": stopped,
             "train_time_s": time.time() - t0,
             **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
-            "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()},
+            "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "processes": ctx.processes,
             **({} if warm is None else {"mechanisms_warm_start": {"moments": warm.method.mech.describe()}}),
             **method.train_summary(), **({} if warm is None else warm.train_summary())}

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,6 +72,14 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def processes(resumed_from: int | None = None) -> dict:
+    """How the run is spread (results.json and the privacy card): the number of processes, the backend, and
+    the number of processes of the checkpoint it resumed from when that differs."""
+    w = world_size()
+    out = {"world_size": w, "backend": tdist.get_backend() if active() else None}
+    return {**out, "resumed_from_world_size": resumed_from} if resumed_from is not None and resumed_from != w else out
+
+
 def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
@@ -84,16 +93,47 @@ def timeout_s() -> float:
     return float(os.environ.get(TIMEOUT_ENV, "600"))
 
 
+_JOINS = [0]  # how many times this process has joined a group (the jobs of a sweep each join once)
+
+
 def init_from_env() -> bool:
-    """Join the launcher's process group (once); True when this process is one of several."""
+    """Join the launcher's process group (once per run); True when this process is one of several.
+
+    The jobs of a sweep (``-m``) run one after the other in the same processes, each joining a new group
+    after the last one left it: each join keys its exchange of addresses under its own prefix of the
+    launcher's store (the same on every rank: every rank joins once per job), so a later job never reads the
+    addresses of an earlier one.  The process also asks to be stopped (SIGTERM) when its launcher dies."""
     if active() or not requested():
         return active()
+    die_with_parent()
     backend = "gloo"
     if gpu_per_process():  # NCCL wants one GPU per process: with fewer GPUs than processes, gloo alone
         torch.cuda.set_device(local_rank())
         backend = "cpu:gloo,cuda:nccl"
-    tdist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s()))
+    timeout = timedelta(seconds=timeout_s())
+    store, rank_, size = next(tdist.rendezvous("env://", timeout=timeout))
+    _JOINS[0] += 1
+    tdist.init_process_group(backend=backend, store=tdist.PrefixStore(f"dpgen-run-{_JOINS[0]}", store), rank=rank_,
+                             world_size=size, timeout=timeout)
     return True
+
+
+def die_with_parent() -> None:
+    """Linux: ask the kernel to send this process SIGTERM when its parent (torchrun's agent, ``dpgen train
+    --nproc``) dies, even by SIGKILL (``prctl(PR_SET_PDEATHSIG)``): a rank never outlives its launcher holding
+    the run folder.  SIGTERM ends the run as a stop does (the checkpoint is kept).  Elsewhere: nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent == 1 or os.getppid() != parent:  # the launcher died before the request: stop now, as the kernel would
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def gpu_per_process() -> bool:
@@ -306,19 +346,19 @@ def whole_batch_norm(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def _whole_batch_forward(bn: torch.nn.modules.batchnorm._BatchNorm, x: torch.Tensor) -> torch.Tensor:
-    """BatchNorm in training from the sums over every rank's rows (one differentiable all-reduce: the
-    gradient w.r.t. the statistics is added over the ranks on the way back)."""
+    """BatchNorm in training from the sums over every rank's rows (differentiable all-reduces of the sums and
+    of the centred squares: the gradient w.r.t. the statistics is added over the ranks on the way back)."""
     from torch.distributed.nn.functional import all_reduce
 
     if not bn.training:
         return type(bn).forward(bn, x)
     c, dims = x.shape[1], [0, *range(2, x.dim())]
-    count = x.new_full((1,), x.numel() / c)
-    total = all_reduce(torch.cat([x.sum(dims), (x * x).sum(dims), count]))
+    shape = [1, c] + [1] * (x.dim() - 2)
+    total = all_reduce(torch.cat([x.sum(dims), x.new_full((1,), x.numel() / c)]))
     n = total[-1]
     mean = total[:c] / n
-    var = (total[c:2 * c] / n - mean * mean).clamp_min(0.0)
-    shape = [1, c] + [1] * (x.dim() - 2)
+    # the variance from the centred squares (two passes, as torch's own: no cancellation of E[x^2] - E[x]^2)
+    var = all_reduce((x - mean.view(shape)).square().sum(dims)) / n
     y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + bn.eps)
     if bn.affine:
         y = y * bn.weight.view(shape) + bn.bias.view(shape)

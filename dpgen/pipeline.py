@@ -192,7 +192,7 @@ def _results(parts: _Parts, ctx: TrainContext, metrics: dict, train_metrics: dic
         "precision": ctx.precision,
         "runtime_s": time.time() - t0,
         "overrides": _overrides(),
-        "git_commit": code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/evidence.py)
+        "git_commit": code_version(),  # provenance for the evidence store (dpgen/reproduce/evidence.py)
         "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
     }
 

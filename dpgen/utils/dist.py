@@ -174,9 +174,13 @@ def peer_failure(err: BaseException) -> str | None:
                                                                              "Connection closed", "Connection reset")):
         return None
     reason = "did not answer within DPGEN_DIST_TIMEOUT" if "imed out" in text or "imeout" in text else "stopped"
-    return (f"another process of this {world_size()}-process run {reason}, so the run ended; its folder keeps "
-            "the last checkpoint: resume it with the same command plus hydra.run.dir=<run folder> trainer.resume=true "
-            "(on any number of processes)")
+    return f"another process of this {world_size()}-process run {reason}, so the run ended; {RESUME_ADVICE}"
+
+
+# what to do after a run of several processes ended early (its folder may not hold a checkpoint yet)
+RESUME_ADVICE = ("if its folder holds a checkpoint (checkpoints/last.pt), resume it with the same command plus "
+                 "hydra.run.dir=<run folder> trainer.resume=true (on any number of processes); if not, run the same "
+                 "command again")
 
 
 # ---------------------------------------------------------------------------- collectives

@@ -39,6 +39,18 @@ def slurm_tasks_problem() -> str | None:
             f"hydra/launcher=submitit_slurm for several nodes (docs/guides/distributed.md)")
 
 
+def resume_advice(argv: list[str]) -> str:
+    """What to do after a run of several processes ended early: resume when its folder (``hydra.run.dir`` of
+    ``argv``) holds a checkpoint, run again when it does not, and say both when the folder is not known here."""
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
+    if not given:
+        return dist.RESUME_ADVICE
+    if (Path(given[-1]) / "checkpoints" / "last.pt").is_file():
+        return ("its folder keeps the last checkpoint: resume it with the same command plus trainer.resume=true (on "
+                "any number of processes)")
+    return "it ended before its first checkpoint, so there is nothing to resume: run the same command again"
+
+
 def run_dir_overrides(argv: list[str], hydra_config: Path) -> list[str]:
     """Extra Hydra overrides that make every rank of one run write into ONE run folder.
 
@@ -96,8 +108,6 @@ def launch(argv: list[str], nproc: int) -> int:
             what = f"process {first.local_rank} of {nproc} was killed by {signal.Signals(-first.exitcode).name}"
         else:
             what = f"process {first.local_rank} of {nproc} exited with status {first.exitcode}"
-        print(f"error: {what}, so the run ended; its folder keeps the last checkpoint: resume it with the same "
-              "command plus hydra.run.dir=<run folder> trainer.resume=true (on any number of processes)",
-              file=sys.stderr)
+        print(f"error: {what}, so the run ended; {resume_advice(argv)}", file=sys.stderr)
         return 1
     return 0

@@ -416,3 +416,14 @@ def test_nproc_refuses_what_runs_on_one_process_only_before_launching(monkeypatc
     assert cli.train(["--nproc", "2", "experiment=digits_dpsgd", "accountant.data_dependent_reports=true"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: accountant.data_dependent_reports=true") and err.count("\n") == 1, err
+
+
+def test_a_run_that_ended_before_its_first_checkpoint_is_not_called_resumable(tmp_path):
+    from dpgen.utils.launch import resume_advice
+
+    argv = ["experiment=digits_dpsgd", f"hydra.run.dir={tmp_path}"]
+    assert "nothing to resume: run the same command again" in resume_advice(argv)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"")
+    assert "resume it with the same command plus trainer.resume=true" in resume_advice(argv)
+    assert "if not, run the same command again" in resume_advice(argv[:1])  # the folder is rank 0's choice

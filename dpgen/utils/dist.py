@@ -350,19 +350,23 @@ def whole_batch_norm(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def _whole_batch_forward(bn: torch.nn.modules.batchnorm._BatchNorm, x: torch.Tensor) -> torch.Tensor:
-    """BatchNorm in training from the sums over every rank's rows (differentiable all-reduces of the sums and
-    of the centred squares: the gradient w.r.t. the statistics is added over the ranks on the way back)."""
+    """BatchNorm in training from the sums over every rank's rows (one differentiable all-reduce: the gradient
+    w.r.t. the statistics is added over the ranks on the way back)."""
     from torch.distributed.nn.functional import all_reduce
 
     if not bn.training:
         return type(bn).forward(bn, x)
     c, dims = x.shape[1], [0, *range(2, x.dim())]
     shape = [1, c] + [1] * (x.dim() - 2)
-    total = all_reduce(torch.cat([x.sum(dims), x.new_full((1,), x.numel() / c)]))
+    # sums of x - k and its square in ONE all-reduce; k (the running mean, the same on every rank) keeps
+    # E[(x-k)^2] - E[x-k]^2 from cancelling when the mean is large against the spread
+    k = bn.running_mean.detach().clone().view(shape) if bn.running_mean is not None else x.new_zeros(shape)
+    d = x - k
+    total = all_reduce(torch.cat([d.sum(dims), d.square().sum(dims), x.new_full((1,), x.numel() / c)]))
     n = total[-1]
-    mean = total[:c] / n
-    # the variance from the centred squares (two passes, as torch's own: no cancellation of E[x^2] - E[x]^2)
-    var = all_reduce((x - mean.view(shape)).square().sum(dims)) / n
+    shift = total[:c] / n
+    mean = shift + k.view(-1)
+    var = (total[c:2 * c] / n - shift * shift).clamp_min(0.0)
     y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + bn.eps)
     if bn.affine:
         y = y * bn.weight.view(shape) + bn.bias.view(shape)

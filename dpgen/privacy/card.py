@@ -122,7 +122,7 @@ def _processes_line(p: dict) -> str:
     """The card's line of how the run was spread over processes."""
     backend = f" ({p['backend']})" if p.get("backend") else ""
     resumed = p.get("resumed_from_world_size")
-    again = f"; resumed from a checkpoint written by {resumed}" if resumed else ""
+    again = f"; resumed from a checkpoint written by {resumed} process{'es' if resumed > 1 else ''}" if resumed else ""
     return f"| processes | {p['world_size']}{backend}{again} |"
 
 

@@ -427,3 +427,15 @@ def test_a_run_that_ended_before_its_first_checkpoint_is_not_called_resumable(tm
     (tmp_path / "checkpoints" / "last.pt").write_bytes(b"")
     assert "resume it with the same command plus trainer.resume=true" in resume_advice(argv)
     assert "if not, run the same command again" in resume_advice(argv[:1])  # the folder is rank 0's choice
+
+
+def test_results_and_card_record_the_processes_and_a_resume_on_another_number():
+    from dpgen.privacy.card import build_card, card_markdown
+
+    assert distributed.processes() == {"world_size": 1, "backend": None}
+    assert distributed.processes(resumed_from=1) == {"world_size": 1, "backend": None}  # the same number: nothing
+    resumed = distributed.processes(resumed_from=2)
+    assert resumed == {"world_size": 1, "backend": None, "resumed_from_world_size": 2}
+    card = build_card(_ledger(), method="M", preset="p", config={}, dataset="d", n_private=10, processes=resumed)
+    assert card["processes"] == resumed
+    assert "| processes | 1; resumed from a checkpoint written by 2 processes |" in card_markdown(card)

@@ -52,6 +52,8 @@ def test_two_processes_write_one_folder_with_the_single_process_epsilon(tmp_path
     assert a["train"]["train_steps"] == b["train"]["train_steps"]
     assert a["train"]["mechanisms"] == b["train"]["mechanisms"]  # sigma, sensitivity, q, releases
     card_a, card_b = (json.loads((f / "privacy_card.json").read_text()) for f in (folders[0], tmp_path / "one"))
+    assert card_a.pop("processes") == {"world_size": 2, "backend": "gloo"} == a["train"]["processes"]
+    assert card_b.pop("processes") == {"world_size": 1, "backend": None}
     assert card_a == card_b
 
 

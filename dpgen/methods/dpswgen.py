@@ -17,7 +17,6 @@ from ..data import DataSplits
 from ..errors import ConfigError
 from ..ot.sliced import gaussian_projection_rows, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
-from ..privacy.rows import class_blocks
 from ..utils import autocast, dist
 from .base import TrainContext
 from .latent import LatentMethod
@@ -77,8 +76,7 @@ class DPSWGen(LatentMethod):
         c_n = self.space.n_classes
         # several processes: each rank generates its rows lo..hi of the generated batch (dist.shard_bounds)
         if self.label_mode == "partition":
-            rows, y = self.sampler.sample()
-            rows = class_blocks(rows.to(self.device), y, c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1
+            rows = self._private_blocks(c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1, on the device
             y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
             lo, hi = dist.shard_bounds(rows.shape[0])
             with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only

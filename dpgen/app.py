@@ -118,7 +118,13 @@ def run_app(argv: list[str]) -> int:
     """Check the command line (a bad preset / key / run folder: one ``error:`` line, before Hydra makes a
     folder), then run :func:`main` on it; returns the exit code."""
     from .preflight import preflight
+    from .utils.cluster import slurm_tasks_problem
 
+    problem = slurm_tasks_problem()
+    if problem is not None:
+        if os.environ.get("SLURM_PROCID", "0") == "0":  # every task finds it, the first says it
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
     problem = preflight(argv)
     if problem is not None:
         if os.environ.get("RANK", "0") == "0":  # torchrun: every rank finds it, rank 0 says it (no torch imported yet)

@@ -45,9 +45,9 @@ def train(argv: list[str]) -> int:
         return 2
     if nproc > 1:
         from .preflight import preflight
-        from .utils.launch import launch
+        from .utils.launch import launch, slurm_tasks_problem
 
-        problem = preflight(argv)  # once, before N processes start
+        problem = slurm_tasks_problem() or preflight(argv, nproc=nproc)  # once, before N processes start
         if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
             return 2

@@ -37,6 +37,7 @@ from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
 from .paths import code_version
+from .preflight import single_process_only
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
@@ -56,10 +57,8 @@ class OtherRank(SystemExit):
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
     dist.init_from_env()  # torchrun / submitit: one of several processes (a no-op otherwise)
-    if dist.active() and cfg.accountant.get("data_dependent_reports", False):
-        raise ConfigError("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
-                          "per-record gradients of the whole batch in one process: run it on one process (without "
-                          "--nproc / torchrun)")
+    if (why := single_process_only(cfg, dist.world_size())) is not None:
+        raise ConfigError(why)
     if not dist.is_main():  # rank 0 owns the folder; the others learn its decision
         decision = dist.broadcast_object(None)
         if decision is None:
@@ -164,14 +163,15 @@ def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
     if cfg.trainer.get("deterministic", False):
         warnings.warn("trainer.deterministic=true: sampling and noise are seeded from `seed`, which is logged; "
                       "anyone who knows it can recompute the noise. Use for debugging only.", stacklevel=3)
-    return TrainContext(device=parts.device, logger=parts.logger, run_dir=folder.path, seed=parts.seed,
+    ctx = TrainContext(device=parts.device, logger=parts.logger, run_dir=folder.path, seed=parts.seed,
                         log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
                         resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps,
                         progress=bool(cfg.trainer.progress) and dist.is_main(),
                         deterministic=bool(cfg.trainer.get("deterministic", False)),
-                        precision=check_precision(cfg.trainer.get("precision", 32)),
-                        release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), parts.data,
-                                                               parts.method, led, code_version(), folder.path))
+                        precision=check_precision(cfg.trainer.get("precision", 32)))
+    ctx.release_extra = lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), parts.data, parts.method,
+                                                 led, code_version(), folder.path, processes=ctx.processes)
+    return ctx
 
 
 def _results(parts: _Parts, ctx: TrainContext, metrics: dict, train_metrics: dict, t0: float) -> dict:
@@ -206,7 +206,9 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     parts = _build(cfg, folder.path)
     so_far.ledger, so_far.evaluator, so_far.logger, so_far.phase = parts.ledger, parts.evaluator, parts.logger, "training"
     so_far.base = {"experiment": parts.name, "dataset": parts.data.name, "overrides": _overrides(),
-                   "git_commit": code_version(), "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))}
+                   # rank 0 writes results.json; `git status` would take the checkout's index lock on every rank
+                   "git_commit": code_version() if dist.is_main() else None,
+                   "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))}
     try:
         ctx = _context(cfg, parts, folder)
         train_metrics = loop.train(parts.method, parts.data, parts.ledger, ctx)

@@ -28,8 +28,10 @@ CREATED: list[Path] = []  # the run folder and the parents it lacked when checke
 PLUS_NOTE = "(Hydra's '+key=value' adds a NEW setting that nothing reads; use it only for that.)"
 
 
-def preflight(argv: list[str], config_dir: Path = CONFIGS) -> str | None:
-    """The one-line fault of the command line ``argv`` (overrides and flags of ``train.py``), or None."""
+def preflight(argv: list[str], config_dir: Path = CONFIGS, nproc: int = 1) -> str | None:
+    """The one-line fault of the command line ``argv`` (overrides and flags of ``train.py``), or None.
+    ``nproc``: the processes ``dpgen train --nproc`` is about to start (what cannot run on several is refused
+    before they start)."""
     flags = [a for a in argv if a.startswith("-")]
     if any(f not in _RUN_FLAGS for f in flags):
         return None
@@ -43,7 +45,19 @@ def preflight(argv: list[str], config_dir: Path = CONFIGS) -> str | None:
     cfg, problem = _compose(overrides, config_dir)
     if problem is not None:
         return problem
-    return misspelt_additions(overrides, cfg) or unwritable_run_dir(cfg, multirun)
+    return misspelt_additions(overrides, cfg) or unwritable_run_dir(cfg, multirun) or single_process_only(cfg, nproc)
+
+
+def single_process_only(cfg, nproc: int) -> str | None:
+    """Why the composed ``cfg`` cannot run on ``nproc`` > 1 processes, or None."""
+    if nproc > 1 and cfg.accountant.get("data_dependent_reports", False):
+        return SINGLE_PROCESS_REPORTS
+    return None
+
+
+SINGLE_PROCESS_REPORTS = ("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
+                          "per-record gradients of the whole batch in one process: run it on one process (without "
+                          "--nproc / torchrun), or add accountant.data_dependent_reports=false")
 
 
 def first_values(overrides: list[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """One run on 1 vs N processes: steps per second of the same command, as a ratio measured in one bench run.
 
-For DP-SGD (``digits_dpsgd``) and DP-SWD (``digits_dpswd``), the same ``train.py`` command
+For each private family at the MNIST presets' sizes (the embedded digits beside), the same ``train.py`` command
 (``trainer.max_steps`` private steps, no evaluation) runs as one process and through
 ``torchrun --standalone --nproc-per-node N`` (the ranks share the global batch: one run).  Steps/s =
 private steps / the training loop's time, read from the run folder's ``private_timings.json`` (the
@@ -27,16 +27,33 @@ import torch
 from ..paths import ROOT
 
 REPEATS = 3
-CASES = (("DP-SGD classifier", "digits_dpsgd", 60), ("DP-SWD generator", "digits_dpswd", 60))  # (label, preset, steps)
+DA = ["model.start_align=0"]  # domain adaptation: every timed step aligns (a private step)
+# (family, preset, private steps, extra overrides, target ratio on 2 CPU processes): the MNIST presets' sizes, the
+# embedded digits beside (the MNIST data come from DPGEN_DATA_ROOT)
+CASES = (
+    ("DP-SGD classifier", "mnist_dpsgd", 20, ["accountant.data_dependent_reports=false"], 1.8),
+    ("DP-SGD classifier", "digits_dpsgd", 60, [], None),
+    ("DP-SWD generator", "mnist_dpswd", 20, [], 1.8),
+    ("DP-SWD generator", "digits_dpswd", 60, [], None),
+    ("DP-SWD adapter", "mnist_usps_dpswd", 20, DA, 1.8),
+    ("DP-SWD adapter", "digits_shift_dpswd", 60, DA, None),
+    ("DP-DANN", "mnist_usps_dp_dann", 20, DA, 1.8),
+    ("DP-DANN", "digits_shift_dp_dann", 60, DA, None),
+    ("DPSWflow-r", "mnist_dpswflow_r", 20, [], 1.8),
+    ("DPSWflow-r", "digits_dpswflow_r", 60, [], None),
+    ("DPSWgen", "mnist_dpswgen", 20, [], 1.8),
+    ("DP-Sinkhorn", "mnist_dpsinkhorn", 10, [], 1.5),
+    ("DP-Sinkhorn", "digits_dpsinkhorn", 30, [], None),
+)
 
 
-def command(preset: str, steps: int, device: str, nproc: int, run_dir: Path) -> list[str]:
+def command(preset: str, steps: int, device: str, nproc: int, run_dir: Path, extra: list[str] = ()) -> list[str]:
     """``python train.py ...`` for one process, ``torchrun --standalone --nproc-per-node N train.py ...`` for N."""
     launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                     "--nproc-per-node", str(nproc)]
     return [*launcher, "train.py", f"experiment={preset}", "logger=local", "evaluator=none", "trainer.progress=false",
             f"trainer.device={device}", f"trainer.max_steps={steps}", "trainer.checkpoint_every=1000000",
-            f"hydra.run.dir={run_dir}"]
+            f"hydra.run.dir={run_dir}", *extra]
 
 
 def steps_per_s(cmd: list[str], run_dir: Path, timeout_s: int = 600) -> float:
@@ -60,17 +77,18 @@ def failure_line(r: subprocess.CompletedProcess) -> str:
     return f"exit {r.returncode}: {picked[0][:300]}"
 
 
-def compare(preset: str, steps: int, device: str, nproc: int, tmp: Path) -> tuple[float, float]:
+def compare(preset: str, steps: int, device: str, nproc: int, tmp: Path, extra: list[str] = ()) -> tuple[float, float]:
     """Median steps/s of (1 process, ``nproc`` processes), alternating."""
     rates: dict[int, list[float]] = {1: [], nproc: []}
     for i in range(REPEATS):
         for n in (1, nproc):
             run_dir = tmp / f"{preset}-{device}-n{n}-{i}"
-            rates[n].append(steps_per_s(command(preset, steps, device, n, run_dir), run_dir))
+            rates[n].append(steps_per_s(command(preset, steps, device, n, run_dir, extra), run_dir))
     return statistics.median(rates[1]), statistics.median(rates[nproc])
 
 
-def rows(device: torch.device) -> list[tuple[str, str]]:
+def rows(device: torch.device, only: str | None = None) -> list[tuple[str, str]]:
+    """One row per case (``only``: the cases whose preset contains it) and device count."""
     if device.type == "cuda":
         counts, dev, backend = list(range(2, torch.cuda.device_count() + 1)), "cuda", "NCCL"
     else:
@@ -81,20 +99,23 @@ def rows(device: torch.device) -> list[tuple[str, str]]:
         return [(f"1 vs N processes on {dev}", f"not measured: {torch.cuda.device_count()} CUDA device visible, "
                  "two or more needed")]
     with tempfile.TemporaryDirectory() as d:
-        for label, preset, steps in CASES:
+        for label, preset, steps, extra, target in CASES:
+            if only and only not in preset:
+                continue
             for n in counts:
                 name = (f"{label} (`{preset}`, {steps} steps), {dev}: 1 vs {n} "
                         f"{'processes' if dev == 'cpu' else 'devices'} ({backend}, `torchrun --nproc-per-node {n}`)")
                 try:
-                    one, many = compare(preset, steps, dev, n, Path(d))
+                    one, many = compare(preset, steps, dev, n, Path(d), extra)
                 except (RuntimeError, OSError, KeyError, subprocess.SubprocessError) as err:
                     out.append((name, f"not measured: {err}"))
                     continue
+                goal = f"; target ×{target}" if target and dev == "cpu" and n == 2 else ""
                 out.append((name, f"{one:.1f} vs {many:.1f} steps/s: ×{many / one:.2f} (median of {REPEATS}, "
-                                  f"alternating; training loop only; {load})"))
+                                  f"alternating; training loop only{goal}; {load})"))
     return out
 
 
 if __name__ == "__main__":
-    for a, b in rows(torch.device("cpu")):
+    for a, b in rows(torch.device("cpu"), sys.argv[1] if len(sys.argv) > 1 else None):
         print(f"| {a} | {b} |")

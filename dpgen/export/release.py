@@ -92,14 +92,15 @@ def public_data_used(cfg: dict, data) -> list[str]:
     return used
 
 
-def release_info(cfg: dict, data, method, ledger, code_version: str | None, run_dir: Path) -> dict:
+def release_info(cfg: dict, data, method, ledger, code_version: str | None, run_dir: Path,
+                 processes: dict | None = None) -> dict:
     """The public part of a release (``"dpgen"``: config + public facts; ``"privacy_card"``), and the card
     files written beside it.  Called once, after the last private release."""
     card = build_card(ledger, method=type(method).__name__, preset=str(cfg.get("experiment_name", "run")),
                       config=cfg, dataset=data.name, n_private=len(data.private),
                       noisy_count=released_count(method), public_data=public_data_used(cfg, data),
                       code_version=code_version, release_file=method.release_name,
-                      convention=method.convention_report(),
+                      convention=method.convention_report(), processes=processes,
                       validation_held_out=None if getattr(data, "validation", None) is None else len(data.validation))
     write_card(card, run_dir)
     return {"dpgen": {"config": public_config(cfg), "data": public_facts(data, method, cfg.get("dataset"))}, "privacy_card": card}

@@ -56,6 +56,7 @@ class TrainContext:
     precision: str = "32"  # "bf16": bfloat16 autocast around model forwards (utils.autocast), never the privacy maths
     # ledger -> public entries added to the release (config, public facts, privacy card: dpgen.export.release)
     release_extra: Callable[[PrivacyLedger], dict] | None = None
+    processes: dict | None = None  # how the run is spread over processes (``utils.dist.processes``; set by the loop)
 
     @property
     def checkpoint_path(self) -> Path:

@@ -55,7 +55,7 @@ from torch import nn
 from ..data import DataSplits
 from ..models.da import grad_reverse
 from ..ot import sliced_wasserstein
-from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_projected
+from ..ot.sliced import gaussian_projection_rows, sliced_wasserstein_projected
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import (
     UNBOUNDED,
@@ -77,7 +77,7 @@ from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import fixed_size, scale_and_clip
 from ..privacy.sampler import device_generator, generator_state, resumed_generator
 from ..privacy.sensitivity import l2_sensitivity
-from ..utils import autocast
+from ..utils import autocast, dist
 from .base import Method, NoiseHolder, TrainContext, mechanism_seed, secret_seed
 
 SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (DP-SWD paper, domain-adaptation baselines)
@@ -139,8 +139,12 @@ class SWDAlignment(Alignment):
 
     def __call__(self, g, x_s, f_s, x_t):
         self.mechanism.release()  # an un-noised access, recorded
-        sw = sliced_wasserstein(f_s, g(x_t), k=self.k, q=self.power, generator=self.mechanism.directions_generator)
-        return AlignmentOutput(self.weight * sw, value=sw.detach())
+        with dist.own_rng():  # this rank's target samples (dropout)
+            f_t = g(x_t)
+        sw = sliced_wasserstein(f_s, f_t, k=self.k, q=self.power, generator=self.mechanism.directions_generator)
+        # several processes: this rank's SW (its source and target parts); the gradients of the ranks are added,
+        # so each counts 1 / W: their average
+        return AlignmentOutput(self.weight * sw / dist.world_size(), value=sw.detach())
 
 
 # -------------------------------------------------------------------------------------- dpswd
@@ -238,23 +242,32 @@ class DPSWDAlignment(Alignment):
         p_t = self.mechanism.release(rows_t, u)                                      # P_t = r(x_t) U + Z_t
         # the source side through the same (eval-mode) map, smoothed with noise of the same std (line 12)
         rows_s = self.rows(self._eval_features(g, x_s))
-        p_s = gaussian_projection_release(rows_s, u, self.mechanism.noise_std)      # P_s = r(x_s) U + Z_s
+        p_s = self._source_projections(rows_s, u)                                  # P_s = r(x_s) U + Z_s
         sw = sliced_wasserstein_projected(p_s, p_t, self.power)
         return AlignmentOutput(self.weight * 2.0 * self.radius * sw, value=sw.detach())
 
 
 # --------------------------------------------------------------------------------------- dann
+    def _source_projections(self, rows_s: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """``P_s = r(x_s) U + Z_s`` of the whole source batch on every rank, from this rank's rows of it
+        (``dist.shard_bounds``): one all-gather; gradients flow into this rank's rows only."""
+        lo, _ = dist.shard_bounds(self.batch_size)
+        p_s = gaussian_projection_rows(rows_s, u, self.mechanism.noise_std, lo, self.batch_size)
+        return dist.gather_shards(p_s, self.batch_size)
+
     def _paper_call(self, g, x_s, x_t):
         """The released code (DP-SWD paper, Alg. 2 step 3, unit-norm assumption), privacy.convention=paper ONLY:
         ``weight * 2m * SW_2(g(x_s)/(2m) U + Z_s, g(x_t)/(2m) U + Z_t)``, m = max_j ||g(x_t^j)|| of the private
         batch: un-noised and data-dependent (it scales the source rows and the loss), so no finite ε covers it."""
         with torch.no_grad():
-            rows_t, m = batch_max_scale(self._eval_features(g, x_t))                # lines 10-11 as released
-            rows_t = fixed_size(rows_t, self.batch_size)
+            f_t = self._eval_features(g, x_t)
+            _, m = batch_max_scale(f_t)                                              # lines 10-11 as released
+            m = dist.all_gather_rows(m.reshape(1)).max()  # several processes: the max of the whole batch, not a rank's
+            rows_t = fixed_size(f_t / (2.0 * m), self.batch_size)
         u = self.mechanism.draw_directions(rows_t.device)
         p_t = self.mechanism.release(rows_t, u)                                      # P_t = g(x_t)/(2m) U + Z_t
         rows_s = self._eval_features(g, x_s) / (2.0 * m)                             # the source scaled by the private m
-        p_s = gaussian_projection_release(rows_s, u, self.mechanism.noise_std)
+        p_s = self._source_projections(rows_s, u)
         sw = sliced_wasserstein_projected(p_s, p_t, self.power)
         return AlignmentOutput(self.weight * 2.0 * m * sw, value=sw.detach())
 
@@ -305,8 +318,11 @@ class DANNAlignment(Alignment):
 
     def __call__(self, g, x_s, f_s, x_t):
         self.mechanism.release()  # an un-noised access, recorded
-        dom = self._domain_loss(f_s, SOURCE_DOMAIN) + self._domain_loss(g(x_t), TARGET_DOMAIN)
-        return AlignmentOutput(self.weight * dom, value=dom.detach())
+        with dist.own_rng():  # this rank's target samples (dropout)
+            f_t = g(x_t)
+        dom = self._domain_loss(f_s, SOURCE_DOMAIN) + self._domain_loss(f_t, TARGET_DOMAIN)
+        # several processes: this rank's parts; the ranks' gradients are added, so each counts 1 / W (their average)
+        return AlignmentOutput(self.weight * dom / dist.world_size(), value=dom.detach())
 
 
 class DPDANNAlignment(DANNAlignment):
@@ -337,6 +353,7 @@ class DPDANNAlignment(DANNAlignment):
     def setup(self, actx):
         self._mods["disc"] = self.make_discriminator(in_dim=actx.feature_extractor.out_dim).to(actx.device)
         self._path = _DomainPath(actx.feature_extractor, self._mods["disc"])
+        self._batch_size = actx.batch_size  # the source batch (public); a rank's part counts for its share
         led = actx.ledger
         self.mechanism = NoisyGradientSum(led, clip_norm=self.clip_norm, sample_rate=actx.sample_rate,
                                           expected_batch_size=actx.sample_rate * actx.n_private, noise=self.noise,
@@ -362,7 +379,8 @@ class DPDANNAlignment(DANNAlignment):
         params = {k: v.detach() for k, v in self._path.named_parameters() if v.requires_grad}
         if x_t.shape[0] == 0:
             return {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
-        return per_sample_grads(self._path, self._one_loss, x_t, params=params)
+        with dist.own_rng():  # several processes: this rank's samples' dropout masks, the ranks kept in step
+            return per_sample_grads(self._path, self._one_loss, x_t, params=params)
 
     def _private_grads(self, x_t: torch.Tensor) -> dict[str, torch.Tensor]:
         """Lines 5-7: per-sample gradients -> the mechanism (joint clip, sum, noise, / qN) -> x weight."""
@@ -370,8 +388,9 @@ class DPDANNAlignment(DANNAlignment):
         return {k: self.weight * v for k, v in noisy.items()}
 
     def __call__(self, g, x_s, f_s, x_t):
-        dom_s = self._domain_loss(f_s, SOURCE_DOMAIN)
-        return AlignmentOutput(self.weight * dom_s, private_grads=self._private_grads(x_t), value=dom_s.detach())
+        dom_s = self._domain_loss(f_s, SOURCE_DOMAIN)  # several processes: the mean over this rank's source part
+        share = f_s.shape[0] / self._batch_size  # ... which counts for its share of the batch (gradients added)
+        return AlignmentOutput(self.weight * share * dom_s, private_grads=self._private_grads(x_t), value=dom_s.detach())
 
 
 # ------------------------------------------------------------------------------------- method
@@ -449,7 +468,7 @@ class DomainAdaptation(Method):
         self.extra = self.alignment.modules()
         # private gradients (DP-DANN) are keyed by the names of the alignment's g+D module
         self._path_params = dict(getattr(self.alignment, "_path", nn.Module()).named_parameters())
-        params = [*self.g.parameters(), *self.h.parameters(), *self.extra.parameters()]
+        self._params = params = [*self.g.parameters(), *self.h.parameters(), *self.extra.parameters()]
         self.opt = torch.optim.Adam(params, lr=self.lr, betas=self.betas)
         # source batches: public randomness, drawn on the device from the source split moved there once
         self.pub_gen = device_generator(ctx.seed + 2, ctx.device)
@@ -477,12 +496,16 @@ class DomainAdaptation(Method):
         self.h.train()
         idx = torch.randint(len(self.source), (self.batch_size,), generator=self.pub_gen,
                             device=self.pub_gen.device)                                      # 1. public batch
+        # several processes: each rank takes its part lo..hi of the source batch (every rank draws the same idx)
+        lo, hi = dist.shard_bounds(self.batch_size)
+        idx = idx[lo:hi]
         x_s, y_s = self._source_xy[0][idx], self._source_xy[1][idx]
-        with autocast(self.device, self.precision):  # trainer.precision=bf16: the PUBLIC source forward only
+        with autocast(self.device, self.precision), dist.own_rng():  # bf16: the PUBLIC source forward only
             f_s = self.g(x_s)
             logits_s = self.h(f_s)
         f_s = f_s.float()  # the alignment (rows, clipping, noise, private gradients) runs in float32
-        loss_c = F.cross_entropy(logits_s.float(), y_s)                                      # 2. L_c (line 7)
+        # the mean over this rank's part, counted for its share: the ranks' gradients add up to the batch mean's
+        loss_c = F.cross_entropy(logits_s.float(), y_s) * ((hi - lo) / self.batch_size)     # 2. L_c (line 7)
         loss, out = loss_c, None
         if t >= self.warm:                                                                   # 3. align (8-12)
             if getattr(self.alignment, "fixed_rows", False):  # DP-SWD: B rows and their padding mask, no sync
@@ -494,6 +517,7 @@ class DomainAdaptation(Method):
             loss = loss_c + out.loss
         self.opt.zero_grad(set_to_none=True)                                                 # 4. Adam (13)
         loss.backward()
+        dist.sum_gradients(self._params)  # several processes: the ranks' parts added, one all-reduce
         if out is not None and out.private_grads is not None:
             for k, gr in out.private_grads.items():
                 p = self._path_params[k]

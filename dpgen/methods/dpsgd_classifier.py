@@ -61,6 +61,7 @@ from ..privacy.dpsgd import assign_grads, per_sample_grads
 from ..privacy.mechanisms import NoisyGradientSum, UnnoisedAccess
 from ..privacy.noise import NoiseSettings
 from ..privacy.wdp import WassersteinAccountant, pairwise_distances
+from ..utils import dist
 from .base import Method, TrainContext, mechanism_seed, secret_seed
 
 Grads = dict[str, torch.Tensor]
@@ -248,9 +249,14 @@ class DPSGDClassifier(Method):
     def plain_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
         """The non-private SGD gradient of the mean loss of a batch (``private=false`` baseline)."""
         self.net.zero_grad(set_to_none=True)
-        if not x.shape[0]:
-            return {k: torch.zeros_like(p) for k, p in self.net.named_parameters()}
-        F.cross_entropy(self.net(x), y).backward()
+        if not x.shape[0]:  # an empty part still takes part in the ranks' sum
+            for p in self.net.parameters():
+                p.grad = torch.zeros_like(p)
+            dist.sum_gradients(self.net.parameters())
+            return {k: p.grad.detach().clone() for k, p in self.net.named_parameters()}
+        # several processes: this rank's mean, divided by W; the ranks' gradients added: their average
+        (F.cross_entropy(self.net(x), y) / dist.world_size()).backward()
+        dist.sum_gradients(self.net.parameters())
         return {k: p.grad.detach().clone() for k, p in self.net.named_parameters()}
 
     # -- state ------------------------------------------------------------------------------

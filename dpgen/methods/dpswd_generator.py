@@ -68,7 +68,7 @@ import torch.nn.functional as F
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
+from ..ot.sliced import gaussian_projection_rows, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import (
     PaperConvention,
@@ -81,7 +81,7 @@ from ..privacy.mechanisms import GaussianProjectionRelease
 from ..privacy.noise import NoiseSettings
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import RowMap
-from ..utils import autocast
+from ..utils import autocast, dist
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start
 
@@ -135,6 +135,7 @@ class DPSWDGenerator(GenerativeMethod):
         self.precision = ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes
                                      if self.label_mode != "none" else 0).to(ctx.device)
+        dist.whole_batch_norm(self.G)  # several processes: each rank generates a part of the batch (see step)
         if self.label_mode != "none" and not getattr(self.G, "conditional", False):
             raise ValueError(f"model.label_mode={self.label_mode} needs a conditional generator, but "
                              f"{type(self.G).__name__} ignores labels; set model.label_mode=none")
@@ -204,15 +205,21 @@ class DPSWDGenerator(GenerativeMethod):
             y_g = self._block_labels
         else:
             y_g = torch.randint(self.num_classes, (b,), device=self.device)
+        # several processes: each rank generates its rows lo..hi of the generated batch (the same codes and
+        # labels as one process: every rank draws them all from identically seeded generators)
+        lo, hi = dist.shard_bounds(b)
+        codes, y_g = torch.randn(b, self.G.d_code, device=self.device)[lo:hi], y_g[lo:hi]
         with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-            x_g = self.G(torch.randn(b, self.G.d_code, device=self.device), y_g)
+            x_g = self.G(codes, y_g)
         x_g = x_g.float()  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
         p_t = self.projection.release(rows_t, u)                              # 4. P_t = r(X_t) U + Z_t (recorded)
-        p_s = gaussian_projection_release(self.rows(x_g, y_g), u, self.projection.noise_std)  # 5. P_s = r(G) U + Z_s
+        p_s = gaussian_projection_rows(self.rows(x_g, y_g), u, self.projection.noise_std, lo, b)  # 5. P_s = r(G) U + Z_s
+        p_s = dist.gather_shards(p_s, b)  # the whole P_s on every rank; gradients flow into this rank's rows only
         loss = sliced_wasserstein_blocks(p_s, p_t, self.n_blocks, self.power)  # 6. SW_2, within blocks
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        dist.sum_gradients(self.G.parameters())  # each rank's part of the gradient, added in one all-reduce
         self.opt.step()
         return {"loss": loss.detach()}  # a function of the release P_t and public P_s (synced at log cadence)
 

@@ -15,9 +15,9 @@ import torch.nn.functional as F
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
+from ..ot.sliced import gaussian_projection_rows, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
-from ..utils import autocast
+from ..utils import autocast, dist
 from .base import TrainContext
 from .latent import LatentMethod
 from .warm_start import WarmTarget
@@ -52,16 +52,19 @@ class DPSWGen(LatentMethod):
         extra = self.space.n_classes if self.label_mode == "partition" else 0
         return self.make_generator(d_code=self.noise_dim + extra, out_dim=d).to(self.device)
 
-    def generate_latents(self, labels: torch.Tensor) -> torch.Tensor:
-        """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``."""
+    def generate_latents(self, labels: torch.Tensor, part: tuple[int, int] | None = None) -> torch.Tensor:
+        """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``; ``part = (lo,
+        hi)``: rows lo..hi only (the codes of all n drawn, as one process draws them)."""
         z = torch.randn(labels.shape[0], self.noise_dim, device=self.device)
+        if part is not None:
+            z, labels = z[part[0]:part[1]], labels[part[0]:part[1]]
         if self.label_mode == "partition":
             z = torch.cat([z, F.one_hot(labels.to(self.device), self.space.n_classes).to(z.dtype)], dim=1)
         return self.G(z)
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self._setup_latent(data, ledger, ctx)
-        self.G = self._make_g()
+        self.G = dist.whole_batch_norm(self._make_g())  # several processes: BatchNorm over the whole generated batch
         self.block_rows = math.ceil(self.batch_size / data.num_classes)
         self._secret_seed(ctx)
         self._per_step_release(data, ledger, ctx)
@@ -71,23 +74,28 @@ class DPSWGen(LatentMethod):
     def step(self, t: int) -> dict:
         """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
         c_n = self.space.n_classes
+        # several processes: each rank generates its rows lo..hi of the generated batch (dist.shard_bounds)
         if self.label_mode == "partition":
             rows = self._private_blocks(c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1, on the device
             y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
+            lo, hi = dist.shard_bounds(rows.shape[0])
             with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-                fake = self.generate_latents(y_g)
+                fake = self.generate_latents(y_g, (lo, hi))
         else:
             rows = self._private_rows()                                        # Y_t: (B, D), norm <= 1
+            lo, hi = dist.shard_bounds(rows.shape[0])
             with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-                fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device))
+                fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device)[lo:hi])
         fake = fake.float()  # projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
         p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
-        p_s = gaussian_projection_release(fake, u, self.projection.noise_std)  # G(z) U_t + Z'_t (public)
+        p_s = gaussian_projection_rows(fake, u, self.projection.noise_std, lo, rows.shape[0])  # G(z) U_t + Z'_t
+        p_s = dist.gather_shards(p_s, rows.shape[0])  # the whole P_s on every rank; gradients into this rank's rows
         n_blocks = c_n if self.label_mode == "partition" else 1
         loss = sliced_wasserstein_blocks(p_s, p_t, n_blocks, 2.0)             # SW_2 (within class blocks)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        dist.sum_gradients(self.G.parameters())  # each rank's part of the gradient, added in one all-reduce
         self.opt.step()
         return {"loss": loss.detach()}  # a function of the release and public samples (synced at log cadence)
 

@@ -228,7 +228,7 @@ class LatentMethod(GenerativeMethod):
             if ae_state is not None:  # resume: the same frozen AE
                 ae.load_state_dict(ae_state)
                 self.ae_info = {"ae_source": "checkpoint"}
-            else:
+            elif dist.is_main():  # several processes: rank 0 reads or trains (and caches) it, the others receive it
                 key = self._ae_key(data, ae, ctx.seed)
                 cache = Path(self.ae_cache) / f"ae_{data.name}_{key}.pt" if self.ae_cache else None
                 if cache is not None and cache.exists():
@@ -244,6 +244,12 @@ class LatentMethod(GenerativeMethod):
                     if cache is not None:
                         write_atomically({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_steps},
                                          cache)  # PUBLIC: trained on public images only
+            if ae_state is None and dist.active():  # rank 0's autoencoder on every rank; only rank 0 writes
+                got = dist.broadcast_object(({k: v.cpu() for k, v in ae.state_dict().items()}, self.ae_info)
+                                            if dist.is_main() else None)
+                if not dist.is_main():
+                    ae.load_state_dict(got[0])
+                    self.ae_info = got[1]
             ae.eval()
             for p in ae.parameters():
                 p.requires_grad_(False)

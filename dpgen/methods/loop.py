@@ -38,7 +38,9 @@ Several processes (``torchrun``, ``dpgen.utils.dist``): every rank runs this loo
 batches (the sampler gives each its part) and releases the same tensors (the mechanisms reduce, noise
 once and gather), so every rank takes every step and computes the same update.  After ``setup`` (and a
 resume) rank 0's state — models, optimisers, sampler, noise generators, RNG — is copied to every rank,
-so the ranks start identical whatever they seeded; the budget allowance is rank 0's.  Only rank 0 logs
+so the ranks start identical whatever they seeded; from there every rank draws the same public
+randomness (generator inputs, directions, public batches) from identically seeded generators, with no
+exchange between steps; the budget allowance is rank 0's.  Only rank 0 logs
 and writes (checkpoints, the release artefact, ``finish``): one run folder, one ledger.  Its checkpoint
 holds the single-process state, so a run resumes on any number of processes.
 """
@@ -171,14 +173,6 @@ def _same_state_as_rank0(method: Method) -> None:
     set_rng_state(state["rng"])
 
 
-def _same_rng_as_rank0() -> None:
-    """Several processes: rank 0's global RNG state on every rank (after a step whose private part drew
-    from it in proportion to the rank's part of the batch, e.g. dropout masks of per-sample gradients),
-    so the next step's public draws (generator inputs, directions, public batches) are the same everywhere."""
-    if dist.active():
-        set_rng_state(dist.broadcast_object(rng_state() if dist.is_main() else None))
-
-
 def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, values: dict,
                 ctx: TrainContext) -> None:
     """Atomic; a failed write (disk full) is one error line and leaves the previous checkpoint intact.
@@ -191,7 +185,7 @@ def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: in
                       **({"warm_start": warm.state_dict()} if warm is not None else {}),
                       "ledger": ledger.state_dict(), "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()},
                       "sampler": None if method.sampler is None else method.sampler.state_dict(), "rng": rng_state(),
-                      "values": host_values(values)}, ctx.checkpoint_path)
+                      "values": host_values(values), "processes": dist.world_size()}, ctx.checkpoint_path)
 
 
 @dataclass
@@ -300,7 +294,6 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
                 stopped = True
                 break
             values = method.step(t)
-            _same_rng_as_rank0()
             budget.spent(mechs)
             _check_finite(values, t)
             watch.update(values, t)
@@ -336,6 +329,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     docstring: ``_resume`` -> ``_warm_release`` -> setup -> ``_warm_up`` -> ``_restore`` -> ``_plan`` ->
     ``_steps`` -> ``_publish``."""
     ck = _resume(method, ctx)
+    ctx.processes = dist.processes(resumed_from=None if ck is None else ck.get("processes"))
     warm = getattr(method, "warm_start", None)  # methods.warm_start: phase 1 and its ledger come before setup
     if warm is not None:
         _warm_release(warm, ck, data, ledger, ctx)
@@ -356,6 +350,6 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     return {"train_steps": done, "steps_planned": plan.planned, "stopped_by_budget": stopped,
             "train_time_s": time.time() - t0,
             **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
-            "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()},
+            "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "processes": ctx.processes,
             **({} if warm is None else {"mechanisms_warm_start": {"moments": warm.method.mech.describe()}}),
             **method.train_summary(), **({} if warm is None else warm.train_summary())}

@@ -30,6 +30,18 @@ def _moved(t: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
     return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
+def gaussian_projection_rows(x: torch.Tensor, u: torch.Tensor, sigma: float, lo: int, n: int) -> torch.Tensor:
+    """Rows ``lo .. lo + len(x)`` of :func:`gaussian_projection_release` of an ``n``-row input whose rows there
+    are ``x``: ``x U`` plus those rows of the ``(n, k)`` noise drawn from torch's global generator, so the
+    parts of the ranks of a data-parallel step (each holding some rows) make up the one-process release.
+    ``lo = 0, n = len(x)``: :func:`gaussian_projection_release` itself."""
+    p = x @ u
+    if sigma > 0:
+        noise = torch.randn((n, u.shape[1]), dtype=p.dtype, device=p.device)
+        p = p + sigma * noise[lo:lo + x.shape[0]]
+    return p
+
+
 def sliced_wasserstein_projected(p_s: torch.Tensor, p_t: torch.Tensor, q: float = 2.0) -> torch.Tensor:
     """SW_q from projections ``p_s, p_t: (n, k)`` (same n): 1-D OT by sorting each column.
 

@@ -71,7 +71,7 @@ def _finite(x: float | None) -> float | str | None:
 def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict, dataset: str, n_private: int,
                noisy_count: float | None = None, public_data: list[str] | None = None, code_version: str | None = None,
                release_file: str | None = None, convention: dict | None = None, export: dict | None = None,
-               validation_held_out: int | None = None) -> dict:
+               validation_held_out: int | None = None, processes: dict | None = None) -> dict:
     """The card of a release, from the ledger that ran (``n_private`` is used only under replace-one).
 
     ``validation_held_out``: the number of sensitive images cut off the training split before any private
@@ -109,12 +109,21 @@ def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict,
         },
         "public_data": public_data or [],
         "code_version": code_version,
+        **({"processes": processes} if processes else {}),  # world size, backend, a resume on another world size
         **({"release_file": release_file} if release_file else {}),
         **({"export": export} if export else {}),
     }
     card["covers"] = _covers(card, non_private)
     card["does_not_cover"] = _does_not_cover(card, held_out_fraction(config))
     return card
+
+
+def _processes_line(p: dict) -> str:
+    """The card's line of how the run was spread over processes."""
+    backend = f" ({p['backend']})" if p.get("backend") else ""
+    resumed = p.get("resumed_from_world_size")
+    again = f"; resumed from a checkpoint written by {resumed} process{'es' if resumed > 1 else ''}" if resumed else ""
+    return f"| processes | {p['world_size']}{backend}{again} |"
 
 
 def held_out_fraction(config: dict) -> float | None:
@@ -198,6 +207,7 @@ def card_markdown(card: dict) -> str:
         f"| public data | {', '.join(card['public_data']) or 'none'} |",
         f"| config hash | `{card['config_hash']}` |",
         f"| code version | {card['code_version'] or 'unknown'} |",
+        *([_processes_line(card["processes"])] if card.get("processes") else []),
     ]
     if card.get("export"):
         e = card["export"]

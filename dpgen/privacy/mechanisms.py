@@ -30,12 +30,18 @@ A :class:`Mechanism` is built from the run's :class:`~dpgen.privacy.ledger.Priva
 mechanism records noise multiplier 0: epsilon = infinity).  ``describe()`` is what results.json shows.
 
 Several processes (``torchrun``; :mod:`dpgen.utils.dist`): a release is the single-process
-release of the global batch, whatever the number of processes W.  Sums of clipped contributions
-(``NoisyGradientSum``, ``ClassMomentRelease``) are summed over the ranks first and noised once, on rank
-0, then broadcast (:meth:`Mechanism.noised_sum`); projected rows (``GaussianProjectionRelease``) are
-noised where they are computed, each released row once, then gathered.  The generators (noise,
-directions) and the calibrated multiplier are rank 0's, so the ledger (which every rank keeps
-identically and rank 0 writes) records exactly the single-process entries.
+release of the global batch, whatever the number of processes W.  Each kind DECLARES how the ranks'
+parts combine (``reduce``, as torchmetrics' ``add_state(dist_reduce_fx=...)``) and the base class does
+the one collective (:meth:`Mechanism.combine`): ``"sum"`` — each rank's sum over its records is
+all-reduced (``NoisyGradientSum``, ``ClassMomentRelease``); ``"rows"`` — each rank's rows are
+all-gathered in rank order (``GaussianProjectionRelease``); ``"none"`` — every rank already holds the
+whole quantity (``ImageGradientSanitiser``, ``UnnoisedAccess``).  The noise is then added by
+:meth:`Mechanism.noised` on every rank with the SAME draws: the generators (noise, directions) are
+seeded with rank 0's seed and draw the same numbers in the same order everywhere, so every rank
+releases one and the same tensor, noised once (the single-process release), with no broadcast.  The
+calibrated multiplier is rank 0's, so the ledger (which every rank keeps identically and rank 0
+writes) records exactly the single-process entries.  What crosses between processes is un-noised
+(partial sums, projected rows): the process group is inside the run's trust boundary.
 
 Kinds: every subclass that sets ``kind`` registers itself in :data:`MECHANISMS` when it is defined
 (the kinds table of the privacy docs is generated from it).  Adding a kind: subclass
@@ -111,6 +117,7 @@ class _AppliesNoisePolicy(ABCMeta):
 
 
 MECHANISMS: dict[str, type[Mechanism]] = {}  # kind -> class, filled as each subclass is defined
+REDUCES = ("sum", "rows", "none")  # how a kind's parts combine across processes (Mechanism.reduce)
 
 
 class Mechanism(metaclass=_AppliesNoisePolicy):
@@ -124,9 +131,15 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
     kind: ClassVar[str] = "mechanism"
     release_formula: ClassVar[str] = ""  # what one release adds, for the kinds table of the docs
     used_by: ClassVar[str] = ""  # the methods that release through this kind
+    # how the processes' parts of one release combine before the noise (:meth:`combine`): "sum" (each rank
+    # holds the sum over its records), "rows" (each rank holds its rows of the batch) or "none" (each rank
+    # holds the whole quantity)
+    reduce: ClassVar[str] = "none"
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
+        if cls.reduce not in REDUCES:
+            raise ValueError(f"{cls.__qualname__}.reduce must be one of {REDUCES}, got {cls.reduce!r}")
         if "kind" in cls.__dict__:  # a concrete kind registers itself (the kinds table of the docs)
             if cls.kind in MECHANISMS and MECHANISMS[cls.kind] is not cls:
                 raise ValueError(f"mechanism kind {cls.kind!r} is already {MECHANISMS[cls.kind].__qualname__}")
@@ -222,39 +235,36 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         z = torch.randn(tuple(shape), generator=self.generator, dtype=like.dtype, device=self.device)
         return self.noise_std * (z if z.device == like.device else z.to(like.device))
 
+    def combine(self, parts: list[torch.Tensor], rows: int | None = None) -> list[torch.Tensor]:
+        """This process's parts of one release -> the whole batch's, by the kind's declared :attr:`reduce`,
+        in ONE collective (every part together); un-noised, inside the process group only.
+
+        ``"sum"``: each part is this rank's sum over its records; the result is the sum over the ranks.
+        ``"rows"``: each part holds this rank's rows (``dist.shard_bounds(rows)``) of a ``rows``-row
+        tensor; the result is the whole tensor, in rank order (``rows=None``: parts of any sizes, which are
+        exchanged first).  ``"none"`` (or one process): ``parts``."""
+        if not dist.active() or self.reduce == "none":
+            return parts
+        if self.reduce == "rows":
+            return [dist.all_gather_rows(p) if rows is None else dist.gather_shards(p.detach(), rows) for p in parts]
+        flat = dist.all_reduce_sum(torch.cat([p.reshape(-1) for p in parts]))
+        return [c.view_as(p) for c, p in zip(flat.split([p.numel() for p in parts]), parts, strict=True)]
+
+    def noised(self, parts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each part plus ``N(0, noise_std^2)`` on every entry, drawn in order from this mechanism's generator.
+
+        Several processes: ``parts`` are the combined (whole-batch) quantities, the same on every rank, and
+        every rank draws the same numbers (its generator is seeded with rank 0's seed and has drawn the same
+        shapes), so every rank releases the same tensor with ONE draw of the calibrated noise: the
+        single-process release, its sensitivity (one record moves one contribution or one row, wherever it
+        is read) and its noise.  (Noising each rank's part before a sum would add W independent draws: a
+        variance W times too large.)"""
+        return [p if (z := self.noise(p.shape, p)) is None else p + z for p in parts]
+
     def noised_sum(self, parts: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Sums of clipped per-record contributions -> the same sums plus ``N(0, noise_std^2)`` on every entry.
-
-        One process: ``part + noise`` for each part, drawn in order from this mechanism's generator.
-        Several processes: each rank holds the sums over ITS records; they are summed over the ranks
-        (the sum of the global batch, un-noised only inside the process group), the noise is drawn ONCE,
-        on rank 0, from this generator in the same order, and the result is broadcast.  So the released
-        tensor is the single-process release of the global batch: its sensitivity (one record moves one
-        contribution, wherever it is read) and its noise are the single-process ones.  Noising on every
-        rank before the sum would add W independent draws (variance W times too large, a different
-        release); noising only after the sum on rank 0 adds exactly the calibrated noise.
-        """
-        if not dist.active():
-            return [p if (z := self.noise(p.shape, p)) is None else p + z for p in parts]
-        return self.noised_once(dist.all_reduce_sum(torch.cat([p.reshape(-1) for p in parts])), parts)
-
-    def noised_once(self, flat: torch.Tensor, parts: list[torch.Tensor]) -> list[torch.Tensor]:
-        """``flat`` (the concatenated ``parts``, the same on every rank) plus noise drawn once, on rank 0 (the
-        only process: the same draws), from this generator in the order of ``parts``; broadcast; split back
-        like ``parts``."""
-        sizes = [p.numel() for p in parts]
-        if dist.is_main():
-            chunks = list(flat.split(sizes))
-            for i, (c, p) in enumerate(zip(chunks, parts, strict=True)):
-                z = self.noise(p.shape, c)
-                if z is not None:
-                    chunks[i] = c + z.reshape(-1)
-            flat = torch.cat(chunks)
-        else:  # the same draws, discarded: every rank's generator stays in rank 0's state (checkpoints, resume)
-            for p in parts:
-                self.noise(p.shape, torch.empty(0, dtype=flat.dtype))
-        flat = dist.broadcast(flat)
-        return [c.reshape(p.shape) for c, p in zip(flat.split(sizes), parts, strict=True)]
+        """Sums of clipped per-record contributions (this rank's records) -> the whole batch's sums plus
+        ``N(0, noise_std^2)`` on every entry: :meth:`combine` (one all-reduce), then :meth:`noised`."""
+        return self.noised(self.combine(parts))
 
     def _record(self) -> None:
         """One release of this mechanism in the ledger (only ``release`` calls it)."""
@@ -328,6 +338,7 @@ class GaussianProjectionRelease(Mechanism):
     """
 
     kind = "gaussian_projection"
+    reduce = "rows"
     release_formula = "`rows @ U + N(0, s^2)`, a fresh U per step"
     used_by = "DP-SWD generator, DPSWflow-r, DPSWgen, domain adaptation `dpswd`"
 
@@ -377,13 +388,13 @@ class GaussianProjectionRelease(Mechanism):
     def draw_directions(self, device: torch.device | str | None = None) -> torch.Tensor:
         """Fresh ``U: (D, k)`` of this release's kind from the mechanism's own directions generator (secret,
         checkpointed: a resumed run draws the directions an uninterrupted run would have drawn), drawn on the
-        generator's device (the run's) and returned on ``device``; several processes: rank 0's (the generators
-        agree; the broadcast makes it certain)."""
+        generator's device (the run's) and returned on ``device``; several processes: the same on every rank
+        (every rank's generator is seeded with rank 0's seed)."""
         if self.directions == "orthogonal":
             u = orthogonal_directions(self.dim, self.k, generator=self.directions_generator, device=device)
         else:
             u = random_directions(self.dim, self.k, generator=self.directions_generator, device=device)
-        return dist.broadcast(u)
+        return u
 
     def release(self, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``rows: (B, D)`` (already bounded by a row map), ``u: (D, k)`` -> ``(B, k) = rows @ u + N(0, s^2)``.
@@ -392,19 +403,16 @@ class GaussianProjectionRelease(Mechanism):
 
         Several processes: ``rows`` is the whole released batch on every rank (the row maps
         ``privacy.rows.fixed_size`` / ``class_blocks`` gather the ranks' rows first, so the fixed-size
-        layout is the single-process one); rank r projects and noises its contiguous part of the rows and
-        the noisy parts are gathered.  Each released row is noised once, by one rank, with the entries the
-        single-process release would have drawn for it (every rank draws the whole noise matrix from the
-        same generator and keeps its part), so the released ``(B, k)`` matrix, its sensitivity (one
-        record moves one row) and the ledger entry are the single-process ones.
+        layout is the single-process one); rank r projects its contiguous part of the rows, the parts are
+        gathered (``reduce = "rows"``: one all-gather) and every rank adds the same draw of the whole noise
+        matrix, so the released ``(B, k)`` matrix, its sensitivity (one record moves one row) and the
+        ledger entry are the single-process ones.
         """
         if rows.shape[1] != self.dim or u.shape != (self.dim, self.k):
             raise ValueError(f"projection release expects rows (B, {self.dim}) and directions ({self.dim}, {self.k}), "
                              f"got {tuple(rows.shape)} and {tuple(u.shape)}")
         lo, hi = dist.shard_bounds(rows.shape[0])
-        p = rows.detach()[lo:hi] @ u
-        z = self.noise((rows.shape[0], self.k), p)
-        out = dist.all_gather_rows(p if z is None else p + z[lo:hi])
+        (out,) = self.noised(self.combine([rows.detach()[lo:hi] @ u], rows=rows.shape[0]))
         self._record()
         return out
 
@@ -503,7 +511,8 @@ class ImageGradientSanitiser(Mechanism):
 
     Several processes: G is not a sum over records (the transport plan couples the whole batch), so
     every rank reads the whole global batch (``PrivateSampler(split=False)``), computes the same G, and
-    the clipped G is noised once, on rank 0, and broadcast: the single-process release.
+    every rank adds the same draw of the noise to the clipped G (``reduce = "none"``): the single-process
+    release, with nothing crossing the processes.
     """
 
     kind = "image_gradient"
@@ -537,7 +546,7 @@ class ImageGradientSanitiser(Mechanism):
             # non-finite entries -> 0 (a public rule; unconditional: testing first would be a host sync per step)
             g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
             g = clip_whole(g, self.clip_norm) if self.clip == "whole" else clip_per_row(g, self.clip_norm)
-            g = self.noised_once(g.reshape(-1), [g])[0]  # several processes: every rank has g; rank 0 noises it
+            (g,) = self.noised([g])  # several processes: every rank has g and draws the same noise
         self._record()
         return g
 
@@ -561,6 +570,7 @@ class NoisyGradientSum(Mechanism):
     """
 
     kind = "noisy_gradient_sum"
+    reduce = "sum"
     release_formula = "`(sum_i clip_C(g_i) + N(0, s^2)) / (q N)`"
     used_by = "DP-SGD classifier, domain adaptation `dp_dann`"
 

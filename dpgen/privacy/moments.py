@@ -76,7 +76,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..utils import dist
 from .errors import PrivacySettingError
 from .mechanisms import Mechanism
 from .noise import NoisePolicy
@@ -310,12 +309,13 @@ class ClassMomentRelease(Mechanism):
     records itself.
 
     Several processes: each rank passes the codes of its part of the private set; the weighted
-    moment vectors are summed over the ranks (the vector of the whole set: the same function of the
-    same records, so the same sensitivity) and noised once, on rank 0, then broadcast
+    moment vectors are summed over the ranks (``reduce = "sum"``: the vector of the whole set, the same
+    function of the same records, so the same sensitivity) and every rank adds the same draw of the noise
     (``Mechanism.noised_sum``): the released vector is the single-process one.
     """
 
     kind = "class_moments"
+    reduce = "sum"
     release_formula = "`[w0 n_c, w1 sum z, w2 sum z z^T]_c + N(0, s^2)`, once"
     used_by = "DP class-Gaussian (`release: moments`)"
 
@@ -343,7 +343,7 @@ class ClassMomentRelease(Mechanism):
             raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
         z = z.double()
         v = class_moment_vector(z, y, self.n_classes, self.weights)
-        v = self.noised_sum([v])[0]  # several processes: summed over the ranks, noised once on rank 0
+        v = self.noised_sum([v])[0]  # several processes: summed over the ranks (one all-reduce), noised once
         self._record()
         k = z.shape[1]
         floor = 1e-6 * self.radius**2 / k if eig_floor is None else eig_floor
@@ -403,6 +403,7 @@ class ClassBlockProjectionRelease(Mechanism):
     """
 
     kind = "class_block_projection"
+    reduce = "rows"
     release_formula = "`[w0 n_c, B_c U_c]_c + N(0, s^2)`, fixed-size class blocks, once (N public)"
     used_by = "DP class-Gaussian (`release: projections`)"
 
@@ -436,7 +437,7 @@ class ClassBlockProjectionRelease(Mechanism):
             raise RuntimeError("ClassBlockProjectionRelease is a single release")
         if z.shape[0] and float(z.norm(dim=1).max()) > self.radius * (1 + 1e-6):
             raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
-        z, y = dist.all_gather_rows(z.double()), dist.all_gather_rows(y)
+        z, y = self.combine([z.double(), y])  # several processes: every rank's codes, in rank order
         k = z.shape[1]
         b, counts = self.blocks(z, y)
         us = torch.stack([orthogonal_matrix(k, self.generator) for _ in range(self.n_classes)])  # (C, K, K)

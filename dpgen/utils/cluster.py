@@ -32,3 +32,18 @@ def export_submitit_environment() -> bool:
     # overwrite: a MASTER_PORT the user set is the port (TorchDistributedEnvironment reads it); RANK is not set
     TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     return True
+
+
+def slurm_tasks_problem() -> str | None:
+    """One line when this process is one of several tasks of a SLURM step (``srun`` with 2+ tasks) that no
+    distributed launcher started (no ``WORLD_SIZE``: not torchrun, not submitit): each task would be an
+    independent run on the same private data, each spending the whole budget.  None otherwise (one task, or
+    a launcher's process).  The batch script of ``sbatch --ntasks N`` runs once: its step has one task."""
+    env = os.environ
+    tasks = env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1"))
+    if not tasks.isdigit() or int(tasks) < 2 or "WORLD_SIZE" in env or env.get("SUBMITIT_EXECUTOR"):
+        return None
+    return (f"this is one of {tasks} SLURM tasks (srun with SLURM_NTASKS={tasks}) without a distributed launcher: "
+            f"they would be {tasks} independent runs, each spending the privacy budget on the same data; start one "
+            f"task that launches the processes (srun --ntasks 1 dpgen train --nproc <processes> ..., one node), or "
+            f"hydra/launcher=submitit_slurm for several nodes (docs/guides/distributed.md)")

@@ -31,6 +31,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -68,6 +72,14 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def processes(resumed_from: int | None = None) -> dict:
+    """How the run is spread (results.json and the privacy card): the number of processes, the backend, and
+    the number of processes of the checkpoint it resumed from when that differs."""
+    w = world_size()
+    out = {"world_size": w, "backend": tdist.get_backend() if active() else None}
+    return {**out, "resumed_from_world_size": resumed_from} if resumed_from is not None and resumed_from != w else out
+
+
 def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
@@ -81,16 +93,47 @@ def timeout_s() -> float:
     return float(os.environ.get(TIMEOUT_ENV, "600"))
 
 
+_JOINS = [0]  # how many times this process has joined a group (the jobs of a sweep each join once)
+
+
 def init_from_env() -> bool:
-    """Join the launcher's process group (once); True when this process is one of several."""
+    """Join the launcher's process group (once per run); True when this process is one of several.
+
+    The jobs of a sweep (``-m``) run one after the other in the same processes, each joining a new group
+    after the last one left it: each join keys its exchange of addresses under its own prefix of the
+    launcher's store (the same on every rank: every rank joins once per job), so a later job never reads the
+    addresses of an earlier one.  The process also asks to be stopped (SIGTERM) when its launcher dies."""
     if active() or not requested():
         return active()
+    die_with_parent()
     backend = "gloo"
     if gpu_per_process():  # NCCL wants one GPU per process: with fewer GPUs than processes, gloo alone
         torch.cuda.set_device(local_rank())
         backend = "cpu:gloo,cuda:nccl"
-    tdist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s()))
+    timeout = timedelta(seconds=timeout_s())
+    store, rank_, size = next(tdist.rendezvous("env://", timeout=timeout))
+    _JOINS[0] += 1
+    tdist.init_process_group(backend=backend, store=tdist.PrefixStore(f"dpgen-run-{_JOINS[0]}", store), rank=rank_,
+                             world_size=size, timeout=timeout)
     return True
+
+
+def die_with_parent() -> None:
+    """Linux: ask the kernel to send this process SIGTERM when its parent (torchrun's agent, ``dpgen train
+    --nproc``) dies, even by SIGKILL (``prctl(PR_SET_PDEATHSIG)``): a rank never outlives its launcher holding
+    the run folder.  SIGTERM ends the run as a stop does (the checkpoint is kept).  Elsewhere: nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent == 1 or os.getppid() != parent:  # the launcher died before the request: stop now, as the kernel would
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def gpu_per_process() -> bool:
@@ -131,9 +174,13 @@ def peer_failure(err: BaseException) -> str | None:
                                                                              "Connection closed", "Connection reset")):
         return None
     reason = "did not answer within DPGEN_DIST_TIMEOUT" if "imed out" in text or "imeout" in text else "stopped"
-    return (f"another process of this {world_size()}-process run {reason}, so the run ended; its folder keeps "
-            "the last checkpoint: resume it with the same command plus hydra.run.dir=<run folder> trainer.resume=true "
-            "(on any number of processes)")
+    return f"another process of this {world_size()}-process run {reason}, so the run ended; {RESUME_ADVICE}"
+
+
+# what to do after a run of several processes ended early (its folder may not hold a checkpoint yet)
+RESUME_ADVICE = ("if its folder holds a checkpoint (checkpoints/last.pt), resume it with the same command plus "
+                 "hydra.run.dir=<run folder> trainer.resume=true (on any number of processes); if not, run the same "
+                 "command again")
 
 
 # ---------------------------------------------------------------------------- collectives
@@ -207,6 +254,129 @@ def all_gather_rows(t: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(buf) for _ in counts]
     tdist.all_gather(parts, buf)
     return torch.cat([p[:c] for p, c in zip(parts, counts, strict=True)]).to(t.device)
+
+
+def shard_sizes(n: int) -> list[int]:
+    """The size of every rank's part of ``n`` items (:func:`shard_bounds`): public, known on every rank."""
+    w = world_size()
+    base, extra = divmod(n, w)
+    return [base + (1 if r < extra else 0) for r in range(w)]
+
+
+class _GatherShards(torch.autograd.Function):
+    """All-gather of the ranks' parts (:func:`shard`) of an ``n``-row tensor; the backward pass keeps
+    this rank's rows of the gradient.
+
+    Every rank computes the same function of the gathered tensor (the loss), so the gradient w.r.t. the
+    gathered tensor is the same on every rank and this rank's rows of it are exactly the single-process
+    gradient w.r.t. its own rows: nothing needs to cross the processes on the way back (a reduce-scatter,
+    as ``torch.distributed.nn.functional.all_gather`` does, would sum W equal copies).  The parameters'
+    gradients are then partial sums, added over the ranks by :func:`sum_gradients`."""
+
+    @staticmethod
+    def forward(ctx, part: torch.Tensor, n: int) -> torch.Tensor:
+        sizes = shard_sizes(n)
+        ctx.lo, ctx.hi = shard_bounds(n)
+        dev, most = _comm_device(part), max(sizes)
+        buf = part.new_zeros((most, *part.shape[1:]), device=dev)
+        buf[:part.shape[0]] = part.detach().to(dev)
+        parts = [torch.empty_like(buf) for _ in sizes]
+        tdist.all_gather(parts, buf)
+        return torch.cat([p[:c] for p, c in zip(parts, sizes, strict=True)]).to(part.device)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad[ctx.lo:ctx.hi], None
+
+
+def gather_shards(part: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``(n, ...)`` tensor whose rows ``shard_bounds(n)`` are ``part`` on each rank, on every rank: ONE
+    all-gather (the sizes are public).  Differentiable: gradients flow back only into this rank's ``part``
+    (:class:`_GatherShards`).  One process: ``part`` itself."""
+    if not active():
+        return part
+    lo, hi = shard_bounds(n)
+    if part.shape[0] != hi - lo:
+        raise ValueError(f"this rank's part has {part.shape[0]} rows, not its share of {n}")
+    return _GatherShards.apply(part, n)
+
+
+def sum_gradients(params) -> None:
+    """Add the ``.grad`` of ``params`` over the ranks in place, in ONE all-reduce of one flat buffer (a
+    single bucket): each rank's gradient is the part from its own samples, the sum is the whole batch's.
+    One process: nothing."""
+    if not active():
+        return
+    params = [p for p in params if p.requires_grad]
+    for p in params:  # the same buffer layout on every rank, whichever parameters this rank's samples reached
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in params]
+    if not grads:
+        return
+    flat = all_reduce_sum(torch.cat([g.reshape(-1) for g in grads]))
+    for g, chunk in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+        g.copy_(chunk.view_as(g))
+
+
+@contextmanager
+def own_rng(stream: int = 0) -> Iterator[None]:
+    """Several processes: draws made inside (dropout masks of this rank's samples) come from a stream of this
+    rank's own, and torch's global generators are back in their state on leaving, so every rank's next
+    public draw (generator inputs, smoothing noise) is still the same as every other rank's: nothing is
+    exchanged to keep the ranks in step.  The stream is seeded from the global state (the same on every
+    rank) plus the rank: masks of the same law as one process's, not the same values.  One process: nothing
+    changes (the draws are the global generator's, as always).  ``stream``: another stream of the same
+    step (e.g. a second chunk of samples)."""
+    if not active():
+        yield
+        return
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed((int(torch.randint(2**62, ())) + rank() + world_size() * stream) % 2**63)
+        yield
+
+
+def whole_batch_norm(module: torch.nn.Module) -> torch.nn.Module:
+    """Several processes: every BatchNorm layer of ``module`` normalises (in training) by the statistics of the
+    WHOLE batch, the ranks' parts together, as one process would (torch's ``SyncBatchNorm`` runs on GPUs only);
+    its running statistics follow the whole batch too.  The layers keep their parameters and buffers (the same
+    state dict); evaluation is unchanged.  One process: ``module`` as it is."""
+    if active():
+        for m in module.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.forward = types.MethodType(_whole_batch_forward, m)
+    return module
+
+
+def _whole_batch_forward(bn: torch.nn.modules.batchnorm._BatchNorm, x: torch.Tensor) -> torch.Tensor:
+    """BatchNorm in training from the sums over every rank's rows (one differentiable all-reduce: the gradient
+    w.r.t. the statistics is added over the ranks on the way back)."""
+    from torch.distributed.nn.functional import all_reduce
+
+    if not bn.training:
+        return type(bn).forward(bn, x)
+    c, dims = x.shape[1], [0, *range(2, x.dim())]
+    shape = [1, c] + [1] * (x.dim() - 2)
+    # sums of x - k and its square in ONE all-reduce; k (the running mean, the same on every rank) keeps
+    # E[(x-k)^2] - E[x-k]^2 from cancelling when the mean is large against the spread
+    k = bn.running_mean.detach().clone().view(shape) if bn.running_mean is not None else x.new_zeros(shape)
+    d = x - k
+    total = all_reduce(torch.cat([d.sum(dims), d.square().sum(dims), x.new_full((1,), x.numel() / c)]))
+    n = total[-1]
+    shift = total[:c] / n
+    mean = shift + k.view(-1)
+    var = (total[c:2 * c] / n - shift * shift).clamp_min(0.0)
+    y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + bn.eps)
+    if bn.affine:
+        y = y * bn.weight.view(shape) + bn.bias.view(shape)
+    if bn.track_running_stats:
+        with torch.no_grad():
+            bn.num_batches_tracked.add_(1)
+            mom = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
+            bn.running_mean.mul_(1 - mom).add_(mom * mean)
+            bn.running_var.mul_(1 - mom).add_(mom * var * n / (n - 1).clamp_min(1.0))
+    return y
 
 
 def barrier() -> None:

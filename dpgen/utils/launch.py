@@ -19,9 +19,22 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from . import dist
+from .cluster import slurm_tasks_problem  # noqa: F401  (torch-free: the app checks it before importing torch)
 
 LAUNCHER_ENV = "DPGEN_LAUNCHER"  # set by `dpgen train --nproc`: it reports a lost process itself
 PEER_LOST = 3  # exit status of a rank whose collective failed because another rank died or hung
+
+
+def resume_advice(argv: list[str]) -> str:
+    """What to do after a run of several processes ended early: resume when its folder (``hydra.run.dir`` of
+    ``argv``) holds a checkpoint, run again when it does not, and say both when the folder is not known here."""
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
+    if not given:
+        return dist.RESUME_ADVICE
+    if (Path(given[-1]) / "checkpoints" / "last.pt").is_file():
+        return ("its folder keeps the last checkpoint: resume it with the same command plus trainer.resume=true (on "
+                "any number of processes)")
+    return "it ended before its first checkpoint, so there is nothing to resume: run the same command again"
 
 
 def run_dir_overrides(argv: list[str], hydra_config: Path) -> list[str]:
@@ -81,8 +94,6 @@ def launch(argv: list[str], nproc: int) -> int:
             what = f"process {first.local_rank} of {nproc} was killed by {signal.Signals(-first.exitcode).name}"
         else:
             what = f"process {first.local_rank} of {nproc} exited with status {first.exitcode}"
-        print(f"error: {what}, so the run ended; its folder keeps the last checkpoint: resume it with the same "
-              "command plus hydra.run.dir=<run folder> trainer.resume=true (on any number of processes)",
-              file=sys.stderr)
+        print(f"error: {what}, so the run ended; {resume_advice(argv)}", file=sys.stderr)
         return 1
     return 0

@@ -11,9 +11,11 @@ single-process reference with the same seeds and compares:
 * a projection release and a class-moment release equal the single-process ones (same noise draws);
 * training (DP-SGD, the class-Gaussian default, DP-SWD; trainer.deterministic=true): epsilon, delta,
   sigma and the ledger equal the single-process run's to 1e-9; with the noise switched off one step's
-  parameters equal the single-process step's to 1e-6, and every rank holds the same parameters;
+  parameters equal the single-process step's to 1e-6 (each rank generating and back-propagating its part
+  of the batch), and every rank holds the same parameters;
 * the other private families (DP-Sinkhorn, DPSWflow-r, DPSWgen, DPSWflow, the DP-SWD adapter, DP-DANN)
-  the same way, in one more pair of processes (slow suite).
+  the same way, and the non-private baselines (SGD, SWD, DANN) hold one model on every rank, in one more
+  pair of processes (slow suite).
 
 Launching through torchrun, one run folder, a killed rank and resuming on another number of
 processes: ``test_distributed_runs.py``.
@@ -51,16 +53,22 @@ PRESETS = {  # family -> (experiment, overrides): a few steps of each on the bun
     "class_gaussian": ("digits_moments", []),
     "dpswd": ("digits_dpswd", ["model.dp.num_projections=20", "model.epochs=1"]),
 }
+NO_DROPOUT = ["++model.feature_extractor.dropout=0.0", "++model.classifier.dropout=0.0"]
 MORE_PRESETS = {  # the other private families (slow suite: one more pair of processes)
     "dpsinkhorn": ("digits_dpsinkhorn", ["model.steps=20", "model.generator.hidden=8"]),
     "dpswflow_r": ("digits_dpswflow_r", ["model.ae_steps=5", "model.epochs=1", "model.dp.num_projections=20"]),
-    "dpswd_adapter": ("digits_shift_dpswd", ["model.epochs=1", "model.start_align=0"]),
-    # dropout 0 in g: its masks in the per-sample pass are drawn per rank (the released sum is still one draw)
-    "dp_dann": ("digits_shift_dp_dann", ["model.epochs=1", "model.start_align=0", "++model.feature_extractor.dropout=0.0"]),
+    # dropout 0 in g and h: each rank draws the masks of its own samples (the same law as one process, other values)
+    "dpswd_adapter": ("digits_shift_dpswd", ["model.epochs=1", "model.start_align=0", *NO_DROPOUT]),
+    "dp_dann": ("digits_shift_dp_dann", ["model.epochs=1", "model.start_align=0", *NO_DROPOUT]),
     "dpswgen": (None, ["dataset=digits", "model=dpswgen", "model.autoencoder=null", "model.epochs=1",
                          "model.representation={kind:dct,n_components:8}", "model.dp.num_projections=20"]),
     "dpswflow": (None, ["dataset=digits", "model=dpswflow", "model.autoencoder=null", "model.steps=5",
                           "model.representation={kind:dct,n_components:8}"]),
+}
+BASELINES = {  # the non-private baselines: every rank's gradients are averaged, so the ranks hold one model
+    "sgd": ("digits_dpsgd", [*PRESETS["dpsgd"][1], "model.private=false"]),
+    "swd": ("digits_shift_swd", ["model.epochs=1", "model.start_align=0"]),
+    "dann": ("digits_shift_dann", ["model.epochs=1", "model.start_align=0"]),
 }
 STEPS = 3
 
@@ -129,7 +137,7 @@ def _train(family: str, out: Path, noise: bool, steps: int) -> dict:
 
     from tests.helpers.configs import compose_cfg
 
-    experiment, extra = {**PRESETS, **MORE_PRESETS}[family]
+    experiment, extra = {**PRESETS, **MORE_PRESETS, **BASELINES}[family]
     cfg = compose_cfg([f"experiment={experiment}" if experiment else "~experiment", "trainer.deterministic=true", *extra], out_dir=out)
     method = instantiate(cfg.model, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
@@ -137,13 +145,17 @@ def _train(family: str, out: Path, noise: bool, steps: int) -> dict:
     torch.manual_seed(0)
     ctx = TrainContext(device=torch.device("cpu"), logger=SilentLogger(), run_dir=out, seed=0, log_every=10**6,
                        checkpoint_every=10**6, max_steps=steps, progress=False, deterministic=True)
-    saved = Mechanism.noise
+    saved, adam = Mechanism.noise, torch.optim.Adam
     if not noise:  # test-only: the noise switched off, to compare the un-noised updates
         Mechanism.noise = lambda self, shape, like: None
+    # test-only: the updates through plain SGD. Adam divides each entry by the root of its own second moment, so
+    # an entry whose gradient is zero up to rounding (the bias of a layer before a BatchNorm) moves by anything in
+    # (-lr, lr) depending on the order of a sum; SGD's step is lr times the gradient, which is compared
+    torch.optim.Adam = lambda params, lr, **_: torch.optim.SGD(params, lr=lr)
     try:
         summary = loop.train(method, data, ledger, ctx)
     finally:
-        Mechanism.noise = saved
+        Mechanism.noise, torch.optim.Adam = saved, adam
     # epsilon under every accountant is a function of the ledger's entries and delta (compared below)
     return {"release": method.release_state(), "ledger": ledger.state_dict(), "epsilon": ledger.epsilon(), "delta": ledger.delta,
             "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "steps": summary["train_steps"]}
@@ -165,12 +177,17 @@ def _checks(rank: int, out: Path) -> dict:
     }
     for family in PRESETS:
         res[family] = _train(family, out / family / str(rank), noise=True, steps=STEPS)
-    res["dpsgd_noise_off"] = _train("dpsgd", out / "off" / str(rank), noise=False, steps=1)
+        res[f"{family}_noise_off"] = _train(family, out / "off" / family / str(rank), noise=False, steps=1)
     return res
 
 
 def _more_checks(rank: int, out: Path) -> dict:
-    return {family: _train(family, out / family / str(rank), noise=True, steps=STEPS) for family in MORE_PRESETS}
+    res = {family: _train(family, out / family / str(rank), noise=True, steps=STEPS) for family in MORE_PRESETS}
+    for family in MORE_PRESETS:
+        res[f"{family}_noise_off"] = _train(family, out / "off" / family / str(rank), noise=False, steps=1)
+    for family in BASELINES:
+        res[family] = _train(family, out / family / str(rank), noise=True, steps=STEPS)
+    return res
 
 
 def _rank_main(rank: int, port: int, out: Path, checks=_checks) -> None:
@@ -282,12 +299,39 @@ def test_every_other_private_family_is_the_single_process_run(two_ranks_more, fa
     _same_run(*two_ranks_more, family)
 
 
-def test_one_step_without_noise_equals_the_single_process_step(two_ranks):
-    ranks, single = two_ranks
-    one = single["dpsgd_noise_off"]["release"]["network"]
+def _same_step(ranks: list[dict], single: dict, family: str) -> None:
+    """One step with the noise off: every rank's released tensors are the single-process step's to 1e-6."""
+    one = single[f"{family}_noise_off"]["release"]
     for r in ranks:
-        for k, v in one.items():
-            torch.testing.assert_close(r["dpsgd_noise_off"]["release"]["network"][k], v, rtol=0, atol=1e-6)
+        for name, value in one.items():
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    if torch.is_tensor(v) and v.is_floating_point():
+                        torch.testing.assert_close(r[f"{family}_noise_off"]["release"][name][k], v, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", list(PRESETS))
+def test_one_step_without_noise_equals_the_single_process_step(two_ranks, family):
+    _same_step(*two_ranks, family)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(MORE_PRESETS))
+def test_one_step_of_every_other_family_without_noise_equals_the_single_process_step(two_ranks_more, family):
+    _same_step(*two_ranks_more, family)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(BASELINES))
+def test_the_non_private_baselines_average_their_gradients(two_ranks_more, family):
+    """Every rank holds the same model (the gradients are averaged over the ranks), epsilon is infinite."""
+    ranks, _ = two_ranks_more
+    for name, value in ranks[0][family]["release"].items():
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if torch.is_tensor(v) and v.is_floating_point():
+                    torch.testing.assert_close(ranks[1][family]["release"][name][k], v, rtol=0, atol=0)
+    assert ranks[0][family]["epsilon"] == float("inf")
 
 
 @pytest.mark.parametrize("multirun", [False, True])
@@ -328,7 +372,9 @@ def test_nccl_only_when_every_process_of_the_node_has_a_gpu(monkeypatch, gpus):
     monkeypatch.setattr(udist.torch.cuda, "device_count", lambda: gpus)
     monkeypatch.setattr(udist.torch.cuda, "set_device", chosen.append)
     monkeypatch.setattr(udist.tdist, "is_initialized", lambda: False)
-    monkeypatch.setattr(udist.tdist, "init_process_group", lambda backend, timeout: chosen.append(backend))
+    monkeypatch.setattr(udist.tdist, "init_process_group", lambda backend, **kw: chosen.append(backend))
+    monkeypatch.setattr(udist.tdist, "rendezvous", lambda url, timeout: iter([(udist.tdist.HashStore(), 1, 2)]))
+    monkeypatch.setattr(udist, "die_with_parent", lambda: None)
     assert udist.init_from_env()
     assert chosen == (["gloo"] if gpus == 1 else [1, "cpu:gloo,cuda:nccl"])
     monkeypatch.setattr(udist, "active", lambda: True)
@@ -337,3 +383,59 @@ def test_nccl_only_when_every_process_of_the_node_has_a_gpu(monkeypatch, gpus):
         assert re.search(r"trainer.device=cuda on 2 processes per node .* --nproc 1", udist.too_few_gpus(torch.device("cuda")))
     else:
         assert udist.too_few_gpus(torch.device("cuda")) is None
+
+
+# ---------------------------------------------------------------------------- launching
+def test_plain_srun_tasks_are_one_error_line_not_n_runs(monkeypatch, tmp_path, capsys):
+    """srun with 2 tasks and no distributed launcher: refused before anything runs (never 2 runs spending 2 eps)."""
+    from dpgen.app import run_app
+    from dpgen.utils.launch import slurm_tasks_problem
+
+    for key in ("WORLD_SIZE", "RANK", "SUBMITIT_EXECUTOR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")  # the batch script of sbatch --ntasks 2: it runs once
+    assert slurm_tasks_problem() is None
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")  # srun: one of 2 tasks
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    assert run_app(["experiment=digits_dpsgd", f"hydra.run.dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "one of 2 SLURM tasks" in err, err
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a launcher's process (torchrun under srun): not refused
+    assert slurm_tasks_problem() is None
+
+
+def test_nproc_refuses_what_runs_on_one_process_only_before_launching(monkeypatch, capsys):
+    """dpgen train --nproc 2 with the data-dependent reports: one error line from the preflight, no process started."""
+    from dpgen import cli
+    from dpgen.utils import launch
+
+    monkeypatch.setattr(launch, "launch", lambda argv, nproc: pytest.fail("launched"))
+    assert cli.train(["--nproc", "2", "experiment=digits_dpsgd", "accountant.data_dependent_reports=true"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: accountant.data_dependent_reports=true") and err.count("\n") == 1, err
+
+
+def test_a_run_that_ended_before_its_first_checkpoint_is_not_called_resumable(tmp_path):
+    from dpgen.utils.launch import resume_advice
+
+    argv = ["experiment=digits_dpsgd", f"hydra.run.dir={tmp_path}"]
+    assert "nothing to resume: run the same command again" in resume_advice(argv)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"")
+    assert "resume it with the same command plus trainer.resume=true" in resume_advice(argv)
+    assert "if not, run the same command again" in resume_advice(argv[:1])  # the folder is rank 0's choice
+
+
+def test_results_and_card_record_the_processes_and_a_resume_on_another_number():
+    from dpgen.privacy.card import build_card, card_markdown
+
+    assert distributed.processes() == {"world_size": 1, "backend": None}
+    assert distributed.processes(resumed_from=1) == {"world_size": 1, "backend": None}  # the same number: nothing
+    resumed = distributed.processes(resumed_from=2)
+    assert resumed == {"world_size": 1, "backend": None, "resumed_from_world_size": 2}
+    card = build_card(_ledger(), method="M", preset="p", config={}, dataset="d", n_private=10, processes=resumed)
+    assert card["processes"] == resumed
+    assert "| processes | 1; resumed from a checkpoint written by 2 processes |" in card_markdown(card)

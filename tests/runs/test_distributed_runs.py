@@ -52,6 +52,8 @@ def test_two_processes_write_one_folder_with_the_single_process_epsilon(tmp_path
     assert a["train"]["train_steps"] == b["train"]["train_steps"]
     assert a["train"]["mechanisms"] == b["train"]["mechanisms"]  # sigma, sensitivity, q, releases
     card_a, card_b = (json.loads((f / "privacy_card.json").read_text()) for f in (folders[0], tmp_path / "one"))
+    assert card_a.pop("processes") == {"world_size": 2, "backend": "gloo"} == a["train"]["processes"]
+    assert card_b.pop("processes") == {"world_size": 1, "backend": None}
     assert card_a == card_b
 
 
@@ -105,3 +107,38 @@ def test_a_killed_or_hung_rank_ends_the_run_with_one_error_line_and_a_folder_tha
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     res = _results(run)
     assert res["train"]["train_steps"] == res["train"]["steps_planned"]
+
+
+def test_every_job_of_a_sweep_on_two_processes_runs(tmp_path):
+    """``dpgen train --nproc 2 -m ...``: the jobs run one after the other on both processes, each joining a new
+    process group (the earlier jobs' addresses never read again), each a whole run of 2 processes."""
+    sweep = tmp_path / "sweep"
+    r = dpgen_train(["--nproc", "2", "-m", *SHORT_DPSGD, "trainer.max_steps=2", "evaluator=none",
+                     "accountant.epsilon=1,2,3", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = [_results(f) for f in sorted(p.parent for p in sweep.glob("*/results.json"))]
+    assert len(results) == 3
+    assert all("incomplete" not in res and res["train"]["processes"]["world_size"] == 2 for res in results)
+    assert [res["privacy"]["target_epsilon"] for res in results] == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the rank's process through /proc")
+def test_the_ranks_die_with_their_launcher(tmp_path):
+    """kill -9 of ``dpgen train --nproc 2``: its ranks are stopped too (parent-death signal), not left running
+    with the run folder's lock."""
+    launcher = subprocess.Popen([*DPGEN, "train", "--nproc", "2", *SHORT_DPSGD, "model.epochs=1000",
+                                 f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        # the run folder's .hydra/ is written after the processes joined their group (utils.launch.run_dir_overrides)
+        while (rank := _rank_pid(launcher.pid, 1)) is None or not (tmp_path / "run" / ".hydra").exists():
+            assert time.time() < deadline and launcher.poll() is None, "the run did not start"
+            time.sleep(0.5)
+        os.kill(launcher.pid, signal.SIGKILL)
+        deadline = time.time() + 60
+        while Path(f"/proc/{rank}").exists() and Path(f"/proc/{rank}/status").read_text().find("State:\tZ") < 0:
+            assert time.time() < deadline, "rank 1 outlived its launcher"
+            time.sleep(0.5)
+    finally:
+        launcher.kill()

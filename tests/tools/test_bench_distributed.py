@@ -29,10 +29,13 @@ def test_rows_give_the_ratio_in_one_run_and_say_why_a_side_was_not_measured(monk
 
     monkeypatch.setattr(distributed, "steps_per_s", fake)
     rows = dict(distributed.rows(torch.device("cpu")))
-    sgd = next(v for k, v in rows.items() if k.startswith("DP-SGD"))
-    swd = next(v for k, v in rows.items() if k.startswith("DP-SWD"))
-    assert sgd.startswith("10.0 vs 18.0 steps/s: ×1.80 (median of") and "load average" in sgd
+    sgd = next(v for k, v in rows.items() if "`mnist_dpsgd`" in k)
+    swd = next(v for k, v in rows.items() if "`digits_dpswd`" in k)
+    assert sgd.startswith("10.0 vs 18.0 steps/s: ×1.80 (median of") and "load average" in sgd and "target ×1.8" in sgd
     assert swd == "not measured: exit 1: no process group"
+    families = {k.split(" (")[0] for k in rows}
+    assert families == {"DP-SGD classifier", "DP-SWD generator", "DP-SWD adapter", "DP-DANN", "DPSWflow-r", "DPSWgen",
+                        "DP-Sinkhorn"}
     assert calls[:2 * distributed.REPEATS] == ["1", "2"] * distributed.REPEATS  # alternating
 
 

@@ -256,3 +256,15 @@ def check_delta_of_config(cfg, n: int | None = None) -> None:
 def privacy_setting_error(e: PrivacySettingError) -> ConfigError:
     """The privacy core's error as a :class:`ConfigError` naming the config key of its setting."""
     return ConfigError(f"{PRIVACY_SETTINGS.get(e.setting, e.setting)}: {e}")
+
+
+def single_process_only(cfg, nproc: int) -> str | None:
+    """Why the composed ``cfg`` cannot run on ``nproc`` > 1 processes, or None."""
+    if nproc > 1 and cfg.accountant.get("data_dependent_reports", False):
+        return SINGLE_PROCESS_REPORTS
+    return None
+
+
+SINGLE_PROCESS_REPORTS = ("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
+                          "per-record gradients of the whole batch in one process: run it on one process (without "
+                          "--nproc / torchrun), or add accountant.data_dependent_reports=false")

@@ -27,7 +27,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from .config import check_delta_of_config, privacy_setting_error, validate
+from .config import check_delta_of_config, privacy_setting_error, single_process_only, validate
 from .errors import ConfigError
 from .eval.evaluator import evaluate_run
 from .export.release import release_info
@@ -37,7 +37,6 @@ from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
 from .paths import code_version
-from .preflight import single_process_only
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .config import compose
+from .config import compose, single_process_only
 from .errors import did_you_mean, one_line
 from .paths import CONFIGS
 
@@ -46,18 +46,6 @@ def preflight(argv: list[str], config_dir: Path = CONFIGS, nproc: int = 1) -> st
     if problem is not None:
         return problem
     return misspelt_additions(overrides, cfg) or unwritable_run_dir(cfg, multirun) or single_process_only(cfg, nproc)
-
-
-def single_process_only(cfg, nproc: int) -> str | None:
-    """Why the composed ``cfg`` cannot run on ``nproc`` > 1 processes, or None."""
-    if nproc > 1 and cfg.accountant.get("data_dependent_reports", False):
-        return SINGLE_PROCESS_REPORTS
-    return None
-
-
-SINGLE_PROCESS_REPORTS = ("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
-                          "per-record gradients of the whole batch in one process: run it on one process (without "
-                          "--nproc / torchrun), or add accountant.data_dependent_reports=false")
 
 
 def first_values(overrides: list[str]) -> list[str]:

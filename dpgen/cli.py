@@ -47,7 +47,7 @@ def train(argv: list[str]) -> int:
         from .preflight import preflight
         from .utils.dist import launch
 
-        problem = preflight(argv)  # once, before N processes start
+        problem = preflight(argv, nproc=nproc)  # once, before N processes start
         if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
             return 2

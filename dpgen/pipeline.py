@@ -40,7 +40,7 @@ from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
 from .runs import RunFolder, claim_run_folder
-from .utils import check_precision, dist, pick_device, seed_everything
+from .utils import check_precision, dist, pick_device, seed_everything, unavailable_device
 from .utils.threads import apply_threads
 
 
@@ -111,6 +111,8 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     console = Console(stderr=True)
     seed = int(cfg.get("seed", 0))
     seed_everything(seed)
+    if (why := unavailable_device(cfg.trainer.device, "trainer.device")) is not None:
+        raise ConfigError(why)
     device = pick_device(cfg.trainer.device)
     if (why := dist.too_few_gpus(device)) is not None:
         raise ConfigError(why)

@@ -165,6 +165,27 @@ class _NullLogger:
         pass
 
 
+def devices_here(cfg, overrides: list[str]) -> None:
+    """A device the run recorded (``trainer.device`` / ``evaluator.device``) that this machine lacks becomes
+    the CPU, with a line saying so (the release is the same model on any device); one given on this command
+    line must exist (EvaluateError naming it)."""
+    from ..utils import unavailable_device
+
+    for setting in ("trainer.device", "evaluator.device"):
+        group, key = setting.split(".")
+        node = cfg.get(group)
+        if node is None or key not in node:
+            continue
+        problem = unavailable_device(str(node[key]), setting)
+        if problem is None:
+            continue
+        if any(o.startswith(f"{setting}=") for o in overrides):
+            raise EvaluateError(problem)
+        print(f"note: the run recorded {setting}={node[key]}, which this machine lacks: evaluating on the CPU "
+              f"(another device: {setting}=<device>)", file=sys.stderr)
+        node[key] = "cpu"
+
+
 def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
     """Evaluate ``run_dir``'s release again and rewrite ``results.json``'s metrics; returns the results."""
     from hydra.utils import instantiate
@@ -182,6 +203,7 @@ def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     seed = int(cfg.get("seed", 0))
     seed_everything(seed)
+    devices_here(cfg, overrides)
     device = pick_device(cfg.trainer.get("device", "auto"))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     if getattr(evaluator, "reads_private_data", False):

@@ -32,7 +32,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..utils import pick_device
+from ..utils import pick_device, unavailable_device
 from .downstream import PROTOCOLS, downstream_accuracy, torch_clf_settings
 from .fid import (
     EXTRACTORS,
@@ -166,6 +166,7 @@ class GenerativeEvaluator:
         for the domain extractor).  Never reads the private split.  Raises :class:`ConfigError`."""
         fid_on = bool(self.fid["enabled"]) and int(self.fid["n_fid"]) > 0
         if data is None:
+            check_device(self.device)
             if fid_on:
                 self._fid_extractor_plan()
             return
@@ -276,6 +277,12 @@ class NoEvaluator:
 
     def __call__(self, method, data, logger, seed: int = 0) -> dict:
         return {}
+
+
+def check_device(device: str) -> None:
+    """ConfigError naming ``evaluator.device`` when this machine lacks the device it asks for."""
+    if (problem := unavailable_device(device, "evaluator.device")) is not None:
+        raise ConfigError(problem)
 
 
 def check_test_split(data, what: str) -> None:

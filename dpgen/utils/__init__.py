@@ -6,9 +6,10 @@ from .misc import (
            json_safe,
            pick_device,
            seed_everything,
+           unavailable_device,
            with_prog,
            without_keys,
 )
 
 __all__ = ["atomic_save", "autocast", "check_precision", "json_safe", "load_checkpoint", "pick_device", "rng_state", "seed_everything",
-           "set_rng_state", "with_prog", "without_keys"]
+           "set_rng_state", "unavailable_device", "with_prog", "without_keys"]

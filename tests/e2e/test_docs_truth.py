@@ -75,16 +75,28 @@ def test_every_results_key_and_metrics_column_the_docs_name_exists(default_run):
     assert not [h for h in header if "time" in h or h.endswith("_per_s")]  # no timing column (private)
 
 
-def commands(page: str) -> list[str]:
-    """Every `python train.py ...` / `dpgen ...` line of the page's bash blocks (continuations joined)."""
+def commands(page: str, with_comments: bool = False) -> list[str]:
+    """Every `python train.py ...` / `dpgen ...` / `make train ARGS="..."` line of the page's bash blocks
+    (continuations joined; the make line as the `python train.py` line it runs), without its comment unless asked."""
     out = []
     for block in re.findall(r"```(?:bash|console)\n(.*?)```", (ROOT / page).read_text(), flags=re.S):
         joined = re.sub(r"\\\n\s*", " ", block)
         for line in joined.splitlines():
-            line = line.strip().removeprefix("$ ").split(" #")[0].strip()
+            line = line.strip().removeprefix("$ ")
+            line = line if with_comments else line.split(" #")[0].strip()
+            if (make := re.match(r'make train ARGS="([^"]*)"(.*)', line)) is not None:
+                line = f"python train.py {make.group(1)}{make.group(2)}"
             if line.startswith(("python train.py", "dpgen ")):
                 out.append(line)
     return out
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_command_that_needs_a_gpu_says_so(page):
+    """On a machine without a GPU, `device=cuda` is refused before the run starts: the docs say it needs one."""
+    unsaid = [line for line in commands(page, with_comments=True)
+              if re.search(r"device=cuda", line.split(" #")[0]) and "GPU" not in line.partition(" #")[2]]
+    assert not unsaid, f"{page}: say `# needs a CUDA GPU` beside {unsaid}"
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -100,4 +112,5 @@ def test_every_command_shown_parses(page):
                 i = words.index("--nproc")
                 words = words[:i] + words[i + 2:]
         args = [w for w in words[2:] if not re.search(r"<|…|\.\.\.|\$", w)]  # placeholders: the reader's to fill
+        args = [re.sub(r"device=cuda\S*", "device=cpu", w) for w in args]  # said to need a GPU (the test above)
         assert preflight(args) is None, f"{page}: `{line}`: {preflight(args)}"

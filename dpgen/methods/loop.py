@@ -43,6 +43,7 @@ import math
 import time
 
 import torch
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..config import privacy_setting_error
@@ -221,12 +222,17 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             if distributed.is_main():  # several processes: rank 0 writes
                 write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict(),
                                   "rng": rng_state()}, ctx.checkpoint_path)
+                Console(stderr=True).log(warm.phase_one_line(ledger))
     method.setup(data, ledger, ctx)  # mechanisms calibrated for what the ledger's history leaves
     signature = {"method": type(method).__name__, **method.signature()}
     if warm is not None:
         signature["warm_start"] = warm.signature()
+        if distributed.is_main():
+            Console(stderr=True).log(warm.phase_two_line(method.mechanisms, ledger))
         if warm.phase < 2:  # post-processing of the release only; then checkpointed (phase 2)
-            warm.warm_up(method.warm_target(), ctx.seed)
+            with progress_bar("warm-up fit (post-processing of phase 1)", ctx, transient=True) as bar:
+                task = bar.add_task("warm-up", total=warm.steps, info="")
+                warm.warm_up(method.warm_target(), ctx.seed, progress=lambda i: bar.update(task, completed=i))
             _checkpoint(method, ledger, signature, 0, {}, ctx)
             ck = None if ck is None or "method" not in ck else ck
     if ck is not None and "method" not in ck:  # a phase-1 checkpoint: nothing of the method's to restore

@@ -36,7 +36,7 @@ from .methods import loop
 from .methods.base import TrainContext
 from .paths import code_version
 from .privacy import distributed
-from .privacy.card import n_is_public
+from .privacy.card import add_evaluation_reads, n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
 from .runs import RunFolder, claim_run_folder
@@ -160,6 +160,8 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
             so_far.phase = "done"
             return {"metrics": {}, "train": train_metrics, "rank": rank}
         metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
+        if data.private.outside_reads:  # e.g. DPImageBench's FID against the training images: the card names it
+            add_evaluation_reads(run_dir, data.private.outside_reads)
         logger.open_after_training()  # W&B, if the evaluator did not open it while it evaluated
         so_far.phase = "summary"
         privacy = ledger.summary()

@@ -100,7 +100,8 @@ def release_info(cfg: dict, data, method, ledger, code_version: str | None, run_
                       noisy_count=released_count(method), public_data=public_data_used(cfg, data),
                       code_version=code_version, release_file=method.release_name,
                       convention=method.convention_report(),
-                      validation_held_out=None if getattr(data, "validation", None) is None else len(data.validation))
+                      validation_held_out=None if getattr(data, "validation", None) is None else len(data.validation),
+                      public_split_size=None if data.public is None else len(data.public))
     write_card(card, run_dir)
     return {"dpgen": {"config": public_config(cfg), "data": public_facts(data, method, cfg.get("dataset"))}, "privacy_card": card}
 

@@ -202,13 +202,15 @@ class Release:
         x, y_out = method.sample(int(n), y)
         return x.float(), y_out.long()
 
-    def export(self, out: str | Path, n: int, labels=None, seed: int | None = None, force: bool = False) -> list[Path]:
+    def export(self, out: str | Path, n: int, labels=None, seed: int | None = None, force: bool = False,
+               words: tuple[str, str] = ("out", "force=True")) -> list[Path]:
         """Sample and write ``out`` (.npz, a PNG folder, or .pt for a model) with its own privacy card
         (``synth.npz`` -> ``synth.card.json`` / ``.md``; inside a folder export); an existing export or card is
-        replaced only with ``force``."""
+        replaced only with ``force``.  ``words``: how errors name ``out`` and ``force`` (the command line's
+        ``--out`` / ``--force``; Python's keywords by default)."""
         from .formats import export
 
-        return export(self, Path(out), n, labels, seed, force)
+        return export(self, Path(out), n, labels, seed, force, words)
 
 
 def load_release(path: str | Path) -> Release:

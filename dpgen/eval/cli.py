@@ -165,6 +165,22 @@ class _NullLogger:
         pass
 
 
+def check_writable(run_dir: Path) -> None:
+    """``dpgen evaluate`` rewrites the run folder's results.json and sample grids: EvaluateError (before any work)
+    when the folder cannot be written, with the fix (a writable copy)."""
+    import tempfile
+
+    fix = (f"`dpgen evaluate` rewrites results.json and the sample grids there; make it writable, or evaluate a "
+           f"writable copy (cp -r {run_dir} <copy> && dpgen evaluate <copy>)")
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise EvaluateError(f"cannot write the run folder {run_dir} (permission denied or read-only): {fix}")
+    try:
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".dpgen-probe-"):
+            pass
+    except OSError as e:
+        raise EvaluateError(f"cannot write the run folder {run_dir} ({e.strerror or type(e).__name__}): {fix}") from None
+
+
 def devices_here(cfg, overrides: list[str]) -> None:
     """A device the run recorded (``trainer.device`` / ``evaluator.device``) that this machine lacks becomes
     the CPU, with a line saying so (the release is the same model on any device); one given on this command
@@ -199,6 +215,7 @@ def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
     run_dir = Path(run_dir).resolve()
     overrides = list(overrides or [])
     cfg = load_run_config(run_dir, overrides)
+    check_writable(run_dir)
     results_path = run_dir / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     seed = int(cfg.get("seed", 0))

@@ -87,3 +87,15 @@ def test_asking_evaluate_for_a_gpu_this_machine_lacks_is_one_line_naming_the_set
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {setting}=cuda but this machine has no CUDA GPU") and "\n" not in err
     assert f"{setting}=cpu" in err and not (out / "results.json").exists()
+
+
+def test_a_read_only_run_folder_is_one_line_with_a_fix_that_is_not_the_same_command(usps_run, capsys, monkeypatch):
+    import os
+
+    out, _, _ = usps_run
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(out) else real_access(p, mode))
+    assert dpgen_main(["evaluate", str(out), *EVAL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: cannot write the run folder {out}") and "\n" not in err
+    assert "writable copy (cp -r" in err and "Traceback" not in err and not (out / "results.json").exists()

@@ -130,6 +130,11 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
+    max_steps = cfg.trainer.get("max_steps")
+    if max_steps is not None and int(max_steps) < method.min_steps:  # before any file: no model would exist
+        raise ConfigError(f"trainer.max_steps={max_steps} stops {method.name} before its first release, and its model is "
+                          f"that release: there would be nothing to save or evaluate; set trainer.max_steps>="
+                          f"{method.min_steps} or leave it unset (null: the planned schedule)")
     evaluator.check()  # evaluability from the settings alone (an FID extractor is available), before the data loads
     data = instantiate(cfg.dataset)
     evaluator.check(data)  # the public splits are large enough for every requested metric, before training

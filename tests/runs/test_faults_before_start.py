@@ -1,5 +1,6 @@
-"""A device the machine lacks (``trainer.device=cuda`` / ``evaluator.device=cuda`` without a GPU, ``--nproc``
-with fewer GPUs than processes) is one ``error:`` line naming the setting, exit 2, before any folder is made."""
+"""Faults found before anything is written, each one ``error:`` line naming the setting, exit 2, no folder made:
+a device the machine lacks (``trainer.device=cuda`` / ``evaluator.device=cuda`` without a GPU, ``--nproc`` with
+fewer GPUs than processes) and a step limit that leaves no model to release."""
 
 from __future__ import annotations
 
@@ -50,3 +51,15 @@ def test_nproc_with_fewer_gpus_than_processes_names_both(monkeypatch, tmp_path):
     problem = unavailable_devices(cfg, nproc=2)
     assert problem.startswith("dpgen train --nproc 2 with trainer.device=cuda needs a GPU per process")
     assert "--nproc 1" in problem and unavailable_devices(cfg, nproc=1) is None
+
+
+def test_max_steps_zero_for_a_one_release_method_is_one_line_and_no_folder(tmp_path):
+    """The DP class-Gaussian's model is its one release: stopping before it leaves nothing to save (it used to
+    write an ε = 0 card, then crash on the missing model)."""
+    folder = tmp_path / "outputs" / "run"
+    res = train_here(["experiment=digits_moments", "trainer.max_steps=0", "logger=local", f"hydra.run.dir={folder}"],
+                     cwd=tmp_path)
+    err = res.stderr.strip().splitlines()[-1]
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert err.startswith("error: trainer.max_steps=0 stops DP class-Gaussian before its first release")
+    assert not (tmp_path / "outputs").exists()

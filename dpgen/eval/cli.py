@@ -11,8 +11,9 @@ evaluator never read a private record, so re-evaluation is post-processing of th
 privacy.  ``results.json`` gets the new ``metrics`` (and ``evaluated``: when, with which overrides); its
 ``privacy`` section is left as it is and the privacy ledger is not touched.
 
-Overrides may change ``evaluator.*`` (e.g. a smaller FID, another extractor), ``paths.data_root`` and
-``trainer.device``; nothing that would change the trained model.
+Overrides may change ``evaluator.*`` (e.g. a smaller FID, another extractor), the evaluator itself
+(``evaluator=<option of configs/evaluator/>``: a run trained with ``evaluator=none`` has nothing to evaluate
+until one is chosen), ``paths.data_root`` and ``trainer.device``; nothing that would change the trained model.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-ALLOWED_OVERRIDES = ("evaluator.", "paths.data_root=", "trainer.device=")
+ALLOWED_OVERRIDES = ("evaluator.", "evaluator=", "paths.data_root=", "trainer.device=")
 
 
 class EvaluateError(ValueError):
@@ -37,7 +38,8 @@ class EvaluateError(ValueError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a run folder (holds .hydra/config.yaml, the release file, results.json)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="evaluator.* / paths.data_root / trainer.device overrides for this evaluation")
+                        help="evaluator=<option> / evaluator.* / paths.data_root / trainer.device overrides for this "
+                             "evaluation")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,9 +76,17 @@ def load_run_config(run_dir: Path, overrides: list[str]):
                             "run wrote (outputs/<experiment>/<time>/ or one job folder of a multirun)")
     bad = [o for o in overrides if not o.startswith(ALLOWED_OVERRIDES) or "=" not in o]
     if bad:
-        raise EvaluateError(f"cannot override {', '.join(bad)} when re-evaluating: only evaluator.*, paths.data_root and "
-                            "trainer.device may change (anything else would not be the trained model)")
+        raise EvaluateError(f"cannot override {', '.join(bad)} when re-evaluating: only evaluator=<option>, evaluator.*, "
+                            "paths.data_root and trainer.device may change (anything else would not be the trained model)")
     cfg = OmegaConf.load(path)
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("evaluator=")]
+    if chosen:
+        cfg.evaluator = evaluator_option(chosen[-1])
+        overrides = [o for o in overrides if not o.startswith("evaluator=")]
+    elif str((cfg.get("evaluator") or {}).get("_target_", "")).endswith("NoEvaluator"):
+        raise EvaluateError(f"{run_dir} was trained with evaluator=none: there is nothing to evaluate again until you "
+                            f"choose an evaluator, e.g. `dpgen evaluate {run_dir} evaluator=generative` (options: "
+                            "configs/evaluator/)")
     where = read_locations(run_dir)
     cfg.paths.output_dir = str(run_dir)
     cfg.paths.data_root = where.get("data_root") or os.environ.get("DPGEN_DATA_ROOT", str(Path.cwd() / "data"))
@@ -86,6 +96,26 @@ def load_run_config(run_dir: Path, overrides: list[str]):
         if isinstance(value, str) and value and not Path(value).is_absolute():
             cfg.dataset[key] = str(started_in / value)
     return OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+
+
+def evaluator_option(name: str):
+    """The ``evaluator`` node of the config group option ``name`` (``configs/evaluator/<name>.yaml`` composed, its
+    defaults included); an unknown option is an EvaluateError listing them."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import MissingConfigException
+
+    from ..paths import CONFIGS
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+            return compose("train", overrides=[f"evaluator={name}"]).evaluator
+    except MissingConfigException:
+        options = sorted(p.stem for p in (CONFIGS / "evaluator").glob("*.yaml"))
+        raise EvaluateError(f"evaluator={name}: no such evaluator; choose one of {', '.join(options)}") from None
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def public_view(data):

@@ -9,6 +9,7 @@ import csv
 import json
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,15 @@ def test_every_file_the_docs_name_is_in_a_default_run(default_run, page):
     assert len(names) >= 8, names  # the table was found and read
     missing = [n for n in names if n not in ELSEWHERE
                and not list(default_run.glob(re.sub(r"<[^>]+>", "*", n).rstrip("/")))]
+    assert not missing, f"{page} names {missing}, which a default run does not write"
+
+
+@pytest.mark.parametrize("page", list(TABLES))
+def test_every_json_file_the_page_names_anywhere_is_written(default_run, page):
+    """Not only the table: a file named in the text (e.g. where a resumed run keeps its segments' times) exists."""
+    names = set(re.findall(r"`([\w./-]+\.json)`", (ROOT / page).read_text()))
+    assert "results.json" in names
+    missing = [n for n in names if n not in ELSEWHERE and not list(default_run.rglob(Path(n).name))]
     assert not missing, f"{page} names {missing}, which a default run does not write"
 
 
@@ -114,3 +124,42 @@ def test_every_command_shown_parses(page):
         args = [w for w in words[2:] if not re.search(r"<|…|\.\.\.|\$", w)]  # placeholders: the reader's to fill
         args = [re.sub(r"device=cuda\S*", "device=cpu", w) for w in args]  # said to need a GPU (the test above)
         assert preflight(args) is None, f"{page}: `{line}`: {preflight(args)}"
+
+
+def _flat(page: str) -> str:
+    return " ".join((ROOT / page).read_text().split())
+
+
+def test_the_guarantee_page_says_what_the_code_does_with_n():
+    """Under add/remove (the default) no exact N is published: the page must not call N public and written."""
+    from dpgen.privacy.card import n_is_public
+
+    text = _flat("docs/privacy/guarantee.md")
+    assert not n_is_public("add_remove") and n_is_public("replace_one")
+    assert "**N is public.**" not in text and "it is written to results.json" not in text
+    assert "N is itself protected" in text and "Under replace-one" in text
+
+
+def test_the_guarantee_page_names_the_evaluations_un_noised_reads():
+    text = _flat("docs/privacy/guarantee.md")
+    assert "Nothing un-noised is logged.**" not in text  # no unconditional claim: dpimagebench's FID is one
+    assert "evaluator=dpimagebench" in text and "privacy card names the reads" in text
+
+
+def test_the_utility_page_names_the_accountant_that_calibrates_the_default():
+    from dpgen.privacy.accountants import calibrating_accountant
+
+    text = _flat("docs/utility.md")
+    assert calibrating_accountant("poisson", "auto") == "pld"
+    assert "calibrating accountant (RDP)" not in text and "calibrating accountant (PLD" in text
+
+
+def test_a_preset_the_configs_guide_calls_not_timed_has_no_recorded_time():
+    from dpgen import preset_runs
+
+    runs = preset_runs.load()["runs"]
+    for row in table_rows((ROOT / "docs" / "guides" / "configs.md").read_text()):
+        name = row[0].strip("`")
+        if any("not timed" in c for c in row):
+            timed = [k for k, r in (runs.get(name) or {}).items() if k != "smoke" and "wall_s" in (r or {})]
+            assert not timed, f"configs.md says {name} is not timed, but its {timed} run has a wall time recorded"

@@ -99,3 +99,19 @@ def test_a_read_only_run_folder_is_one_line_with_a_fix_that_is_not_the_same_comm
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: cannot write the run folder {out}") and "\n" not in err
     assert "writable copy (cp -r" in err and "Traceback" not in err and not (out / "results.json").exists()
+
+
+def test_a_run_trained_without_an_evaluator_says_so_and_evaluates_the_one_chosen(usps_run, capsys):
+    out, _, _ = usps_run
+    path = out / ".hydra" / "config.yaml"
+    cfg = OmegaConf.load(path)
+    cfg.evaluator = {"_target_": "dpgen.eval.NoEvaluator"}  # what evaluator=none records
+    OmegaConf.save(cfg, path)
+    assert dpgen_main(["evaluate", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {out} was trained with evaluator=none: there is nothing to evaluate again")
+    assert "evaluator=generative" in err and "\n" not in err and not (out / "results.json").exists()
+    assert dpgen_main(["evaluate", str(out), "evaluator=generative", *EVAL]) == 0, capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text())["metrics"]["acc_logreg"] > 0.0
+    assert dpgen_main(["evaluate", str(out), "evaluator=generativ"]) == 2
+    assert "no such evaluator; choose one of" in capsys.readouterr().err

@@ -43,6 +43,7 @@ and a ``release`` that computes the clipped quantity, adds ``self.noise(shape, l
 from __future__ import annotations
 
 import math
+import secrets
 import warnings
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable
@@ -269,7 +270,11 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
                 "beta": self.beta, **({"history_steps": self._history_steps} if self._history_steps else {})}
 
     def state_dict(self) -> dict:
-        return {**self._config(), "generator": self.generator.get_state(),
+        """Generator states for a resume.  Once every planned release is made (a one-shot release: after its one
+        step) the noise generator is never drawn from again and its state, from which the noise of the releases
+        could be recomputed (and so the exact released statistics), is not kept (``generator: None``)."""
+        spent = self.steps is not None and self.releases >= self.steps
+        return {**self._config(), "generator": None if spent else self.generator.get_state(),
                 "directions_generator": self.directions_generator.get_state(), "releases": self.releases}
 
     def load_state_dict(self, state: dict) -> None:
@@ -284,7 +289,10 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
                              + "); resume with the same model and accountant settings, under the dpgen version "
                                "that started the run (the git_commit of its results.json: another version's noise "
                                "calibration may differ in the last digits)")
-        self.generator.set_state(state["generator"])
+        if state["generator"] is not None:
+            self.generator.set_state(state["generator"])
+        else:  # spent (see state_dict): any later draw is fresh secret noise, never a replay of the released one
+            self.generator.manual_seed(secrets.randbits(63))
         self.directions_generator.set_state(state["directions_generator"])
         self.releases = int(state["releases"])
 

@@ -163,3 +163,15 @@ def test_a_preset_the_configs_guide_calls_not_timed_has_no_recorded_time():
         if any("not timed" in c for c in row):
             timed = [k for k, r in (runs.get(name) or {}).items() if k != "smoke" and "wall_s" in (r or {})]
             assert not timed, f"configs.md says {name} is not timed, but its {timed} run has a wall time recorded"
+
+
+def test_the_readme_says_what_varies_between_the_default_runs_it_summarises():
+    """The default's noise is secret (not seeded by `seed`) and `seed` sets the split: a spread over seeds is a
+    spread over noise draws too, and the README says so beside its ± numbers."""
+    from tests.helpers.configs import compose_cfg
+
+    cfg = compose_cfg([])
+    assert cfg.trainer.deterministic is False and cfg.dataset.seed == cfg.seed
+    text = _flat("README.md")
+    assert "What varies between the runs of a row: the noise, always" in text
+    assert "the seed sets the train / test split" in text and "4 such runs gave LogReg" in text

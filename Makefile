@@ -48,7 +48,7 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-## the reproduction scoreboard of docs/reproduction/, rendered from docs/reproduction/runs/ (re-runs nothing);
+## the reproduction scoreboard of docs/reproduction/, rendered from evidence/ (re-runs nothing);
 ## add a finished run folder with `dpgen reproduce collect <run folder>...`
 reproduce: $(STAMP)
 	$(BIN)/dpgen reproduce render

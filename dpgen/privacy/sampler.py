@@ -12,9 +12,9 @@ It draws batches exactly as the accountant assumes, chosen by the same config va
 The sampler owns its own ``torch.Generator`` so its state goes into checkpoints and a resumed run
 draws the batches an uninterrupted run would have drawn.
 
-Several processes (``torchrun``, :mod:`dpgen.privacy.distributed`): the generator's seed is rank 0's,
+Several processes (``torchrun``, :mod:`dpgen.utils.dist`): the generator's seed is rank 0's,
 so every rank draws the SAME global batch, exactly the single-process one, and keeps its own contiguous
-part of it (``distributed.shard``).  The parts are disjoint and their union is one Poisson(q) sample of
+part of it (``dist.shard``).  The parts are disjoint and their union is one Poisson(q) sample of
 the whole private set (or ``batch_size`` records without replacement): the accountant's assumption is
 the single-process one.  This is the argument of Opacus' distributed Poisson sampler (each record is
 included independently with probability q, whichever rank reads it), with one generator instead of
@@ -29,7 +29,7 @@ from typing import Protocol
 
 import torch
 
-from . import distributed
+from ..utils import dist
 from .accountants import check_sampling
 from .errors import PrivacySettingError
 
@@ -60,7 +60,7 @@ class PrivateSampler:
         self.batch_size = int(batch_size)
         self.sampling = check_sampling(sampling)
         # several processes: rank 0's seed on every rank (the same global batches, module docstring)
-        self.generator = torch.Generator().manual_seed(int(distributed.broadcast_object(int(seed))))
+        self.generator = torch.Generator().manual_seed(int(dist.broadcast_object(int(seed))))
         self.draws = 0
         # False: every rank reads the whole batch (a release that is not per record, e.g. DP-Sinkhorn's gradient)
         self.split = bool(split)
@@ -81,7 +81,7 @@ class PrivateSampler:
     def sample_indices(self) -> torch.Tensor:
         """Indices of this process's part of one private batch (all of it with one process; maybe empty)."""
         idx = self.global_indices()
-        return distributed.shard(idx) if self.split else idx
+        return dist.shard(idx) if self.split else idx
 
     def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One private batch ``(x: (b, ...), y: (b,))``."""

@@ -30,10 +30,10 @@ def test_a_gpu_setting_without_a_gpu_is_one_line_and_no_folder(no_gpu, tmp_path,
 
 
 def test_nproc_on_gpus_checks_the_devices_before_starting_the_processes(no_gpu, tmp_path, monkeypatch, capsys):
-    import dpgen.utils.dist as dist
+    import dpgen.utils.launch as launcher
 
     started = []
-    monkeypatch.setattr(dist, "launch", lambda *a, **k: started.append(a) or 0)
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: started.append(a) or 0)
     code = dpgen_main(["train", "--nproc", "2", "experiment=digits_moments", "trainer.device=cuda",
                        f"hydra.run.dir={tmp_path / 'outputs' / 'run'}"])
     err = capsys.readouterr().err.strip()

@@ -272,6 +272,10 @@ def plan(families: list[str], device: str, steps: int, warmup: int, data: str = 
     lines.append(f"default demo: python train.py trainer.device={device}")
     lines.append(f"2-process NCCL (two or more CUDA devices, else skipped): torchrun --nproc-per-node 2 train.py "
                  f"{' '.join(NCCL_PRESET)} trainer.device=cuda")
+    listed = subprocess.run([sys.executable, "-m", "dpgen.reproduce.gpu_bench", "--dry-run"], capture_output=True,
+                            text=True, timeout=120)
+    lines += [f"not in this check, next on a lent GPU (make gpu-bench): {line.strip()}"
+              for line in listed.stdout.splitlines()[1:]] or [f"make gpu-bench --dry-run failed: {listed.stderr[-300:]}"]
     return lines
 
 

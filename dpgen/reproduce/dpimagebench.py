@@ -133,14 +133,33 @@ def _pct(v) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
 
+def device_of(ev: dict) -> str:
+    """Where a stored run ran: the GPU's name (``make gpu-bench`` records it), else cpu | cuda."""
+    return str(ev.get("device_name") or {"cuda": "a GPU"}.get(str(ev.get("device")), "CPU"))
+
+
+def _where(ev: dict) -> str:
+    return "a shared 2-core CPU" if device_of(ev) == "CPU" else device_of(ev)
+
+
+def _fid_text(m: dict) -> str:
+    """``FID 260.0 (floor 3.1)``: every FID beside the real-vs-real FID of its reference set (runs stored before
+    the floor was measured show the FID alone)."""
+    fid = stored_number(m.get("fid"))
+    if fid is None:
+        return ""
+    floor = stored_number(m.get("fid_real_vs_real"))
+    return f"; FID {fid:.1f}" + (f" (floor {floor:.1f})" if floor is not None else "")
+
+
 def _cell_text(ev: dict, ref: str) -> str:
     m = ev.get("metrics") or {}
-    fid = stored_number(m.get("fid"))
     full = str(m.get("dpimagebench_protocol", "")).endswith("full protocol")
     text = (f"{_pct(m.get('acc_dpimagebench_val_mean'))} ± {_pct(m.get('acc_dpimagebench_val_std'))} / "
             f"{_pct(m.get('acc_dpimagebench_syn_mean'))} ± {_pct(m.get('acc_dpimagebench_syn_std'))}"
-            + ("" if fid is None else f"; FID {fid:.1f}"))
-    return f"{text} ({'full' if full else 'shortened'}, [{ref}])"
+            + _fid_text(m))
+    where = "" if device_of(ev) == "CPU" else f"{device_of(ev)}, "  # the page says: the rest ran on a CPU
+    return f"{text} ({'full' if full else 'shortened'}, {where}[{ref}])"
 
 
 def _item(text: str, first: str, rest: str) -> list[str]:
@@ -196,10 +215,14 @@ def render_block(evidence: list[dict]) -> str:
         item = [f"**[{ref}]** {family.name}, {DATASETS[dataset][0]}, ε = {eps:g} (δ = "
                 f"{(ev.get('privacy') or {}).get('delta')}, {(ev.get('privacy') or {}).get('guarantee')}); "
                 f"seed {ev.get('seed')}; run time {'—' if runtime is None else f'{runtime / 60:.0f} min'} "
-                f"(wall clock, training and evaluation, on a shared 2-core CPU); code {ev.get('git_commit')}, "
+                f"(wall clock, training and evaluation, on {_where(ev)}); code {ev.get('git_commit')}, "
                 f"{ev.get('date_utc')}",
                 f"command: `{ev.get('command')}`",
                 f"schedule: {m.get('dpimagebench_protocol')}",
+                *([f"FID: {m.get('fid_n_generated')} synthetic vs {m.get('fid_n_reference')} sensitive training "
+                   f"images; real-vs-real floor {stored_number(m['fid_real_vs_real']):.1f} at "
+                   f"{str(m.get('fid_real_vs_real_sizes', '')).split(' reference')[0]}"]
+                  if stored_number(m.get("fid_real_vs_real")) is not None else []),
                 f"selected epochs: {m.get('dpimagebench_val_selected_epochs')} (sensitive validation), "
                 f"{m.get('dpimagebench_syn_selected_epochs')} (synthetic hold-out)",
                 *([f"overrides beyond the cell's command: `{' '.join(extra)}`"] if extra else [])]
@@ -207,6 +230,11 @@ def render_block(evidence: list[dict]) -> str:
         for sub in item[1:]:
             lines += _item(sub, "    - ", "      ")
     lines += ["", "### Not run: the commands that fill the open cells (the full protocol, a GPU)", ""]
+    lines += [*textwrap.wrap("Prepared, not measured: `make gpu-bench CELL=<family>:<dataset>:<eps>` runs one of them on "
+                             "a GPU (full protocol, the evaluator's fast path, a time budget), stores it with the GPU's "
+                             "name and renders this page; `make gpu-bench ARGS=--dry-run` lists what it would run. The "
+                             "first cells to fill: `class_gaussian:mnist:10` and `dpswd_warm:mnist:10`.", 110,
+                             break_long_words=False, break_on_hyphens=False), ""]
     lines += [line for c in not_run for line in _item(f"`{c}`", "- ", "  ")] or ["Every cell holds a run."]
     return "\n".join(lines)
 

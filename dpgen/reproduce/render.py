@@ -262,7 +262,9 @@ def render_tables(evidence: list[dict], registry: tuple[Row, ...] = REGISTRY,
         "the table, each cell in full: the run's guarantee and ε, steps, seeds, run time, and the run ids [rN] "
         "whose commands are listed after it; \"not run\" gives the command that defines the cell. Verdicts are "
         "computed (`dpgen/reproduce/scoreboard.py`, docstring): a non-private run never counts for a private "
-        "number. † not comparable with the paper (e.g. domain-extractor FID vs Inception FID).", rest=""), ""]
+        "number. † not comparable with the paper (e.g. domain-extractor FID vs Inception FID); the domain-extractor "
+        "FIDs stored here were measured with the extractor of their time (its network depended on the device and "
+        "random state it was trained in; no real-vs-real floor) and are not re-measured.", rest=""), ""]
     statuses = [verdict(r, evidence)[0] for r in registry]
     out += ["Verdicts over the rows below: " + ", ".join(
         f"{statuses.count(v)} {v}" for v in VERDICTS)

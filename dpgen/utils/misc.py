@@ -49,6 +49,11 @@ def unavailable_device(device: str, setting: str) -> str | None:
     return None
 
 
+def on_gpu(device: torch.device) -> bool:
+    """True when ``device`` is a CUDA GPU (the paths that use GPU-only features: streams, fused Adam, TF32)."""
+    return torch.device(device).type == "cuda"
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (timings); nothing on the CPU."""
     if device.type != "cpu":
@@ -69,6 +74,12 @@ def on_host(t: torch.Tensor) -> bool:
     never waits for the device.  tests/runs/test_device.py patches it to False to exercise those paths on CPU.
     """
     return t.device.type == "cpu"
+
+
+def one_hot(y: torch.Tensor, n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``(b,) -> (b, n)``: the one-hot rows of labels ``y`` in ``dtype``, by comparison with ``arange(n)`` (no host
+    read: ``F.one_hot`` checks the labels' range on the host on a CPU; a label outside [0, n) gives a zero row)."""
+    return (y[:, None] == torch.arange(n, device=y.device)).to(dtype)
 
 
 PRECISIONS = ("32", "bf16")

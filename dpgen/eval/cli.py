@@ -99,23 +99,18 @@ def load_run_config(run_dir: Path, overrides: list[str]):
 
 
 def evaluator_option(name: str):
-    """The ``evaluator`` node of the config group option ``name`` (``configs/evaluator/<name>.yaml`` composed, its
-    defaults included); an unknown option is an EvaluateError listing them."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    """The ``evaluator`` node of the config group option ``name`` (``configs/evaluator/<name>.yaml`` composed by
+    the one composer, its defaults included); an unknown option is an EvaluateError listing them."""
     from hydra.errors import MissingConfigException
 
+    from ..config import compose
     from ..paths import CONFIGS
 
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-            return compose("train", overrides=[f"evaluator={name}"]).evaluator
+        return compose([f"evaluator={name}"]).evaluator
     except MissingConfigException:
         options = sorted(p.stem for p in (CONFIGS / "evaluator").glob("*.yaml"))
         raise EvaluateError(f"evaluator={name}: no such evaluator; choose one of {', '.join(options)}") from None
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def public_view(data):

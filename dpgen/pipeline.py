@@ -37,12 +37,12 @@ from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
 from .paths import code_version
-from .privacy.card import n_is_public
+from .privacy.card import add_evaluation_reads, n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
 from .privacy.noise import build_policy
 from .runs import RunFolder, claim_run_folder
-from .utils import check_precision, dist, pick_device, seed_everything
+from .utils import check_precision, dist, pick_device, seed_everything, unavailable_device
 from .utils.threads import apply_threads
 
 
@@ -125,6 +125,8 @@ def _environment(cfg: DictConfig, run_dir: Path) -> tuple[int, int, torch.device
     threads = apply_threads(cfg.trainer.get("threads", 1))
     seed = int(cfg.get("seed", 0))
     seed_everything(seed)
+    if (why := unavailable_device(cfg.trainer.device, "trainer.device")) is not None:
+        raise ConfigError(why)
     device = pick_device(cfg.trainer.device)
     if (why := dist.too_few_gpus(device)) is not None:
         raise ConfigError(why)
@@ -147,6 +149,11 @@ def _build(cfg: DictConfig, run_dir: Path) -> _Parts:
     method.take_noise(build_policy(method.noise_settings()))  # the run's noise, decided once (privacy/noise.py)
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
+    max_steps = cfg.trainer.get("max_steps")
+    if max_steps is not None and int(max_steps) < method.min_steps:  # before any file: no model would exist
+        raise ConfigError(f"trainer.max_steps={max_steps} stops {method.name} before its first release, and its model is "
+                          f"that release: there would be nothing to save or evaluate; set trainer.max_steps>="
+                          f"{method.min_steps} or leave it unset (null: the planned schedule)")
     evaluator.check()  # evaluability from the settings alone (an FID extractor is available), before the data loads
     data = instantiate(cfg.dataset)
     evaluator.check(data)  # the public splits are large enough for every requested metric, before training
@@ -218,6 +225,8 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
             so_far.phase = "done"
             return {"metrics": {}, "train": train_metrics, "rank": rank}
         metrics = evaluate_run(parts.evaluator, parts.method, parts.data, parts.logger, parts.seed, folder.path)
+        if parts.data.private.outside_reads:  # e.g. DPImageBench's FID against the training images: the card names it
+            add_evaluation_reads(folder.path, parts.data.private.outside_reads)
         parts.logger.open_after_training()  # W&B, if the evaluator did not open it while it evaluated
         so_far.phase = "summary"
         results = _results(parts, ctx, metrics, train_metrics, t0)  # a failed evaluation is kept (eval_error)

@@ -9,7 +9,9 @@ the fault and the fix, or None when the run may start:
 * an unknown setting (``trainer.max_step=3``) -> the closest keys beside it;
 * a ``+key`` that only misspells an existing setting (``+accountant.epsilonn=3``: Hydra would add a
   new key that nothing reads) -> the setting it resembles;
-* a run folder (``hydra.run.dir`` / ``hydra.sweep.dir``) that cannot be created or written.
+* a run folder (``hydra.run.dir`` / ``hydra.sweep.dir``) that cannot be created or written;
+* a device this machine lacks (``trainer.device=cuda`` / ``evaluator.device=cuda`` without a GPU; with
+  ``dpgen train --nproc N`` on GPUs, fewer than N of them).
 
 Hydra's own flags (``--help``, ``--cfg``, ``--info`` ...) skip the checks: Hydra answers them.
 """
@@ -45,7 +47,8 @@ def preflight(argv: list[str], config_dir: Path = CONFIGS, nproc: int = 1) -> st
     cfg, problem = _compose(overrides, config_dir)
     if problem is not None:
         return problem
-    return misspelt_additions(overrides, cfg) or unwritable_run_dir(cfg, multirun) or single_process_only(cfg, nproc)
+    return (misspelt_additions(overrides, cfg) or unavailable_devices(cfg, nproc) or unwritable_run_dir(cfg, multirun)
+            or single_process_only(cfg, nproc))
 
 
 def first_values(overrides: list[str]) -> list[str]:
@@ -208,6 +211,32 @@ def misspelt_additions(overrides: list[str], cfg) -> str | None:
         if close:
             return (f"'+{key}' adds a new setting that nothing reads; did you mean {close[0]}={value}? "
                     f"{PLUS_NOTE}")
+    return None
+
+
+def unavailable_devices(cfg, nproc: int = 1) -> str | None:
+    """A device setting this machine cannot honour: ``trainer.device`` / ``evaluator.device`` naming a GPU it
+    lacks, or ``nproc`` processes on GPUs (``trainer.device`` cuda, or auto with a GPU) with fewer GPUs than
+    processes.  torch is imported only when a device is named or several processes are asked for."""
+    from omegaconf import OmegaConf
+
+    values = {s: str(OmegaConf.select(cfg, s, default="auto", throw_on_resolution_failure=False) or "auto")
+              for s in ("trainer.device", "evaluator.device")}
+    if nproc <= 1 and all(v in ("auto", "cpu") for v in values.values()):
+        return None
+    from .utils import unavailable_device
+
+    for setting, value in values.items():
+        if (problem := unavailable_device(value, setting)) is not None:
+            return problem
+    device = values["trainer.device"]
+    if nproc > 1 and device != "cpu":
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if 0 < gpus < nproc or (gpus == 0 and device != "auto"):
+            return (f"dpgen train --nproc {nproc} with trainer.device={device} needs a GPU per process and this machine "
+                    f"has {gpus}: use --nproc {gpus}, or trainer.device=cpu (the processes share the CPU, on gloo)")
     return None
 
 

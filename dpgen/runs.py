@@ -389,6 +389,15 @@ def read_checkpoint(path: Path) -> dict:
 
 
 def _damaged(path: Path, reason: str) -> str:
+    """The advice never deletes an intact release: a finished run's release (``*.pt`` beside ``checkpoints/``) is
+    evaluated and sampled from without its checkpoint; starting over would delete it and spend ε again."""
+    run_dir = path.parent.parent if path.parent.name == CHECKPOINT.parent.name else path.parent
+    releases = sorted(p for p in run_dir.glob("*.pt") if p.is_file())
+    if releases:
+        return (f"checkpoint {path} is damaged ({reason}) and cannot be resumed from, but the run's release "
+                f"{releases[0]} is intact: `dpgen evaluate {run_dir}` evaluates it again and `dpgen sample {run_dir} "
+                "--n <N> --out <file>` samples from it, at no privacy cost; trainer.overwrite=true would delete that "
+                f"release and spend ε again: to train anew, {NEW_FOLDER}")
     return (f"checkpoint {path} is damaged ({reason}) and cannot be resumed from: start the run folder over with "
             f"trainer.overwrite=true, or {NEW_FOLDER}")
 

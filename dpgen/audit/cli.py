@@ -44,9 +44,8 @@ def _target(cfg) -> str:
     return str(cfg.model._target_).rsplit(".", 1)[-1]
 
 
-def _setup(method, data, ledger, seed: int) -> None:
-    """The method's own ``setup`` (models, sampler, calibrated mechanisms; no release), in a scratch
-    run folder that is deleted afterwards."""
+def _scratch(fn, seed: int):
+    """``fn(ctx)`` with a TrainContext whose run folder is a scratch folder, deleted afterwards."""
     import shutil
     import tempfile
 
@@ -57,11 +56,44 @@ def _setup(method, data, ledger, seed: int) -> None:
     run_dir = Path(tempfile.mkdtemp(dir=DEFAULT_OUT.parent))
     logger = RunLogger(run_dir)
     try:
-        method.setup(data, ledger, TrainContext(device=torch.device("cpu"), logger=logger, run_dir=run_dir, seed=seed,
-                                                progress=False))
+        return fn(TrainContext(device=torch.device("cpu"), logger=logger, run_dir=run_dir, seed=seed, progress=False))
     finally:
         logger.finish()
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _setup(method, data, ledger, seed: int) -> None:
+    """The method's own ``setup`` (models, sampler, calibrated mechanisms; no release), in a scratch
+    run folder that is deleted afterwards."""
+    _scratch(lambda ctx: method.setup(data, ledger, ctx), seed)
+
+
+def _replay_warm_start(method, data, ledger, seed: int):
+    """A warm-started preset (``model.warm_start``): phase 1 as the run makes it, the DP class-Gaussian's
+    moment release recorded in ``ledger`` (its output is discarded: the audit writes only numbers), so the
+    method's mechanisms are calibrated on the run's ledger (phase 2: what phase 1 left).  Returns the
+    DP class-Gaussian that made the release (its mechanism is audited), or None without a warm start."""
+    warm = getattr(method, "warm_start", None)
+    if warm is None:
+        return None
+    _scratch(lambda ctx: warm.release(data, ledger, ctx), seed)
+    return warm.method
+
+
+def _audit_class_moments(cg, data, runs: int, seed: int, preset: str, name: str) -> dict:
+    """The class-moment release of a DP class-Gaussian ``cg`` (set up): 16 real private records and a canary
+    RECORD, all through the run's public map (``cg.rep.encode``: centre, basis, clip to r).  The canary is
+    the image at the corner of the value range along the first record's code, whose code the map clips to r
+    when it can reach it (the worst case the map allows)."""
+    from dpgen.audit import audit_class_moments
+
+    mech = cg.mechanisms["moments"]
+    real = data.private.read_outside_guarantee("the audit's canary codes", n=16, seed=seed)
+    z = cg.rep.encode(real.x).double()  # 16 real private codes through the run's public map
+    corner = cg.rep.decode(1e6 * z[:1] / z[0].norm().clamp_min(1e-12))  # an image in the value range
+    canary = cg.rep.encode(corner).double()[0]
+    return audit_class_moments(mech, z, real.y, canary_class=int(real.y[0]), runs=runs, seed=seed, preset=preset,
+                               canary=canary, name=name).asdict()
 
 
 def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose_runs: int) -> list[dict]:
@@ -82,6 +114,10 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
     kind = _target(cfg)
     out = []
     gen = torch.Generator().manual_seed(seed)
+    phase_one = _replay_warm_start(method, data, ledger, seed)  # a warm start: the run's whole ledger, in order
+    if phase_one is not None:
+        out.append(_audit_class_moments(phase_one, data, runs, seed, preset,
+                                        "DP class-Gaussian moment release (warm start, phase 1)"))
 
     if kind == "DPSWDGenerator":
         if method.make_feature_map is not None:
@@ -147,20 +183,17 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
         out.append(audit_gradient_sum_mechanism(mech, grads, runs=compose_runs, steps=steps, sample_rate=q, seed=seed,
                                                 preset=preset, mechanism=name))
     elif kind == "DPClassGaussian":
-        from dpgen.audit import audit_class_moments
-
         _setup(method, data, ledger, seed)  # builds the representation and calibrates ClassMomentRelease
-        mech = method.mechanisms["moments"]
-        if mech.kind != "class_moments":
+        if method.mechanisms["moments"].kind != "class_moments":
             raise SystemExit(f"{preset}: model.release={method.release_kind}: the audit covers release=moments")
-        real = data.private.read_outside_guarantee("the audit's canary codes", n=16, seed=seed)
-        z = method.rep.encode(real.x).double()  # 16 real private codes through the run's public map
-        out.append(audit_class_moments(mech, z, real.y, canary_class=int(real.y[0]), runs=runs, seed=seed,
-                                       preset=preset))
+        out.append(_audit_class_moments(method, data, runs, seed, preset, "DP class-Gaussian moment release"))
     else:
         raise SystemExit(f"{preset}: no audit for {kind} yet (audited: DPSWDGenerator, DPSWFlow, DPSWFlowR, DPSWGen, "
                          "DPSinkhorn, DPSGDClassifier, DomainAdaptation, DPClassGaussian)")
-    return [r.asdict() for r in out]
+    rows = [r if isinstance(r, dict) else r.asdict() for r in out]
+    for r in rows[1:] if phase_one is not None else []:  # the method's own releases: calibrated for what was left
+        r["mechanism"] += " (warm start, phase 2)"
+    return rows
 
 
 CONVENTIONS = ("dpdann", "da_clt", "da_bernstein", "raw_pixels")

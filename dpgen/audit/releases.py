@@ -41,17 +41,28 @@ def _chunks(runs: int, chunk: int):
         done += c
 
 
-def batched_directions(runs: int, d: int, k: int, generator: torch.Generator) -> torch.Tensor:
-    """``(runs, d, k)``: fresh unit directions per run, as ``ot.sliced.random_directions`` draws them
-    (Gaussian columns divided by their L2 norm: uniform on ``S^{d-1}``)."""
-    u = torch.randn(runs, d, k, generator=generator, dtype=torch.float64)
-    return u / u.norm(dim=1, keepdim=True)
+def batched_directions(runs: int, d: int, k: int, generator: torch.Generator, kind: str = "random") -> torch.Tensor:
+    """``(runs, d, k)``: fresh directions per run, drawn as the mechanism draws them: ``random`` as
+    ``ot.sliced.random_directions`` (Gaussian columns divided by their L2 norm: uniform on ``S^{d-1}``),
+    ``orthogonal`` as ``ot.sliced.orthogonal_directions`` (``ceil(k/d)`` Haar-orthonormal ``d x d`` blocks,
+    QR of Gaussian matrices with the signs of ``diag(R)``, truncated to k columns)."""
+    if kind == "random":
+        u = torch.randn(runs, d, k, generator=generator, dtype=torch.float64)
+        return u / u.norm(dim=1, keepdim=True)
+    if kind != "orthogonal":
+        raise ValueError(f"unknown directions {kind!r}; choose random or orthogonal")
+    blocks = []
+    for _ in range(math.ceil(k / d)):
+        q, r = torch.linalg.qr(torch.randn(runs, d, d, generator=generator, dtype=torch.float64))
+        blocks.append(q * torch.sign(torch.diagonal(r, dim1=1, dim2=2))[:, None, :])
+    return torch.cat(blocks, dim=2)[:, :, :k]
 
 
 # -- DP-SWD / DPSWflow-r / DPSWgen / DPSWflow one-shot: X U + N(0, sigma^2) -----------------------
 def projection_release_scores(rows_out: torch.Tensor, rows_in: torch.Tensor, k: int, noise_std: float,
                               runs: int, *, generator: torch.Generator, chunk: int = 256,
-                              noise_fn: NoiseFn | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                              noise_fn: NoiseFn | None = None, directions: str = "random",
+                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run ``M(X) = X U + V`` (``ot.sliced.gaussian_projection_release``) ``runs`` times on each side.
 
     ``rows_out, rows_in: (n, d)`` are the released rows of D and D' (after whatever row map the
@@ -62,7 +73,8 @@ def projection_release_scores(rows_out: torch.Tensor, rows_in: torch.Tensor, k: 
         LLR(o) = ( <o - X U, A> - ||A||_F^2 / 2 ) / sigma^2,    A = (X' - X) U.
 
     ``noise_fn``: draw V with a mechanism's own ``noise`` (std ``noise_std`` must be its std);
-    default: ``ot.sliced.gaussian_projection_release``.
+    default: ``ot.sliced.gaussian_projection_release``.  ``directions``: how U is drawn (the mechanism's
+    ``random`` | ``orthogonal``, :func:`batched_directions`).
     Returns ``(scores_out, scores_in, projected_diff)`` with ``projected_diff = ||A||_F`` per run
     (the realised sensitivity; on D' runs) for the report.
     """
@@ -75,7 +87,7 @@ def projection_release_scores(rows_out: torch.Tensor, rows_in: torch.Tensor, k: 
     s_out, s_in, diffs = [], [], []
     for side, x in ((0, x0), (1, x1)):
         for c in _chunks(runs, chunk):
-            u = batched_directions(c, d, k, generator)                        # (c, d, k)
+            u = batched_directions(c, d, k, generator, directions)            # (c, d, k)
             if noise_fn is None:
                 o = gaussian_projection_release(x.expand(c, n, d), u, noise_std, generator=generator)  # (c, n, k)
             else:

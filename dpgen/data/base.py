@@ -61,6 +61,7 @@ class PrivateSplit:
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.__x, self.__y = x, y  # name-mangled: not part of any public surface
+        self.outside_reads: list[str] = []  # the purpose of every read_outside_guarantee (the run's card names them)
 
     def __len__(self) -> int:
         return int(self.__x.shape[0])
@@ -88,10 +89,13 @@ class PrivateSplit:
         images, or the empirical audit's canaries (``dpgen audit``, which writes only its numbers).
 
         Never called by a method or a release: only by an evaluator whose every result says, in its label,
-        that it reads sensitive data and is not covered, or by the audit (``purpose`` names the reading, for
-        the reader of the code).  Nothing it returns may reach a release, a checkpoint or a card."""
+        that it reads sensitive data and is not covered, or by the audit (``purpose`` names the reading; it is
+        kept in ``outside_reads``, and the run's privacy card names it after the evaluation).  Nothing it
+        returns may reach a release, a checkpoint or a card."""
         if not purpose:
             raise ValueError("read_outside_guarantee needs its purpose")
+        if purpose not in self.outside_reads:
+            self.outside_reads.append(purpose)
         idx = torch.arange(len(self))
         if n is not None and n < len(self):
             idx = torch.randperm(len(self), generator=torch.Generator().manual_seed(seed))[:n]

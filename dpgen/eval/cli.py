@@ -11,8 +11,9 @@ evaluator never read a private record, so re-evaluation is post-processing of th
 privacy.  ``results.json`` gets the new ``metrics`` (and ``evaluated``: when, with which overrides); its
 ``privacy`` section is left as it is and the privacy ledger is not touched.
 
-Overrides may change ``evaluator.*`` (e.g. a smaller FID, another extractor), ``paths.data_root`` and
-``trainer.device``; nothing that would change the trained model.
+Overrides may change ``evaluator.*`` (e.g. a smaller FID, another extractor), the evaluator itself
+(``evaluator=<option of configs/evaluator/>``: a run trained with ``evaluator=none`` has nothing to evaluate
+until one is chosen), ``paths.data_root`` and ``trainer.device``; nothing that would change the trained model.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-ALLOWED_OVERRIDES = ("evaluator.", "paths.data_root=", "trainer.device=")
+ALLOWED_OVERRIDES = ("evaluator.", "evaluator=", "paths.data_root=", "trainer.device=")
 
 
 class EvaluateError(ValueError):
@@ -37,7 +38,8 @@ class EvaluateError(ValueError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a run folder (holds .hydra/config.yaml, the release file, results.json)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="evaluator.* / paths.data_root / trainer.device overrides for this evaluation")
+                        help="evaluator=<option> / evaluator.* / paths.data_root / trainer.device overrides for this "
+                             "evaluation")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,9 +76,17 @@ def load_run_config(run_dir: Path, overrides: list[str]):
                             "run wrote (outputs/<experiment>/<time>/ or one job folder of a multirun)")
     bad = [o for o in overrides if not o.startswith(ALLOWED_OVERRIDES) or "=" not in o]
     if bad:
-        raise EvaluateError(f"cannot override {', '.join(bad)} when re-evaluating: only evaluator.*, paths.data_root and "
-                            "trainer.device may change (anything else would not be the trained model)")
+        raise EvaluateError(f"cannot override {', '.join(bad)} when re-evaluating: only evaluator=<option>, evaluator.*, "
+                            "paths.data_root and trainer.device may change (anything else would not be the trained model)")
     cfg = OmegaConf.load(path)
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("evaluator=")]
+    if chosen:
+        cfg.evaluator = evaluator_option(chosen[-1])
+        overrides = [o for o in overrides if not o.startswith("evaluator=")]
+    elif str((cfg.get("evaluator") or {}).get("_target_", "")).endswith("NoEvaluator"):
+        raise EvaluateError(f"{run_dir} was trained with evaluator=none: there is nothing to evaluate again until you "
+                            f"choose an evaluator, e.g. `dpgen evaluate {run_dir} evaluator=generative` (options: "
+                            "configs/evaluator/)")
     where = read_locations(run_dir)
     cfg.paths.output_dir = str(run_dir)
     cfg.paths.data_root = where.get("data_root") or os.environ.get("DPGEN_DATA_ROOT", str(Path.cwd() / "data"))
@@ -86,6 +96,21 @@ def load_run_config(run_dir: Path, overrides: list[str]):
         if isinstance(value, str) and value and not Path(value).is_absolute():
             cfg.dataset[key] = str(started_in / value)
     return OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
+
+
+def evaluator_option(name: str):
+    """The ``evaluator`` node of the config group option ``name`` (``configs/evaluator/<name>.yaml`` composed by
+    the one composer, its defaults included); an unknown option is an EvaluateError listing them."""
+    from hydra.errors import MissingConfigException
+
+    from ..config import compose
+    from ..paths import CONFIGS
+
+    try:
+        return compose([f"evaluator={name}"]).evaluator
+    except MissingConfigException:
+        options = sorted(p.stem for p in (CONFIGS / "evaluator").glob("*.yaml"))
+        raise EvaluateError(f"evaluator={name}: no such evaluator; choose one of {', '.join(options)}") from None
 
 
 def public_view(data):
@@ -165,6 +190,43 @@ class _NullLogger:
         pass
 
 
+def check_writable(run_dir: Path) -> None:
+    """``dpgen evaluate`` rewrites the run folder's results.json and sample grids: EvaluateError (before any work)
+    when the folder cannot be written, with the fix (a writable copy)."""
+    import tempfile
+
+    fix = (f"`dpgen evaluate` rewrites results.json and the sample grids there; make it writable, or evaluate a "
+           f"writable copy (cp -r {run_dir} <copy> && dpgen evaluate <copy>)")
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise EvaluateError(f"cannot write the run folder {run_dir} (permission denied or read-only): {fix}")
+    try:
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".dpgen-probe-"):
+            pass
+    except OSError as e:
+        raise EvaluateError(f"cannot write the run folder {run_dir} ({e.strerror or type(e).__name__}): {fix}") from None
+
+
+def devices_here(cfg, overrides: list[str]) -> None:
+    """A device the run recorded (``trainer.device`` / ``evaluator.device``) that this machine lacks becomes
+    the CPU, with a line saying so (the release is the same model on any device); one given on this command
+    line must exist (EvaluateError naming it)."""
+    from ..utils import unavailable_device
+
+    for setting in ("trainer.device", "evaluator.device"):
+        group, key = setting.split(".")
+        node = cfg.get(group)
+        if node is None or key not in node:
+            continue
+        problem = unavailable_device(str(node[key]), setting)
+        if problem is None:
+            continue
+        if any(o.startswith(f"{setting}=") for o in overrides):
+            raise EvaluateError(problem)
+        print(f"note: the run recorded {setting}={node[key]}, which this machine lacks: evaluating on the CPU "
+              f"(another device: {setting}=<device>)", file=sys.stderr)
+        node[key] = "cpu"
+
+
 def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
     """Evaluate ``run_dir``'s release again and rewrite ``results.json``'s metrics; returns the results."""
     from hydra.utils import instantiate
@@ -178,10 +240,12 @@ def evaluate(run_dir: str | Path, overrides: list[str] | None = None) -> dict:
     run_dir = Path(run_dir).resolve()
     overrides = list(overrides or [])
     cfg = load_run_config(run_dir, overrides)
+    check_writable(run_dir)
     results_path = run_dir / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     seed = int(cfg.get("seed", 0))
     seed_everything(seed)
+    devices_here(cfg, overrides)
     device = pick_device(cfg.trainer.get("device", "auto"))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     if getattr(evaluator, "reads_private_data", False):

@@ -58,7 +58,7 @@ from rich.console import Console
 
 from ..data import DataSplits, TensorSplit
 from ..errors import ConfigError
-from ..utils.misc import on_gpu, pick_device
+from ..utils.misc import on_gpu, pick_device, unavailable_device
 from .benchmark_nets import ARCHITECTURES, DEFAULT_SIZES, ParameterEMA, build_classifier, describe
 from .fid import (
     InceptionFeatures,
@@ -211,6 +211,8 @@ class DPImageBenchEvaluator:
         """Fail in seconds, before training: the Inception weights are here; the dataset holds a sensitive
         validation split out of the training split; the images fit the classifiers."""
         if data is None:
+            if (problem := unavailable_device(self.device, "evaluator.device")) is not None:
+                raise ConfigError(problem)
             if self.fid["enabled"]:
                 try:
                     inception_source(self.fid["inception_weights"])

@@ -33,7 +33,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..utils import pick_device
+from ..utils import pick_device, unavailable_device
 from .downstream import PROTOCOLS, downstream_accuracy, torch_clf_settings
 from .fid import (
     EXTRACTORS,
@@ -168,6 +168,7 @@ class GenerativeEvaluator:
         for the domain extractor).  Never reads the private split.  Raises :class:`ConfigError`."""
         fid_on = bool(self.fid["enabled"]) and int(self.fid["n_fid"]) > 0
         if data is None:
+            check_device(self.device)
             if fid_on:
                 self._fid_extractor_plan()
             return
@@ -255,6 +256,9 @@ class GenerativeEvaluator:
             info.update(plan.describe())
             info.update(extra)
             ref = plan.ref.x
+            if (refused := below_chance(info.get("fid_extractor_accuracy"), data.num_classes)) is not None:
+                console.log(f"[eval] no FID: {refused}")
+                return {"fid_extractor": used, "fid_refused": refused, **info}
         console.log(f"[eval] FID ({used} features): {x_fake.shape[0]} generated vs {ref.shape[0]} reference images")
         measured = fid_with_floor(ref, x_fake, extractor, batch_size=int(self.fid["batch_size"]), device=device)
         min_ref = int(self.fid["min_reference"])
@@ -281,6 +285,23 @@ class NoEvaluator:
 
     def __call__(self, method, data, logger, seed: int = 0) -> dict:
         return {}
+
+
+def below_chance(accuracy: float | None, num_classes: int) -> str | None:
+    """Why a domain extractor's FID is refused: its held-out accuracy is no better than chance (1 / classes),
+    so its features carry nothing about the images and any distance between them means nothing; else None."""
+    if accuracy is None or num_classes < 2 or accuracy > 1.0 / num_classes:
+        return None
+    return (f"the domain FID extractor classifies its held-out images at {accuracy:.0%}, no better than chance "
+            f"({1 / num_classes:.0%} for {num_classes} classes): its features say nothing about the images, so no FID "
+            "is reported; train it on more images or for longer (evaluator.fid.domain.*), or use "
+            "evaluator.fid.extractor=inception")
+
+
+def check_device(device: str) -> None:
+    """ConfigError naming ``evaluator.device`` when this machine lacks the device it asks for."""
+    if (problem := unavailable_device(device, "evaluator.device")) is not None:
+        raise ConfigError(problem)
 
 
 def check_test_split(data, what: str) -> None:

@@ -14,11 +14,19 @@ numbers, in less wall-clock time.
 The worker is forked, so it starts at once with the parent's imports and tensors (nothing is pickled on
 the way in); it computes on synthetic samples and the public test split only, and sends back its
 metrics through a pipe.
+
+Stops: SIGINT / SIGTERM are blocked while the process forks (a signal then reaches the parent after the
+worker exists, as one ``RunInterrupted`` the run handles, never inside the fork); the worker ignores Ctrl-C
+(the parent stops it), dies on SIGTERM, and the kernel kills it when the parent dies, even by ``kill -9``
+(Linux's parent-death signal): no worker outlives its run.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
+import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -61,13 +69,22 @@ class Forked:
     def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         ctx = mp.get_context("fork")
         self._recv, send = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_child, args=(send, fn, args, kwargs), name="dpgen-eval-worker", daemon=True)
-        with warnings.catch_warnings():
-            # Python >= 3.12 warns on every fork of a process with threads (here: W&B's and rich's); the child
-            # runs torch on its own tensors only and touches none of what those threads hold
-            warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks", category=DeprecationWarning)
-            self._proc.start()
-        send.close()
+        self._proc = ctx.Process(target=_child, args=(send, fn, args, kwargs, os.getpid()), name="dpgen-eval-worker",
+                                 daemon=True)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)  # no stop signal inside the fork
+        try:
+            with warnings.catch_warnings():
+                # Python >= 3.12 warns on every fork of a process with threads (here: W&B's and rich's); the child
+                # runs torch on its own tensors only and touches none of what those threads hold
+                warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks", category=DeprecationWarning)
+                self._proc.start()
+        finally:
+            send.close()
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a signal that came meanwhile is raised here
+            except BaseException:  # the run stops: so does the worker
+                self.close()
+                raise
 
     def result(self) -> Any:
         try:
@@ -91,7 +108,26 @@ class Forked:
             self._proc.join()
 
 
-def _child(send, fn, args, kwargs) -> None:
+STOPS = {signal.SIGINT, signal.SIGTERM}
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def die_with_parent(parent: int) -> None:
+    """Ask the kernel for SIGKILL when the parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``); exit at once if the
+    parent is already gone (it died between the fork and this call)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the parent's close() and the daemon flag remain
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _child(send, fn, args, kwargs, parent: int) -> None:
+    die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops this worker
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a SIGTERM ends it, silently
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     try:
         out = (True, fn(*args, **kwargs))
     except BaseException as e:  # noqa: BLE001 - sent to the parent, which raises it

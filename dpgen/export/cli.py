@@ -35,9 +35,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         release = load_release(args.release)
-        paths = release.export(args.out, args.n, parse_labels(args.labels), args.seed, force=args.force)
+        paths = release.export(args.out, args.n, parse_labels(args.labels), args.seed, force=args.force,
+                               words=("--out", "--force"))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # the disk filled, the place vanished while writing: one line, nothing half-written named
+        print(f"error: --out {args.out}: cannot write it ({err.strerror or type(err).__name__}: {err.filename or args.out}); "
+              "choose a writable place for --out", file=sys.stderr)
         return 2
     eps = release.card["privacy"]["epsilon"]
     what = "model" if str(args.out).endswith(".pt") else f"{args.n} samples"

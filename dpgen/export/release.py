@@ -101,7 +101,8 @@ def release_info(cfg: dict, data, method, ledger, code_version: str | None, run_
                       noisy_count=released_count(method), public_data=public_data_used(cfg, data),
                       code_version=code_version, release_file=method.release_name,
                       convention=method.convention_report(), processes=processes,
-                      validation_held_out=None if getattr(data, "validation", None) is None else len(data.validation))
+                      validation_held_out=None if getattr(data, "validation", None) is None else len(data.validation),
+                      public_split_size=None if data.public is None else len(data.public))
     write_card(card, run_dir)
     return {"dpgen": {"config": public_config(cfg), "data": public_facts(data, method, cfg.get("dataset"))}, "privacy_card": card}
 
@@ -202,13 +203,15 @@ class Release:
         x, y_out = method.sample(int(n), y)
         return x.float(), y_out.long()
 
-    def export(self, out: str | Path, n: int, labels=None, seed: int | None = None, force: bool = False) -> list[Path]:
+    def export(self, out: str | Path, n: int, labels=None, seed: int | None = None, force: bool = False,
+               words: tuple[str, str] = ("out", "force=True")) -> list[Path]:
         """Sample and write ``out`` (.npz, a PNG folder, or .pt for a model) with its own privacy card
         (``synth.npz`` -> ``synth.card.json`` / ``.md``; inside a folder export); an existing export or card is
-        replaced only with ``force``."""
+        replaced only with ``force``.  ``words``: how errors name ``out`` and ``force`` (the command line's
+        ``--out`` / ``--force``; Python's keywords by default)."""
         from .formats import export
 
-        return export(self, Path(out), n, labels, seed, force)
+        return export(self, Path(out), n, labels, seed, force, words)
 
 
 def load_release(path: str | Path) -> Release:

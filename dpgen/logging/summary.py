@@ -117,6 +117,8 @@ def group_results(results: dict) -> dict:
             privacy[key] = privacy_in[key]
     if privacy_in.get("target_epsilon") is not None:
         privacy["target_epsilon"] = privacy_in["target_epsilon"]
+    if privacy_in.get("by_mechanism"):  # several mechanisms (a warm start's two phases): each one's ε alone
+        privacy["by_mechanism"] = privacy_in["by_mechanism"]
     for key in _CONVENTION_KEYS:  # privacy.convention=paper: the stated vs the true sensitivity (privacy.conventions)
         if privacy_in.get(key) is not None:
             privacy[key] = privacy_in[key]
@@ -196,6 +198,8 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
         for key in ("private_steps", "sampling", "neighbouring_relation", "noise_multiplier", "sensitivity_bound"):
             if key in p:
                 rows.append(("privacy", key.replace("_", " "), fmt(p[key])))
+        rows += mechanism_rows(p.get("by_mechanism") or [], warm="warm_start" in (results.get("train") or {}),
+                               accountant=calibrating)
     prov = grouped["provenance"]
     for key, value in grouped["utility"].items():  # every FID with the size of its reference set and its floor
         if key == "fid_real_vs_real" and "fid" in grouped["utility"]:
@@ -219,6 +223,18 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
+def mechanism_rows(by_mechanism: list[dict], warm: bool, accountant: str) -> list[tuple[str, str, str]]:
+    """One row per mechanism of a run with several (``privacy.by_mechanism``): its releases' ε alone, its noise
+    multiplier; a warm-started run's rows are its phases (1: the moment release, 2: the method's own)."""
+    rows = []
+    for i, row in enumerate(by_mechanism, start=1):
+        what = f"phase {i}{' (warm start)' if i == 1 else ''}: {row['mechanism']}" if warm else row["mechanism"]
+        n = int(row.get("releases") or 0)
+        rows.append(("privacy", what, f"ε {fmt(row.get('epsilon'))} alone ({accountant.upper()}), noise multiplier "
+                     f"{fmt(row.get('noise_multiplier'))}, {n} release{'s' if n != 1 else ''}"))
+    return rows
+
+
 def print_summary(results: dict, console=None) -> None:
     """The grouped results table on stdout (plus the notes of reported-only accountants)."""
     from rich.console import Console
@@ -228,7 +244,7 @@ def print_summary(results: dict, console=None) -> None:
     console = console or Console()
     overrides = [o for o in results.get("overrides") or [] if not o.startswith(("experiment=", "hydra."))]
     title = f"{results.get('experiment', 'run')} — results" + (f" ({', '.join(overrides)})" if overrides else "")
-    table = Table(title=title, show_header=True)  # a sweep's jobs: one title each
+    table = Table(title=Text(title), show_header=True)  # a sweep's jobs: one title each; no markup: `=[logreg]` stays
     table.add_column("group")
     table.add_column("quantity")
     table.add_column("value")

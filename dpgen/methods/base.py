@@ -140,6 +140,7 @@ class Method(NoiseHolder):
 
     name: str = "method"  # progress-bar label
     release_name: str = "release.pt"  # weights-only artefact in the run folder
+    min_steps: int = 0  # steps before there is a model to release (1: the model IS the first step's release)
     sampler: PrivateSampler | None = None
     mechanisms: dict[str, Mechanism]
 

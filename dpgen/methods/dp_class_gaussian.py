@@ -51,6 +51,7 @@ class DPClassGaussian(GenerativeMethod):
 
     name = "DP class-Gaussian"
     release_name = "generator.pt"
+    min_steps = 1  # the model is its one release
 
     def __init__(self, representation: dict | None = None, release: str = "moments",
                  moment_shares: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3), block_slack: float = 1.2,

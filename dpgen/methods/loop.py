@@ -52,6 +52,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from rich.console import Console
 
 from ..config import privacy_setting_error
 from ..data import DataSplits
@@ -224,12 +225,18 @@ def _warm_release(warm, ck: dict | None, data: DataSplits, ledger: PrivacyLedger
     if dist.is_main():  # several processes: rank 0 writes
         write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict(),
                           "rng": rng_state()}, ctx.checkpoint_path)
+        Console(stderr=True).log(warm.phase_one_line(ledger))
 
 
 def _warm_up(method: Method, warm, ledger: PrivacyLedger, signature: dict, ctx: TrainContext) -> None:
-    """Phase 2b: fit the method to the release (post-processing only), then checkpoint it (phase 2)."""
+    """Phase 2b: fit the method to the release (post-processing only, with a progress bar), then checkpoint it
+    (phase 2).  The console says what phase 2 releases (its mechanisms, calibrated for what phase 1 left)."""
+    if dist.is_main():
+        Console(stderr=True).log(warm.phase_two_line(method.mechanisms, ledger))
     if warm.phase < 2:
-        warm.warm_up(method.warm_target(), ctx.seed)
+        with progress_bar("warm-up fit (post-processing of phase 1)", enabled=ctx.progress, transient=True) as bar:
+            task = bar.add_task("warm-up", total=warm.steps, info="")
+            warm.warm_up(method.warm_target(), ctx.seed, progress=lambda i: bar.update(task, completed=i))
         _checkpoint(method, ledger, signature, 0, {}, ctx)
 
 

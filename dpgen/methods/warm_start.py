@@ -81,11 +81,11 @@ class WarmTarget:
 
 
 def fit(target: WarmTarget, release: ClassGaussianRelease, *, steps: int, batch_size: int, lr: float,
-        num_projections: int, seed: int) -> dict:
+        num_projections: int, seed: int, progress: Callable[[int], None] | None = None) -> dict:
     """The warm-up: post-processing of ``release`` only.  Particles are put on samples of the released class
     Gaussians; a generator takes ``steps`` Adam steps on ``(mean_c SW_2^2(G(z, c), samples of class c))^{1/2}``
     (``ot.sliced_wasserstein_blocks``, ``num_projections`` fresh random directions per step, no noise: the
-    samples are public).  Returns public facts for results.json."""
+    samples are public).  ``progress(i)`` is told each step done.  Returns public facts for results.json."""
     gen = torch.Generator().manual_seed(int(seed))
     if target.generate is None:  # particles
         labels = target.labels.cpu()
@@ -98,7 +98,9 @@ def fit(target: WarmTarget, release: ClassGaussianRelease, *, steps: int, batch_
     y_dev = y.to(target.device)
     opt = torch.optim.Adam(list(target.parameters), lr=lr)
     loss = torch.zeros(())
-    for _ in range(int(steps)):
+    for i in range(int(steps)):
+        if progress is not None:
+            progress(i)
         with torch.no_grad():
             r_t = target.rows(release.sample(y, gen).to(target.device), y_dev).float()
         r_s = target.generate(y_dev).float()
@@ -107,6 +109,8 @@ def fit(target: WarmTarget, release: ClassGaussianRelease, *, steps: int, batch_
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+    if progress is not None:
+        progress(int(steps))
     return {"warm_start_steps": int(steps), "warm_start_loss": float(loss.detach())}
 
 
@@ -173,12 +177,25 @@ class WarmStart:
         self.release_ = ClassGaussianRelease(self.method.moments, self.method.rep, data.num_classes)
         return self.release_
 
-    def warm_up(self, target: WarmTarget, seed: int) -> dict:
-        """Phase 1 -> 2: :func:`fit` on the release only."""
+    def warm_up(self, target: WarmTarget, seed: int, progress: Callable[[int], None] | None = None) -> dict:
+        """Phase 1 -> 2: :func:`fit` on the release only (``progress``: told each step done)."""
         self.summary = fit(target, self.release_, steps=self.steps, batch_size=self.batch_size, lr=self.lr,
-                           num_projections=self.num_projections, seed=seed)
+                           num_projections=self.num_projections, seed=seed, progress=progress)
         self.phase = 2
         return self.summary
+
+    def phase_one_line(self, ledger: PrivacyLedger) -> str:
+        """The console line of phase 1 (``ledger``: right after the moment release, nothing else in it)."""
+        m, acct = self.method.mech, ledger.calibrating_accountant
+        return (f"warm start, phase 1: one {m.kind} release (the DP class-Gaussian's moments), noise multiplier "
+                f"{m.noise_multiplier:.4g} (std {m.noise_std:.4g}), ε {ledger.epsilon():.4g} alone ({acct.upper()}; "
+                f"share {self.share:g} of ε = {ledger.target_epsilon:g}); the warm-up reads this release only")
+
+    def phase_two_line(self, mechanisms: dict, ledger: PrivacyLedger) -> str:
+        """The console line of phase 2: the method's mechanisms, calibrated for what phase 1 left."""
+        noise = ", ".join(f"{m.kind} noise multiplier {m.noise_multiplier:.4g}" for m in mechanisms.values() if m.private)
+        return (f"warm start, phase 2: {noise or 'no private mechanism'}; both phases compose to ε ≤ "
+                f"{ledger.target_epsilon:g} ({ledger.calibrating_accountant.upper()}), each phase's ε in the results")
 
     def state_dict(self) -> dict:
         """For the checkpoint (it holds the mechanism's RNG state: as sensitive as the data, like every checkpoint)."""

@@ -71,11 +71,14 @@ def _finite(x: float | None) -> float | str | None:
 def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict, dataset: str, n_private: int,
                noisy_count: float | None = None, public_data: list[str] | None = None, code_version: str | None = None,
                release_file: str | None = None, convention: dict | None = None, export: dict | None = None,
-               validation_held_out: int | None = None, processes: dict | None = None) -> dict:
+               validation_held_out: int | None = None, processes: dict | None = None,
+               public_split_size: int | None = None) -> dict:
     """The card of a release, from the ledger that ran (``n_private`` is used only under replace-one).
 
     ``validation_held_out``: the number of sensitive images cut off the training split before any private
-    step (``dataset.validation_size``; a setting, public); the release never saw them."""
+    step (``dataset.validation_size``; a setting, public); the release never saw them.
+    ``public_split_size``: the records of a public split cut from the same records (``dataset.public_fraction``):
+    with the fraction it pins the private count, so the card lists it under what it does not cover."""
     relation = ledger.relation
     calibrating = ledger.calibrating_accountant
     eps = {name: _finite(ledger.epsilon(accountant=name)) for name in ("rdp", "pld")}
@@ -115,6 +118,12 @@ def build_card(ledger: PrivacyLedger, *, method: str, preset: str, config: dict,
     }
     card["covers"] = _covers(card, non_private)
     card["does_not_cover"] = _does_not_cover(card, held_out_fraction(config))
+    fraction = (config.get("dataset") or {}).get("public_fraction")
+    if public_split_size and relation == "add_remove" and fraction:
+        card["does_not_cover"].append(
+            f"The size of the public split, {public_split_size} records cut from the same records (the dataset's "
+            f"public_fraction, {fraction}): with the fraction it reveals the number of private records to within "
+            "a few, although the card does not publish that number.")
     return card
 
 
@@ -124,6 +133,20 @@ def _processes_line(p: dict) -> str:
     resumed = p.get("resumed_from_world_size")
     again = f"; resumed from a checkpoint written by {resumed} process{'es' if resumed > 1 else ''}" if resumed else ""
     return f"| processes | {p['world_size']}{backend}{again} |"
+
+
+def add_evaluation_reads(folder: str | Path, reads: list[str]) -> tuple[Path, Path]:
+    """Complete the card of a run's release (``privacy_card.json`` / ``.md`` in ``folder``) after its evaluation:
+    ``reads`` names every read of private data the evaluation made outside the guarantee (un-noised numbers,
+    e.g. an FID against the sensitive training images), listed under what the card does not cover."""
+    path = Path(folder) / CARD_JSON
+    card = json.loads(path.read_text())
+    card["evaluation_reads_outside_guarantee"] = list(reads)
+    item = ("The evaluation's reads of private data, without noise: " + "; ".join(reads) + ". The numbers they give "
+            "(in results.json, the console and W&B, each labelled 'not covered by the privacy guarantee') are not "
+            "protected; the release and everything sampled from it do not depend on them.")
+    card["does_not_cover"] = [i for i in card["does_not_cover"] if not i.startswith("The evaluation's reads")] + [item]
+    return write_card(card, folder)
 
 
 def held_out_fraction(config: dict) -> float | None:
@@ -205,6 +228,8 @@ def card_markdown(card: dict) -> str:
         *([f"| validation held out | {card['dataset']['validation_held_out']['size']} sensitive images, never seen "
            "by the release |"] if card["dataset"].get("validation_held_out") else []),
         f"| public data | {', '.join(card['public_data']) or 'none'} |",
+        *([f"| evaluation read private data | {'; '.join(card['evaluation_reads_outside_guarantee'])} (not "
+           "covered) |"] if card.get("evaluation_reads_outside_guarantee") else []),
         f"| config hash | `{card['config_hash']}` |",
         f"| code version | {card['code_version'] or 'unknown'} |",
         *([_processes_line(card["processes"])] if card.get("processes") else []),

@@ -6,8 +6,10 @@ A run with ``delta >= 1/N`` is refused (``PrivacySettingError`` on ``delta``; th
 1. before any data is loaded, when the dataset config fixes an upper bound on N — the size of the
    dataset's training split, a published fact of the dataset (``KNOWN_TRAIN_SIZES``), or a size the
    config itself sets (``toy_gaussians.n_train``, ``celeba.max_train``, ``digits.test_fraction``).
-   The private split is at most that large (a public fraction only removes records), so
-   ``δ >= 1/bound`` implies ``δ >= 1/N``;
+   The private split is at most that large (a public fraction only removes records): N <= bound, so
+   1/bound <= 1/N and ``δ < 1/bound`` implies ``δ < 1/N`` (a δ that passes is below 1/N; every δ >= 1/N is
+   refused here). The check is conservative: a δ between 1/bound and 1/N (a private split much smaller than
+   the dataset's training split) is refused too;
 2. right after loading, before training, with the exact N of the private split (own data, the
    domain-adaptation pairs, a public fraction).  Under add/remove neighbours (Poisson sampling) N
    itself is private: the message never prints it (nor 1/N, nor a δ derived from it), but a

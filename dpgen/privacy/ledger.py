@@ -234,6 +234,25 @@ class PrivacyLedger:
             raise ValueError(f"unknown accountant {accountant!r}; choose rdp or pld")
         return self._eps(self.entries, self.delta if delta is None else delta, accountant)
 
+    def by_mechanism(self) -> list[dict]:
+        """Each mechanism kind's releases, in the order they were first recorded, with the epsilon of those
+        releases ALONE under every accountant (at the run's delta; composition makes the run's epsilon no
+        more than their sum, usually less): a warm-started run's phase 1 (``class_moments``) and phase 2.  A
+        ledger of one kind gives one row with the run's own epsilon."""
+        kinds = list(dict.fromkeys(e.mechanism for e in self.entries if e.steps > 0))
+        rows = []
+        for kind in kinds:
+            entries = [e for e in self.entries if e.mechanism == kind and e.steps > 0]
+            alone = {a: (self._eps(entries, self.delta, a) if len(kinds) > 1 else self.epsilon(accountant=a))
+                     for a in ACCOUNTANTS}
+            multipliers = sorted({e.noise_multiplier for e in entries})
+            rows.append({"mechanism": kind, "releases": sum(e.steps for e in entries),
+                         "noise_multiplier": multipliers[0] if len(multipliers) == 1 else multipliers,
+                         "sample_rate": entries[0].sample_rate,
+                         "epsilon": alone[self.calibrating_accountant],
+                         **{f"epsilon_{a}": v for a, v in alone.items()}})
+        return rows
+
     def allowance(self, noise_multiplier: float, sample_rate: float, delta_per_step: float = 0.0,
                   accountant: str | None = None, at_most: int | None = None, guess: int | None = None) -> int:
         """How many more releases with these parameters keep epsilon <= target (see ``allowance_for``)."""
@@ -312,6 +331,7 @@ class PrivacyLedger:
             if eps_pld is not None
             else "dp-accounting has no PLD for fixed-size sampling without replacement",
             "data_dependent_reports": self.data_dependent_reports,
+            **({"by_mechanism": self.by_mechanism()} if len({e.mechanism for e in self.entries if e.steps}) > 1 else {}),
             **({"status": NOT_DP_DATA_DEPENDENT} if self.data_dependent_reports else {}),
             **self._reported_summary(),
         }

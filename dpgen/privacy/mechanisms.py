@@ -53,6 +53,7 @@ and a ``release`` that computes the clipped quantity, adds ``self.noise(shape, l
 from __future__ import annotations
 
 import math
+import secrets
 import warnings
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable
@@ -285,7 +286,11 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
                 "beta": self.beta, **({"history_steps": self._history_steps} if self._history_steps else {})}
 
     def state_dict(self) -> dict:
-        return {**self._config(), "generator": generator_state(self.generator),
+        """Generator states for a resume.  Once every planned release is made (a one-shot release: after its one
+        step) the noise generator is never drawn from again and its state, from which the noise of the releases
+        could be recomputed (and so the exact released statistics), is not kept (``generator: None``)."""
+        spent = self.steps is not None and self.releases >= self.steps
+        return {**self._config(), "generator": None if spent else generator_state(self.generator),
                 "directions_generator": generator_state(self.directions_generator), "releases": self.releases}
 
     def load_state_dict(self, state: dict) -> None:
@@ -300,7 +305,10 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
                              + "); resume with the same model and accountant settings, under the dpgen version "
                                "that started the run (the git_commit of its results.json: another version's noise "
                                "calibration may differ in the last digits)")
-        resumed_generator(self.generator, state["generator"])  # another device type: reseeded (module docstring)
+        if state["generator"] is not None:
+            resumed_generator(self.generator, state["generator"])  # another device type: reseeded (module docstring)
+        else:  # spent (see state_dict): any later draw is fresh secret noise, never a replay of the released one
+            self.generator.manual_seed(secrets.randbits(63))
         resumed_generator(self.directions_generator, state["directions_generator"])
         self.releases = int(state["releases"])
 

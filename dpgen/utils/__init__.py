@@ -9,11 +9,11 @@ import importlib
 _WHERE = {  # name -> the module of this package that defines it
     "atomic_save": "checkpoint", "load_checkpoint": "checkpoint", "rng_state": "checkpoint", "set_rng_state": "checkpoint",
     "autocast": "misc", "check_precision": "misc", "json_safe": "misc", "pick_device": "misc",
-    "seed_everything": "misc", "with_prog": "prog", "without_keys": "misc",
+    "seed_everything": "misc", "unavailable_device": "misc", "with_prog": "prog", "without_keys": "misc",
 }
 
 __all__ = ["atomic_save", "autocast", "check_precision", "json_safe", "load_checkpoint", "pick_device", "rng_state", "seed_everything",
-           "set_rng_state", "with_prog", "without_keys"]
+           "set_rng_state", "unavailable_device", "with_prog", "without_keys"]
 
 
 def __getattr__(name: str):

@@ -15,14 +15,38 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def pick_device(device: str = "auto") -> torch.device:
-    """``auto``: cuda when available, else cpu."""
+def pick_device(device: str = "auto", setting: str = "trainer.device") -> torch.device:
+    """``auto``: cuda when available, else cpu; a device this machine lacks raises ValueError (the
+    message of :func:`unavailable_device`, naming ``setting``)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("trainer.device=cuda but no CUDA device is available; use trainer.device=auto or cpu")
-    return dev
+    problem = unavailable_device(device, setting)
+    if problem is not None:
+        raise ValueError(problem)
+    return torch.device(device)
+
+
+def unavailable_device(device: str, setting: str) -> str | None:
+    """Why the device ``device`` (the value of ``setting``: ``trainer.device``, ``evaluator.device``) cannot
+    be used on this machine, naming the setting and the fix; None when it can (``auto`` always can)."""
+    if str(device) == "auto":
+        return None
+    fix = f"use {setting}=auto (the GPU when there is one, else the CPU) or {setting}=cpu"
+    try:
+        dev = torch.device(str(device))
+    except RuntimeError:
+        return f"{setting}={device} is not a device; {fix}"
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            return f"{setting}={device} but this machine has no CUDA GPU (torch sees none); {fix}"
+        if dev.index is not None and dev.index >= n:
+            return f"{setting}={device} but this machine has {n} CUDA GPU{'s' if n > 1 else ''} (cuda:0..cuda:{n - 1}); {fix}"
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        return f"{setting}={device} but this machine has no Apple GPU (MPS); {fix}"
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        return f"{setting}={device}: dpgen runs on cpu, cuda or mps; {fix}"
+    return None
 
 
 def on_gpu(device: torch.device) -> bool:

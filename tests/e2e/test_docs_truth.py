@@ -9,6 +9,7 @@ import csv
 import json
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,15 @@ def test_every_file_the_docs_name_is_in_a_default_run(default_run, page):
     assert not missing, f"{page} names {missing}, which a default run does not write"
 
 
+@pytest.mark.parametrize("page", list(TABLES))
+def test_every_json_file_the_page_names_anywhere_is_written(default_run, page):
+    """Not only the table: a file named in the text (e.g. where a resumed run keeps its segments' times) exists."""
+    names = set(re.findall(r"`([\w./-]+\.json)`", (ROOT / page).read_text()))
+    assert "results.json" in names
+    missing = [n for n in names if n not in ELSEWHERE and not list(default_run.rglob(Path(n).name))]
+    assert not missing, f"{page} names {missing}, which a default run does not write"
+
+
 def test_every_results_key_and_metrics_column_the_docs_name_exists(default_run):
     rows = {row[0]: row[1] for row in table_rows(section("docs/getting-started.md", TABLES["docs/getting-started.md"]))}
     results = json.loads((default_run / "results.json").read_text())
@@ -75,16 +85,28 @@ def test_every_results_key_and_metrics_column_the_docs_name_exists(default_run):
     assert not [h for h in header if "time" in h or h.endswith("_per_s")]  # no timing column (private)
 
 
-def commands(page: str) -> list[str]:
-    """Every `python train.py ...` / `dpgen ...` line of the page's bash blocks (continuations joined)."""
+def commands(page: str, with_comments: bool = False) -> list[str]:
+    """Every `python train.py ...` / `dpgen ...` / `make train ARGS="..."` line of the page's bash blocks
+    (continuations joined; the make line as the `python train.py` line it runs), without its comment unless asked."""
     out = []
     for block in re.findall(r"```(?:bash|console)\n(.*?)```", (ROOT / page).read_text(), flags=re.S):
         joined = re.sub(r"\\\n\s*", " ", block)
         for line in joined.splitlines():
-            line = line.strip().removeprefix("$ ").split(" #")[0].strip()
+            line = re.sub(r"^(?:[A-Z_]+=\S+\s+)+", "", line.strip().removeprefix("$ "))  # VAR=value python train.py
+            line = line if with_comments else line.split(" #")[0].strip()
+            if (make := re.match(r'make train ARGS="([^"]*)"(.*)', line)) is not None:
+                line = f"python train.py {make.group(1)}{make.group(2)}"
             if line.startswith(("python train.py", "dpgen ")):
                 out.append(line)
     return out
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_command_that_needs_a_gpu_says_so(page):
+    """On a machine without a GPU, `device=cuda` is refused before the run starts: the docs say it needs one."""
+    unsaid = [line for line in commands(page, with_comments=True)
+              if re.search(r"device=cuda", line.split(" #")[0]) and "GPU" not in line.partition(" #")[2]]
+    assert not unsaid, f"{page}: say `# needs a CUDA GPU` beside {unsaid}"
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -100,4 +122,73 @@ def test_every_command_shown_parses(page):
                 i = words.index("--nproc")
                 words = words[:i] + words[i + 2:]
         args = [w for w in words[2:] if not re.search(r"<|…|\.\.\.|\$", w)]  # placeholders: the reader's to fill
+        args = [re.sub(r"device=cuda\S*", "device=cpu", w) for w in args]  # said to need a GPU (the test above)
         assert preflight(args) is None, f"{page}: `{line}`: {preflight(args)}"
+
+
+def _flat(page: str) -> str:
+    return " ".join((ROOT / page).read_text().split())
+
+
+def test_the_guarantee_page_says_what_the_code_does_with_n():
+    """Under add/remove (the default) no exact N is published: the page must not call N public and written."""
+    from dpgen.privacy.card import n_is_public
+
+    text = _flat("docs/privacy/guarantee.md")
+    assert not n_is_public("add_remove") and n_is_public("replace_one")
+    assert "**N is public.**" not in text and "it is written to results.json" not in text
+    assert "N is itself protected" in text and "Under replace-one" in text
+
+
+def test_the_guarantee_page_names_the_evaluations_un_noised_reads():
+    text = _flat("docs/privacy/guarantee.md")
+    assert "Nothing un-noised is logged.**" not in text  # no unconditional claim: dpimagebench's FID is one
+    assert "evaluator=dpimagebench" in text and "privacy card names the reads" in text
+
+
+def test_the_utility_pages_name_the_accountant_that_calibrates_the_default():
+    from dpgen.privacy.accountants import calibrating_accountant
+
+    assert calibrating_accountant("poisson", "auto") == "pld"
+    pages = ["docs/utility.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "research").glob("*.md"))]
+    said = [p for p in pages if "calibrating accountant (RDP)" in _flat(p)]
+    assert not said, f"{said} say RDP calibrates the default (PLD does, for Poisson sampling)"
+
+
+def test_a_preset_the_configs_guide_calls_not_timed_has_no_recorded_time():
+    from dpgen import preset_runs
+
+    runs = preset_runs.load()["runs"]
+    for row in table_rows((ROOT / "docs" / "guides" / "configs.md").read_text()):
+        name = row[0].strip("`")
+        if any("not timed" in c for c in row):
+            timed = [k for k, r in (runs.get(name) or {}).items() if k != "smoke" and "wall_s" in (r or {})]
+            assert not timed, f"configs.md says {name} is not timed, but its {timed} run has a wall time recorded"
+
+
+def test_the_readme_says_what_varies_between_the_default_runs_it_summarises():
+    """The default's noise is secret (not seeded by `seed`) and `seed` sets the split: a spread over seeds is a
+    spread over noise draws too, and the README says so beside its ± numbers."""
+    from tests.helpers.configs import compose_cfg
+
+    cfg = compose_cfg([])
+    assert cfg.trainer.deterministic is False and cfg.dataset.seed == cfg.seed
+    text = _flat("README.md")
+    assert "What varies between the runs of a row: the noise, always" in text
+    assert "the seed sets the train / test split" in text and "4 such runs gave LogReg" in text
+
+
+def test_the_celeba_guides_fixture_command_keeps_the_fid_it_promises(tmp_path):
+    """The evaluator of the guide's fixture command, checked on the fixture's data: the FID stays on."""
+    from hydra.utils import instantiate
+
+    from tests.helpers import fakedata
+    from tests.helpers.configs import compose_cfg
+
+    (line,) = [c for c in commands("docs/guides/celeba.md") if "experiment=celeba_dpswd" in c and "max_steps=20" in c]
+    root = fakedata.make(tmp_path / "fixture-data", ("celeba",))
+    cfg = compose_cfg([w for w in shlex.split(line)[2:]], out_dir=tmp_path / "run", data_root=root)
+    evaluator = instantiate(cfg.evaluator, _convert_="all")
+    evaluator.check()
+    evaluator.check(instantiate(cfg.dataset))
+    assert evaluator.fid_off is None and evaluator.fid["extractor"] == "domain"

@@ -84,6 +84,27 @@ def test_the_ledger_holds_the_moment_release_then_the_ot_releases_composed_withi
     assert out["warm_start"]["phase"] == 2 and out["mechanisms_warm_start"]["moments"]["releases"] == 1
 
 
+def test_each_phase_is_shown_and_recorded_with_its_epsilon_noise_and_mechanism(tmp_path, data, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # each console line on one line
+    seen: list[int] = []
+    real_fit = ws.fit
+    monkeypatch.setattr(ws, "fit", lambda *a, progress=None, **k: real_fit(
+        *a, progress=lambda i: (seen.append(i), progress(i)), **k))
+    ledger = PrivacyLedger(4.0, 1e-4)
+    m = _dpswd()
+    loop.train(m, data, ledger, _ctx(tmp_path, max_steps=3))
+    one, two = ledger.summary()["by_mechanism"]
+    assert (one["mechanism"], one["releases"], two["mechanism"], two["releases"]) == \
+        ("class_moments", 1, "gaussian_projection", 3)
+    assert one["epsilon"] == pytest.approx(0.25 * 4.0, rel=2e-3) and 0 < two["epsilon"] < ledger.epsilon()
+    assert two["noise_multiplier"] == pytest.approx(m.projection.noise_multiplier)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warm start, phase 1: one class_moments release" in err and "share 0.25 of ε = 4" in err
+    assert f"noise multiplier {one['noise_multiplier']:.4g}" in err
+    assert f"phase 2: gaussian_projection noise multiplier {two['noise_multiplier']:.4g}" in err
+    assert seen == list(range(WARM["steps"] + 1))  # the fit reports every step (a progress bar while it runs)
+
+
 def test_the_warm_up_reads_the_release_only(tmp_path, data, monkeypatch):
     """A spy on the one read path of private records fails the run if the warm-up touches them."""
     reads = {"phase1": 0, "ot": 0, "warm_up": False}
@@ -95,10 +116,10 @@ def test_the_warm_up_reads_the_release_only(tmp_path, data, monkeypatch):
         reads["ot" if reads["phase1"] else "phase1"] += 1
         return real_gather(self, idx)
 
-    def warm_up(self, target, seed):
+    def warm_up(self, target, seed, **kw):
         reads["warm_up"] = True
         try:
-            return real_warm_up(self, target, seed)
+            return real_warm_up(self, target, seed, **kw)
         finally:
             reads["warm_up"] = False
 

@@ -271,3 +271,41 @@ def test_script_audits_the_presets_mechanism_objects(preset):
     else:
         assert {r["relation"] for r in rows} == {"add_remove", "replace_one"}
         assert rows[-1]["sample_rate"] < 1
+
+
+def test_orthogonal_directions_are_drawn_as_the_mechanism_draws_them():
+    """A mechanism with orthonormal directions has sensitivity exactly its row diameter: the audit must draw
+    orthonormal blocks too (random unit directions exceed that bound in about half the runs)."""
+    from dpgen.audit import audit_projection_mechanism
+    from dpgen.audit.releases import antipodal_rows, batched_directions
+    from dpgen.privacy.ledger import PrivacyLedger
+    from dpgen.privacy.mechanisms import GaussianProjectionRelease
+    from dpgen.privacy.noise import FixedMultiplier
+
+    u = batched_directions(3, 6, 9, torch.Generator().manual_seed(0), "orthogonal")
+    assert u.shape == (3, 6, 9)
+    torch.testing.assert_close(u[:, :, :6].transpose(1, 2) @ u[:, :, :6], torch.eye(6, dtype=torch.float64).expand(3, 6, 6))
+    mech = GaussianProjectionRelease(PrivacyLedger(10.0, 1e-5), dim=10, num_projections=10, steps=1, sample_rate=1.0,
+                                     n_private=100, directions="orthogonal", seed=0, noise=FixedMultiplier(1.0))
+    rows = torch.randn(3, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    d0, d1 = antipodal_rows(rows, 0, 0.5)
+    r = audit_projection_mechanism(mech, d0, d1, name="DP-SWD", runs=2000, seed=1)
+    assert r.extra["directions"] == "orthogonal" and r.extra["fraction_runs_above_bound"] == 0.0
+    assert r.extra["projected_difference_max"] == pytest.approx(1.0) and r.extra["fidelity"]["ok"]
+
+
+def test_a_warm_started_preset_is_audited_on_the_runs_whole_ledger():
+    """Phase 1 (the moment release) is replayed into the audit's ledger and audited; phase 2 is calibrated for
+    what it left, as in the run (more noise than a cold start at the same target)."""
+    from dpgen.audit import cli as mod
+
+    common = ["experiment=digits_dpswd", "model.dp.directions=orthogonal", "model.dp.num_projections=64"]
+    warm = mod.audit_preset([*common, "model/warm_start=class_gaussian"], runs=500, seed=0, steps=2, compose_runs=200)
+    cold = mod.audit_preset(common, runs=500, seed=0, steps=2, compose_runs=200)
+    one, two = warm
+    assert one["mechanism"] == "DP class-Gaussian moment release (warm start, phase 1)"
+    assert one["epsilon_claimed"] == pytest.approx(0.5 * 10.0, rel=1e-3)  # the share of the target, alone
+    assert one["extra"]["moment_difference_norm"] <= 1.0 + 1e-9  # a canary record through the run's map
+    assert two["mechanism"].endswith("(warm start, phase 2)") and two["extra"]["directions"] == "orthogonal"
+    assert two["noise_multiplier_claimed"] > cold[0]["noise_multiplier_claimed"]
+    assert all(r["extra"]["fidelity"]["ok"] and r["epsilon_lower"] <= r["epsilon_claimed"] for r in warm)

@@ -166,3 +166,25 @@ def test_opacus_rdp_accountant_agrees_with_ours_for_the_poisson_subsampled_gauss
         acct = OpacusRDP()
         acct.history = [(sigma, q, steps)]
         assert ours >= acct.get_epsilon(delta) * (1 - 1e-3)
+
+
+def test_a_spent_one_shot_mechanism_keeps_no_noise_generator_state_in_its_checkpoint():
+    """After its one release the noise generator is never drawn from again; its state would recompute the noise
+    (and so the exact class counts and sums): the checkpoint keeps none, and a restore never replays it."""
+    from dpgen.privacy import PrivacyLedger
+    from dpgen.privacy.moments import ClassMomentRelease
+    from dpgen.privacy.noise import Calibrated
+
+    def mech():
+        return ClassMomentRelease(PrivacyLedger(5.0, 1e-5), n_classes=2, radius=1.0, seed=0, noise=Calibrated())
+
+    m = mech()
+    assert m.state_dict()["generator"] is not None  # before the release: a resume needs it
+    z = torch.full((6, 3), 0.1, dtype=torch.float64)
+    m.release(z, torch.arange(6) % 2)
+    state = m.state_dict()
+    assert state["generator"] is None and state["releases"] == 1
+    a, b = mech(), mech()
+    a.load_state_dict(state)
+    b.load_state_dict(state)
+    assert a.releases == 1 and not torch.equal(a.noise((8,), z), b.noise((8,), z))  # fresh secret noise each time

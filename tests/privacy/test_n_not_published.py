@@ -68,3 +68,20 @@ def test_delta_refusals_print_no_private_count_and_the_docs_quote_them_as_the_co
     assert quoted and private.replace("0.05", "…", 1).startswith(quoted.group(1).rstrip())
     own = (ROOT / "docs" / "guides" / "own-data.md").read_text()
     assert "warns" not in own and "refuses" in own  # dpgen refuses δ >= 1/N; it never only warns
+
+
+def test_a_public_split_cut_from_own_data_is_listed_under_what_the_card_does_not_cover(tmp_path):
+    """Its size and the public fraction pin the private count: the card says so (and still prints no N)."""
+    from dpgen.pipeline import run
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "own.npz", x=rng.integers(0, 256, (N_TOTAL, 8, 8)).astype(np.uint8), y=np.arange(N_TOTAL) % 3)
+    GlobalHydra.instance().clear()
+    cfg = compose_cfg(["dataset=arrays", f"dataset.path={tmp_path / 'own.npz'}", "dataset.test_fraction=0.25",
+                       "dataset.public_fraction=0.2", "dataset.image_size=8", "dataset.channels=1", "dataset.classes=3",
+                       "dataset.pixel_range=[0,255]", "accountant.delta=1e-3", "logger=local", "evaluator=none",
+                       "trainer.progress=false"], out_dir=tmp_path / "run")
+    run(cfg)
+    card = json.loads((tmp_path / "run" / "privacy_card.json").read_text())
+    item = next(i for i in card["does_not_cover"] if i.startswith("The size of the public split"))
+    assert "public_fraction, 0.2" in item and "reveals the number of private records" in item

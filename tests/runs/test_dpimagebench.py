@@ -178,6 +178,10 @@ def test_a_run_records_the_held_out_images_and_dpgen_evaluate_refuses_it(tmp_pat
     card = json.loads((run.run_dir / "privacy_card.json").read_text())
     assert card["dataset"]["validation_held_out"]["size"] == 300
     assert any("300 sensitive validation images" in item for item in card["does_not_cover"])
+    # the card is completed after the evaluation: it names the FID's read of the training images
+    assert card["evaluation_reads_outside_guarantee"] == ["DPImageBench's FID reference: the sensitive training images"]
+    assert any(i.startswith("The evaluation's reads of private data") and "FID" in i for i in card["does_not_cover"])
+    assert "evaluation read private data | DPImageBench's FID" in (run.run_dir / "privacy_card.md").read_text()
     from omegaconf import OmegaConf
 
     from dpgen.api import compose

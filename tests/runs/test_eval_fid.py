@@ -163,6 +163,30 @@ def test_evaluator_falls_back_to_domain_only_when_allowed(data, tmp_path):
                             device="cpu")(method, data, _logger(tmp_path), seed=0)
 
 
+def test_a_below_chance_domain_extractor_refuses_its_fid(data, tmp_path, monkeypatch):
+    """An extractor no better than chance on its held-out images: no FID number (not a tiny one with a note),
+    one line saying why, shown with the results."""
+    import io
+
+    from rich.console import Console
+
+    import dpgen.eval.evaluator as evaluator
+    from dpgen.logging.summary import print_summary
+
+    real = evaluator.domain_extractor
+    monkeypatch.setattr(evaluator, "domain_extractor",
+                        lambda *a, **k: (lambda ext, plan, info: (ext, plan, {**info, "fid_extractor_accuracy": 0.09}))(
+                            *real(*a, **k)))
+    m = GenerativeEvaluator(n_synthetic=0, classifiers=(), class_grids=False, fid=_fid_cfg(tmp_path),
+                            device="cpu")(_RealImageMethod(data.test.x, data.test.y), data, _logger(tmp_path), seed=0)
+    assert "fid" not in m and "fid_note" not in m
+    assert m["fid_refused"].startswith("the domain FID extractor classifies its held-out images at 9%, no better than "
+                                       "chance (10% for 10 classes)")
+    buf = io.StringIO()
+    print_summary({"experiment": "x", "metrics": m, "privacy": {}}, Console(file=buf, width=400))
+    assert "fid_refused" in buf.getvalue() and "no better than chance" in buf.getvalue()
+
+
 def test_evaluator_rejects_unknown_settings_with_the_setting_named():
     with pytest.raises(ValueError, match="evaluator.classifiers"):
         GenerativeEvaluator(classifiers=("svm",))

@@ -78,3 +78,77 @@ def test_workers_auto_takes_a_second_process_only_with_two_cores_to_itself():
     assert resolve_workers(1) == 1 and resolve_workers(2) == two
     with pytest.raises(ValueError, match=r"evaluator\.workers=3: use 1 .* or auto"):
         resolve_workers(3)
+
+
+def _stops_as_the_worker_sees_them():
+    import signal
+
+    return (signal.getsignal(signal.SIGINT) == signal.SIG_IGN, signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+            not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+
+
+@needs_fork
+def test_a_stop_signal_during_the_fork_reaches_the_parent_once_and_ends_the_worker(monkeypatch):
+    """The signal is held while the process forks, then raised in the parent (never inside the fork's
+    machinery, where it printed "Exception ignored"); the worker it started is stopped with it."""
+    import signal
+    import time
+
+    import dpgen.eval.workers as workers
+
+    class Stop(BaseException):
+        pass
+
+    def handler(signum, frame):
+        raise Stop
+
+    started = []
+    real_start = workers.mp.get_context("fork").Process.start
+
+    def start(proc):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the signals are blocked
+        started.append(proc)
+        real_start(proc)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        monkeypatch.setattr(workers.mp.get_context("fork").Process, "start", start)
+        with pytest.raises(Stop):
+            Forked(time.sleep, 60)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    (proc,) = started
+    assert not proc.is_alive() and proc.exitcode is not None
+    monkeypatch.undo()
+    assert Forked(_stops_as_the_worker_sees_them).result() == (True, True, True)  # Ctrl-C ignored, SIGTERM ends it
+
+
+@needs_fork
+def test_the_worker_dies_with_its_parent_even_on_kill_9(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT
+
+    code = ("import time, sys; from dpgen.eval.workers import Forked; w = Forked(time.sleep, 120); "
+            "print(w._proc.pid, flush=True); time.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    worker = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                return "zombie" not in fh.read()
+        except FileNotFoundError:
+            return False
+
+    for _ in range(200):  # the kernel's parent-death signal: gone at once (polled, not timed)
+        if not alive(worker):
+            break
+        time.sleep(0.05)
+    assert not alive(worker)

@@ -198,6 +198,23 @@ def test_each_export_keeps_its_own_card_and_nothing_is_replaced_without_force(de
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
+def test_an_unwritable_out_is_one_line_and_python_is_told_its_keyword(default_run, tmp_path, capsys):
+    from dpgen.api import load_release
+    from dpgen.errors import ConfigError
+
+    out, _ = default_run
+    (tmp_path / "a-file").write_text("x")
+    for place in (tmp_path / "a-file" / "synth.npz", tmp_path / "a-file" / "pngs"):
+        assert _sample(out, "--n", 10, "--out", place) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: --out {place}: cannot write there") and "\n" not in err and "Traceback" not in err
+    release = load_release(out)
+    release.export(tmp_path / "s.npz", 10)
+    with pytest.raises(ConfigError, match=r"pass force=True to replace") as e:
+        release.export(tmp_path / "s.npz", 10)
+    assert "--force" not in str(e.value) and str(e.value).startswith("out ")
+
+
 def test_plain_sklearn_on_the_export_matches_the_evaluator(default_run, tmp_path):
     """The .npz is usable outside dpgen: scikit-learn's LogisticRegression on it scores what the evaluator's
     protocol (dpgen.eval.downstream, sklearn) scores on the same release's samples."""

@@ -211,9 +211,14 @@ def test_a_damaged_checkpoint_is_one_error_naming_the_file_and_the_fix(reference
     with pytest.raises(ConfigError) as err:
         run(_cfg(out))
     message = str(err.value)
-    assert message.startswith(f"checkpoint {ck} is damaged (") and "trainer.overwrite=true" in message
-    assert "\n" not in message
+    assert message.startswith(f"checkpoint {ck} is damaged (") and "\n" not in message
+    # a finished run: its release is intact, and the advice never deletes it
+    assert f"the run's release {out / 'generator.pt'} is intact: `dpgen evaluate {out}`" in message
+    assert f"`dpgen sample {out}" in message and "trainer.overwrite=true would delete that release" in message
     assert ck.read_bytes() != data and ck.exists()  # left for the user to inspect, not replaced silently
+    (out / "generator.pt").unlink()  # an unfinished run (no release): starting over is the fix
+    with pytest.raises(ConfigError, match="start the run folder over with trainer.overwrite=true"):
+        run(_cfg(out))
     run(_cfg(out, ("trainer.overwrite=true",)))  # the fix it names
     assert_same(outcome(out), reference[1])
 

@@ -91,3 +91,21 @@ def test_reported_only_accountants_are_marked_as_not_a_guarantee():
 def test_data_dependent_reports_make_the_guarantee_not_dp():
     res = {**PRIVATE, "privacy": {**PRIVATE["privacy"], "guarantee": "rigorous", "data_dependent_reports": True}}
     assert guarantee_label(res) == LABELS["data_dependent"] == "not DP: data-dependent reports"
+
+
+def test_the_title_prints_a_list_override_as_typed():
+    out = _printed({**PRIVATE, "overrides": ["evaluator.classifiers=[logreg]", "logger=local"]})
+    assert "evaluator.classifiers=[logreg]" in out and "classifiers=," not in out
+
+
+def test_a_warm_started_run_shows_each_phase_epsilon_and_noise():
+    phases = [{"mechanism": "class_moments", "releases": 1, "noise_multiplier": 0.7959, "epsilon": 5.0},
+              {"mechanism": "gaussian_projection", "releases": 20, "noise_multiplier": 1.7673, "epsilon": 0.7557}]
+    res = {**PRIVATE, "privacy": {**PRIVATE["privacy"], "by_mechanism": phases},
+           "train": {**PRIVATE["train"], "warm_start": {"epsilon_share": 0.5}}}
+    assert group_results(res)["privacy"]["by_mechanism"] == phases
+    out = _printed(res).splitlines()
+    one = next(ln for ln in out if "phase 1 (warm start): class_moments" in ln)
+    two = next(ln for ln in out if "phase 2: gaussian_projection" in ln)
+    assert "ε 5.0000 alone (PLD)" in one and "noise multiplier 0.7959" in one and "1 release" in one
+    assert "ε 0.7557 alone (PLD)" in two and "noise multiplier 1.7673" in two and "20 releases" in two

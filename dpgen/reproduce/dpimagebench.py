@@ -187,7 +187,9 @@ def render_block(evidence: list[dict]) -> str:
         cells.setdefault((family.name, dataset, eps), []).append(_cell_text(ev, ref))
     lines += ["", "### dpgen on this protocol (measured here)", "",
               wrapped_prose(
-                  "Each cell: test accuracy (%) mean ± std over the classifiers, selected on the **sensitive validation "
+                  "Each cell: ONE run; its test accuracy (%) as mean ± std over that run's classifiers (not over runs: "
+                  "a shortened run's classifiers can disagree by many points, e.g. [b7]'s two, one of which had not "
+                  "converged after its 2 epochs; a rerun of a cell can move by as much), selected on the **sensitive validation "
                   "split — not covered by the privacy guarantee** (as the benchmark reports it) / selected on the "
                   "**held-out synthetic images — covered** (post-processing); FID against the sensitive training "
                   "images (**reads sensitive data**); *full* or *shortened* protocol (the run's label below says "

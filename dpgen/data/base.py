@@ -71,6 +71,7 @@ class PrivateSplit:
         return tuple(self.__x.shape[1:])
 
     def _gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = idx.to(self.__x.device)  # a no-op when the indices were drawn where the records live
         return self.__x[idx], self.__y[idx]
 
     def read_outside_guarantee(self, purpose: str, n: int | None = None, seed: int = 0) -> TensorSplit:

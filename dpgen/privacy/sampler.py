@@ -34,6 +34,19 @@ from .accountants import check_sampling
 from .errors import PrivacySettingError
 
 
+def poisson_indices(n: int, q: float, size_generator: torch.Generator, generator: torch.Generator,
+                    device: torch.device) -> torch.Tensor:
+    """A Poisson(q) sample of ``range(n)`` drawn without reading the device (sorted indices on ``device``).
+
+    The probability of a set S under Poisson sampling, ``q^|S| (1 − q)^(n − |S|)``, depends on |S| only:
+    given its size K, the sample is uniform among the K-subsets.  So drawing ``K ~ Binomial(n, q)`` on the
+    host (``size_generator``, a CPU generator) and then a uniformly random K-subset on the device (the first
+    K of a random permutation from ``generator``) draws exactly the Poisson sample the accountant assumes.
+    K is a Python number when the device work is queued: no device read, no host-to-device copy."""
+    k = int(torch.binomial(torch.tensor(float(n)), torch.tensor(float(q)), generator=size_generator))
+    return torch.randperm(n, generator=generator, device=device)[:k].sort().values
+
+
 class PrivateSource(Protocol):
     def __len__(self) -> int: ...
 
@@ -46,7 +59,8 @@ class PrivateSampler:
     ``split=False``: with several processes, every rank reads the whole batch (for a release computed
     from the whole batch at once, noised once by its mechanism); the default gives each rank its part."""
 
-    def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0, split: bool = True) -> None:
+    def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0, split: bool = True,
+                 device: torch.device | str = "cpu") -> None:
         self.source = source
         self.n = len(source)
         if batch_size < 1:
@@ -60,10 +74,19 @@ class PrivateSampler:
         self.batch_size = int(batch_size)
         self.sampling = check_sampling(sampling)
         # several processes: rank 0's seed on every rank (the same global batches, module docstring)
-        self.generator = torch.Generator().manual_seed(int(distributed.broadcast_object(int(seed))))
+        seed = int(distributed.broadcast_object(int(seed)))
+        self.device = torch.device(device)
+        # on an accelerator, Poisson batches come from poisson_indices (its size drawn on the host by its own
+        # generator, the subset by a generator on the device); on the CPU, from one mask as before
+        self.generator = torch.Generator(device=self.device if self._sized_on_host else "cpu").manual_seed(seed)
+        self.size_generator = torch.Generator().manual_seed(seed ^ 0x5DEECE66D)
         self.draws = 0
         # False: every rank reads the whole batch (a release that is not per record, e.g. DP-Sinkhorn's gradient)
         self.split = bool(split)
+
+    @property
+    def _sized_on_host(self) -> bool:
+        return self.sampling == "poisson" and self.device.type != "cpu"
 
     @property
     def sample_rate(self) -> float:
@@ -73,6 +96,8 @@ class PrivateSampler:
     def global_indices(self) -> torch.Tensor:
         """Indices of one private batch of the whole run (LongTensor, shape (b,)): the single-process draw."""
         self.draws += 1
+        if self._sized_on_host:
+            return poisson_indices(self.n, self.sample_rate, self.size_generator, self.generator, self.device)
         if self.sampling == "poisson":
             mask = torch.rand(self.n, generator=self.generator) < self.sample_rate
             return mask.nonzero(as_tuple=False).flatten()
@@ -88,7 +113,8 @@ class PrivateSampler:
         return self.source._gather(self.sample_indices())
 
     def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state(), "draws": self.draws, "sampling": self.sampling}
+        return {"generator": self.generator.get_state(), "size_generator": self.size_generator.get_state(),
+                "draws": self.draws, "sampling": self.sampling}
 
     def load_state_dict(self, state: dict) -> None:
         if state["sampling"] != self.sampling:
@@ -96,4 +122,6 @@ class PrivateSampler:
                                                   f"{state['sampling']} sampling but this run uses {self.sampling}; "
                                                   "resume with the same sampling")
         self.generator.set_state(state["generator"])
+        if "size_generator" in state:
+            self.size_generator.set_state(state["size_generator"])
         self.draws = int(state["draws"])

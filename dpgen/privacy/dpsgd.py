@@ -39,6 +39,8 @@ from collections.abc import Callable
 import torch
 from torch.func import functional_call, grad, vmap
 
+from ..utils.threads import concurrent_jobs
+
 Grads = dict[str, torch.Tensor]
 
 # ``model.microbatch=auto`` off CUDA: per-sample gradients in chunks of 16 measured fastest on CPU (the
@@ -77,7 +79,8 @@ def auto_microbatch(model: torch.nn.Module, loss_one: Callable[..., torch.Tensor
     Off CUDA: :data:`CPU_MICROBATCH`.  On CUDA: the largest chunk whose per-sample gradients fit
     :data:`AUTO_MEMORY_SHARE` of the free device memory, at most ``capacity`` (a batch that fits is one
     vmap); the memory of one sample is measured once on a probe of ``probe`` all-zero inputs with label 0
-    (public constants: no private record is read, nothing is released).  Runs once, in setup."""
+    (public constants: no private record is read, nothing is released); the runs of a joblib sweep share the
+    free memory (:func:`chunk_that_fits`).  Runs once, in setup."""
     if device.type != "cuda":
         return min(CPU_MICROBATCH, max(1, int(capacity)))
     x = torch.zeros((probe, *sample_shape), device=device)
@@ -91,7 +94,14 @@ def auto_microbatch(model: torch.nn.Module, loss_one: Callable[..., torch.Tensor
     per_row = max(1, (torch.cuda.max_memory_allocated(device) - base) // probe)
     del grads
     free, _ = torch.cuda.mem_get_info(device)
-    return max(1, min(int(capacity), int(AUTO_MEMORY_SHARE * free) // per_row))
+    return chunk_that_fits(free, per_row, capacity, concurrent_jobs())
+
+
+def chunk_that_fits(free_bytes: int, bytes_per_row: int, capacity: int, jobs: int = 1) -> int:
+    """The largest chunk whose rows take at most :data:`AUTO_MEMORY_SHARE` of ``free_bytes`` split between the
+    ``jobs`` runs that share the device (a joblib sweep on one GPU), between 1 and ``capacity``."""
+    share = AUTO_MEMORY_SHARE * free_bytes / max(1, jobs)
+    return max(1, min(int(capacity), int(share // max(1, bytes_per_row))))
 
 
 def poisson_capacity(n: int, q: float, sds: float = 6.0) -> int:

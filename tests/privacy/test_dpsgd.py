@@ -116,3 +116,12 @@ def test_auto_microbatch_is_the_cpu_chunk_off_cuda():
     assert auto_microbatch(_model(), _loss_one, (5,), torch.device("cpu"), capacity=3) == 3
     cap = poisson_capacity(60000, 1024 / 60000)
     assert 1024 + 6 * 31 < cap < 1024 + 6 * 33 and poisson_capacity(10, 0.9) <= 10
+
+
+def test_the_auto_chunk_fits_half_the_free_memory_shared_by_the_sweeps_jobs():
+    from dpgen.privacy.dpsgd import chunk_that_fits
+
+    assert chunk_that_fits(8 * 2**30, 2**20, capacity=10**6) == 4096          # half of 8 GiB at 1 MiB a row
+    assert chunk_that_fits(8 * 2**30, 2**20, capacity=10**6, jobs=4) == 1024  # four runs on one GPU
+    assert chunk_that_fits(8 * 2**30, 2**20, capacity=1215) == 1215           # the whole batch: one vmap
+    assert chunk_that_fits(2**20, 2**30, capacity=1215) == 1

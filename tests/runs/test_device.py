@@ -93,9 +93,7 @@ SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__in
 SHRINK_AE = ["model.ae_steps=3", "model.ae_batch_size=32", "model.autoencoder_cache=null"]
 CASES = {
     "dpswd_generator": ("digits_dpswd", [], 0, ""),
-    "dpsinkhorn": ("digits_dpsinkhorn", ["model.batch_size=32"], 2,
-                   "GeomLoss needs the epsilon-scaling `diameter` as a python float (ot/sinkhorn.py: one "
-                   "float() of the max cost per OT term; two terms in the semi-debiased loss)"),
+    "dpsinkhorn": ("digits_dpsinkhorn", ["model.batch_size=32"], 0, ""),
     "dpswflow_r": ("digits_dpswflow_r", [*SHRINK_AE, "model.n_particles=200", "model.num_percentiles=50"], 0, ""),
     "dpswflow": ("mnist_dpswflow", [*SHRINK_AE, "model.n_particles=200", "model.num_percentiles=50",
                                     "model.steps=8"], 0, ""),

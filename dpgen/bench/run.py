@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
-    only = set(args.only.split(",")) if args.only else None
+    only = {n.replace("-", "_") for n in args.only.split(",")} if args.only else None  # step-overhead: step_overhead
     rows = [] if only else bench_loss(device) + bench_calibration() + bench_training(device, args.train_steps)
     plugin_rows, sections = bench_plugins(device, only)
     if only:  # merge: only the named sections change; a rows-only module gets a marked table of its own

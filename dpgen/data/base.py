@@ -71,8 +71,16 @@ class PrivateSplit:
         return tuple(self.__x.shape[1:])
 
     def _gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = idx.to(self.__x.device)  # a no-op when the indices were drawn where the records live
         return self.__x[idx], self.__y[idx]
+
+    def _labels(self) -> torch.Tensor:
+        """Every record's label (for a class-partitioned draw; the sampler's only other read)."""
+        return self.__y
+
+    def _on(self, device: torch.device) -> PrivateSplit:
+        """The same records on ``device`` (moved once, by the sampler that reads them; itself when already there)."""
+        x, y = self.__x.to(device), self.__y.to(device)
+        return self if x is self.__x and y is self.__y else PrivateSplit(x, y)
 
     def read_outside_guarantee(self, purpose: str, n: int | None = None, seed: int = 0) -> TensorSplit:
         """A copy of the records (all, or a fixed subset of ``n`` drawn with ``seed``) for an EVALUATION that

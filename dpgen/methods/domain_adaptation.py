@@ -76,6 +76,7 @@ from ..privacy.mechanisms import (
 from ..privacy.noise import Calibrated, PaperNoise
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import fixed_size, scale_and_clip
+from ..privacy.sampler import device_generator, generator_state, resumed_generator
 from ..privacy.sensitivity import l2_sensitivity
 from ..utils import autocast
 from .base import Method, TrainContext, mechanism_seed, secret_seed
@@ -182,7 +183,8 @@ class DPSWDAlignment(Alignment):
         noise = Calibrated() if self.convention is None else PaperNoise(self.convention.sigma)
         self.mechanism = GaussianProjectionRelease(
             actx.ledger, dim=self.d, steps=actx.private_steps, sample_rate=actx.sample_rate, noise=noise,
-            n_private=actx.n_private, row_diameter=1.0, seed=actx.seed, **self.dp.release_settings())
+            n_private=actx.n_private, row_diameter=1.0, seed=actx.seed, device=actx.device,  # drawn on the device
+            **self.dp.release_settings())
         m = self.mechanism
         return {"noise_std": m.noise_std, "noise_multiplier": m.noise_multiplier, "sensitivity": m.sensitivity,
                 "sensitivity_bound": self.bound, "feature_dim": self.d, "num_projections": self.k,
@@ -213,15 +215,23 @@ class DPSWDAlignment(Alignment):
         finally:
             g.train(was)
 
-    @torch.no_grad()
-    def _target_rows(self, g: nn.Module, x_t: torch.Tensor) -> torch.Tensor:
-        """Private batch -> exactly B rows of norm <= 1/2 (the only use of x_t; see module docstring)."""
-        return fixed_size(self.rows(self._eval_features(g, x_t)), self.batch_size)
+    @property
+    def fixed_rows(self) -> bool:
+        """The step draws the private batch at its fixed size B (``PrivateSampler.fixed_batch``: no host sync)."""
+        return self.convention is None
 
-    def __call__(self, g, x_s, f_s, x_t):
+    @torch.no_grad()
+    def _target_rows(self, g: nn.Module, x_t: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Private batch -> exactly B rows of norm <= 1/2 (the only use of x_t; see module docstring).
+        ``valid``: the fixed-size batch's mask (``PrivateSampler.fixed_batch``), False rows become the zero row;
+        without it, a variable-size batch is cut or padded by ``rows.fixed_size``."""
+        rows = self.rows(self._eval_features(g, x_t))
+        return fixed_size(rows, self.batch_size) if valid is None else torch.where(valid[:, None], rows, 0.0)
+
+    def __call__(self, g, x_s, f_s, x_t, valid: torch.Tensor | None = None):
         if self.convention is not None:
             return self._paper_call(g, x_s, x_t)
-        rows_t = self._target_rows(g, x_t)                                           # lines 10-11, target
+        rows_t = self._target_rows(g, x_t, valid)                                    # lines 10-11, target
         u = self.mechanism.draw_directions(f_s.device)                              # fresh directions (DP-SWD paper, Alg. 1)
         p_t = self.mechanism.release(rows_t, u)                                      # P_t = r(x_t) U + Z_t
         # the source side through the same (eval-mode) map, smoothed with noise of the same std (line 12)
@@ -325,7 +335,7 @@ class DPDANNAlignment(DANNAlignment):
         led = actx.ledger
         self.mechanism = NoisyGradientSum(led, clip_norm=self.clip_norm, sample_rate=actx.sample_rate,
                                           expected_batch_size=actx.sample_rate * actx.n_private, noise=self.noise,
-                                          steps=actx.private_steps, seed=actx.seed)
+                                          steps=actx.private_steps, seed=actx.seed, device=actx.device)
         m = self.mechanism
         return {"noise_multiplier": m.noise_multiplier, "clip_norm": self.clip_norm, "noise_std_on_sum": m.noise_std,
                 "sensitivity_on_sum": m.sensitivity, "neighbouring_relation": m.relation, "guarantee": m.guarantee}
@@ -416,7 +426,8 @@ class DomainAdaptation(Method):
         if self.batch_size > n_src:
             raise ValueError(f"model.batch_size={self.batch_size} exceeds the {n_src} source records; lower it")
         # secret sampling, directions and noise (module docstring)
-        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx))
+        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx),
+                                      device=ctx.device)  # the private target split on the run's device, once
         self.spe, self.warm, self.end = self.schedule(n_priv)
         self.report = self.alignment.setup(AlignmentContext(
             self.g, n_priv, self.sampler.sample_rate, self.end - self.warm, self.batch_size, ledger, ctx.device,
@@ -427,7 +438,9 @@ class DomainAdaptation(Method):
         self._path_params = dict(getattr(self.alignment, "_path", nn.Module()).named_parameters())
         params = [*self.g.parameters(), *self.h.parameters(), *self.extra.parameters()]
         self.opt = torch.optim.Adam(params, lr=self.lr, betas=self.betas)
-        self.pub_gen = torch.Generator().manual_seed(ctx.seed + 2)  # source batches: public randomness
+        # source batches: public randomness, drawn on the device from the source split moved there once
+        self.pub_gen = device_generator(ctx.seed + 2, ctx.device)
+        self._source_xy = (data.public.x.to(ctx.device), data.public.y.to(ctx.device))
         self._signature = {"n_private": n_priv, "n_source": n_src, "dataset": data.name,
                            "batch_size": self.batch_size, "epochs": self.epochs, "start_align": self.start_align,
                            "alignment": type(self.alignment).__name__, "sampling": ledger.sampling}
@@ -449,8 +462,9 @@ class DomainAdaptation(Method):
         """
         self.g.train()
         self.h.train()
-        idx = torch.randint(len(self.source), (self.batch_size,), generator=self.pub_gen)   # 1. public batch
-        x_s, y_s = self.source.x[idx].to(self.device), self.source.y[idx].to(self.device)
+        idx = torch.randint(len(self.source), (self.batch_size,), generator=self.pub_gen,
+                            device=self.pub_gen.device)                                      # 1. public batch
+        x_s, y_s = self._source_xy[0][idx], self._source_xy[1][idx]
         with autocast(self.device, self.precision):  # trainer.precision=bf16: the PUBLIC source forward only
             f_s = self.g(x_s)
             logits_s = self.h(f_s)
@@ -458,8 +472,12 @@ class DomainAdaptation(Method):
         loss_c = F.cross_entropy(logits_s.float(), y_s)                                      # 2. L_c (line 7)
         loss, out = loss_c, None
         if t >= self.warm:                                                                   # 3. align (8-12)
-            x_t, _ = self.sampler.sample()  # labels are -1: the target is unlabelled
-            out = self.alignment(self.g, x_s, f_s, x_t.to(self.device))  # the release happens in here
+            if getattr(self.alignment, "fixed_rows", False):  # DP-SWD: B rows and their padding mask, no sync
+                x_t, _, valid = self.sampler.fixed_batch(self.batch_size)  # labels are -1: unlabelled target
+                out = self.alignment(self.g, x_s, f_s, x_t, valid=valid)  # the release happens in here
+            else:
+                x_t, _ = self.sampler.sample()  # labels are -1: the target is unlabelled
+                out = self.alignment(self.g, x_s, f_s, x_t.to(self.device))  # the release happens in here
             loss = loss_c + out.loss
         self.opt.zero_grad(set_to_none=True)                                                 # 4. Adam (13)
         loss.backward()
@@ -486,14 +504,14 @@ class DomainAdaptation(Method):
 
     def state_dict(self) -> dict:
         return {"g": self.g.state_dict(), "h": self.h.state_dict(), "alignment_modules": self.extra.state_dict(),
-                "optimizer": self.opt.state_dict(), "public_generator": self.pub_gen.get_state()}
+                "optimizer": self.opt.state_dict(), "public_generator": generator_state(self.pub_gen)}
 
     def load_state_dict(self, state: dict) -> None:
         self.g.load_state_dict(state["g"])
         self.h.load_state_dict(state["h"])
         self.extra.load_state_dict(state["alignment_modules"])
         self.opt.load_state_dict(state["optimizer"])
-        self.pub_gen.set_state(state["public_generator"])
+        resumed_generator(self.pub_gen, state["public_generator"])
 
     def release_state(self) -> dict:
         return {"g": self.g.state_dict(), "h": self.h.state_dict()}

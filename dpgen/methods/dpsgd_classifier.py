@@ -158,7 +158,8 @@ class DPSGDClassifier(Method):
         self._steps = self.steps_planned(n_priv)
         if self.private:  # lines 6-7: the one private release per step
             self.gradient_release = NoisyGradientSum(ledger, clip_norm=self.C, sample_rate=q, expected_batch_size=q * n_priv,
-                                                     noise=self.noise, steps=self._steps, seed=mechanism_seed(ctx, 2))
+                                                     noise=self.noise, steps=self._steps, seed=mechanism_seed(ctx, 2),
+                                                     device=ctx.device)
         else:  # plain SGD: an un-noised access per step (epsilon = inf)
             self.gradient_release = UnnoisedAccess(ledger, sample_rate=q)
         self.mechanisms = {"gradient": self.gradient_release}

@@ -157,7 +157,8 @@ class DPSinkhorn(GenerativeMethod):
                                       device=ctx.device)  # Poisson on an accelerator: privacy.sampler.poisson_indices
         self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=self.clip_norm, n_rows=self.batch_size,
                                                 sample_rate=self.sampler.sample_rate, clip=self.clip,
-                                                noise=self.noise, steps=self.steps, seed=mechanism_seed(ctx))
+                                                noise=self.noise, steps=self.steps, seed=mechanism_seed(ctx),
+                                                device=ctx.device)
         self.mechanisms = {"image_gradient": self.sanitiser}
         lo, hi = data.value_range
         self._range = (lo, hi)  # data range -> [-1, 1] (public constants)

@@ -81,7 +81,7 @@ from ..privacy.conventions import (
 from ..privacy.mechanisms import GaussianProjectionRelease
 from ..privacy.noise import PaperNoise
 from ..privacy.projection import ProjectionDP, as_projection_dp
-from ..privacy.rows import RowMap, class_blocks, fixed_size
+from ..privacy.rows import RowMap
 from ..utils import autocast
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start, phase_two_noise
@@ -159,7 +159,9 @@ class DPSWDGenerator(GenerativeMethod):
         self.n_blocks = data.num_classes if self.label_mode == "partition" else 1
         self.block_rows = math.ceil(self.batch_size / self.n_blocks)
         n_priv = len(data.private)
-        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx))
+        # the private split on the run's device, once; batches drawn there (privacy.sampler)
+        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx),
+                                      device=ctx.device)
         self._steps = self.steps_planned(n_priv)
         self._signature = {"n_private": n_priv, "n_public": 0 if data.public is None else len(data.public),
                            "dataset": data.name, "batch_size": self.batch_size, "epochs": self.epochs, "k": self.k,
@@ -169,12 +171,15 @@ class DPSWDGenerator(GenerativeMethod):
         self.projection = GaussianProjectionRelease(
             ledger, dim=self._rowmap.out_dim, steps=self._steps,
             sample_rate=self.sampler.sample_rate, n_private=n_priv, row_diameter=1.0, noise=self.noise,
-            seed=mechanism_seed(ctx), **self.dp.release_settings())  # a paper's sigma: against diameter 1 (stated)
+            seed=mechanism_seed(ctx), device=ctx.device,  # noise and directions drawn on the run's device
+            **self.dp.release_settings())  # a paper's sigma: against diameter 1 (stated)
         self.mechanisms = {"projection": self.projection}
         self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
         self.opt_f = torch.optim.Adam(self.fmap.parameters(), lr=self.feature_lr, betas=(0.5, 0.999)) \
             if self.fmap is not None else None
         self.pub_gen = torch.Generator().manual_seed(ctx.seed + 2)
+        # partition: the generated side's labels, m of each class (public, the same every step)
+        self._block_labels = torch.arange(self.num_classes, device=ctx.device).repeat_interleave(self.block_rows)
         self.G.train()
 
     @property
@@ -195,7 +200,7 @@ class DPSWDGenerator(GenerativeMethod):
         rows_t = self._private_rows()                                          # 1-2. r(X_t): (B, D) or (C m, D)
         b = rows_t.shape[0]
         if self.label_mode == "partition":                                     # m generated rows of each label
-            y_g = torch.arange(self.num_classes, device=self.device).repeat_interleave(self.block_rows)
+            y_g = self._block_labels
         else:
             y_g = torch.randint(self.num_classes, (b,), device=self.device)
         with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
@@ -221,13 +226,15 @@ class DPSWDGenerator(GenerativeMethod):
 
     def _private_rows(self) -> torch.Tensor:
         """Private batch -> B normalised, clipped rows on the device (never leaves this method
-        except through the projection release)."""
-        x_t, y_t = self.sampler.sample()
+        except through the projection release).  The fixed-size layout (B rows, or C blocks of m) is formed
+        on the device by the sampler (``PrivateSampler.fixed_batch`` / ``class_batch``: the law of
+        ``rows.fixed_size`` / ``class_blocks``, rows shuffled); padding rows are the zero row (the public centre)."""
+        if self.label_mode == "partition":
+            x_t, y_t, valid = self.sampler.class_batch(self.num_classes, self.block_rows)  # C blocks of size m
+        else:
+            x_t, y_t, valid = self.sampler.fixed_batch(self.batch_size)
         with torch.no_grad():
-            rows = self.rows(x_t.to(self.device), y_t.to(self.device))
-        if self.label_mode != "partition":
-            return fixed_size(rows, self.batch_size)
-        return class_blocks(rows, y_t, self.num_classes, self.block_rows)  # C blocks of the public size m
+            return torch.where(valid[:, None], self.rows(x_t, y_t), 0.0)
 
     def _feature_step(self) -> None:
         """One real/fake BCE step of the feature map on PUBLIC images vs generated ones (DP-SWD paper, CelebA generator)."""

@@ -107,6 +107,21 @@ class _ParticleFlow(LatentMethod):
         finite = torch.isfinite(x_new).all()
         return torch.where(finite, v.norm(dim=1).mean(), torch.full((), float("nan"), device=v.device))
 
+    def _move_classes(self, u: torch.Tensor, tq: torch.Tensor, sigma: float) -> torch.Tensor:
+        """:meth:`_move` of every class at once (``n`` divisible by C; particle i is of class ``i mod C``):
+        ``tq: (C, k, M)`` the target quantiles of each block; returns the mean over classes of the mean drift
+        norm, NaN when a particle is not finite.  The same update as C calls of :meth:`_move` (the smoothing and
+        diffusion noise are public draws of the same law)."""
+        c_n, d = tq.shape[0], self.X.shape[1]
+        x = self.X.view(-1, c_n, d).transpose(0, 1)                        # (C, n / C, D)
+        proj = smoothed_projections(x, u, sigma)                           # (C, k, n / C)
+        v = sliced_flow_drift(proj, tq, self.levels, u)                    # Eq. 20, every class
+        x_new = euler_maruyama_step(x, v, self.h, self.reg)
+        self.X = x_new.transpose(0, 1).reshape(-1, d)
+        finite = torch.isfinite(x_new).all()
+        drift = v.norm(dim=-1).mean(dim=-1).mean()
+        return torch.where(finite, drift, torch.full((), float("nan"), device=v.device))
+
     def state_dict(self) -> dict:
         return {"particles": self.X.cpu(), **self._ae_state()}
 
@@ -207,10 +222,13 @@ class DPSWFlowR(_ParticleFlow):
         block by <= 2 (unit latents): the calibration of an unpartitioned batch of C m rows applies."""
         c_n = self.space.n_classes
         m = math.ceil(self.batch_size / c_n)
-        rows, y = self.sampler.sample()
-        blocks = class_blocks(rows.to(self.device), y, c_n, m)              # (C m, D), norm <= 1
+        blocks = self._private_blocks(c_n, m)                               # (C m, D), norm <= 1, on the device
         u = self.projection.draw_directions(self.device)
         a = self.projection.release(blocks, u)                              # THE release of the step (recorded)
+        if self.n_particles % c_n == 0:  # every class has n / C particles (i mod C): all classes in one set of ops
+            tq = empirical_quantiles(a.view(c_n, m, -1).transpose(1, 2).contiguous(), self.levels)  # (C, k, M)
+            self._last_drift = self._move_classes(u, tq, self.projection.noise_std)
+            return {"drift_norm": self._last_drift}
         drifts = []
         for c in range(c_n):
             tq = empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(), self.levels)
@@ -289,6 +307,7 @@ class DPSWFlow(_ParticleFlow):
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.calibration,
                                                  noise=self.release_noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
                                                  class_blocks=self.label_mode == "partition", n_private=n_priv,
+                                                 device=ctx.device,  # noise and directions drawn on the device
                                                  **self.dp.release_settings())
         self.mechanisms = {"one_shot": self.one_shot}
         released = ctx.resume_state is not None and ctx.resume_state.get("quantiles") is not None
@@ -316,9 +335,8 @@ class DPSWFlow(_ParticleFlow):
         self.u_all = self.one_shot.draw_directions(self.device)  # drawn once (random or orthonormal)
         a = self.one_shot.release(rows, self.u_all)  # THE private release (recorded)
         if self.label_mode == "partition":
-            m = self.block_rows
-            self.tq_all = torch.stack([empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(),
-                                                           self.levels) for c in range(self.space.n_classes)])
+            c_n = self.space.n_classes  # every block's quantiles at once: (C, k, M)
+            self.tq_all = empirical_quantiles(a.view(c_n, self.block_rows, -1).transpose(1, 2).contiguous(), self.levels)
         else:
             self.tq_all = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # (k, M), once
 
@@ -332,6 +350,8 @@ class DPSWFlow(_ParticleFlow):
             u, sigma = self.u_all[:, idx], self.one_shot.noise_std
             if self.label_mode != "partition":
                 self._last_drift = self._move(u, self.tq_all[idx], sigma, t)
+            elif self.n_particles % self.space.n_classes == 0:  # every class at once (DPSWFlowR._partition_step)
+                self._last_drift = self._move_classes(u, self.tq_all[:, idx], sigma)
             else:
                 drifts = [self._move(u, self.tq_all[c][idx], sigma, t, self._class_idx[c])
                           for c in range(self.space.n_classes)]

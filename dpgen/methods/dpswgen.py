@@ -17,7 +17,6 @@ from ..data import DataSplits
 from ..errors import ConfigError
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
-from ..privacy.rows import class_blocks
 from ..utils import autocast
 from .base import TrainContext
 from .latent import LatentMethod
@@ -73,8 +72,7 @@ class DPSWGen(LatentMethod):
         """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
         c_n = self.space.n_classes
         if self.label_mode == "partition":
-            rows, y = self.sampler.sample()
-            rows = class_blocks(rows.to(self.device), y, c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1
+            rows = self._private_blocks(c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1, on the device
             y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
             with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
                 fake = self.generate_latents(y_g)

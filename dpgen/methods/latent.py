@@ -55,7 +55,7 @@ from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_sho
 from ..privacy.mechanisms import GaussianProjectionRelease
 from ..privacy.noise import NoisePolicy, PaperNoise
 from ..privacy.projection import ProjectionDP, as_projection_dp
-from ..privacy.rows import clip_rows, fixed_size, unit_normalise
+from ..privacy.rows import clip_rows, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
 from ..utils import load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
@@ -316,9 +316,16 @@ class LatentMethod(GenerativeMethod):
         return PrivateSplit(distributed.all_gather_rows(rows), distributed.all_gather_rows(y))
 
     def _private_rows(self) -> torch.Tensor:
-        """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release)."""
-        rows, _ = self.sampler.sample()
-        return fixed_size(rows.to(self.device), self.batch_size)  # padding rows are public zeros (distance <= 1)
+        """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release,
+        formed there by ``PrivateSampler.fixed_batch``: the law of ``rows.fixed_size``, rows shuffled)."""
+        rows, _, valid = self.sampler.fixed_batch(self.batch_size)
+        return torch.where(valid[:, None], rows, 0.0)  # padding rows are public zeros (distance <= 1)
+
+    def _private_blocks(self, n_classes: int, block: int) -> torch.Tensor:
+        """One Poisson batch of latent rows in C blocks of m (``PrivateSampler.class_batch``: the law of
+        ``rows.class_blocks``, each block shuffled), padding rows zero: ``(C m, D)`` on the device, norm <= 1."""
+        rows, _, valid = self.sampler.class_batch(n_classes, block)
+        return torch.where(valid[:, None], rows, 0.0)
 
     def _per_step_release(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen; DPSWflow paper, Algorithm 1):
@@ -330,12 +337,12 @@ class LatentMethod(GenerativeMethod):
             raise ValueError(f"model.label_mode=partition needs model.batch_size >= {self.space.n_classes} (classes)")
         n_priv = len(data.private)
         self.sampler = PrivateSampler(self._encode_private(data, self._seed + 1), self.batch_size, ledger.sampling,
-                                      seed=self._seed)
+                                      seed=self._seed, device=ctx.device)  # the encoded private set on the device, once
         self._steps = self.steps_planned(n_priv)
         self.projection = GaussianProjectionRelease(
             ledger, dim=self.space.dim, steps=self._steps, sample_rate=self.sampler.sample_rate, n_private=n_priv,
             row_diameter=ROW_DIAMETER, noise=self.release_noise(ledger), seed=mechanism_seed(ctx),
-            **self.dp.release_settings())
+            device=ctx.device, **self.dp.release_settings())  # noise and directions drawn on the run's device
         self.mechanisms = {"projection": self.projection}
 
     def release_noise(self, ledger: PrivacyLedger, one_shot: bool = False) -> NoisePolicy:

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..utils.misc import one_hot
 from .shapes import image_shape_error
 
 
@@ -13,7 +14,7 @@ def with_label(z: torch.Tensor, y: torch.Tensor | None, n_labels: int) -> torch.
     """``[z || onehot(y)]`` for a conditional generator (``z`` unchanged when ``n_labels == 0``)."""
     if not n_labels:
         return z
-    return torch.cat([z, F.one_hot(y, n_labels).to(z.dtype)], dim=1)
+    return torch.cat([z, one_hot(y, n_labels, z.dtype)], dim=1)
 
 
 class ConvCondGen(nn.Module):

@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from ..utils.misc import on_host
 
 _EPS = torch.finfo(torch.float32).eps
+_UNIFORM_GRIDS = WeakTensorKeyDictionary()  # the grids quantile_levels made: uniform, known without reading them
 
 
 def quantile_levels(m: int, *, device: torch.device | str | None = None,
@@ -28,7 +30,9 @@ def quantile_levels(m: int, *, device: torch.device | str | None = None,
     """``p: (m,)`` = ``linspace(0, 1, m)``, endpoints included (DPSWflow paper, the particle flow, ``num_percentiles``)."""
     if m < 2:
         raise ValueError(f"the number of quantile levels (model.num_percentiles) must be >= 2, got {m}")
-    return torch.linspace(0.0, 1.0, m, device=device, dtype=dtype)
+    levels = torch.linspace(0.0, 1.0, m, device=device, dtype=dtype)
+    _UNIFORM_GRIDS[levels] = True
+    return levels
 
 
 def empirical_quantiles(proj: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
@@ -69,8 +73,11 @@ def interp1d(x: torch.Tensor, y: torch.Tensor, x_new: torch.Tensor) -> torch.Ten
 def _is_uniform_grid(levels: torch.Tensor) -> bool:
     """``levels`` is ``quantile_levels(m)`` (``linspace(0, 1, m)``): segment indices by arithmetic."""
     m = levels.shape[0]
-    return m >= 2 and bool(torch.equal(levels, torch.linspace(0.0, 1.0, m, device=levels.device,
-                                                              dtype=levels.dtype)))
+    if m < 2:
+        return False
+    if levels in _UNIFORM_GRIDS:  # made by quantile_levels: no need to read it (a device read on an accelerator)
+        return True
+    return on_host(levels) and bool(torch.equal(levels, torch.linspace(0.0, 1.0, m, dtype=levels.dtype)))
 
 
 def _interp_uniform_x(y: torch.Tensor, levels: torch.Tensor, x_new: torch.Tensor) -> torch.Tensor:
@@ -178,7 +185,7 @@ def sliced_flow_drift(proj: torch.Tensor, target_quantiles: torch.Tensor, levels
     ``1/2 SW_2^2`` with respect to the particle positions (the Wasserstein gradient).
     """
     t = transport_map(proj, target_quantiles, levels)
-    return (proj - t).transpose(0, 1) @ u.transpose(0, 1) / u.shape[1]
+    return (proj - t).transpose(-2, -1) @ u.transpose(0, 1) / u.shape[1]  # a batch (..., k, n) -> (..., n, d)
 
 
 def smoothed_projections(x: torch.Tensor, u: torch.Tensor, sigma: float,
@@ -188,7 +195,7 @@ def smoothed_projections(x: torch.Tensor, u: torch.Tensor, sigma: float,
     Used for the particle (public) side only; the private side is released through
     ``dpgen.ot.sliced.gaussian_projection_release``.
     """
-    p = (x @ u).transpose(0, 1)
+    p = (x @ u).transpose(-2, -1)  # (k, n); a batch of point sets (..., n, d) -> (..., k, n)
     if sigma > 0:
         z = torch.randn(p.shape, generator=generator, dtype=p.dtype,
                         device="cpu" if generator is not None else p.device)

@@ -1,7 +1,8 @@
 """Sliced Wasserstein distances, plain and Gaussian-smoothed / differentially private.
 
 DP-SWD paper, Alg. 1.  All functions are batched torch code and run on
-whatever device their inputs live on.
+whatever device their inputs live on.  Random draws with a ``generator`` are made on the generator's
+device (a mechanism's generator is the run's device's: nothing is copied) and returned on ``device``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,20 @@ import torch
 
 def random_directions(d: int, k: int, *, generator: torch.Generator | None = None,
                       device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``U: (d, k)``: k directions uniform on ``S^{d-1}`` (Gaussian columns / their L2 norm)."""
-    u = torch.randn(d, k, generator=generator, dtype=dtype, device="cpu" if generator is not None else device)
-    u = u.to(device) if device is not None else u
+    """``U: (d, k)``: k directions uniform on ``S^{d-1}`` (Gaussian columns / their L2 norm), drawn on the
+    generator's device (else on ``device``)."""
+    u = _moved(torch.randn(d, k, generator=generator, dtype=dtype, device=_draw_device(generator, device)), device)
     return u / u.norm(dim=0, keepdim=True)
+
+
+def _draw_device(generator: torch.Generator | None, device: torch.device | str | None) -> torch.device | str | None:
+    """Where a draw is made: the generator's device (a torch generator draws only there), else ``device``."""
+    return generator.device if generator is not None else device
+
+
+def _moved(t: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
+    """``t`` on ``device`` (itself when it is there already, or when no device is asked for)."""
+    return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
 def sliced_wasserstein_projected(p_s: torch.Tensor, p_t: torch.Tensor, q: float = 2.0) -> torch.Tensor:
@@ -60,9 +71,8 @@ def gaussian_projection_release(x: torch.Tensor, u: torch.Tensor, sigma: float, 
     """
     p = x @ u
     if sigma > 0:
-        noise = torch.randn(p.shape, generator=generator, dtype=p.dtype,
-                            device="cpu" if generator is not None else p.device)
-        p = p + sigma * noise.to(p.device)
+        noise = torch.randn(p.shape, generator=generator, dtype=p.dtype, device=_draw_device(generator, p.device))
+        p = p + sigma * _moved(noise, p.device)
     return p
 
 
@@ -93,11 +103,10 @@ def orthogonal_directions(d: int, k: int, *, generator: torch.Generator | None =
     """
     blocks = []
     for _ in range(math.ceil(k / d)):
-        g = torch.randn(d, d, generator=generator, dtype=torch.float64)
+        g = torch.randn(d, d, generator=generator, dtype=torch.float64, device=_draw_device(generator, device))
         q, r = torch.linalg.qr(g)
         blocks.append(q * torch.sign(torch.diagonal(r))[None, :])
-    u = torch.cat(blocks, dim=1)[:, :k].to(dtype)
-    return u.to(device) if device is not None else u
+    return _moved(torch.cat(blocks, dim=1)[:, :k].to(dtype), device)
 
 
 def sliced_wasserstein_blocks(p_s: torch.Tensor, p_t: torch.Tensor, n_blocks: int, q: float = 2.0) -> torch.Tensor:

@@ -20,7 +20,11 @@ A :class:`Mechanism` is built from the run's :class:`~dpgen.privacy.ledger.Priva
   (:meth:`GaussianProjectionRelease.draw_directions`), secretly seeded from OS entropy unless
   ``trainer.deterministic=true``; their states and the policy are in ``state_dict``, so a resumed run
   draws the directions and the noise an uninterrupted run would have drawn, and refuses a checkpoint
-  written under another policy.
+  written under another policy.  Both are generators of the run's device (``device=``, the method passes
+  ``ctx.device``): the noise and the directions are drawn where they are used, with the same distribution
+  (the privacy argument does not depend on where a Gaussian is drawn), and on the CPU they are the same
+  numbers as before.  A run resumed on another device type seeds them from a secret derived from the stored
+  states (``privacy.sampler.resumed_generator``: same distribution, other values).
 
 ``release(...)`` adds the noise AND records the release in the ledger in the same call (a non-private
 mechanism records noise multiplier 0: epsilon = infinity).  ``describe()`` is what results.json shows.
@@ -66,6 +70,7 @@ from .noise import (
     check_policy,
     describe_policy,
 )
+from .sampler import device_generator, generator_state, resumed_generator
 from .sensitivity import check_bound, check_sensitivity_fraction, l2_sensitivity
 
 DIRECTIONS_SEED_OFFSET = 7919  # the directions generator: seed + offset (a deterministic run), else OS entropy too
@@ -113,7 +118,7 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
     policy (``privacy.noise``), own generators for the noise and the directions.
 
     ``steps``: the releases planned (what a :class:`~dpgen.privacy.noise.Calibrated` policy calibrates for;
-    ``None`` when the noise is not calibrated).
+    ``None`` when the noise is not calibrated).  ``device``: where the noise and the directions are drawn.
     """
 
     kind: ClassVar[str] = "mechanism"
@@ -129,7 +134,7 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
 
     def __init__(self, ledger: PrivacyLedger, *, sample_rate: float, noise: NoisePolicy, steps: int | None = None,
                  full_set: bool = False, seed: int | None = None, accountant: str | None = None,
-                 bound: str | None = None) -> None:
+                 bound: str | None = None, device: torch.device | str | None = None) -> None:
         if not 0.0 < sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
         if full_set and sample_rate != 1.0:
@@ -153,9 +158,10 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         self.releases = 0
         # several processes: rank 0's seed on every rank (the generators draw the same numbers everywhere)
         seed = distributed.shared_secret() if seed is None else int(distributed.broadcast_object(int(seed)))
-        self.generator = torch.Generator().manual_seed(seed)  # the noise
+        self.device = None if device is None else torch.device(device)  # None: the host
+        self.generator = device_generator(seed, self.device)  # the noise
         # directions of a projection release (secret like the noise; drawn by draw_directions)
-        self.directions_generator = torch.Generator().manual_seed((seed + DIRECTIONS_SEED_OFFSET) % 2**63)
+        self.directions_generator = device_generator((seed + DIRECTIONS_SEED_OFFSET) % 2**63, self.device)
 
     # -- sensitivity and noise ---------------------------------------------------------
     @abstractmethod
@@ -209,12 +215,12 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
             self._multiplier = policy.noise_std / self.sensitivity
 
     def noise(self, shape: torch.Size | tuple[int, ...], like: torch.Tensor) -> torch.Tensor | None:
-        """``N(0, noise_std^2)`` of ``shape`` from this mechanism's generator (cpu draw, moved to ``like``);
-        ``None`` when the std is 0 (nothing drawn)."""
+        """``N(0, noise_std^2)`` of ``shape`` from this mechanism's generator, drawn on the mechanism's device (the
+        run's: where ``like`` lives, so nothing is copied); ``None`` when the std is 0 (nothing drawn)."""
         if self.noise_std <= 0:
             return None
-        z = torch.randn(tuple(shape), generator=self.generator, dtype=like.dtype)
-        return self.noise_std * z.to(like.device)
+        z = torch.randn(tuple(shape), generator=self.generator, dtype=like.dtype, device=self.device)
+        return self.noise_std * (z if z.device == like.device else z.to(like.device))
 
     def noised_sum(self, parts: list[torch.Tensor]) -> list[torch.Tensor]:
         """Sums of clipped per-record contributions -> the same sums plus ``N(0, noise_std^2)`` on every entry.
@@ -269,8 +275,8 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
                 "beta": self.beta, **({"history_steps": self._history_steps} if self._history_steps else {})}
 
     def state_dict(self) -> dict:
-        return {**self._config(), "generator": self.generator.get_state(),
-                "directions_generator": self.directions_generator.get_state(), "releases": self.releases}
+        return {**self._config(), "generator": generator_state(self.generator),
+                "directions_generator": generator_state(self.directions_generator), "releases": self.releases}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore the generators; refuse a checkpoint whose noise policy or calibration differs from this run's."""
@@ -284,8 +290,8 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
                              + "); resume with the same model and accountant settings, under the dpgen version "
                                "that started the run (the git_commit of its results.json: another version's noise "
                                "calibration may differ in the last digits)")
-        self.generator.set_state(state["generator"])
-        self.directions_generator.set_state(state["directions_generator"])
+        resumed_generator(self.generator, state["generator"])  # another device type: reseeded (module docstring)
+        resumed_generator(self.directions_generator, state["directions_generator"])
         self.releases = int(state["releases"])
 
     def describe(self) -> dict:
@@ -328,9 +334,9 @@ class GaussianProjectionRelease(Mechanism):
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, steps: int, sample_rate: float,
                  n_private: int, noise: NoisePolicy, bound: str = "bernstein", sensitivity_fraction: float = 0.5,
                  row_diameter: float = 1.0, seed: int | None = None, full_set: bool = False, directions: str = "random",
-                 accountant: str | None = None) -> None:
+                 accountant: str | None = None, device: torch.device | str | None = None) -> None:
         super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, full_set=full_set, seed=seed,
-                         accountant=accountant, bound=bound)
+                         accountant=accountant, bound=bound, device=device)
         check_bound(bound)
         check_directions(directions)
         check_sensitivity_fraction(sensitivity_fraction)
@@ -370,8 +376,9 @@ class GaussianProjectionRelease(Mechanism):
 
     def draw_directions(self, device: torch.device | str | None = None) -> torch.Tensor:
         """Fresh ``U: (D, k)`` of this release's kind from the mechanism's own directions generator (secret,
-        checkpointed: a resumed run draws the directions an uninterrupted run would have drawn); several
-        processes: rank 0's (the generators agree; the broadcast makes it certain)."""
+        checkpointed: a resumed run draws the directions an uninterrupted run would have drawn), drawn on the
+        generator's device (the run's) and returned on ``device``; several processes: rank 0's (the generators
+        agree; the broadcast makes it certain)."""
         if self.directions == "orthogonal":
             u = orthogonal_directions(self.dim, self.k, generator=self.directions_generator, device=device)
         else:
@@ -447,7 +454,7 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
     def __init__(self, ledger: PrivacyLedger, *, dim: int, num_projections: int, bound: str = "chernoff",
                  sensitivity_fraction: float = 0.5, calibration: str = "rdp", noise: NoisePolicy,
                  seed: int | None = None, row_diameter: float = 2.0, directions: str = "random",
-                 class_blocks: bool = False, n_private: int = 0) -> None:
+                 class_blocks: bool = False, n_private: int = 0, device: torch.device | str | None = None) -> None:
         if calibration not in ("rdp", "analytic"):
             raise PrivacySettingError("calibration", f"one-shot calibration {calibration!r} is unknown: choose rdp or "
                                                      "analytic")
@@ -456,7 +463,7 @@ class OneShotProjectionRelease(GaussianProjectionRelease):
         super().__init__(ledger, dim=dim, num_projections=num_projections, steps=1, sample_rate=1.0,
                          n_private=n_private, bound=bound, sensitivity_fraction=sensitivity_fraction,
                          row_diameter=row_diameter, noise=noise, seed=seed, full_set=True, directions=directions,
-                         accountant="pld" if calibration == "analytic" else None)
+                         accountant="pld" if calibration == "analytic" else None, device=device)
         self.calibration = calibration
         self.class_blocks = bool(class_blocks)
 
@@ -504,8 +511,9 @@ class ImageGradientSanitiser(Mechanism):
     used_by = "DP-Sinkhorn"
 
     def __init__(self, ledger: PrivacyLedger, *, clip_norm: float, n_rows: int, sample_rate: float,
-                 noise: NoisePolicy, steps: int | None = None, clip: str = "whole", seed: int | None = None) -> None:
-        super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, seed=seed)
+                 noise: NoisePolicy, steps: int | None = None, clip: str = "whole", seed: int | None = None,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, seed=seed, device=device)
         if clip not in CLIP_MODES:
             raise PrivacySettingError("clip", f"clip mode {clip!r} is unknown; choose one of {CLIP_MODES}")
         if clip_norm <= 0:
@@ -557,8 +565,9 @@ class NoisyGradientSum(Mechanism):
     used_by = "DP-SGD classifier, domain adaptation `dp_dann`"
 
     def __init__(self, ledger: PrivacyLedger, *, clip_norm: float, sample_rate: float, expected_batch_size: float,
-                 noise: NoisePolicy, steps: int | None = None, seed: int | None = None) -> None:
-        super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, seed=seed)
+                 noise: NoisePolicy, steps: int | None = None, seed: int | None = None,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, seed=seed, device=device)
         if not clip_norm > 0:
             raise ValueError(f"the clip norm C must be > 0, got {clip_norm}")
         if not expected_batch_size > 0:

@@ -112,7 +112,8 @@ class RowMap:
         r = (x.flatten(1) - self.center) / (2.0 * self.radius)
         if self.label_mode == "concat":
             # the label part is scaled so that an in-range image plus label stays within norm 1/2
-            lab = F.one_hot(y, self.n_classes).to(r.dtype) * (0.5 * self.label_weight)
+            # one-hot by comparison (F.one_hot reads the labels' minimum on the host: a device sync)
+            lab = (y[:, None] == torch.arange(self.n_classes, device=y.device)).to(r.dtype) * (0.5 * self.label_weight)
             r = torch.cat([r, lab], dim=1) / math.sqrt(1.0 + self.label_weight**2)
         return clip_rows(r, 0.5)
 

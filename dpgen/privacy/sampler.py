@@ -12,6 +12,25 @@ It draws batches exactly as the accountant assumes, chosen by the same config va
 The sampler owns its own ``torch.Generator`` so its state goes into checkpoints and a resumed run
 draws the batches an uninterrupted run would have drawn.
 
+Where it draws: on the run's device (``device=``; the method passes ``ctx.device``).  The private set
+is moved there once, when the sampler is built, and the generator is a ``torch.Generator`` of that
+device, seeded as before: the inclusion draws have the same distribution wherever they are drawn (so
+the accountant's assumption is unchanged), and on the CPU they are the same numbers as before.  A
+checkpoint records the generator's device type with its state; a run resumed on another device type
+seeds its generator from a secret derived from the stored state (:func:`resumed_generator`): the
+batches keep their distribution, not their values.
+
+Variable-size Poisson batches of a sampler given a device (DP-SGD, DP-Sinkhorn) are drawn by
+:func:`poisson_indices`: their size on the host from a generator of its own (``size_generator``, checkpointed
+too), the records on the device, exactly the Poisson law, with nothing read back from the device (the same
+numbers on every device type; without a device, one inclusion mask on the host as before).
+
+Fixed-size releases (DP-SWD, DPSWflow-r, DPSWgen, the DP-SWD adapter) read the batch through
+:meth:`PrivateSampler.fixed_batch` / :meth:`PrivateSampler.class_batch`: exactly ``B`` (or ``C m``)
+records and a mask of the rows that are padding, formed on the device without a host sync (see
+those methods for the argument that the released rows have the law of ``privacy.rows.fixed_size`` /
+``class_blocks``, followed by a uniform shuffle of the rows).
+
 Several processes (``torchrun``, :mod:`dpgen.privacy.distributed`): the generator's seed is rank 0's,
 so every rank draws the SAME global batch, exactly the single-process one, and keeps its own contiguous
 part of it (``distributed.shard``).  The parts are disjoint and their union is one Poisson(q) sample of
@@ -25,6 +44,7 @@ the step (every rank takes every step; the collectives of the release keep them 
 
 from __future__ import annotations
 
+import hashlib
 from typing import Protocol
 
 import torch
@@ -52,15 +72,50 @@ class PrivateSource(Protocol):
 
     def _gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
+    def _labels(self) -> torch.Tensor: ...
+
+    def _on(self, device: torch.device) -> PrivateSource: ...
+
+
+def device_generator(seed: int, device: torch.device | str | None = None) -> torch.Generator:
+    """A ``torch.Generator`` of ``device`` (default: the CPU) seeded with ``seed``: the generator every secret draw
+    uses (the sampler's, a mechanism's noise and directions).  On the CPU it is the generator dpgen always used."""
+    return torch.Generator(device=torch.device("cpu" if device is None else device)).manual_seed(int(seed))
+
+
+def generator_state(generator: torch.Generator) -> dict:
+    """What a checkpoint keeps of a generator: its state and its device type."""
+    return {"state": generator.get_state(), "device": generator.device.type}
+
+
+def resumed_generator(generator: torch.Generator, stored) -> None:
+    """Restore ``stored`` (:func:`generator_state`, or a bare CPU state of an older checkpoint) into ``generator``.
+
+    Same device type: the stored state, so the draws continue as an uninterrupted run's.  Another device type
+    (a run checkpointed on a GPU resumed on the CPU, or the reverse: one device's state cannot be loaded into
+    another's generator): ``generator`` is seeded from a secret derived from the stored state (a SHA-256 of it,
+    63 bits), so the draws that follow keep their distribution (and their secrecy), not their values."""
+    state, device = (stored["state"], stored["device"]) if isinstance(stored, dict) else (stored, "cpu")
+    if device == generator.device.type:
+        generator.set_state(state)
+    else:
+        digest = hashlib.sha256(bytes(state.cpu().numpy())).digest()
+        generator.manual_seed(int.from_bytes(digest[:8], "little") % 2**63)
+
 
 class PrivateSampler:
     """Draws private batches ``(x, y)`` from a private source according to ``sampling``.
 
     ``split=False``: with several processes, every rank reads the whole batch (for a release computed
-    from the whole batch at once, noised once by its mechanism); the default gives each rank its part."""
+    from the whole batch at once, noised once by its mechanism); the default gives each rank its part.
+    ``device``: where the private set is kept (moved there once, here) and the batches are drawn."""
 
     def __init__(self, source: PrivateSource, batch_size: int, sampling: str, seed: int = 0, split: bool = True,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str | None = None) -> None:
+        # None: the host (torch's default device), where the private split stays
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None:
+            source = source._on(self.device)  # the private split (or its encoding) on the run's device, once
         self.source = source
         self.n = len(source)
         if batch_size < 1:
@@ -75,18 +130,16 @@ class PrivateSampler:
         self.sampling = check_sampling(sampling)
         # several processes: rank 0's seed on every rank (the same global batches, module docstring)
         seed = int(distributed.broadcast_object(int(seed)))
-        self.device = torch.device(device)
-        # on an accelerator, Poisson batches come from poisson_indices (its size drawn on the host by its own
-        # generator, the subset by a generator on the device); on the CPU, from one mask as before
-        self.generator = torch.Generator(device=self.device if self._sized_on_host else "cpu").manual_seed(seed)
-        self.size_generator = torch.Generator().manual_seed(seed ^ 0x5DEECE66D)
+        self.generator = device_generator(seed, self.device)
+        # Poisson on an accelerator: the batch's size from a host generator of its own (poisson_indices)
+        self.size_generator = device_generator(seed ^ 0x5DEECE66D)
         self.draws = 0
         # False: every rank reads the whole batch (a release that is not per record, e.g. DP-Sinkhorn's gradient)
         self.split = bool(split)
 
     @property
     def _sized_on_host(self) -> bool:
-        return self.sampling == "poisson" and self.device.type != "cpu"
+        return self.sampling == "poisson" and self.device is not None
 
     @property
     def sample_rate(self) -> float:
@@ -99,9 +152,83 @@ class PrivateSampler:
         if self._sized_on_host:
             return poisson_indices(self.n, self.sample_rate, self.size_generator, self.generator, self.device)
         if self.sampling == "poisson":
-            mask = torch.rand(self.n, generator=self.generator) < self.sample_rate
-            return mask.nonzero(as_tuple=False).flatten()
-        return torch.randperm(self.n, generator=self.generator)[: self.batch_size]
+            mask = self._uniforms() < self.sample_rate
+            return mask.nonzero(as_tuple=False).flatten()  # on the host: a variable-size batch, its size read there
+        return torch.randperm(self.n, generator=self.generator, device=self.device)[: self.batch_size]
+
+    def _uniforms(self) -> torch.Tensor:
+        """``u_i ~ U[0, 1)``, one per record, on the device: record i is in the Poisson batch iff ``u_i < q``."""
+        return torch.rand(self.n, generator=self.generator, device=self.device)
+
+    def _included_first(self, keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Poisson draw (``mask``: record i is in the batch iff ``u_i < q``, the draw of :meth:`global_indices`)
+        and every record index ordered by ``(keys, not in the batch, a uniform permutation)``: one stable sort of
+        integer keys after a uniform permutation, so the order among equal keys is exactly uniform."""
+        mask = self._uniforms() < self.sample_rate
+        perm = torch.randperm(self.n, generator=self.generator, device=self.device)
+        key = (~mask[perm]).long() if keys is None else 2 * keys[perm] + (~mask[perm]).long()
+        return mask, perm[key.argsort(stable=True)]
+
+    def _shuffle(self, idx: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``idx, valid: (..., m)`` with each last-axis block in a uniformly random order (the ranks of a uniform
+        permutation within each block)."""
+        perm = torch.randperm(idx.numel(), generator=self.generator, device=self.device).view(idx.shape)
+        perm = perm.argsort(dim=-1)
+        return idx.gather(-1, perm), valid.gather(-1, perm)
+
+    def fixed_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Exactly ``size`` records ``(x, y)`` and ``valid: (size,)`` bool (False: a padding row, which the caller
+        replaces by the zero row), drawn on the device without a host sync.
+
+        Poisson: record i is in the batch iff ``u_i < q`` (the draw of :meth:`global_indices`).  The records are
+        ordered batch first, each part in the order of a uniform permutation (one stable sort), so the first
+        ``size`` positions are a uniform ``size``-subset of the batch when it is larger, else the whole batch
+        followed by ``size - |batch|`` padding positions; the ``size`` rows are then put in a uniformly random
+        order.  So the released rows are, in law, exactly ``rows.fixed_size`` of the batch (a uniform subset, or
+        the batch and zero rows) followed by a uniform shuffle of the rows: a post-processing of that release
+        (its noise is i.i.d. per entry, so shuffling noised rows is noising shuffled rows), and the exchangeable
+        form under which adding or removing one record changes one released row (the ``partners`` argument of
+        ``GaussianProjectionRelease``).  Without replacement: ``size`` distinct records (:meth:`global_indices`),
+        none padding.  Several processes: every rank draws the same, whole batch (rank 0's generator).
+        """
+        self.draws += 1
+        if self.sampling == "poisson":
+            mask, order = self._included_first()
+            idx = order[:size]
+            idx, valid = self._shuffle(idx, mask[idx])
+        else:
+            idx = torch.randperm(self.n, generator=self.generator, device=self.device)[:size]
+            valid = torch.ones(size, dtype=torch.bool, device=self.device)
+        x, y = self.source._gather(idx)
+        return x, y, valid
+
+    def class_batch(self, n_classes: int, block: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``C`` blocks of exactly ``m = block`` records, block c of class c, stacked: ``(x, y)`` of ``C m`` records and
+        ``valid: (C m,)`` (False: padding), drawn on the device without a host sync (Poisson sampling only).
+
+        The Poisson draw of :meth:`fixed_batch`, and the records ordered by ``(label, batch first, a uniform
+        permutation)`` with one stable sort: the first m positions of class c's segment are a uniform m-subset of
+        class c's batch when it is larger, else all of it and padding.  Each block is then put in a uniformly
+        random order.  In law: ``rows.class_blocks`` of the Poisson batch followed by a uniform shuffle within
+        each block (a post-processing of that release, as in :meth:`fixed_batch`).  The class sizes of the
+        private set are counted once, on the device, and never leave it.
+        """
+        if self.sampling != "poisson":
+            raise PrivacySettingError("sampling", "class blocks are accounted under Poisson sampling (add/remove); "
+                                                  "use Poisson sampling")
+        self.draws += 1
+        if getattr(self, "_class_layout", None) is None or self._class_layout[0] != n_classes:
+            labels = self.source._labels().long()
+            counts = torch.zeros(n_classes, dtype=torch.long, device=self.device).index_add_(
+                0, labels, torch.ones_like(labels))
+            self._class_layout = (n_classes, labels, counts.cumsum(0) - counts, counts)
+        _, labels, starts, counts = self._class_layout
+        mask, order = self._included_first(labels)
+        pos = torch.arange(block, device=self.device)
+        idx = order[(starts[:, None] + pos).clamp(max=self.n - 1)]  # (C, m): the first m of each class segment
+        idx, valid = self._shuffle(idx, (pos < counts[:, None]) & mask[idx])
+        x, y = self.source._gather(idx.reshape(-1))
+        return x, y, valid.reshape(-1)
 
     def sample_indices(self) -> torch.Tensor:
         """Indices of this process's part of one private batch (all of it with one process; maybe empty)."""
@@ -113,7 +240,7 @@ class PrivateSampler:
         return self.source._gather(self.sample_indices())
 
     def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state(), "size_generator": self.size_generator.get_state(),
+        return {"generator": generator_state(self.generator), "size_generator": generator_state(self.size_generator),
                 "draws": self.draws, "sampling": self.sampling}
 
     def load_state_dict(self, state: dict) -> None:
@@ -121,7 +248,7 @@ class PrivateSampler:
             raise PrivacySettingError("sampling", f"cannot resume: the checkpoint's batches were drawn with "
                                                   f"{state['sampling']} sampling but this run uses {self.sampling}; "
                                                   "resume with the same sampling")
-        self.generator.set_state(state["generator"])
+        resumed_generator(self.generator, state["generator"])  # another device type: reseeded (module docstring)
         if "size_generator" in state:
-            self.size_generator.set_state(state["size_generator"])
+            resumed_generator(self.size_generator, state["size_generator"])
         self.draws = int(state["draws"])

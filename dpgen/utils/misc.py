@@ -47,6 +47,12 @@ def on_host(t: torch.Tensor) -> bool:
     return t.device.type == "cpu"
 
 
+def one_hot(y: torch.Tensor, n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``(b,) -> (b, n)``: the one-hot rows of labels ``y`` in ``dtype``, by comparison with ``arange(n)`` (no host
+    read: ``F.one_hot`` checks the labels' range on the host on a CPU; a label outside [0, n) gives a zero row)."""
+    return (y[:, None] == torch.arange(n, device=y.device)).to(dtype)
+
+
 PRECISIONS = ("32", "bf16")
 
 

@@ -157,25 +157,30 @@ def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, re
                   ae_batch_size=32, autoencoder_cache=None, num_percentiles=64, n_particles=60)
     m = DPSWFlowR(**common, batch_size=40, epochs=1, label_mode="partition",
                   dp=ProjectionDP(8, bound="chernoff", directions="orthogonal"))
-    moves = []  # (particles moved, target quantiles) of every particle update
-    real_move = m._move
+    moves = []  # the target quantiles (C, k, M) of every particle update (all classes at once)
+    real_move = m._move_classes
 
-    def move(u, tq, sigma, step, idx=None):
-        moves.append((idx.clone(), tq.clone()))
-        return real_move(u, tq, sigma, step, idx)
+    def move(u, tq, sigma):
+        moves.append(tq.clone())
+        return real_move(u, tq, sigma)
 
-    monkeypatch.setattr(m, "_move", move)
+    monkeypatch.setattr(m, "_move_classes", move)
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
     loop.train(m, digits(public_fraction=0.5), ledger, train_context(tmp_path, max_steps=3))
     assert len(released) == 3 and all(r.rows.shape == (40, 4) for r in released)  # 10 blocks of ceil(40/10) = 4 rows
-    # each step moves the particles of class c (i = c mod 10), and only them, toward the quantiles of block c
-    assert len(moves) == 3 * 10
-    for t, release in enumerate(released):
+    # each step moves the particles of class c (i = c mod 10) toward the quantiles of block c
+    assert len(moves) == 3
+    for tq, release in zip(moves, released, strict=True):
         for c in range(10):
-            idx, tq = moves[10 * t + c]
             block = release.out[4 * c:4 * (c + 1)]
-            assert torch.equal(idx, torch.arange(c, 60, 10))
-            torch.testing.assert_close(tq, empirical_quantiles(block.transpose(0, 1).contiguous(), m.levels))
+            torch.testing.assert_close(tq[c], empirical_quantiles(block.transpose(0, 1).contiguous(), m.levels))
+    # all classes at once = class by class (particles i = c mod 10 only), without the public smoothing noise
+    x0, u, tq = m.X.clone(), torch.linalg.qr(torch.randn(4, 4))[0][:, :3], moves[-1][:, :3]
+    real_move(u, tq, 0.0)
+    batched, m.X = m.X, x0.clone()
+    for c in range(10):
+        m._move(u, tq[c], 0.0, 0, torch.arange(c, 60, 10))
+    torch.testing.assert_close(batched, m.X)
     assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
     x, y = m.sample(30)
     assert x.shape[0] == 30 and torch.equal(y, torch.arange(30) % 10)

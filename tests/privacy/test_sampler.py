@@ -76,3 +76,101 @@ def test_private_split_exposes_no_records():
     assert "n=10" in repr(p)
     with pytest.raises(TypeError):
         pickle.dumps(p)
+
+
+# -- fixed-size and class-block batches formed on the device (no host sync) -------------------------------
+def _law(draw, reps: int) -> dict:
+    """Counts of each released tuple (record ids, 0 = a padding row) over ``reps`` draws."""
+    from collections import Counter
+
+    return Counter(tuple(draw()) for _ in range(reps))
+
+
+def _same_law_p(a: dict, b: dict) -> float:
+    """p-value of the chi-square test that two samples of tuples come from one law (fixed seeds: deterministic)."""
+    keys = sorted(a.keys() | b.keys())
+    return stats.chi2_contingency([[a.get(k, 0) for k in keys], [b.get(k, 0) for k in keys]]).pvalue
+
+
+def _shuffled(rows: torch.Tensor, g: torch.Generator, block: int) -> list[int]:
+    """``rows`` (ids) with each block of ``block`` rows in a uniformly random order (the post-processing)."""
+    blocks = rows.view(-1, block)
+    return torch.cat([b[torch.randperm(block, generator=g)] for b in blocks]).tolist()
+
+
+def test_fixed_batch_has_the_law_of_fixed_size_followed_by_a_row_shuffle():
+    """The one-sort draw releases, in law, today's cut-or-pad construction (``rows.fixed_size`` of the Poisson
+    batch) with its rows shuffled: every ordered tuple of record ids / padding has the same frequency (a batch
+    larger than B and one smaller both occur at N = 6, B = 3, q = 1/2)."""
+    from dpgen.privacy.rows import fixed_size
+
+    n, b, reps = 6, 3, 3000
+    src = PrivateSplit(torch.arange(1, n + 1, dtype=torch.float32)[:, None], torch.zeros(n, dtype=torch.long))
+    new = PrivateSampler(src, b, "poisson", seed=1, device="cpu")
+    old, g = PrivateSampler(src, b, "poisson", seed=2), torch.Generator().manual_seed(3)
+
+    def draw_new():
+        x, _, valid = new.fixed_batch(b)
+        return torch.where(valid, x[:, 0], 0.0).long().tolist()
+
+    def draw_old():
+        x, _ = old.sample()
+        return _shuffled(fixed_size(x, b, g)[:, 0].long(), g, b)
+
+    p_new, p_old = _law(draw_new, reps), _law(draw_old, reps)
+    assert _same_law_p(p_new, p_old) > 1e-3
+    # the test can fail: without the shuffle, the padding of a small batch sits at the end (another law)
+    p_unshuffled = _law(lambda: fixed_size(old.sample()[0], b, g)[:, 0].long().tolist(), reps)
+    assert _same_law_p(p_unshuffled, p_old) < 1e-9
+
+
+def test_class_batch_has_the_law_of_class_blocks_followed_by_a_shuffle_within_each_block():
+    from dpgen.privacy.rows import class_blocks
+
+    labels = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2])
+    n, c, m, reps = 8, 3, 2, 3000
+    src = PrivateSplit(torch.arange(1, n + 1, dtype=torch.float32)[:, None], labels)
+    new = PrivateSampler(src, 4, "poisson", seed=1, device="cpu")
+    old, g = PrivateSampler(src, 4, "poisson", seed=2), torch.Generator().manual_seed(3)
+
+    def draw_new():
+        x, y, valid = new.class_batch(c, m)
+        assert torch.equal(y[valid], torch.arange(c).repeat_interleave(m)[valid])  # block c holds class c
+        return torch.where(valid, x[:, 0], 0.0).long().tolist()
+
+    def draw_old():
+        x, y = old.sample()
+        return _shuffled(class_blocks(x, y, c, m, g)[:, 0].long(), g, m)
+
+    p_new, p_old = _law(draw_new, reps), _law(draw_old, reps)
+    assert _same_law_p(p_new, p_old) > 1e-3
+
+
+def test_fixed_batch_without_replacement_is_the_cpu_draw_of_before():
+    """Without replacement the fixed-size draw is the sampler's own draw, number for number on the CPU."""
+    a, b = PrivateSampler(_source(50), 7, "without_replacement", seed=5), PrivateSampler(_source(50), 7,
+                                                                                     "without_replacement", seed=5,
+                                                                                     device="cpu")
+    for _ in range(3):
+        x, _, valid = b.fixed_batch(7)
+        assert valid.all() and torch.equal(a.sample()[0], x)
+
+
+def test_a_generator_state_resumes_on_its_device_type_and_reseeds_secretly_on_another():
+    from dpgen.privacy.sampler import generator_state, resumed_generator
+
+    g = torch.Generator().manual_seed(9)
+    stored = generator_state(g)
+    assert stored["device"] == "cpu"
+    want = torch.rand(4, generator=g)
+    same = torch.Generator()
+    resumed_generator(same, stored)
+    assert torch.equal(torch.rand(4, generator=same), want)  # the same device type: the draws continue
+    resumed_generator(same, stored["state"])  # an older checkpoint's bare CPU state
+    assert torch.equal(torch.rand(4, generator=same), want)
+    other = torch.Generator()
+    resumed_generator(other, {**stored, "device": "cuda"})  # another device type: seeded from the stored state
+    again = torch.Generator()
+    resumed_generator(again, {**stored, "device": "cuda"})
+    first = torch.rand(4, generator=other)
+    assert not torch.equal(first, want) and torch.equal(first, torch.rand(4, generator=again))

@@ -1,0 +1,474 @@
+"""Step overhead, counted on the CPU as a CUDA run would take it (``dpgen bench --only step-overhead``).
+
+A private step that reads a device value or copies a host tensor to the device stalls the GPU: the
+host waits for the device (a read: ``.item()``, ``nonzero``, ...) or the device for the host (a blocking
+host-to-device copy of a tensor drawn or built on the host).  This module counts both on a CPU-only
+machine, in one place used by the test of every private family (``tests/runs/test_device.py``) and by
+the bench:
+
+* :class:`StepOps` is a ``TorchDispatchMode`` plus a few Python-level hooks that follow, for every
+  tensor of the run, where it would live in a CUDA run of the same code: on the **device** when the
+  code asked for the run's device (a factory given ``device=<torch.device>``, ``.to(<torch.device>)``
+  or ``.to(<tensor on the device>)``, ``Module.to(device)``), and every result computed from a device
+  tensor; on the **host** otherwise (a factory without ``device=`` or with the string ``"cpu"``, a
+  tensor built from Python data, ``.cpu()``, ``.to("cpu")``).  The CPU run computes the same values;
+  only the bookkeeping differs.  A CPU machine cannot tell ``device=ctx.device`` from
+  ``device="cpu"`` by value, so the string ``"cpu"`` is taken as the host and a ``torch.device`` as the
+  run's device (dpgen passes ``ctx.device``, a ``torch.device``, everywhere it means the run's device).
+  A tensor that a composite op creates inside itself lives with the op's inputs (the run's device).
+  ``F.one_hot`` with a class count checks the labels' range on the host on a CPU but not on CUDA (a device
+  assert): it counts as one op of its input's placement.
+  Code that reads a value only on the host (``utils.misc.on_host``) takes its device path.
+* Counted per step:
+
+  - **device reads** (a sync: the host waits for the device): the ops in :data:`READ_OPS` on a device
+    tensor (``_local_scalar_dense`` is ``.item()`` / ``float()`` / ``int()`` / ``bool()``; ``nonzero``,
+    ``masked_select``, ``unique``, ``repeat_interleave`` without ``output_size`` and boolean-mask
+    indexing have an output size that depends on device values; ``equal`` / ``is_nonzero`` return a
+    Python value), and ``.tolist()`` / ``.numpy()`` / a blocking ``.cpu()`` or ``.to("cpu")`` of a
+    device tensor;
+  - **host-to-device copies**: ``.to(device)`` (or ``.to(device_tensor)``) of a host tensor,
+    ``copy_`` of a host tensor into a device one, ``torch.tensor(..., device=)`` from Python data, and
+    any op that meets a host tensor with at least one dimension and a device tensor (CUDA copies the
+    host operand first, e.g. indexing with a host index or a Python list, or refuses the op);
+  - **aten ops** dispatched, and **device kernels** (estimate: the ops that are not views, on device
+    tensors);
+  - **host random numbers**: the entries drawn by random ops whose result lives on the host.
+
+:func:`family_steps` runs a family's short preset through the real pipeline under :class:`StepOps`
+and returns the counts of every step interval (step t's ``method.step`` plus the loop's work up to step
+t + 1); :func:`section` is the bench's table, with the CPU milliseconds of the same minimal step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakTensorKeyDictionary
+
+aten = torch.ops.aten
+
+# ops whose result (or its size) the host must read from the device before it goes on
+READ_OPS = frozenset({"aten._local_scalar_dense", "aten.nonzero", "aten.equal", "aten.is_nonzero",
+                      "aten.masked_select", "aten.unique", "aten._unique", "aten._unique2", "aten.unique_dim",
+                      "aten.unique_consecutive", "aten.argwhere", "aten.is_set_to"})
+RANDOM_OPS = frozenset({"aten.randn", "aten.rand", "aten.randint", "aten.randperm", "aten.normal", "aten.normal_",
+                        "aten.uniform_", "aten.bernoulli", "aten.bernoulli_", "aten.multinomial", "aten.exponential_",
+                        "aten.random_", "aten.rand_like", "aten.randn_like", "aten.randint_like", "aten.poisson"})
+# Python-level factories whose placement is decided by their ``device=`` argument
+FACTORIES = ("randn", "rand", "randint", "randperm", "normal", "zeros", "ones", "empty", "full", "arange",
+             "linspace", "eye", "tensor", "as_tensor", "scalar_tensor", "zeros_like", "ones_like", "empty_like",
+             "full_like", "randn_like", "rand_like")
+FROM_DATA = ("tensor", "as_tensor")  # built from Python data: on the device, a host-to-device copy
+
+
+@dataclass
+class Counts:
+    """What one step interval dispatched (see the module docstring)."""
+
+    ops: int = 0
+    kernels: int = 0
+    reads: int = 0
+    copies: int = 0
+    host_random: int = 0
+    where: list[str] = field(default_factory=list)  # the first reads and copies, for the test's message
+
+    def note(self, kind: str, what: str) -> None:
+        if len(self.where) < 12:
+            self.where.append(f"{kind}: {what} at {_caller()}")
+
+
+def _caller() -> str:
+    """The innermost frame of dpgen's own code (not this module's) that led to the current op."""
+    import traceback
+
+    here = Path(__file__).resolve()
+    package = here.parent.parent
+    for frame in reversed(traceback.extract_stack()):
+        path = Path(frame.filename).resolve()
+        if path != here and package in path.parents:
+            return f"{path.relative_to(package.parent)}:{frame.lineno}"
+    return "?"
+
+
+def _is_device_arg(dev) -> bool | None:
+    """``True``: the run's device; ``False``: the host; ``None``: not given."""
+    if dev is None:
+        return None
+    if isinstance(dev, str):
+        return dev != "cpu"
+    if isinstance(dev, torch.device):
+        return True
+    return None
+
+
+class StepOps(TorchDispatchMode):
+    """Follows host / device placement of every tensor and counts per step interval (module docstring).
+
+    ``with StepOps() as ops: ...`` installs it; ``ops.mark()`` starts a new interval (``ops.intervals``
+    holds the finished ones); nothing is counted before the first ``mark``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_device = WeakTensorKeyDictionary()
+        self.current: Counts | None = None
+        self.intervals: list[Counts] = []
+        self._pending: bool | None = None  # placement of the factory being called
+        self._quiet = 0  # inside an op whose CPU kernel reads values that its CUDA kernel does not (F.one_hot)
+        self._patches: list[tuple[object, str, object]] = []
+
+    # -- placement --------------------------------------------------------------------------
+    def device(self, t) -> bool:
+        return isinstance(t, torch.Tensor) and self.on_device.get(t, False)
+
+    def _tag(self, out, on_device: bool) -> None:
+        for t in (out if isinstance(out, (tuple, list)) else [out]):
+            if isinstance(t, torch.Tensor):
+                self.on_device[t] = on_device
+
+    def mark(self) -> None:
+        if self.current is not None:
+            self.intervals.append(self.current)
+        self.current = Counts()
+
+    def stop(self) -> None:
+        self.mark()
+        self.current = None
+
+    def _read(self, what: str) -> None:
+        if self.current is not None and not self._quiet:
+            self.current.reads += 1
+            self.current.note("device read", what)
+
+    def _copy(self, what: str) -> None:
+        if self.current is not None and not self._quiet:
+            self.current.copies += 1
+            self.current.note("host-to-device copy", what)
+
+    # -- the dispatcher ---------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = str(func.overloadpacket)
+        flat = [a for a in _flatten((args, kwargs)) if isinstance(a, torch.Tensor)]
+        dev = [self.device(t) for t in flat]
+        if not flat:  # a factory: where the Python call asked for it (inside a composite op: with its inputs)
+            on_device = True if self._pending is None else self._pending
+        elif name == "aten.copy_":  # dst keeps its place; a host source into a device dst is a copy
+            on_device = dev[0]
+            if dev[0] and not dev[1]:
+                self._copy(f"copy_ of a host tensor {tuple(flat[1].shape)}")
+            elif dev[1] and not dev[0]:
+                self._read(f"copy_ of a device tensor {tuple(flat[1].shape)} to the host")
+        else:
+            on_device = any(dev)
+            if on_device and any(not d and t.dim() > 0 for d, t in zip(dev, flat, strict=True)):
+                self._copy(f"{name} meets a host tensor "
+                           f"{[tuple(t.shape) for d, t in zip(dev, flat, strict=True) if not d and t.dim() > 0]}")
+        self._tag(out, on_device)
+        c = self.current
+        if c is not None and not self._quiet:
+            c.ops += 1
+            if on_device and not func.is_view:
+                c.kernels += 1
+            if on_device and (name in READ_OPS or _bool_index(name, args)):
+                self._read(name)
+            if name in RANDOM_OPS and not on_device:
+                c.host_random += sum(t.numel() for t in (out if isinstance(out, (tuple, list)) else [out])
+                                     if isinstance(t, torch.Tensor))
+        return out
+
+    # -- Python-level entry points (placement the dispatcher cannot see on a CPU) -------------
+    def __enter__(self):
+        self._install()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            for obj, attr, orig in reversed(self._patches):
+                setattr(obj, attr, orig)
+            self._patches.clear()
+
+    def _patch(self, obj, attr: str, make) -> None:
+        orig = getattr(obj, attr)
+        self._patches.append((obj, attr, orig))
+        setattr(obj, attr, make(orig))
+
+    def _install(self) -> None:
+        me = self
+        for fname in FACTORIES:
+            def factory(orig, fname=fname):
+                def f(*a, **k):
+                    like = a[0] if fname.endswith("_like") and a and isinstance(a[0], torch.Tensor) else None
+                    asked = _is_device_arg(k.get("device"))
+                    if asked is None:
+                        src = a[0] if fname in FROM_DATA and a and isinstance(a[0], torch.Tensor) else like
+                        asked = me.device(src) if src is not None else False
+                    elif asked and fname in FROM_DATA and not (a and me.device(a[0])):
+                        me._copy(f"torch.{fname}(..., device=) from host data")
+                    prev, me._pending = me._pending, asked
+                    try:
+                        out = orig(*a, **k)
+                    finally:
+                        me._pending = prev
+                    me._tag(out, asked)
+                    return out
+                return f
+            self._patch(torch, fname, factory)
+
+        def to(orig):
+            def f(t, *a, **k):
+                target = k.get("device")
+                for x in a:
+                    if isinstance(x, (str, torch.device, torch.Tensor)):
+                        target = x
+                        break
+                # .to(other): other's placement (a tensor this module has not seen, e.g. a functorch wrapper
+                # inside vmap / grad, is taken to be where the source is: no copy is counted)
+                want = me.on_device.get(target) if isinstance(target, torch.Tensor) else _is_device_arg(target)
+                out = orig(t, *a, **k)
+                if want is None:
+                    me._tag(out, me.device(t))
+                    return out
+                if want and not me.device(t):
+                    me._copy(f".to(device) of a host tensor {tuple(t.shape)}")
+                elif not want and me.device(t) and not k.get("non_blocking", False):
+                    me._read(f"blocking .to('cpu') of a device tensor {tuple(t.shape)}")
+                me._tag(out, want)
+                return out
+            return f
+
+        def cpu(orig):
+            def f(t, *a, **k):
+                if me.device(t):
+                    me._read(f".cpu() of a device tensor {tuple(t.shape)}")
+                out = orig(t, *a, **k)
+                me._tag(out, False)
+                return out
+            return f
+
+        def host_read(what):
+            def make(orig):
+                def f(t, *a, **k):
+                    if me.device(t):
+                        me._read(f".{what}() of a device tensor {tuple(t.shape)}")
+                    return orig(t, *a, **k)
+                return f
+            return make
+
+        def cuda_kernel(orig):  # counted as ONE op of its input's placement (the CUDA kernel reads nothing)
+            def f(t, *a, **k):
+                me._quiet += 1
+                try:
+                    out = orig(t, *a, **k)
+                finally:
+                    me._quiet -= 1
+                me._tag(out, me.device(t))
+                if me.current is not None:
+                    me.current.ops += 1
+                    me.current.kernels += int(me.device(t))
+                return out
+            return f
+
+        self._patch(torch.nn.functional, "one_hot", cuda_kernel)
+        self._patch(torch.Tensor, "to", to)
+        self._patch(torch.Tensor, "cpu", cpu)
+        for what in ("tolist", "numpy", "__array__"):
+            self._patch(torch.Tensor, what, host_read(what))
+
+
+def _flatten(x):
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _flatten(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _flatten(v)
+    else:
+        yield x
+
+
+def _bool_index(name: str, args) -> bool:
+    """Boolean-mask indexing (``x[mask]``, ``x[mask] = v``): a ``nonzero`` on the device first."""
+    if name not in ("aten.index", "aten.index_put", "aten.index_put_", "aten._index_put_impl_"):
+        return False
+    idx = [i for i in (args[1] if len(args) > 1 else None) or [] if i is not None]
+    masks = [i for i in idx if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)]
+    if name != "aten.index" and len(idx) == len(masks) == 1 and len(args) > 2 and isinstance(args[2], torch.Tensor) \
+            and args[2].numel() == 1:
+        return False  # x[mask] = scalar: PyTorch's index_put_ runs it as masked_fill_ (no nonzero, no sync)
+    return bool(masks)
+
+
+# -- the families, through the real pipeline ------------------------------------------------------
+AE_SHORT = ["model.ae_steps=3", "model.ae_batch_size=32", "model.autoencoder_cache=null"]
+# the smallest sizes a family's preset takes (a batch of one record per class, 10 directions, few particles and
+# levels): the step's cost is then its overhead (dispatch, Python, syncs), what a GPU step at these presets pays
+SMALL = ["model.batch_size=10"]
+FLOW = [*AE_SHORT, *SMALL, "model.n_particles=20", "model.num_percentiles=10", "model.dp.num_projections=10"]
+# family -> (name shown, composition of a short run at those sizes)
+FAMILIES: dict[str, tuple[str, list[str]]] = {
+    "dpswd_generator": ("DP-SWD generator", ["experiment=digits_dpswd", *SMALL, "model.dp.num_projections=10",
+                                             "model.generator.hidden=16"]),
+    "dpswd_adapter": ("DP-SWD adapter", ["experiment=digits_shift_dpswd", *SMALL, "model.start_align=0",
+                                         "model.alignment.dp.num_projections=10"]),
+    "dp_dann": ("DP-DANN", ["experiment=digits_shift_dp_dann", *SMALL, "model.start_align=0"]),
+    "dpswflow_r": ("DPSWflow-r", ["experiment=digits_dpswflow_r", *FLOW]),
+    "dpswflow": ("DPSWflow", ["experiment=digits_dpswflow_r", "model=dpswflow", "experiment_name=digits_dpswflow",
+                              *FLOW, "model.steps=8", "model.projections_per_step=5"]),
+    "dpswgen": ("DPSWgen", ["experiment=digits_dpswd", "model=dpswgen", "experiment_name=digits_dpswgen",
+                            "dataset.public_fraction=0.5", "model.autoencoder.width=16", "model.autoencoder.pad_to=8",
+                            *AE_SHORT, *SMALL, "model.dp.num_projections=10"]),
+    "dpsgd_classifier": ("DP-SGD classifier", ["experiment=digits_dpsgd", *SMALL]),
+    "dpsinkhorn": ("DP-Sinkhorn", ["experiment=digits_dpsinkhorn", *SMALL]),
+}
+STEPS = 6  # steps of a counted run: step 0 warms up (lazy optimiser state), the last interval logs
+RUN = ["logger=local", "evaluator=none", "trainer.progress=false", "trainer.device=cpu", "trainer.deterministic=true",
+       f"trainer.max_steps={STEPS}", f"trainer.log_every={STEPS}", f"trainer.checkpoint_every={10 * STEPS}"]
+
+
+@dataclass
+class FamilySteps:
+    """The counted intervals of a family's short run, and the set-up method (to time more steps)."""
+
+    intervals: list[Counts]
+    method: object
+
+    @property
+    def steady(self) -> list[Counts]:
+        """Intervals of steady-state steps: not the first two (lazy state, a one-shot release) nor the last
+        (it holds the log, the checkpoint and the release artefact)."""
+        return self.intervals[2:-1]
+
+    def worst(self, attr: str) -> int:
+        return max(getattr(c, attr) for c in self.steady)
+
+
+def compose(overrides: list[str], run_dir: Path):
+    """The composed config of ``python train.py <overrides>`` with its run folder (data: $DPGEN_DATA_ROOT, else the
+    checkout's data/; the digits presets need none)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from dpgen.paths import ROOT
+
+    data_root = os.environ.get("DPGEN_DATA_ROOT", str(ROOT / "data"))
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return hydra_compose("train", overrides=[*overrides, f"paths.data_root={data_root}",
+                                                 f"paths.output_dir={run_dir}"])
+
+
+@contextlib.contextmanager
+def _counting_train(ops: StepOps, seen: dict):
+    """``loop.train`` with ``ops.mark()`` at the start of every ``method.step`` (the pipeline's loop)."""
+    from dpgen.methods import loop
+
+    original = loop.train
+
+    def train(method, data, ledger, ctx):
+        step = method.step
+        seen["method"] = method
+
+        def marked(t):
+            ops.mark()
+            return step(t)
+
+        method.step = marked
+        try:
+            return original(method, data, ledger, ctx)
+        finally:
+            ops.stop()
+            del method.step
+
+    loop.train = train
+    try:
+        yield
+    finally:
+        loop.train = original
+
+
+def family_steps(family: str, run_dir: Path, extra: list[str] | tuple[str, ...] = ()) -> FamilySteps:
+    """Run ``family``'s short preset (:data:`FAMILIES`) on the CPU under :class:`StepOps`; per-step counts."""
+    import dpgen.ot.flows
+    import dpgen.utils.misc
+    from dpgen.pipeline import run
+
+    cfg = compose([*FAMILIES[family][1], *RUN, *extra], run_dir)
+    ops, seen = StepOps(), {}
+    hosts = [(mod, mod.on_host) for mod in (dpgen.utils.misc, dpgen.ot.flows)]
+    for mod, _ in hosts:  # the value-dependent shortcuts of a host tensor: off for a device tensor
+        mod.on_host = lambda t: not ops.device(t)
+    try:
+        with _counting_train(ops, seen), ops:
+            run(cfg)
+    finally:
+        for mod, fn in hosts:
+            mod.on_host = fn
+    return FamilySteps(ops.intervals, seen["method"])
+
+
+def step_ms(method, first: int, repeats: int = 30) -> float:
+    """Median CPU milliseconds (``time.process_time``) of ``repeats`` more steps of a set-up method."""
+    times = []
+    for t in range(first, first + repeats):
+        t0 = time.process_time()
+        method.step(t)
+        times.append(time.process_time() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def measure(family: str) -> dict:
+    """The bench's row of ``family``: worst steady-state counts and the CPU ms of one more step."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fs = family_steps(family, Path(tmp) / "run")
+        ms = step_ms(fs.method, STEPS)
+    return {"ops": fs.worst("ops"), "kernels": fs.worst("kernels"), "reads": fs.worst("reads"),
+            "copies": fs.worst("copies"), "host_random": fs.worst("host_random"), "ms": ms}
+
+
+def section(device: torch.device) -> str:
+    """The markdown section ``dpgen bench --only step-overhead`` writes into docs/benchmarks.md (one torch thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows = []
+        for family, (label, _) in FAMILIES.items():
+            print(f"[bench] overhead: {label} ...", flush=True)
+            m = measure(family)
+            rows.append(f"| {label} | {m['ops']} | {m['kernels']} | {m['reads']} | {m['copies']} | "
+                        f"{m['host_random']:,} | {m['ms']:.2f} |")
+    finally:
+        torch.set_num_threads(threads)
+    load = os.getloadavg()
+    wrap = partial(textwrap.fill, width=110, break_long_words=False, break_on_hyphens=False)
+    return "\n".join([
+        "## Step overhead (counted on the CPU as a CUDA run takes it)", "", wrap(
+        "Per family, one steady-state private step of its digits preset at the smallest sizes it takes (a batch of "
+        "10 records, one per class; 10 directions; 20 particles and 10 levels for the flows: "
+        "`dpgen/bench/step_overhead.py`), the worst of the steps 2-4 of a 6-step run through the real pipeline and "
+        "loop (the loop's work up to the next step included): aten ops dispatched, device kernels (estimate: the ops "
+        "that are not views, on tensors that a CUDA run keeps on the device), device reads (syncs) and "
+        "host-to-device copies, entries drawn by host random number generators, and the median CPU time of 30 "
+        "more steps (`time.process_time`, one torch thread). Counts are exact and may be asserted; times depend "
+        f"on the machine (load average {load[0]:.1f} at the end). `dpgen bench --only step-overhead` regenerates it."), "",
+        "| family | aten ops / step | device kernels / step | device reads / step | host-to-device copies / step "
+        "| host random numbers / step | CPU ms / step |",
+        "|---|---|---|---|---|---|---|", *rows]) + "\n"
+
+
+if __name__ == "__main__":
+    print(section(torch.device("cpu")))

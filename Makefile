@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install train test test-all bench gpu-check lint docs reproduce reproduce-calibration clean
+.PHONY: install train test test-all bench gpu-check gpu-bench lint docs reproduce reproduce-calibration clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,6 +41,11 @@ bench: $(STAMP)
 gpu-check: $(STAMP)
 	$(BIN)/python -m dpgen.bench.gpu_check $(ARGS)
 
+## one DPImageBench cell, full protocol, on a GPU within a time budget -> the evidence store and docs/benchmark.md:
+## `make gpu-bench CELL=class_gaussian:mnist:10`; `make gpu-bench ARGS=--dry-run` lists what it would run (any machine)
+gpu-bench: $(STAMP)
+	$(BIN)/python -m dpgen.reproduce.gpu_bench $(if $(CELL),--cell $(CELL)) $(ARGS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check dpgen scripts tests train.py
 
@@ -48,7 +53,7 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-## the reproduction scoreboard of docs/reproduction/, rendered from docs/reproduction/runs/ (re-runs nothing);
+## the reproduction scoreboard of docs/reproduction/, rendered from evidence/ (re-runs nothing);
 ## add a finished run folder with `dpgen reproduce collect <run folder>...`
 reproduce: $(STAMP)
 	$(BIN)/dpgen reproduce render

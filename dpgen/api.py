@@ -1,12 +1,14 @@
 """The Python API for notebooks: train a preset from overrides, load a release, sample, export.
 
-    from dpgen.api import train, load_release
+```python
+from dpgen.api import train, load_release
 
-    run = train(["experiment=digits_moments", "accountant.epsilon=5"])   # in-process, a run folder
-    run.results["privacy"]["epsilon"], run.release                       # results.json, the release file
-    rel = load_release(run.release)                                      # or any run folder / release file
-    x, y = rel.sample(1000, labels="balanced", seed=0)                   # (n, C, H, W) floats, (n,) labels
-    rel.export("synth.npz", n=10000, seed=0)                             # + synth.card.json / .md beside it
+run = train(["experiment=digits_moments", "accountant.epsilon=5"])   # in-process, a run folder
+run.results["privacy"]["epsilon"], run.release                       # results.json, the release file
+rel = load_release(run.release)                                      # or any run folder / release file
+x, y = rel.sample(1000, labels="balanced", seed=0)                   # (n, C, H, W) floats, (n,) labels
+rel.export("synth.npz", n=10000, seed=0)                             # + synth.card.json / .md beside it
+```
 """
 
 from __future__ import annotations

@@ -32,20 +32,20 @@ def main(cfg: DictConfig) -> float | None:
     try:
         results = run(cfg)
     except RunInterrupted as stop:  # results so far are in results.json, labelled incomplete; the checkpoint is whole
-        from .privacy import distributed
-        from .utils.dist import LAUNCHER_ENV
+        from .utils import dist
+        from .utils.launch import LAUNCHER_ENV
 
-        if distributed.is_main() and not os.environ.get(LAUNCHER_ENV):  # `dpgen train --nproc` says it, once
+        if dist.is_main() and not os.environ.get(LAUNCHER_ENV):  # `dpgen train --nproc` says it, once
             print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
                   "incomplete); run the same command again to continue", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(stop.exit_code)  # the folder is released and every file closed: skip the interpreter's slow teardown
     except Exception as err:
-        from .privacy import distributed
-        from .utils.dist import LAUNCHER_ENV, PEER_LOST, peer_failure
+        from .utils import dist
+        from .utils.launch import LAUNCHER_ENV, PEER_LOST
 
-        peer = peer_failure(_unwrap(err))
+        peer = dist.peer_failure(_unwrap(err))
         message = user_error(err) or peer
         if message is None:  # a bug keeps its traceback
             raise
@@ -53,7 +53,7 @@ def main(cfg: DictConfig) -> float | None:
             raise SystemExit(PEER_LOST) from None
         if _is_multirun():  # a sweep reports through Hydra: the user's error itself, not Hydra's wrapper of it
             raise _unwrap(err) from None
-        if distributed.is_main():  # several processes: one error line, one folder (rank 0's)
+        if dist.is_main():  # several processes: one error line, one folder (rank 0's)
             _remove_untouched_run_dir()
             print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -118,11 +118,12 @@ def run_app(argv: list[str]) -> int:
     """Check the command line (a bad preset / key / run folder: one ``error:`` line, before Hydra makes a
     folder), then run :func:`main` on it; returns the exit code."""
     from .preflight import preflight
-    from .utils.dist import run_dir_overrides
+    from .utils import dist
+    from .utils.launch import run_dir_overrides
 
     problem = preflight(argv)
     if problem is not None:
-        if os.environ.get("RANK", "0") == "0":  # torchrun: every rank finds it, rank 0 says it
+        if dist.is_main():  # torchrun: every rank finds it, rank 0 says it
             print(f"error: {problem}", file=sys.stderr)
         return 2
     argv = [*argv, *run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml")]  # torchrun: one folder for all ranks

@@ -37,7 +37,7 @@ def train(argv: list[str]) -> int:
     """Run the Hydra application of one training run (:mod:`dpgen.app`) with ``argv`` as its command line.
 
     ``--nproc N`` (N > 1): one run on N processes, ``torchrun --standalone --nproc-per-node N -m dpgen train ...``
-    (``dpgen.utils.dist.launch``; gloo on CPU, NCCL on GPUs)."""
+    (``dpgen.utils.launch``; gloo on CPU, NCCL on GPUs)."""
     from .app import run_app
 
     nproc, argv = _nproc(argv)
@@ -45,7 +45,7 @@ def train(argv: list[str]) -> int:
         return 2
     if nproc > 1:
         from .preflight import preflight
-        from .utils.dist import launch
+        from .utils.launch import launch
 
         problem = preflight(argv)  # once, before N processes start
         if problem is not None:

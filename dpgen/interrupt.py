@@ -4,17 +4,24 @@ labelled incomplete, its folder resumable (docs/guides/runs.md).
 Inside :func:`stop_on_signals` the first SIGINT or SIGTERM raises :class:`RunInterrupted` in the main
 thread (a ``BaseException``, like ``KeyboardInterrupt``: no ``except Exception`` swallows it), where the
 pipeline writes the results so far.  A main thread stuck in one long native call (a classifier fit, a
-large matrix product) cannot run Python code: ``grace_s`` after the signal a watchdog thread writes them
-instead (``last_words``) and ends the process.  A second signal ends the process at once.  Checkpoints
-and results are written atomically (a temporary file, then a rename), so an end at any moment leaves the
-previous checkpoint whole.
+large matrix product, a TorchScript forward of the Inception network) cannot run Python code, so its
+handler runs only when that call returns.  The signal is therefore also seen by a watchdog thread that
+waits, from the moment the block is entered, on the interpreter's wakeup file descriptor
+(``signal.set_wakeup_fd``: the C-level handler writes the signal's number to it at once, whatever the main
+thread is doing): ``grace_s`` after the first signal, if the main thread has not acted on it, the watchdog
+writes the results so far (``last_words``) and ends the process; a second signal ends it at once.
+Checkpoints and results are written atomically (a temporary file, then a rename), so an end at any moment
+leaves the previous checkpoint whole.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -37,27 +44,51 @@ def stop_on_signals(last_words: Callable[[RunInterrupted], None], grace_s: float
         yield
         return
     done, asked = threading.Event(), []
+    wake_r, wake_w = socket.socketpair()
+    wake_w.setblocking(False)
 
-    def watchdog(stop: RunInterrupted) -> None:
-        if done.wait(grace_s):
-            return
-        try:
-            last_words(stop)
-        finally:
-            os._exit(stop.exit_code)
+    def watchdog() -> None:
+        """Reads the signal numbers the C-level handler writes; acts when the main thread cannot."""
+        stop, deadline = None, None
+        while not done.is_set():
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([wake_r], [], [], timeout)
+            if done.is_set():
+                return
+            if not ready:  # the grace is over and the main thread is still inside one native call
+                try:
+                    last_words(stop)
+                finally:
+                    os._exit(stop.exit_code)
+            for signum in wake_r.recv(64):
+                if signum not in SIGNALS:
+                    continue
+                if stop is not None:  # a second signal: no more waiting
+                    os._exit(128 + signum)
+                stop, deadline = RunInterrupted(signum), time.monotonic() + grace_s
 
     def handler(signum, frame) -> None:
         if asked:  # a second signal: no more waiting
             os._exit(128 + signum)
         stop = RunInterrupted(signum)
         asked.append(stop)
-        threading.Thread(target=watchdog, args=(stop,), daemon=True, name="dpgen-stop").start()
         raise stop
 
     previous = {s: signal.signal(s, handler) for s in SIGNALS}
+    previous_fd = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    thread = threading.Thread(target=watchdog, daemon=True, name="dpgen-stop")
+    thread.start()
     try:
         yield
     finally:
         done.set()
+        signal.set_wakeup_fd(previous_fd)
         for s, h in previous.items():
             signal.signal(s, h)
+        try:
+            wake_w.send(b"\0")  # wakes the watchdog, which sees `done` and returns
+        except OSError:
+            pass
+        thread.join(timeout=1.0)
+        wake_r.close()
+        wake_w.close()

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -35,7 +37,6 @@ from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
 from .paths import code_version
-from .privacy import distributed
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
@@ -54,22 +55,22 @@ class OtherRank(SystemExit):
 def run(cfg: DictConfig) -> dict:
     validate(cfg)
     dist.init_from_env()  # torchrun / submitit: one of several processes (a no-op otherwise)
-    if distributed.active() and cfg.accountant.get("data_dependent_reports", False):
+    if dist.active() and cfg.accountant.get("data_dependent_reports", False):
         raise ConfigError("accountant.data_dependent_reports=true (the reported-only WA / BA / MA accountants) reads "
                           "per-record gradients of the whole batch in one process: run it on one process (without "
                           "--nproc / torchrun)")
-    if not distributed.is_main():  # rank 0 owns the folder; the others learn its decision
-        decision = distributed.broadcast_object(None)
+    if not dist.is_main():  # rank 0 owns the folder; the others learn its decision
+        decision = dist.broadcast_object(None)
         if decision is None:
             raise OtherRank()
         return _run(cfg, RunFolder(Path(decision[0]), None if decision[1] is None else Path(decision[1]), lock=None))
     try:
         folder = claim_run_folder(cfg, log=Console(stderr=True).log)  # one owner; resume or refuse (runs.py)
     except BaseException:
-        distributed.broadcast_object(None)
+        dist.broadcast_object(None)
         raise
     with folder:
-        distributed.broadcast_object((str(folder.path), None if folder.resume_from is None else str(folder.resume_from)))
+        dist.broadcast_object((str(folder.path), None if folder.resume_from is None else str(folder.resume_from)))
         return _run(cfg, folder)
 
 
@@ -105,89 +106,125 @@ def _run(cfg: DictConfig, folder: RunFolder) -> dict:
         raise privacy_setting_error(e) from None
 
 
-def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
+@dataclass
+class _Parts:
+    """What one run is made of, built from the config before training."""
+    name: str
+    seed: int
+    device: torch.device
+    threads: int
+    convention: object  # privacy.convention=paper: the paper's noise, else None
+    method: object
+    evaluator: object
+    ledger: object
+    data: object
+    logger: object
+
+
+def _environment(cfg: DictConfig, run_dir: Path) -> tuple[int, int, torch.device]:
+    """CPU threads (before any torch work), seed, device (several processes: LOCAL_RANK's GPU)."""
     threads = apply_threads(cfg.trainer.get("threads", 1))
-    t0 = time.time()
-    console = Console(stderr=True)
     seed = int(cfg.get("seed", 0))
     seed_everything(seed)
     device = pick_device(cfg.trainer.device)
     if (why := dist.too_few_gpus(device)) is not None:
         raise ConfigError(why)
-    device = dist.device_of_rank(device)  # several processes: LOCAL_RANK's GPU
-    run_dir = folder.path
-    name = cfg.get("experiment_name", "run")
-    main = distributed.is_main()
-    if main and distributed.world_size() > 1:
-        console.log(f"one run on {distributed.world_size()} processes (rank 0 writes)")
-    if main:
-        console.log(f"[bold]{name}[/] on {device} ({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
+    device = dist.device_of_rank(device)
+    if dist.is_main():
+        console = Console(stderr=True)
+        if dist.world_size() > 1:
+            console.log(f"one run on {dist.world_size()} processes (rank 0 writes)")
+        console.log(f"[bold]{cfg.get('experiment_name', 'run')}[/] on {device} "
+                    f"({threads} CPU thread{'s' if threads > 1 else ''}); run folder {run_dir}")
+    return threads, seed, device
 
-    # settings first: a bad model / evaluator / accountant setting fails before the data is loaded
-    convention = paper_convention(cfg.get("privacy"))  # privacy.convention=paper: the paper's noise (dpgen/privacy/conventions.py)
+
+def _build(cfg: DictConfig, run_dir: Path) -> _Parts:
+    """Settings first (a bad model / evaluator / accountant setting fails before the data is loaded), then
+    the data (checked against the evaluator and δ < 1/N) and the logger."""
+    threads, seed, device = _environment(cfg, run_dir)
+    convention = paper_convention(cfg.get("privacy"))  # privacy.convention=paper (dpgen/privacy/conventions.py)
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
     evaluator.check()  # evaluability from the settings alone (an FID extractor is available), before the data loads
     data = instantiate(cfg.dataset)
     evaluator.check(data)  # the public splits are large enough for every requested metric, before training
-    n_priv = len(data.private)
-    check_delta_of_config(cfg, n_priv)  # δ < 1/N: refused before training, N kept out of the message
+    check_delta_of_config(cfg, len(data.private))  # δ < 1/N: refused before training, N kept out of the message
     logger = (instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
-              if main else SilentLogger())
-    so_far.ledger, so_far.evaluator, so_far.logger, so_far.phase = ledger, evaluator, logger, "training"
-    so_far.base = {"experiment": name, "dataset": data.name, "overrides": _overrides(),
+              if dist.is_main() else SilentLogger())
+    return _Parts(cfg.get("experiment_name", "run"), seed, device, threads, convention, method, evaluator, ledger,
+                  data, logger)
+
+
+def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
+    """The loop's view of the run: device, logger, run folder, cadences, resume, precision, release extras."""
+    if cfg.trainer.get("deterministic", False):
+        warnings.warn("trainer.deterministic=true: sampling and noise are seeded from `seed`, which is logged; "
+                      "anyone who knows it can recompute the noise. Use for debugging only.", stacklevel=3)
+    return TrainContext(device=parts.device, logger=parts.logger, run_dir=folder.path, seed=parts.seed,
+                        log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
+                        resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps,
+                        progress=bool(cfg.trainer.progress) and dist.is_main(),
+                        deterministic=bool(cfg.trainer.get("deterministic", False)),
+                        precision=check_precision(cfg.trainer.get("precision", 32)),
+                        release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), parts.data,
+                                                               parts.method, led, code_version(), folder.path))
+
+
+def _results(parts: _Parts, ctx: TrainContext, metrics: dict, train_metrics: dict, t0: float) -> dict:
+    """results.json: what was released (privacy, with the paper convention's true ε), measured and run."""
+    privacy = parts.ledger.summary()
+    privacy["convention"] = "paper" if parts.convention else "honest"
+    report = parts.method.convention_report() if parts.convention else None
+    if parts.convention and not report:
+        raise RuntimeError(f"{type(parts.method).__name__} ran with privacy.convention=paper but reports no true epsilon")
+    privacy.update(report or {})
+    return {
+        "experiment": parts.name,
+        "dataset": parts.data.name,
+        **({"n_private": len(parts.data.private)} if n_is_public(privacy["neighbouring_relation"]) else {}),  # add/remove: N is private
+        "metrics": metrics,
+        "privacy": privacy,
+        "train": train_metrics,
+        "device": str(parts.device),
+        "threads": parts.threads,
+        "precision": ctx.precision,
+        "runtime_s": time.time() - t0,
+        "overrides": _overrides(),
+        "git_commit": code_version(),  # provenance for the evidence store (dpgen/reproduce/evidence.py)
+        "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
+    }
+
+
+def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
+    """The phases of one run: ``_build`` (environment, settings, data, logger) -> ``_context`` ->
+    ``loop.train`` -> ``evaluate_run`` (rank 0) -> ``_results`` (results.json) -> the printed summary."""
+    t0 = time.time()
+    parts = _build(cfg, folder.path)
+    so_far.ledger, so_far.evaluator, so_far.logger, so_far.phase = parts.ledger, parts.evaluator, parts.logger, "training"
+    so_far.base = {"experiment": parts.name, "dataset": parts.data.name, "overrides": _overrides(),
                    "git_commit": code_version(), "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))}
     try:
-        if cfg.trainer.get("deterministic", False):
-            warnings.warn("trainer.deterministic=true: sampling and noise are seeded from `seed`, which is logged; "
-                          "anyone who knows it can recompute the noise. Use for debugging only.", stacklevel=2)
-        ctx = TrainContext(device=device, logger=logger, run_dir=run_dir, seed=seed,
-                           log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
-                           resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps,
-                           progress=bool(cfg.trainer.progress) and main,
-                           deterministic=bool(cfg.trainer.get("deterministic", False)),
-                           precision=check_precision(cfg.trainer.get("precision", 32)),
-                           release_extra=lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), data,
-                                                                  method, led, code_version(), run_dir))
-        train_metrics = loop.train(method, data, ledger, ctx)
+        ctx = _context(cfg, parts, folder)
+        train_metrics = loop.train(parts.method, parts.data, parts.ledger, ctx)
         so_far.train, so_far.phase = train_metrics, "evaluation"
-        rank = distributed.rank()
+        rank = dist.rank()
         dist.shutdown()  # training is the only collective work: rank 0 evaluates alone (torchmetrics would sync)
-        if not main:  # rank 0 evaluates and writes the results
+        if rank != 0:  # rank 0 evaluates and writes the results
             so_far.phase = "done"
             return {"metrics": {}, "train": train_metrics, "rank": rank}
-        metrics = evaluate_run(evaluator, method, data, logger, seed, run_dir)  # a failure keeps the run (eval_error)
-        logger.open_after_training()  # W&B, if the evaluator did not open it while it evaluated
+        metrics = evaluate_run(parts.evaluator, parts.method, parts.data, parts.logger, parts.seed, folder.path)
+        parts.logger.open_after_training()  # W&B, if the evaluator did not open it while it evaluated
         so_far.phase = "summary"
-        privacy = ledger.summary()
-        privacy["convention"] = "paper" if convention else "honest"
-        report = method.convention_report() if convention else None
-        if convention and not report:
-            raise RuntimeError(f"{type(method).__name__} ran with privacy.convention=paper but reports no true epsilon")
-        privacy.update(report or {})
-        results = {
-            "experiment": name,
-            "dataset": data.name,
-            **({"n_private": n_priv} if n_is_public(privacy["neighbouring_relation"]) else {}),  # add/remove: N is private
-            "metrics": metrics,
-            "privacy": privacy,
-            "train": train_metrics,
-            "device": str(device),
-            "threads": threads,
-            "precision": ctx.precision,
-            "runtime_s": time.time() - t0,
-            "overrides": _overrides(),
-            "git_commit": code_version(),  # provenance for docs/reproduction/runs (dpgen/reproduce/evidence.py)
-            "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
-        }
-        logger.log_summary(results)
+        results = _results(parts, ctx, metrics, train_metrics, t0)  # a failed evaluation is kept (eval_error)
+        parts.logger.log_summary(results)
         so_far.phase = "done"
     except RunInterrupted:
-        logger.local_only()  # no W&B upload now: the run that completes this folder sends the whole history
+        parts.logger.local_only()  # no W&B upload now: the run that completes this folder sends the whole history
         raise
     finally:
-        logger.finish()
+        parts.logger.finish()
     print_summary(results)  # privacy | utility | provenance (dpgen/logging/summary.py)
     return results
 

@@ -9,7 +9,7 @@
 
 Each run has ``data`` (fixture = fake files in the real layout, real, embedded), ``wall_s`` / ``cpu_s``
 when measured, and optional ``note``.  A shortened or full run that is not in that file but is in the
-reproduction evidence store (``docs/reproduction/runs``: every run behind a scoreboard cell, with its
+reproduction evidence store (``evidence/``: every run behind a scoreboard cell, with its
 command and wall time) is shown from there: "full" when none of its overrides changes the training
 schedule (``SCHEDULE_KEYS``), else "shortened".  ``dpgen presets status`` prints the table of
 docs/guides/presets.md.  A preset without a recorded run shows "not run".

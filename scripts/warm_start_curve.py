@@ -1,8 +1,8 @@
 """What the OT phase adds to a warm start: accuracy against the OT phase's steps, read from the evidence store.
 
-    python scripts/warm_start_curve.py [--out docs/img/warm_start_curve.png] [--doc docs/utility.md]
+    python scripts/warm_start_curve.py [--out docs/img/warm_start_curve.png] [--doc docs/research/2026-11-warm-start.md]
 
-Trains nothing.  Every point is a stored run (``docs/reproduction/runs/``) of a claim of
+Trains nothing.  Every point is a stored run (``evidence/``) of a claim of
 ``dpgen/reproduce/claims.py``: a warm-up alone (``trainer.max_steps=0``) and copies of its run folder resumed
 for n OT steps (``trainer.max_steps=n``), so the points of one seed share the moment release and the warm-up
 fit and differ only in their OT steps (a point before the end of the schedule is a run stopped early: it spends
@@ -43,6 +43,7 @@ REFERENCE = "mnist-moments"    # the class-Gaussian alone at the same total ε
 METRICS = (("acc_logreg", "LogReg"), ("acc_mlp", "MLP"))
 BEGIN, END = "<!-- warm-curve:begin -->", "<!-- warm-curve:end -->"
 FIGURE = DOCS / "img" / "warm_start_curve.png"
+NOTE = DOCS / "research" / "2026-11-warm-start.md"  # the dated note that shows the curve
 
 
 def runs_of(claim_id: str, store: list[dict]) -> list[dict]:
@@ -97,7 +98,7 @@ def table(store: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def block(store: list[dict], figure: str = "img/warm_start_curve.png") -> str:
+def block(store: list[dict], figure: str = "../img/warm_start_curve.png") -> str:
     """What the page shows between the markers: the figure and the table."""
     return f"![accuracy against the OT phase's steps]({figure})\n\n{table(store)}"
 
@@ -156,7 +157,7 @@ def write_block(doc: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=FIGURE, help="the figure (PNG)")
-    ap.add_argument("--doc", type=Path, default=DOCS / "utility.md", help="the page whose markers get the table")
+    ap.add_argument("--doc", type=Path, default=NOTE, help="the page whose markers get the table")
     args = ap.parse_args(argv)
     store = load_store()
     plot(store, args.out)

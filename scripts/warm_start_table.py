@@ -1,12 +1,14 @@
-"""What OT adds to a warm start, every family, dataset and ε: the grid of docs/utility.md, read from the evidence store.
+"""What OT adds to a warm start, every family, dataset and ε: the grid of the warm-start note, read from the evidence store.
 
-    python scripts/warm_start_table.py [--doc docs/utility.md]
+    python scripts/warm_start_table.py [--doc docs/research/2026-11-warm-start.md]
 
-Trains nothing.  Every cell is the stored runs (``docs/reproduction/runs/``) of one claim of
+Trains nothing.  Every cell is the stored runs (``evidence/``) of one claim of
 ``dpgen/reproduce/claims.py``: mean ± sample std over its runs (one run: its value), the number of runs and the
 ε they spent (PLD, the largest), and how many ran on a GPU (the ``device`` its results.json records).  The CNN column reads a second claim, the same command with the CNN among the
 classifiers.  A claim with no stored run prints "not run".  Writes the table between the
-``<!-- warm-grid:begin -->`` / ``<!-- warm-grid:end -->`` markers of ``--doc``.
+``<!-- warm-grid:begin -->`` / ``<!-- warm-grid:end -->`` markers of ``--doc``, and its summary (LogReg of the
+class-Gaussian alone, the DP-SWD warm start at share 0.75 and OT alone) between the ``warm-summary`` markers of
+docs/utility.md.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from pathlib import Path
 from dpgen.paths import DOCS
 from dpgen.reproduce.claims import CLAIMS, text
 from dpgen.reproduce.evidence import match_reason
-from dpgen.reproduce.markers import write_between
+from dpgen.reproduce.markers import wrapped_command, write_between
 from dpgen.reproduce.store import load_store
 
+NOTE = DOCS / "research" / "2026-11-warm-start.md"  # the dated note that shows the grid
 BEGIN, END = "<!-- warm-grid:begin -->", "<!-- warm-grid:end -->"
 
 
@@ -117,22 +120,48 @@ def cell(runs: list[dict], metric: str, count: bool = False) -> str:
 
 
 def table(store: list[dict]) -> str:
-    lines = ["| run | runs (seeds) | ε spent (PLD) | LogReg | MLP | CNN | command (+ `seed=<k>`) |",
-             "|---|---|---|---|---|---|---|"]
+    """The grid (one line per row, its run id wN in the first column), then every row's command in one code block
+    below it, each under a ``# wN`` comment."""
+    lines = ["| id | run | runs (seeds) | ε spent (PLD) | LogReg | MLP | CNN |", "|---|---|---|---|---|---|---|"]
+    commands = []
     for title, rows in SECTIONS:
-        lines.append(f"| **{title}** | | | | | | |")
+        lines.append(f"| | **{title}** | | | | | |")
         for row in rows:
+            ref = f"w{len(commands) + 1}"
             runs = runs_of(row.claim, store)
-            command = next(c for c in CLAIMS if c.id == row.claim).cell.command()
+            commands.append(f"# {ref}: {title}, {row.label}\n"
+                            + wrapped_command(next(c for c in CLAIMS if c.id == row.claim).cell.command()))
             if not runs:
-                lines.append(f"| {row.label} | not run | | | | | `{command}` |")
+                lines.append(f"| {ref} | {row.label} | not run | | | | |")
                 continue
             cnn = cell(runs_of(row.cnn, store), "acc_cnn", count=True) if row.cnn else "—"
             seeds = ", ".join(str(s) for s in sorted(int(ev["seed"]) for ev in runs)) + on_gpu(runs)
             eps = max(float(ev["privacy"]["epsilon_pld"]) for ev in runs)
-            lines.append(f"| {row.label} | {len(runs)} ({seeds}) | {'∞' if math.isinf(eps) else f'{eps:.2f}'} | "
-                         f"{cell(runs, 'acc_logreg')} | "
-                         f"{cell(runs, 'acc_mlp')} | {cnn} | `{command}` |")
+            lines.append(f"| {ref} | {row.label} | {len(runs)} ({seeds}) | "
+                         f"{'∞' if math.isinf(eps) else f'{eps:.2f}'} | {cell(runs, 'acc_logreg')} | "
+                         f"{cell(runs, 'acc_mlp')} | {cnn} |")
+    return "\n".join([*lines, "", "Commands (add `seed=<k>`):", "", "```bash", "\n\n".join(commands), "```"])
+
+
+# the summary on docs/utility.md: per (dataset, ε), the class-Gaussian alone, the DP-SWD generator's warm start at
+# share 0.75 (the share of the preset `fmnist_dpswd_warm`, fixed on MNIST) and its OT phase alone
+SUMMARY_PAGE = DOCS / "utility.md"
+SUMMARY_BEGIN, SUMMARY_END = "<!-- warm-summary:begin -->", "<!-- warm-summary:end -->"
+SUMMARY = (("class-Gaussian alone", "(a) class-Gaussian alone"),
+           ("DP-SWD warm start, share 0.75", "(c) DP-SWD generator, warm-up + OT, share 0.75"),
+           ("DP-SWD, OT alone (1 epoch)", "(b) DP-SWD generator, OT alone (1 epoch)"))
+
+
+def summary(store: list[dict]) -> str:
+    """LogReg (mean ± std over the stored runs) of the three rows of every section that ``SUMMARY`` names."""
+    lines = ["| (dataset, ε) | " + " | ".join(head for head, _ in SUMMARY) + " |", "|---" * (len(SUMMARY) + 1) + "|"]
+    for title, rows in SECTIONS:
+        values = []
+        for _, label in SUMMARY:
+            row = next((r for r in rows if r.label.startswith(label)), None)
+            runs = runs_of(row.claim, store) if row else []
+            values.append(cell(runs, "acc_logreg") if runs else "not run")
+        lines.append(f"| {title} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 
@@ -142,10 +171,12 @@ def write_block(doc: Path, block: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--doc", type=Path, default=DOCS / "utility.md", help="the page whose markers get the table")
+    ap.add_argument("--doc", type=Path, default=NOTE, help="the page whose markers get the table")
     args = ap.parse_args(argv)
-    block = table(load_store())
+    store = load_store()
+    block = table(store)
     write_block(args.doc, block)
+    write_between(SUMMARY_PAGE, SUMMARY_BEGIN, SUMMARY_END, summary(store), append=False)
     print(block)
     return 0
 

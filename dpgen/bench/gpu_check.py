@@ -43,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -366,6 +367,10 @@ def plan(families: list[str], device: str, steps: int, warmup: int, data: str = 
     lines.append(f"default demo: python train.py trainer.device={device}")
     lines.append(f"2-process NCCL (two or more CUDA devices, else skipped): torchrun --nproc-per-node 2 train.py "
                  f"{' '.join(NCCL_PRESET)} trainer.device=cuda")
+    listed = subprocess.run([sys.executable, "-m", "dpgen.reproduce.gpu_bench", "--dry-run"], capture_output=True,
+                            text=True, timeout=120)
+    lines += [f"not in this check, next on a lent GPU (make gpu-bench): {line.strip()}"
+              for line in listed.stdout.splitlines()[1:]] or [f"make gpu-bench --dry-run failed: {listed.stderr[-300:]}"]
     return lines
 
 
@@ -397,14 +402,19 @@ def _speedup(a: dict | None, b: dict | None) -> str:
     return f"×{b['steps_per_s'] / a['steps_per_s']:.1f}"
 
 
+def _wrapped(text: str) -> str:
+    """A paragraph of the page as lines of at most 110 characters."""
+    return textwrap.fill(text, 110, break_long_words=False, break_on_hyphens=False)
+
+
 def render(report: dict) -> str:
     """The markdown page of a measurement dict (``run_check``'s; tests hand it a fake one)."""
     meta, dev = report["meta"], report["meta"]["device"]
     out = ["# GPU check\n",
-           f"Produced by `{COMMAND}` (`python -m dpgen.bench.gpu_check"
+           _wrapped(f"Produced by `{COMMAND}` (`python -m dpgen.bench.gpu_check"
            f"{(' ' + meta['arguments']) if meta.get('arguments') else ''}`), {meta['date']}, in {meta['wall_s']:.0f} s. "
            f"Device: **{meta['device_name']}** ({meta['n_devices']} visible); CPU: {meta['cpu']}. "
-           f"Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}. Code: {meta['commit']}.\n",
+           f"Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}. Code: {meta['commit']}.") + "\n",
            "## CUDA-marked tests\n"]
     t = report.get("tests")
     if t is None:
@@ -415,13 +425,13 @@ def render(report: dict) -> str:
     fam, data = report["families"], meta.get("data", "digits")
     what = "embedded 8×8 digits" if data == "digits" else "MNIST presets, 28×28, their own batch sizes"
     out += ["## Every private family: a short training\n",
-            f"Each run is `dpgen.pipeline.run` of the composition shown ({what}, `evaluator=none`, "
+            _wrapped(f"Each run is `dpgen.pipeline.run` of the composition shown ({what}, `evaluator=none`, "
             f"`trainer.max_steps={meta['steps']}`"
             + (f"; on the CPU {meta['cpu_steps']}" if meta.get("cpu_steps", meta["steps"]) != meta["steps"] else "")
             + f"). Steps/s: private steps {meta['warmup']}…max_steps of the run "
             f"(the first {meta['warmup']} are warm-up), the device synchronised at both ends; the DP class-Gaussian "
             "makes one release, which is the step timed. CPU: `trainer.threads=1`, the default. Peak memory: "
-            "`torch.cuda.max_memory_allocated` over the whole run (setup, calibration and training), in MiB.\n",
+            "`torch.cuda.max_memory_allocated` over the whole run (setup, calibration and training), in MiB.") + "\n",
             f"| family | CPU fp32 steps/s | {dev} fp32 steps/s | {dev} bf16 steps/s | {dev} fp32 / CPU | "
             f"peak MiB fp32 | peak MiB bf16 | ε spent (CPU / fp32 / bf16) |",
             "|---|---|---|---|---|---|---|---|"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import textwrap
 import time
 from functools import partial
 from pathlib import Path
@@ -275,18 +276,20 @@ def section(device: torch.device) -> str:
 def _section(device: torch.device) -> str:
     load = os.getloadavg()
     lines = ["## Per-step cost before / after", "",
+             *textwrap.wrap(
              "How to read it: each row times the step as it was before optimisation (a bench-only copy in "
              "`dpgen/bench/steps.py`) and the library's step now, on the same inputs, in the same process, "
              f"with {REPEATS} interleaved repeats (before/after alternating), one torch thread, CPU time "
              "(`time.process_time`). The ratio is median(before) / median(after); absolute figures depend on the "
              "machine's load (given below), the ratio much less, and a ratio whose sides spread by more than ×1.5 "
-             "is flagged. Rows below ×2 carry the profile of the after step (top operators by self CPU time, share "
-             "of the step), which is where the floor is. `dpgen bench --only steps` regenerates this "
-             "section alone.", "",
+             "is flagged. For the rows below ×2 the profile of the after step (top operators by self CPU time, share "
+             "of the step), which is where the floor is, is listed under the table. `dpgen bench --only steps` regenerates this "
+             "section alone.", 110, break_long_words=False, break_on_hyphens=False), "",
              f"Machine: {os.cpu_count()} CPU threads, torch {torch.__version__} ({torch.get_num_threads()} thread), "
              f"load average at the start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min).", "",
-             "| step | before | after | before / after | change | profile of the after step (if < ×2) |",
-             "|---|---|---|---|---|---|"]
+             "| step | before | after | before / after | change |",
+             "|---|---|---|---|---|"]
+    profiles = []
     for name, before, after, note, *anchor in cases(device):
         print(f"[bench] steps: {name} ...", flush=True)
         tb, ta, *tp = side_by_side(before, after, *anchor)
@@ -296,9 +299,12 @@ def _section(device: torch.device) -> str:
             p = statistics.median(tp[0])
             note += (f"; non-private gradient {ms_spread(tp[0])}: before ×{statistics.median(tb) / p:.2f}, "
                      f"after ×{statistics.median(ta) / p:.2f} of it")
-        prof = profile_top(after) if ratio < 2.0 else ""
-        lines.append(f"| {name} | {ms_spread(tb)} | {ms_spread(ta)} | ×{ratio:.2f}{' (noisy)' if noisy else ''} | {note} | "
-                     f"{prof} |")
+        if ratio < 2.0:
+            profiles += textwrap.wrap(f"{name}: {profile_top(after)}", 110, initial_indent="* ", subsequent_indent="  ",
+                                      break_long_words=False, break_on_hyphens=False)
+        lines.append(f"| {name} | {ms_spread(tb)} | {ms_spread(ta)} | ×{ratio:.2f}{' (noisy)' if noisy else ''} | {note} |")
+    if profiles:
+        lines += ["", "Profile of the after step, for the rows below ×2:", "", *profiles]
     end = os.getloadavg()
     lines += ["", f"Load average at the end: {end[0]:.1f} / {end[1]:.1f} / {end[2]:.1f}."]
     return "\n".join(lines) + "\n"

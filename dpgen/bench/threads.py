@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -60,10 +61,12 @@ def section(device) -> str:  # noqa: ARG001 (CPU by construction)
         rows.append(f"| {label} | {a:.1f} s ({amin:.1f}–{amax:.1f}) | {b:.1f} s ({bmin:.1f}–{bmax:.1f}) | ×{b / a:.2f} |")
     return "\n".join([
         "## `make train` alone and beside a CPU-bound process\n",
+        textwrap.fill(
         f"`dpgen bench --only threads` (`dpgen/bench/threads.py`): whole-process wall time of "
         f"`python train.py logger=local trainer.progress=false trainer.threads=T`, median (min–max) of {REPEATS} "
         "after a warm-up; competitor: one `python -c \"while True: pass\"`. Target: ratio ≤ 1.5 for the default. "
-        f"{os.cpu_count()} CPU threads; load average {load:.1f} when the bench started.\n",
+        f"{os.cpu_count()} CPU threads; load average {load:.1f} when the bench started.", 110,
+        break_long_words=False, break_on_hyphens=False) + "\n",
         "| setting | alone | beside one CPU-bound process | ratio |",
         "|---|---|---|---|",
         *rows,

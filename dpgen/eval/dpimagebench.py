@@ -27,6 +27,17 @@ the same numbers, without 10,000 test images per epoch; the resize to 299 px is 
 bilinear resize of the standard FID network (the benchmark: pytorch-fid's bilinear ``F.interpolate``); images
 enter the Inception network as uint8, as in TTUR's FID.
 
+The fast path (``evaluator.fast``; on by default on a GPU) runs the same protocol with the same seeds: the
+synthetic, hold-out, validation and test images resident on the device (mapped to [-1, 1] once), channels-last
+tensors, the forward and the loss under bfloat16 autocast (``evaluator.precision``; batch-norm statistics,
+the optimiser, the EMA and the accuracies stay float32, matrix products in TF32 where they are float32),
+evaluation batches of ``fast_eval_batch_size``, the correct counts summed on the device (one transfer per
+evaluation), the three classifiers trained concurrently on CUDA streams of one GPU (``evaluator.concurrent``)
+or one after the other, each compiled (``evaluator.compile``), and the FID's Inception features in bfloat16
+batches.  The reference path (``evaluator.fast=false``) is the loop above, float32, NCHW, one classifier after
+the other.  tests/runs/test_dpimagebench_fast.py checks on the CPU that both select the same epochs and agree
+(float32: within 1 % accuracy; bfloat16 autocast: within the tolerance that test states).
+
 Any setting below the benchmark's (fewer epochs, images, classifiers or smaller ones, another validation
 size, a subset for FID) makes the run a **shortened protocol**: every number then carries the label
 ``shortened protocol: <what>`` in results.json, on the console and in docs/benchmark.md.
@@ -34,9 +45,11 @@ size, a subset for FID) makes the run a **shortened protocol**: every number the
 
 from __future__ import annotations
 
-import copy
 import math
 import statistics
+import threading
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -47,7 +60,13 @@ from ..data import DataSplits, TensorSplit
 from ..errors import ConfigError
 from ..utils import pick_device
 from .benchmark_nets import ARCHITECTURES, DEFAULT_SIZES, ParameterEMA, build_classifier, describe
-from .fid import InceptionFeatures, InceptionUnavailableError, frechet_distance, inception_source
+from .fid import (
+    InceptionFeatures,
+    InceptionUnavailableError,
+    describe_fid,
+    fid_with_floor,
+    inception_source,
+)
 from .grids import write_sample_grids
 
 CITATION = "DPImageBench (Gong, Li, Lin, Wang; CCS 2025)"
@@ -61,9 +80,62 @@ SYN_LABEL = "selection on held-out synthetic data — covered by the privacy gua
 FID_LABEL = "FID reads sensitive data (the sensitive training images are its reference) — not covered by the privacy guarantee"
 _FID_DEFAULTS = {"enabled": True, "n_generated": None, "n_reference": None, "inception_weights": None,
                  "batch_size": 250}
+PRECISIONS = ("auto", "bf16", "fp32")
 # the generative evaluator's FID keys, which presets written for it set (digits_moments: a domain extractor):
 # accepted and not used, since this protocol's FID is always the Inception one
 _GENERATIVE_FID_KEYS = {"extractor", "fallback", "n_fid", "cache_dir", "min_public", "domain"}
+
+
+@contextmanager
+def tf32(on: bool):
+    """Float32 matrix products and convolutions in TF32 inside the block (the parts a GPU runs outside bfloat16
+    autocast); the previous settings are restored after it."""
+    if not on:
+        yield
+        return
+    matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, conv
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How the protocol runs on a device (the numbers it selects are the protocol's either way)."""
+
+    fast: bool                 # images resident on the device, channels-last, device-side counts
+    amp: torch.dtype | None    # autocast dtype of forward + loss (None: float32)
+    compile: bool              # torch.compile each classifier
+    concurrent: bool           # the classifiers on CUDA streams of one GPU at once
+    eval_batch_size: int
+
+    def describe(self) -> str:
+        if not self.fast:
+            return "reference path (float32, NCHW, one classifier after the other)"
+        return ("fast path (" + ("bfloat16 autocast" if self.amp is not None else "float32") + ", channels-last, "
+                + ("compiled, " if self.compile else "") + ("classifiers concurrent on CUDA streams" if self.concurrent
+                                                            else "one classifier after the other") + ")")
+
+
+@dataclass
+class _Prepared:
+    """A split mapped to the classifiers' input range [-1, 1] once, where the loop reads it."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    @classmethod
+    def of(cls, split: TensorSplit, device: torch.device, speed: Speed) -> _Prepared:
+        x = split.x.float() * 2 - 1
+        if speed.fast:
+            x = x.to(device).contiguous(memory_format=torch.channels_last)
+            return cls(x, split.y.long().to(device))
+        return cls(x, split.y.long())
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
 
 
 class DPImageBenchEvaluator:
@@ -79,7 +151,9 @@ class DPImageBenchEvaluator:
     def __init__(self, n_synthetic: int = 60000, classifiers=ARCHITECTURES, sizes: dict | None = None,
                  epochs: int = 50, batch_size: int = 256, lr: float = 0.01, step_size: int = 20, gamma: float = 0.2,
                  ema_decay: float = 0.9999, eval_batch_size: int = 1000, fid: dict | None = None,
-                 device: str = "auto", grid_per_class: int = 10, class_grids: bool = True) -> None:
+                 device: str = "auto", grid_per_class: int = 10, class_grids: bool = True,
+                 fast: bool | str = "auto", precision: str = "auto", compile: bool | str = "auto",
+                 concurrent: bool | str = "auto", fast_eval_batch_size: int = 5000) -> None:
         self.classifiers = tuple(classifiers)
         bad = [c for c in self.classifiers if c not in ARCHITECTURES]
         if bad or not self.classifiers:
@@ -112,6 +186,25 @@ class DPImageBenchEvaluator:
         self.fid = {**_FID_DEFAULTS, **fid}
         self.device = device
         self.grid_per_class, self.class_grids = int(grid_per_class), bool(class_grids)
+        if precision not in PRECISIONS:
+            raise ConfigError(f"evaluator.precision={precision!r}: choose from {list(PRECISIONS)} (auto: bf16 on a GPU)")
+        for key, value in (("fast", fast), ("compile", compile), ("concurrent", concurrent)):
+            if not (isinstance(value, bool) or value == "auto"):
+                raise ConfigError(f"evaluator.{key}={value!r}: use true, false or auto")
+        self.fast, self.precision, self.compile, self.concurrent = fast, precision, compile, concurrent
+        self.fast_eval_batch_size = int(fast_eval_batch_size)
+
+    def speed(self, device: torch.device) -> Speed:
+        """How this device runs the protocol (``auto``: the fast path, bfloat16, concurrency on a GPU; compiled
+        when one classifier at a time; the reference path on a CPU)."""
+        gpu = device.type == "cuda"
+        fast = gpu if self.fast == "auto" else bool(self.fast)
+        if not fast:
+            return Speed(False, None, False, False, self.eval_batch_size)
+        amp = torch.bfloat16 if self.precision == "bf16" or (self.precision == "auto" and gpu) else None
+        concurrent = (gpu and len(self.classifiers) > 1) if self.concurrent == "auto" else bool(self.concurrent) and gpu
+        compiled = (gpu and not concurrent) if self.compile == "auto" else bool(self.compile)
+        return Speed(True, amp, compiled, concurrent, self.fast_eval_batch_size)
 
     # ------------------------------------------------------------------------------------ checks
     def check(self, data: DataSplits | None = None) -> None:
@@ -190,13 +283,16 @@ class DPImageBenchEvaluator:
         train = TensorSplit(x_syn[order[:n_train]], y_syn[order[:n_train]])
         holdout = TensorSplit(x_syn[order[n_train:]], y_syn[order[n_train:]])
 
+        speed = self.speed(device)
+        metrics["dpimagebench_speed"] = f"{speed.describe()} on {device.type}"
+        console.log(f"[eval] {metrics['dpimagebench_speed']}")
+        splits = {key: _Prepared.of(split, device, speed) for key, split in
+                  (("train", train), ("syn", holdout), ("val", data.validation), ("test", data.test))}
+        with tf32(speed.fast and device.type == "cuda"):
+            results = self._train_all(splits, data, device, seed, speed, console, n_train)
         per: dict[str, dict[str, float]] = {"val": {}, "syn": {}}
         epochs: dict[str, list[str]] = {"val": [], "syn": []}
-        for i, name in enumerate(self.classifiers):
-            console.log(f"[eval] training {describe(name, self.sizes[name])} on {n_train} synthetic images, "
-                        f"{self.epochs} epoch(s)")
-            torch.manual_seed(seed + i)
-            result = self._fit_and_select(name, train, holdout, data, device, seed + i)
+        for name, result in zip(self.classifiers, results, strict=True):
             for sel in ("val", "syn"):
                 per[sel][name] = result[sel]["test_acc"]
                 metrics[f"acc_dpimagebench_{sel}_{name}"] = result[sel]["test_acc"]
@@ -214,57 +310,110 @@ class DPImageBenchEvaluator:
                                                  "of the training split before any private step")
         metrics["dpimagebench_syn_selection"] = f"{SYN_LABEL}; {self.n_holdout} held-out synthetic images"
         if self.fid["enabled"]:
-            metrics.update(self._fid(x_syn, data, device, console))
+            metrics.update(self._fid(x_syn, data, device, console, speed))
         self._print(metrics, Console())
         return metrics
 
-    def _fit_and_select(self, name: str, train: TensorSplit, holdout: TensorSplit, data: DataSplits,
-                        device: torch.device, seed: int) -> dict:
+    def _train_all(self, splits: dict, data: DataSplits, device: torch.device, seed: int, speed: Speed,
+                   console: Console, n_train: int) -> list[dict]:
+        """Each classifier's selections (the reference order: seed, build, train, then the next one; or all
+        built first, then trained at once on CUDA streams)."""
+        k = data.num_classes
+        models = []
+        for i, name in enumerate(self.classifiers):
+            console.log(f"[eval] training {describe(name, self.sizes[name])} on {n_train} synthetic images, "
+                        f"{self.epochs} epoch(s)")
+            torch.manual_seed(seed + i)  # the initial weights (and WRN's dropout stream) of classifier i
+            c, h, _ = data.image_shape
+            models.append(build_classifier(name, c, h, k, self.sizes[name]))
+            if not speed.concurrent:  # the reference order: build, train, then the next one
+                models[-1] = self._fit_and_select(models[-1], splits, device, seed + i, speed)
+        results = self._concurrently(models, splits, device, seed, speed) if speed.concurrent else models
+        return results
+
+    def _concurrently(self, models: list, splits: dict, device: torch.device, seed: int, speed: Speed) -> list:
+        """The classifiers trained at once, each in a thread on its own CUDA stream of one GPU (their kernels
+        overlap: ResNet-110's small convolutions alone leave most of an H100 idle)."""
+        results: list = [None] * len(models)
+        errors: list[BaseException] = []
+        main = torch.cuda.current_stream(device)
+
+        def fit(i: int) -> None:
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(main)  # the resident images were written on the main stream
+            try:
+                with torch.cuda.stream(stream):
+                    results[i] = self._fit_and_select(models[i], splits, device, seed + i, speed)
+                stream.synchronize()
+            except BaseException as e:  # noqa: BLE001 - raised below, in this thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=fit, args=(i,), name=f"dpimagebench-{i}") for i in range(len(models))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return results
+
+    def _fit_and_select(self, model: torch.nn.Module, splits: dict, device: torch.device, seed: int,
+                        speed: Speed) -> dict:
         """Train one classifier; the test accuracy of its EMA weights at the epoch best on the sensitive
         validation split (``val``) and at the epoch best on the synthetic hold-out (``syn``)."""
-        c, h, _ = data.image_shape
-        model = build_classifier(name, c, h, data.num_classes, self.sizes[name]).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=self.lr)
+        model = model.to(device, memory_format=torch.channels_last if speed.fast else torch.preserve_format)
+        step = torch.compile(model) if speed.compile else model
+        opt = torch.optim.Adam(model.parameters(), lr=self.lr, **({"fused": True} if device.type == "cuda" else {}))
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=self.step_size, gamma=self.gamma)
         ema = ParameterEMA(model.parameters(), self.ema_decay)
         gen = torch.Generator().manual_seed(seed)
         best = {"val": (-1.0, None, -1), "syn": (-1.0, None, -1)}  # (accuracy, EMA state, epoch)
+        train = splits["train"]
         n = len(train)
+        autocast = (lambda: torch.autocast(device.type, dtype=speed.amp)) if speed.amp is not None else nullcontext
         for epoch in range(self.epochs):
             model.train()
-            perm = torch.randperm(n, generator=gen)
+            perm = torch.randperm(n, generator=gen)  # the same batches on every path
+            if speed.fast:
+                perm = perm.to(device)
             for i in range(0, n, self.batch_size):
                 idx = perm[i:i + self.batch_size]
-                loss = F.cross_entropy(model(train.x[idx].to(device) * 2 - 1), train.y[idx].to(device))
+                with autocast():
+                    loss = F.cross_entropy(step(train.x[idx].to(device)), train.y[idx].to(device))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
                 ema.update(model.parameters())
             sched.step()
             ema.swap_in(model.parameters())
-            for sel, split in (("val", data.validation), ("syn", holdout)):
-                acc = self._accuracy(model, split, device)
+            for sel in ("val", "syn"):
+                acc = self._accuracy(step, splits[sel], device, speed, autocast)
                 if acc >= best[sel][0]:  # ties: the later epoch, as the benchmark's `>=`
-                    best[sel] = (acc, copy.deepcopy(model.state_dict()), epoch + 1)
+                    best[sel] = (acc, {k: v.detach().clone() for k, v in model.state_dict().items()}, epoch + 1)
             ema.swap_out(model.parameters())
         out, tested = {}, {}
         for sel, (acc, state, epoch) in best.items():
             if epoch not in tested:  # both selections on the same epoch: one pass over the test set
                 model.load_state_dict(state)
-                tested[epoch] = self._accuracy(model, data.test, device)
+                tested[epoch] = self._accuracy(step, splits["test"], device, speed, autocast)
             out[sel] = {"selection_acc": acc, "test_acc": tested[epoch], "epoch": epoch}
         return out
 
     @torch.no_grad()
-    def _accuracy(self, model: torch.nn.Module, split: TensorSplit, device: torch.device) -> float:
+    def _accuracy(self, model, split: _Prepared, device: torch.device, speed: Speed, autocast) -> float:
         model.eval()
-        correct = 0
-        for i in range(0, len(split), self.eval_batch_size):
-            pred = model(split.x[i:i + self.eval_batch_size].to(device) * 2 - 1).argmax(1).cpu()
-            correct += int((pred == split.y[i:i + self.eval_batch_size]).sum())
-        return correct / max(len(split), 1)
+        correct = torch.zeros((), dtype=torch.long, device=device if speed.fast else "cpu")
+        for i in range(0, len(split), speed.eval_batch_size):
+            with autocast():
+                logits = model(split.x[i:i + speed.eval_batch_size].to(device))
+            pred = logits.argmax(1)
+            if not speed.fast:
+                pred = pred.cpu()
+            correct += (pred == split.y[i:i + speed.eval_batch_size]).sum()
+        return int(correct) / max(len(split), 1)  # one transfer per evaluation
 
-    def _fid(self, x_syn: torch.Tensor, data: DataSplits, device: torch.device, console: Console) -> dict:
+    def _fid(self, x_syn: torch.Tensor, data: DataSplits, device: torch.device, console: Console,
+             speed: Speed) -> dict:
         n_gen = self.n_synthetic if self.fid["n_generated"] is None else min(int(self.fid["n_generated"]),
                                                                              self.n_synthetic)
         ref = data.private.read_outside_guarantee(
@@ -273,13 +422,16 @@ class DPImageBenchEvaluator:
         extractor = InceptionFeatures(self.fid["inception_weights"]).to(device)
         console.log(f"[eval] FID (Inception-v3 pool features): {n_gen} synthetic images vs the sensitive training "
                     "images")
-        value = frechet_distance(ref.x, x_syn[:n_gen], extractor, batch_size=int(self.fid["batch_size"]),
-                                 device=device)
-        out = {"fid": value, "fid_extractor": "inception", "fid_n_generated": n_gen,
+        batch = int(self.fid["batch_size"]) * (4 if speed.fast else 1)  # the fast path: larger batches
+        measured = fid_with_floor(ref.x, x_syn[:n_gen], extractor, batch_size=batch, device=device,
+                                  amp=speed.amp)
+        out = {**measured, "fid_extractor": "inception", "fid_n_generated": n_gen, "fid_n_reference": len(ref),
                "fid_inception_weights": extractor.source.describe(), "fid_label": FID_LABEL,
+               "fid_precision": "bfloat16 autocast" if speed.amp is not None else "float32",
                "fid_reference": "sensitive training split (the images the private method trained on)"
                                 + ("" if self.fid["n_reference"] is None else
                                    f", a fixed subset of {len(ref)} (seed 0)")}
+        console.log(f"[eval] {describe_fid(out)}")
         return out
 
     @staticmethod
@@ -289,5 +441,5 @@ class DPImageBenchEvaluator:
             mean, std = metrics[f"acc_dpimagebench_{sel}_mean"], metrics[f"acc_dpimagebench_{sel}_std"]
             lines.append(f"  accuracy {100 * mean:.2f} ± {100 * std:.2f} %  [{label}]")
         if "fid" in metrics and not math.isnan(metrics["fid"]):
-            lines.append(f"  FID {metrics['fid']:.2f}  [{FID_LABEL}]")
+            lines.append(f"  {describe_fid(metrics)}  [{FID_LABEL}]")
         console.print("\n".join(lines), markup=False, highlight=False)

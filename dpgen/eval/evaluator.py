@@ -12,7 +12,8 @@
 4. FID (float64, torchmetrics' formula) of ``n_fid`` synthetic images against a NON-private reference set with the
    ``inception`` or the offline ``domain`` extractor (see :mod:`dpgen.eval.fid` for which data
    trains the domain extractor and which is the reference); the metrics record the extractor
-   actually used, the data it was trained on and the reference set.
+   actually used, the data it was trained on and the reference set, and beside the FID its real-vs-real
+   floor (two halves of the reference set under the same extractor, :func:`dpgen.eval.fid.fid_with_floor`).
 
 What a method must provide: ``sample(n, labels) -> (images (n, C, H, W) in [0, 1], labels (n,))``.
 Nothing private is read here: the test split and (optionally) the public split only.
@@ -39,8 +40,9 @@ from .fid import (
     DomainSettings,
     InceptionFeatures,
     InceptionUnavailableError,
+    describe_fid,
     domain_extractor,
-    frechet_distance,
+    fid_with_floor,
     inception_source,
     plan_domain_split,
 )
@@ -254,14 +256,17 @@ class GenerativeEvaluator:
             info.update(extra)
             ref = plan.ref.x
         console.log(f"[eval] FID ({used} features): {x_fake.shape[0]} generated vs {ref.shape[0]} reference images")
-        value = frechet_distance(ref, x_fake, extractor, batch_size=int(self.fid["batch_size"]), device=device)
-        floor = int(self.fid["min_reference"])
-        if ref.shape[0] < floor:
-            info["fid_note"] = (f"FID on {ref.shape[0]} reference images, below evaluator.fid.min_reference={floor}: "
-                                "biased upward and noisy; compare it only with FIDs on the same reference size")
+        measured = fid_with_floor(ref, x_fake, extractor, batch_size=int(self.fid["batch_size"]), device=device)
+        min_ref = int(self.fid["min_reference"])
+        if ref.shape[0] < min_ref:
+            info["fid_note"] = (f"FID on {ref.shape[0]} reference images, below evaluator.fid.min_reference={min_ref}: "
+                                "biased upward and noisy; compare it only with FIDs on the same reference size and "
+                                "with its real-vs-real floor")
             console.log(f"[eval] warning: {info['fid_note']}")
-        return {"fid": value, "fid_extractor": used, "fid_n_generated": int(x_fake.shape[0]),
-                "fid_n_reference": int(ref.shape[0]), **info}
+        out = {**measured, "fid_extractor": used, "fid_n_generated": int(x_fake.shape[0]),
+               "fid_n_reference": int(ref.shape[0]), **info}
+        console.log(f"[eval] {describe_fid(out)}")
+        return out
 
 
 class NoEvaluator:

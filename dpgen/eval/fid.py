@@ -25,9 +25,22 @@ never private:
 * otherwise a fixed half of the TEST split (a seeded permutation independent of the run's seed),
   and the FID reference set is the OTHER half, so the extractor never saw the reference images.
 
-The trained extractor is cached per dataset under ``<cache_dir>/fid_domain/`` (``cache_dir``:
-``evaluator.fid.cache_dir``, else ``$DPGEN_CACHE_DIR``, else ``~/.cache/dpgen``) and keyed by a
-hash of its training data and settings; it is never written into a run's checkpoints.
+The extractor is one network per (data, settings), whatever the run's device and the global random state:
+it is always trained on the CPU in one thread (:func:`train_domain_cnn`), every random draw (initial
+weights, shuffles, dropout masks) from its own ``torch.Generator`` seeded by ``evaluator.fid.domain.seed``,
+and the global random state is left as it was.  A run on a GPU and a run on a CPU (or two runs with
+different seeds) therefore measure one synthetic set with the same network and get the same FID; the same
+torch build on the same CPU instruction set gives it bit for bit (float rounding of another vector unit
+aside).  It is cached per dataset under ``<cache_dir>/fid_domain/`` (``cache_dir``:
+``evaluator.fid.cache_dir``, else ``$DPGEN_CACHE_DIR``, else ``~/.cache/dpgen``), keyed by a hash of
+everything that changes it: its training images and labels, its settings, the plan (which data trains it),
+the training recipe's version (:data:`EXTRACTOR_RECIPE`) and the torch version; it is never written into a
+run's checkpoints.
+
+Every FID comes with its floor (:func:`fid_with_floor`): the real-vs-real FID of the same extractor between
+two disjoint halves of the reference set (a fixed seeded split), the value a perfect generator would get
+near that reference size (a little above it, as each half has half the images: FID is biased upward by
+small sets).  A FID below or near its floor does not separate the generator from real data.
 
 Means and covariances are accumulated in float64 (the operations of torchmetrics'
 ``FrechetInceptionDistance``, computed here without importing it); the extractors return float64
@@ -40,6 +53,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import socket
 import warnings
@@ -52,7 +66,7 @@ from torch import nn
 
 from ..data import DataSplits, TensorSplit
 from ..utils import atomic_save
-from .cnn import SmallCNN, accuracy, fit_cnn
+from .cnn import Adam, SmallCNN, accuracy, fit_early_stopping
 
 EXTRACTORS = ("inception", "domain")
 
@@ -63,6 +77,22 @@ class InceptionUnavailableError(RuntimeError):
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("DPGEN_CACHE_DIR", Path.home() / ".cache" / "dpgen")).expanduser()
+
+
+class GeneratorDropout(nn.Module):
+    """Dropout whose masks come from ``generator`` (not the global stream): per element, or per channel
+    (``channelwise``, as ``nn.Dropout2d``); kept units are scaled by ``1 / (1 - p)`` as torch's dropout."""
+
+    def __init__(self, p: float, channelwise: bool, generator: torch.Generator) -> None:
+        super().__init__()
+        self.p, self.channelwise, self.generator = float(p), bool(channelwise), generator
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        shape = (*x.shape[:2], *([1] * (x.dim() - 2))) if self.channelwise else x.shape
+        keep = torch.rand(shape, generator=self.generator, dtype=x.dtype) >= self.p
+        return x * keep / (1.0 - self.p)
 
 
 class DomainFeatures(nn.Module):
@@ -264,6 +294,10 @@ def _fingerprint(split: TensorSplit, settings: dict) -> str:
     return h.hexdigest()[:16]
 
 
+EXTRACTOR_RECIPE = 2  # the version of train_domain_cnn: a change to what it learns bumps it (a new cache key)
+TRAINING_THREADS = 1  # one thread: the same reduction order (the same network) on every machine
+
+
 @dataclass
 class DomainSettings:
     epochs: int = 10
@@ -274,44 +308,98 @@ class DomainSettings:
     min_steps: int = 1000  # at least this many Adam steps (epochs raised for small training sets)
 
 
+def _seeded_init(model: nn.Module, generator: torch.Generator) -> None:
+    """torch's default initialisation of every convolution and linear layer (``reset_parameters``: Kaiming
+    uniform with a = sqrt(5), biases uniform in +-1/sqrt(fan_in)), drawn from ``generator``."""
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.kaiming_uniform_(m.weight, a=math.sqrt(5), generator=generator)
+            if m.bias is not None:
+                fan_in = m.weight[0].numel()
+                bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+                nn.init.uniform_(m.bias, -bound, bound, generator=generator)
+
+
+def train_domain_cnn(x: torch.Tensor, y: torch.Tensor, num_classes: int, settings: DomainSettings) -> SmallCNN:
+    """The domain extractor's classifier trained on ``(x, y)``: on the CPU, in :data:`TRAINING_THREADS` thread(s),
+    every random draw (initial weights, dropout masks; the shuffles of :func:`fit_early_stopping`) from
+    generators seeded by ``settings.seed``; the global random state is left as it was.  The same network
+    whatever the run's device and whatever ran before."""
+    x, y = x.detach().float().cpu(), y.detach().long().cpu()
+    g = torch.Generator().manual_seed(int(settings.seed))
+    with torch.random.fork_rng(devices=[]):  # the constructor's default initialisation: overwritten below
+        cnn = SmallCNN(x.shape[1], x.shape[2], num_classes, settings.num_features)
+    _seeded_init(cnn, g)
+    for seq in (cnn.trunk, cnn.head):
+        for i, m in enumerate(seq):
+            if isinstance(m, (nn.Dropout, nn.Dropout2d)):
+                seq[i] = GeneratorDropout(m.p, isinstance(m, nn.Dropout2d), g)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TRAINING_THREADS)
+    try:
+        fit_early_stopping(cnn, Adam(cnn.parameters(), lr=settings.lr), x, y, epochs=settings.epochs,
+                           batch_size=settings.batch_size, patience=10**9, seed=settings.seed, device="cpu",
+                           min_steps=settings.min_steps)
+    finally:
+        torch.set_num_threads(threads)
+    for seq in (cnn.trunk, cnn.head):  # back to torch's dropout modules (the same state dict; eval mode: off)
+        for i, m in enumerate(seq):
+            if isinstance(m, GeneratorDropout):
+                seq[i] = nn.Dropout2d(m.p) if m.channelwise else nn.Dropout(m.p)
+    return cnn.eval()
+
+
+def extractor_key(plan: DomainPlan, settings: DomainSettings, data: DataSplits) -> str:
+    """The cache key: a hash of everything that changes the extractor (its data, settings, recipe, torch)."""
+    return _fingerprint(plan.train, {**asdict(settings), "dataset": data.name, "shape": list(data.image_shape),
+                                     "classes": data.num_classes, "trained_on": plan.trained_on,
+                                     "recipe": EXTRACTOR_RECIPE, "threads": TRAINING_THREADS, "device": "cpu",
+                                     "torch": torch.__version__.split("+")[0]})
+
+
 def domain_extractor(data: DataSplits, cache_dir: str | Path | None = None, settings: DomainSettings | None = None,
                      min_public: int = 1000, device: torch.device | str = "cpu", log=print
                      ) -> tuple[DomainFeatures, DomainPlan, dict]:
-    """Load (or train once and cache) the domain extractor of ``data``; returns (extractor, plan, info)."""
+    """Load (or train once on the CPU and cache) the domain extractor of ``data``; returns (extractor on
+    ``device``, plan, info).  ``device`` is where the extractor computes features, never where it is trained."""
     settings = settings or DomainSettings()
     plan = plan_domain_split(data, min_public)
-    key = _fingerprint(plan.train, {**asdict(settings), "dataset": data.name, "shape": list(data.image_shape),
-                                    "classes": data.num_classes, "trained_on": plan.trained_on})
+    key = extractor_key(plan, settings, data)
     path = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     path = path / "fid_domain" / f"{data.name}-{key}.pt"
-    c, h, _ = data.image_shape
-    cnn = SmallCNN(c, h, data.num_classes, settings.num_features)
     info = {"fid_extractor_cache": path.name}  # the file name (its key), never a machine path
     if path.exists():
+        c, h, _ = data.image_shape
+        with torch.random.fork_rng(devices=[]):
+            cnn = SmallCNN(c, h, data.num_classes, settings.num_features)
         ck = torch.load(path, map_location="cpu", weights_only=True)
         cnn.load_state_dict(ck["state_dict"])
         info["fid_extractor_accuracy"] = float(ck["heldout_accuracy"])
         log(f"[eval] domain FID extractor loaded from cache {path}")
     else:
-        log(f"[eval] training the domain FID extractor on {plan.trained_on} (cached at {path})")
-        cnn = fit_cnn(plan.train.x, plan.train.y, data.num_classes, epochs=settings.epochs,
-                      batch_size=settings.batch_size, lr=settings.lr, num_features=settings.num_features,
-                      seed=settings.seed, patience=10**9, device=device, min_steps=settings.min_steps).cpu()
+        log(f"[eval] training the domain FID extractor on {plan.trained_on}, on the CPU (cached at {path})")
+        cnn = train_domain_cnn(plan.train.x, plan.train.y, data.num_classes, settings)
         acc = accuracy(cnn, plan.ref.x, plan.ref.y)  # held-out accuracy: a sanity check of the features
         atomic_save({"state_dict": cnn.state_dict(), "heldout_accuracy": acc, "trained_on": plan.trained_on,
-                     "settings": asdict(settings), "dataset": data.name}, path)
+                     "settings": asdict(settings), "dataset": data.name, "recipe": EXTRACTOR_RECIPE}, path)
         info["fid_extractor_accuracy"] = acc
-    return DomainFeatures(cnn.to(device)), plan, info
+    return DomainFeatures(cnn.eval().to(device)), plan, info
 
 
 @torch.no_grad()
 def feature_moments(x: torch.Tensor, extractor: nn.Module, batch_size: int = 500,
-                    device: torch.device | str = "cpu") -> tuple[int, torch.Tensor, torch.Tensor]:
+                    device: torch.device | str = "cpu", amp: torch.dtype | None = None
+                    ) -> tuple[int, torch.Tensor, torch.Tensor]:
     """``(n, sum_i f_i, sum_i f_i f_i^T)`` in float64 of the features ``f_i = extractor(x_i)`` of
-    ``x: (n, C, H, W)`` in [0, 1], accumulated batch by batch (torchmetrics' FID states)."""
+    ``x: (n, C, H, W)`` in [0, 1], accumulated batch by batch (torchmetrics' FID states).  ``amp``: the
+    forward under ``torch.autocast`` in that dtype (bfloat16 batches on a GPU); the sums stay float64."""
     total = outer = None
+    dev = torch.device(device)
     for i in range(0, x.shape[0], batch_size):
-        f = extractor(x[i:i + batch_size].to(device).float().clamp(0, 1)).double()
+        batch = x[i:i + batch_size].to(dev, non_blocking=True).float().clamp(0, 1)
+        with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
+            f = extractor(batch)
+        f = f.double()
         if f.dim() == 1:
             f = f.unsqueeze(0)
         total = f.sum(dim=0) if total is None else total + f.sum(dim=0)
@@ -343,3 +431,34 @@ def frechet_distance(real: torch.Tensor, fake: torch.Tensor, extractor: nn.Modul
     extractor = extractor.to(device).eval()
     return frechet_distance_of_moments(feature_moments(real, extractor, batch_size, device),
                                        feature_moments(fake, extractor, batch_size, device))
+
+
+def fid_with_floor(real: torch.Tensor, fake: torch.Tensor, extractor: nn.Module, batch_size: int = 500,
+                   device: torch.device | str = "cpu", split_seed: int = 0, amp: torch.dtype | None = None) -> dict:
+    """The FID of ``fake`` against the reference set ``real`` and its floor, from one pass over each set.
+
+    ``fid_real_vs_real``: the FID between two disjoint halves of ``real`` (a permutation seeded by
+    ``split_seed``; ``n // 2`` vs ``n - n // 2`` images) under the same extractor: the value a generator that
+    draws real images would get near this reference size.  The halves' feature moments add up to the whole
+    reference's, so the floor costs no extra forward pass.  ``amp``: the forward's autocast dtype (bfloat16 on
+    a GPU), or None (float32)."""
+    n = int(real.shape[0])
+    if n < 4 or fake.shape[0] < 2:
+        raise ValueError("FID needs at least 4 reference and 2 generated images (evaluator.fid.n_fid)")
+    extractor = extractor.to(device).eval()
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed))
+    a = feature_moments(real[perm[: n // 2]], extractor, batch_size, device, amp)
+    b = feature_moments(real[perm[n // 2:]], extractor, batch_size, device, amp)
+    whole = (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+    return {"fid": frechet_distance_of_moments(whole, feature_moments(fake, extractor, batch_size, device, amp)),
+            "fid_real_vs_real": frechet_distance_of_moments(a, b),
+            "fid_real_vs_real_sizes": f"{a[0]} vs {b[0]} reference images (two disjoint halves, split seed {split_seed})"}
+
+
+def describe_fid(m: dict) -> str:
+    """``FID 7.62 (2000 generated vs 225 reference images; real-vs-real floor 9.10 at 112 vs 113)``."""
+    out = f"FID {m['fid']:.2f} ({m.get('fid_n_generated', '?')} generated vs {m.get('fid_n_reference', '?')} reference images"
+    if m.get("fid_real_vs_real") is not None:
+        sizes = str(m.get("fid_real_vs_real_sizes", "")).split(" reference")[0]
+        out += f"; real-vs-real floor {m['fid_real_vs_real']:.2f} at {sizes}"
+    return out + ")"

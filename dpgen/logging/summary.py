@@ -197,9 +197,16 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
             if key in p:
                 rows.append(("privacy", key.replace("_", " "), fmt(p[key])))
     prov = grouped["provenance"]
-    for key, value in grouped["utility"].items():  # every FID with the size of its reference set
-        n_ref = prov.get("fid_n_reference") if key == "fid" else None
-        rows.append(("utility", key, fmt(value) + (f"  (on {n_ref} reference images)" if n_ref is not None else "")))
+    for key, value in grouped["utility"].items():  # every FID with the size of its reference set and its floor
+        if key == "fid_real_vs_real" and "fid" in grouped["utility"]:
+            continue  # shown on the FID's own row
+        notes = []
+        if key == "fid" and prov.get("fid_n_reference") is not None:
+            notes.append(f"on {prov['fid_n_reference']} reference images")
+        if key == "fid" and grouped["utility"].get("fid_real_vs_real") is not None:
+            sizes = str(prov.get("fid_real_vs_real_sizes", "")).split(" reference")[0]
+            notes.append(f"real-vs-real floor {fmt(grouped['utility']['fid_real_vs_real'])} at {sizes}")
+        rows.append(("utility", key, fmt(value) + (f"  ({'; '.join(notes)})" if notes else "")))
     shown = ("experiment", "dataset", "n_private", "device")
     for key in shown:
         if key in prov:

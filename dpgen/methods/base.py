@@ -32,9 +32,9 @@ import torch
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..privacy import PrivacyLedger, PrivateSampler, distributed
+from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import Mechanism
-from ..utils import load_checkpoint
+from ..utils import dist, load_checkpoint
 
 
 @dataclass
@@ -69,8 +69,8 @@ def secret_seed(ctx: TrainContext, offset: int = 1) -> int:
     """
     if ctx.deterministic:
         return ctx.seed + offset
-    torch.manual_seed(distributed.shared_secret())  # several processes: rank 0's (the same on every rank)
-    return distributed.shared_secret()
+    torch.manual_seed(dist.shared_secret())  # several processes: rank 0's (the same on every rank)
+    return dist.shared_secret()
 
 
 def mechanism_seed(ctx: TrainContext, offset: int = 11) -> int | None:

@@ -49,7 +49,8 @@ from ..config import noise_policy
 from ..data import DataSplits, PrivateSplit
 from ..data.representations import Representation, build_representation
 from ..errors import ConfigError
-from ..privacy import PrivacyLedger, PrivateSampler, distributed
+from ..logging.progress import progress_bar
+from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
 from ..privacy.mechanisms import GaussianProjectionRelease
@@ -57,9 +58,9 @@ from ..privacy.noise import NoisePolicy, PaperNoise
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import clip_rows, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
-from ..utils import load_checkpoint
+from ..runs import write_atomically
+from ..utils import dist, load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
-from .loop import progress_bar, save_public_artifact
 from .warm_start import as_warm_start, phase_two_noise
 
 
@@ -134,7 +135,7 @@ def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int
     opt = torch.optim.Adam(ae.parameters(), lr=lr)
     ae.train()
     losses: list[float] = []
-    with progress_bar("autoencoder (public)", ctx) as bar:
+    with progress_bar("autoencoder (public)", enabled=ctx.progress) as bar:
         task = bar.add_task("ae", total=steps, info="")
         for step in range(steps):
             idx = torch.randint(x_public.shape[0], (min(batch_size, x_public.shape[0]),), generator=g)
@@ -243,8 +244,8 @@ class LatentMethod(GenerativeMethod):
                     self.ae_info = {"ae_source": "trained", "ae_mse": mse, "ae_steps": self.ae_steps,
                                     "ae_train_time_s": time.time() - t0}
                     if cache is not None:
-                        save_public_artifact({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_steps},
-                                             cache)
+                        write_atomically({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_steps},
+                                         cache)  # PUBLIC: trained on public images only
             ae.eval()
             for p in ae.parameters():
                 p.requires_grad_(False)
@@ -313,7 +314,7 @@ class LatentMethod(GenerativeMethod):
         rows = torch.cat([self.space.rows(x[i:i + chunk].to(self.device), y[i:i + chunk].to(self.device)).cpu()
                           for i in range(0, x.shape[0], chunk)])
         # several processes: each rank encoded its part; the encoded set is the whole set, in order, on every rank
-        return PrivateSplit(distributed.all_gather_rows(rows), distributed.all_gather_rows(y))
+        return PrivateSplit(dist.all_gather_rows(rows), dist.all_gather_rows(y))
 
     def _private_rows(self) -> torch.Tensor:
         """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release,

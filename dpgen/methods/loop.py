@@ -1,25 +1,31 @@
 """THE training loop of every method (the only place with checkpoints, a progress bar and the budget stop).
 
-``train(method, data, ledger, ctx)``:
+``train(method, data, ledger, ctx)`` runs six phases, each a function of this module:
 
-1. resume: load ``ctx.resume_from`` (a damaged file is one error line naming it; its method state is handed to ``setup`` as ``ctx.resume_state``);
-2. ``method.setup(data, ledger, ctx)``: models, sampler, calibrated mechanisms (no release);
-3. resume: check the signature, then restore ledger (refuses a changed accountant.epsilon / delta /
-   sampling), method state, mechanism noise generators, sampler and RNG;
-4. for t in [start, end):
-   budget check — the ledger's allowance for the mechanisms step t will release (cached: one
+1. ``_resume``: load ``ctx.resume_from`` (a damaged file is one error line naming it; its method state is
+   handed to ``setup`` as ``ctx.resume_state``);
+2. warm-up (a warm-started method only, ``methods.warm_start``): ``_warm_release`` — the moment release and
+   its ledger entry, before ``method.setup(data, ledger, ctx)`` builds models, sampler and calibrated
+   mechanisms (no release) — then ``_warm_up`` (post-processing of the release, checkpointed);
+3. ``_restore``: a resume checks the signature, then restores ledger (refuses a changed accountant.epsilon /
+   delta / sampling), method state, mechanism noise generators, sampler and RNG;
+4. ``_plan``: the planned length, or as many steps as the budget allows; at most ``ctx.max_steps``;
+5. ``_steps``: for t in [start, end):
+   budget check (``Budget``) — the ledger's allowance for the mechanisms step t will release (cached: one
    accountant call when the rest of the plan fits) — stop before the target would be exceeded;
    ``values = method.step(t)`` — every private release happens in here, through a mechanism that
    records itself; a resume never re-releases a finished step;
    non-finite check on ``values`` (public or released quantities only; never an un-noised loss):
    python floats at once, tensors on the device without a host sync (the first bad step is kept
    on the device and raised at the next log / checkpoint step);
-   log cadence (values + epsilon, the calibrating accountant's + opt-in reported accountants; no timings:
+   ``_log`` cadence (values + epsilon, the calibrating accountant's + opt-in reported accountants; no timings:
    they depend on the private batch sizes); atomic checkpoint cadence; progress bar;
-5. final checkpoint (a failed write is one error line, the previous checkpoint intact); the weights-only release artefact ``ctx.run_dir / method.release_name``
-   (``method.release_state()`` + the signature); ``method.finish(ctx)``;
-6. returns the training summary (steps, budget stop, time, every mechanism's ``describe()``,
-   ``method.train_summary()``).
+6. ``_publish``: final checkpoint (a failed write is one error line, the previous checkpoint intact); the
+   weights-only release artefact ``ctx.run_dir / method.release_name`` (``method.release_state()`` + the
+   signature); ``method.finish(ctx)``.
+
+``train`` returns the training summary (steps, budget stop, time, every mechanism's ``describe()``,
+``method.train_summary()``).
 
 Host syncs: ``step`` may return 0-d tensors (e.g. ``loss.detach()``); the loop copies them to the
 host only at the log cadence and at the end, so a step on an accelerator never waits for the device
@@ -41,19 +47,20 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..config import privacy_setting_error
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..privacy import PrivacyLedger, distributed
+from ..logging.progress import progress_bar
+from ..privacy import PrivacyLedger
 from ..privacy.card import public_signature
 from ..privacy.errors import PrivacySettingError
 from ..privacy.mechanisms import Mechanism
 from ..runs import read_checkpoint, write_atomically
-from ..utils import atomic_save, rng_state, set_rng_state
+from ..utils import dist, rng_state, set_rng_state
 from .base import Method, NonFiniteLossError, TrainContext, check_signature
 
 
@@ -76,8 +83,8 @@ class Budget:
         kinds = {m.accountant for m in private}  # the accountant(s) that calibrated these releases
         accountant = kinds.pop() if len(kinds) == 1 else self.ledger.calibrating_accountant
         allowed = (self.ledger.allowance_for([m.ledger_entry() for m in private], accountant, at_most)
-                   if distributed.is_main() else None)
-        return int(distributed.broadcast_object(allowed))  # several processes: rank 0's ledger decides
+                   if dist.is_main() else None)
+        return int(dist.broadcast_object(allowed))  # several processes: rank 0's ledger decides
 
     def allows(self, mechs: list[Mechanism], remaining: int) -> bool:
         private = tuple(m.ledger_entry() for m in mechs if m.private)
@@ -90,18 +97,6 @@ class Budget:
     def spent(self, mechs: list[Mechanism]) -> None:
         if any(m.private for m in mechs) and self.key is not None:
             self.left -= 1
-
-
-def progress_bar(name: str, ctx: TrainContext, transient: bool = False) -> Progress:
-    """The progress bar of the loop (also used for a method's PUBLIC pre-training, e.g. DPSWflow's AE)."""
-    return Progress(TextColumn(f"[bold]{name}[/] " + "{task.completed}/{task.total}"), BarColumn(),
-                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                    disable=not ctx.progress, transient=transient)
-
-
-def save_public_artifact(obj: dict, path) -> None:
-    """Atomic write of a PUBLIC artefact outside the checkpoint (e.g. an autoencoder trained on public data only)."""
-    atomic_save(obj, path)
 
 
 def _check_finite(values: dict, step: int) -> None:
@@ -160,13 +155,13 @@ def _to_cpu(obj):
 def _same_state_as_rank0(method: Method) -> None:
     """Several processes: copy rank 0's training state (models, optimisers, sampler, noise generators,
     RNG) to every rank, as if each had resumed from rank 0's checkpoint: the ranks start identical."""
-    if not distributed.active():
+    if not dist.active():
         return
     state = {"method": method.state_dict(), "rng": rng_state(),
              "sampler": None if method.sampler is None else method.sampler.state_dict(),
              "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()}}
-    state = distributed.broadcast_object(_to_cpu(state) if distributed.is_main() else None)
-    if distributed.is_main():
+    state = dist.broadcast_object(_to_cpu(state) if dist.is_main() else None)
+    if dist.is_main():
         return
     method.load_state_dict(state["method"])
     for name, mech in method.mechanisms.items():
@@ -180,8 +175,8 @@ def _same_rng_as_rank0() -> None:
     """Several processes: rank 0's global RNG state on every rank (after a step whose private part drew
     from it in proportion to the rank's part of the batch, e.g. dropout masks of per-sample gradients),
     so the next step's public draws (generator inputs, directions, public batches) are the same everywhere."""
-    if distributed.active():
-        set_rng_state(distributed.broadcast_object(rng_state() if distributed.is_main() else None))
+    if dist.active():
+        set_rng_state(dist.broadcast_object(rng_state() if dist.is_main() else None))
 
 
 def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, values: dict,
@@ -189,7 +184,7 @@ def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: in
     """Atomic; a failed write (disk full) is one error line and leaves the previous checkpoint intact.
     ``values``: the last step's loggable values (so a run resumed at its end reports what it would have).
     Several processes: rank 0 writes (every rank holds the same state)."""
-    if not distributed.is_main():
+    if not dist.is_main():
         return
     warm = getattr(method, "warm_start", None)
     write_atomically({"step": step, "signature": signature, "method": method.state_dict(),
@@ -199,78 +194,109 @@ def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: in
                       "values": host_values(values)}, ctx.checkpoint_path)
 
 
-def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
-    """Run ``method`` to its planned end, the budget stop or ``ctx.max_steps``; see the module docstring."""
-    ck = None
-    if ctx.resume_from is not None:
-        ck = read_checkpoint(ctx.resume_from)
-        if "ledger" not in ck:
-            raise ConfigError(f"trainer.resume={ctx.resume_from} is a weights-only release, not a checkpoint: it has no "
-                              "ledger, so training cannot continue from it; resume from the run folder "
-                              "(trainer.resume=true with hydra.run.dir=<run folder>) or <run>/checkpoints/last.pt")
-        ctx.resume_state = ck.get("method")
-    method.mechanisms = {}
-    warm = getattr(method, "warm_start", None)  # methods.warm_start: phase 1 and its ledger come before setup
-    if warm is not None:
-        if ck is not None and "warm_start" in ck:
-            warm.restore(ck["warm_start"], data, ledger, ctx)  # the release and the phase-1 ledger, no release
-            if "method" not in ck:  # killed before the warm-up ended: set up and warm up as the run would have
-                set_rng_state(ck["rng"])
-        else:
-            warm.release(data, ledger, ctx)                     # THE moment release (recorded), then saved at once
-            if distributed.is_main():  # several processes: rank 0 writes
-                write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict(),
-                                  "rng": rng_state()}, ctx.checkpoint_path)
-    method.setup(data, ledger, ctx)  # mechanisms calibrated for what the ledger's history leaves
-    signature = {"method": type(method).__name__, **method.signature()}
-    if warm is not None:
-        signature["warm_start"] = warm.signature()
-        if warm.phase < 2:  # post-processing of the release only; then checkpointed (phase 2)
-            warm.warm_up(method.warm_target(), ctx.seed)
-            _checkpoint(method, ledger, signature, 0, {}, ctx)
-            ck = None if ck is None or "method" not in ck else ck
-    if ck is not None and "method" not in ck:  # a phase-1 checkpoint: nothing of the method's to restore
-        ck = None
-    start = 0
-    if ck is not None:
-        check_signature(ck.get("signature", {}), signature)
-        try:
-            ledger.load_state_dict(ck["ledger"])
-        except PrivacySettingError as err:  # a changed accountant setting: the user's to fix, named by its key
-            raise privacy_setting_error(err) from None
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        method.load_state_dict(ck["method"])
-        missing = set(method.mechanisms) - set(ck.get("mechanisms", {}))
-        if missing:
-            raise ValueError(f"cannot resume: the checkpoint has no state for the mechanisms {sorted(missing)}")
-        for name, mech in method.mechanisms.items():
-            mech.load_state_dict(ck["mechanisms"][name])
-        if method.sampler is not None:
-            method.sampler.load_state_dict(ck["sampler"])
-        set_rng_state(ck["rng"])
-        start = int(ck["step"])
-    _same_state_as_rank0(method)
-    ctx.logger.rewind(start)  # metrics.csv: each step once, whatever a killed run logged after the checkpoint
+@dataclass
+class _Plan:
+    """Where the steps start and end: ``budget_end`` is set when the end is the budget's (no planned length)."""
+    start: int
+    end: int
+    planned: int | None
+    budget_end: int | None
 
-    budget = Budget(ledger)
+
+def _resume(method: Method, ctx: TrainContext) -> dict | None:
+    """Phase 1: the checkpoint to continue from (``ctx.resume_from``), or None; its method state goes to
+    ``setup`` as ``ctx.resume_state``.  A weights-only release is refused with one error line."""
+    method.mechanisms = {}
+    if ctx.resume_from is None:
+        return None
+    ck = read_checkpoint(ctx.resume_from)
+    if "ledger" not in ck:
+        raise ConfigError(f"trainer.resume={ctx.resume_from} is a weights-only release, not a checkpoint: it has no "
+                          "ledger, so training cannot continue from it; resume from the run folder "
+                          "(trainer.resume=true with hydra.run.dir=<run folder>) or <run>/checkpoints/last.pt")
+    ctx.resume_state = ck.get("method")
+    return ck
+
+
+def _warm_release(warm, ck: dict | None, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
+    """Phase 2a (a warm-started method, ``methods.warm_start``): the moment release and its ledger entry,
+    before ``setup`` calibrates the rest; saved at once.  A resume restores them (no release)."""
+    if ck is not None and "warm_start" in ck:
+        warm.restore(ck["warm_start"], data, ledger, ctx)  # the release and the phase-1 ledger, no release
+        if "method" not in ck:  # killed before the warm-up ended: set up and warm up as the run would have
+            set_rng_state(ck["rng"])
+        return
+    warm.release(data, ledger, ctx)  # THE moment release (recorded), then saved at once
+    if dist.is_main():  # several processes: rank 0 writes
+        write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict(),
+                          "rng": rng_state()}, ctx.checkpoint_path)
+
+
+def _warm_up(method: Method, warm, ledger: PrivacyLedger, signature: dict, ctx: TrainContext) -> None:
+    """Phase 2b: fit the method to the release (post-processing only), then checkpoint it (phase 2)."""
+    if warm.phase < 2:
+        warm.warm_up(method.warm_target(), ctx.seed)
+        _checkpoint(method, ledger, signature, 0, {}, ctx)
+
+
+def _restore(method: Method, ledger: PrivacyLedger, ck: dict | None, signature: dict) -> int:
+    """Phase 3: a resume checks the signature, then restores ledger (refusing a changed accountant.epsilon /
+    delta / sampling), method, mechanism noise generators, sampler and RNG.  Returns the first step to run."""
+    if ck is None or "method" not in ck:  # nothing to resume, or a phase-1 checkpoint (nothing of the method's)
+        return 0
+    check_signature(ck.get("signature", {}), signature)
+    try:
+        ledger.load_state_dict(ck["ledger"])
+    except PrivacySettingError as err:  # a changed accountant setting: the user's to fix, named by its key
+        raise privacy_setting_error(err) from None
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    method.load_state_dict(ck["method"])
+    missing = set(method.mechanisms) - set(ck.get("mechanisms", {}))
+    if missing:
+        raise ValueError(f"cannot resume: the checkpoint has no state for the mechanisms {sorted(missing)}")
+    for name, mech in method.mechanisms.items():
+        mech.load_state_dict(ck["mechanisms"][name])
+    if method.sampler is not None:
+        method.sampler.load_state_dict(ck["sampler"])
+    set_rng_state(ck["rng"])
+    return int(ck["step"])
+
+
+def _plan(method: Method, budget: Budget, start: int, ctx: TrainContext) -> _Plan:
+    """Phase 4: the method's planned length, or (none planned) as many steps as the budget allows; at most
+    ``ctx.max_steps``."""
     planned = method.total_steps
     if planned is None:  # train until the budget is spent
-        end = start + budget.allowance(method.step_mechanisms(start), None)
-        budget_end = end
+        end = budget_end = start + budget.allowance(method.step_mechanisms(start), None)
     else:
         end, budget_end = planned, None
     if ctx.max_steps is not None:
         end = min(end, int(ctx.max_steps))
+    return _Plan(start, end, planned, budget_end)
 
-    t0, done, values, stopped = time.time(), start, ({} if ck is None else ck.get("values", {})), False
-    watch = FiniteWatch()
-    bar = progress_bar(method.name, ctx, transient=True)  # its clock times private steps: never left in a log
+
+def _log(method: Method, ledger: PrivacyLedger, values: dict, done: int, ctx: TrainContext, bar, task) -> None:
+    """The log cadence: values + epsilon (the calibrating accountant's + opt-in reported ones); no timings."""
+    shown = host_values(values)
+    eps = ledger.epsilon()  # the calibrating accountant's: the one that set the noise and stops the run
+    # reported-only accountants exist only on the accountant.data_dependent_reports opt-in
+    reported = {f"epsilon_{k}_reported_only": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
+    ctx.logger.log_metrics({**shown, "epsilon": eps, **reported}, step=done)  # no timings: private
+    bar.update(task, info=f"{method.progress_info(shown)}  eps({ledger.calibrating_accountant.upper()}) {eps:.3f}")
+
+
+def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, values: dict, signature: dict,
+           ctx: TrainContext) -> tuple[int, dict, bool]:
+    """Phase 5: steps ``plan.start .. plan.end`` (budget check, step, finite check, log and checkpoint
+    cadence).  Returns (steps done, the last step's values, stopped by the budget)."""
+    done, stopped, watch = plan.start, False, FiniteWatch()
+    bar = progress_bar(method.name, enabled=ctx.progress, transient=True)  # it times private steps: never logged
     with bar:
-        task = bar.add_task("train", total=end, completed=start, info="")
-        for t in range(start, end):
+        task = bar.add_task("train", total=plan.end, completed=plan.start, info="")
+        for t in range(plan.start, plan.end):
             mechs = method.step_mechanisms(t)
-            if not budget.allows(mechs, end - t):
+            if not budget.allows(mechs, plan.end - t):
                 stopped = True
                 break
             values = method.step(t)
@@ -279,29 +305,55 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             _check_finite(values, t)
             watch.update(values, t)
             done = t + 1
-            if (done % ctx.log_every == 0 or done == end) and distributed.is_main():
+            if (done % ctx.log_every == 0 or done == plan.end) and dist.is_main():
                 watch.check()
-                shown = host_values(values)
-                eps = ledger.epsilon()  # the calibrating accountant's: the one that set the noise and stops the run
-                # reported-only accountants exist only on the accountant.data_dependent_reports opt-in
-                reported = {f"epsilon_{k}_reported_only": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
-                ctx.logger.log_metrics({**shown, "epsilon": eps, **reported}, step=done)  # no timings: private
-                bar.update(task, info=f"{method.progress_info(shown)}  eps({ledger.calibrating_accountant.upper()}) {eps:.3f}")
+                _log(method, ledger, values, done, ctx, bar, task)
             if done % ctx.checkpoint_every == 0:
                 watch.check()  # never checkpoint weights trained on a NaN
                 _checkpoint(method, ledger, signature, done, values, ctx)
             bar.update(task, completed=done)
-    if budget_end is not None and done == budget_end and any(m.private for m in method.step_mechanisms(done)):
+    if plan.budget_end is not None and done == plan.budget_end and any(m.private for m in method.step_mechanisms(done)):
         stopped = True  # the run was planned to end at the budget
     watch.check()
-    values = host_values(values)
+    return done, host_values(values), stopped
+
+
+def _publish(method: Method, ledger: PrivacyLedger, signature: dict, done: int, values: dict,
+             ctx: TrainContext) -> None:
+    """Phase 6: the final checkpoint, the weights-only release artefact (+ the signature), ``method.finish``.
+    Several processes: rank 0 writes (one release artefact, one run folder)."""
     _checkpoint(method, ledger, signature, done, values, ctx)
-    extra = ctx.release_extra(ledger) if ctx.release_extra is not None and distributed.is_main() else {}
-    if distributed.is_main():  # one release artefact, one run folder
-        write_atomically({**method.release_state(), "signature": public_signature(signature, ledger.relation), **extra},
-                         ctx.run_dir / method.release_name)
-        method.finish(ctx)
-    return {"train_steps": done, "steps_planned": planned, "stopped_by_budget": stopped,
+    if not dist.is_main():
+        return
+    extra = ctx.release_extra(ledger) if ctx.release_extra is not None else {}
+    write_atomically({**method.release_state(), "signature": public_signature(signature, ledger.relation), **extra},
+                     ctx.run_dir / method.release_name)
+    method.finish(ctx)
+
+
+def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:
+    """Run ``method`` to its planned end, the budget stop or ``ctx.max_steps``, in the phases of the module
+    docstring: ``_resume`` -> ``_warm_release`` -> setup -> ``_warm_up`` -> ``_restore`` -> ``_plan`` ->
+    ``_steps`` -> ``_publish``."""
+    ck = _resume(method, ctx)
+    warm = getattr(method, "warm_start", None)  # methods.warm_start: phase 1 and its ledger come before setup
+    if warm is not None:
+        _warm_release(warm, ck, data, ledger, ctx)
+    method.setup(data, ledger, ctx)  # mechanisms calibrated for what the ledger's history leaves
+    signature = {"method": type(method).__name__, **method.signature()}
+    if warm is not None:
+        signature["warm_start"] = warm.signature()
+        _warm_up(method, warm, ledger, signature, ctx)
+    start = _restore(method, ledger, ck, signature)
+    _same_state_as_rank0(method)
+    ctx.logger.rewind(start)  # metrics.csv: each step once, whatever a killed run logged after the checkpoint
+    budget = Budget(ledger)
+    plan = _plan(method, budget, start, ctx)
+    t0 = time.time()
+    values = {} if ck is None or "method" not in ck else ck.get("values", {})  # a run resumed at its end reports them
+    done, values, stopped = _steps(method, ledger, budget, plan, values, signature, ctx)
+    _publish(method, ledger, signature, done, values, ctx)
+    return {"train_steps": done, "steps_planned": plan.planned, "stopped_by_budget": stopped,
             "train_time_s": time.time() - t0,
             **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
             "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()},

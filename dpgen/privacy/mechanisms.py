@@ -29,7 +29,7 @@ A :class:`Mechanism` is built from the run's :class:`~dpgen.privacy.ledger.Priva
 ``release(...)`` adds the noise AND records the release in the ledger in the same call (a non-private
 mechanism records noise multiplier 0: epsilon = infinity).  ``describe()`` is what results.json shows.
 
-Several processes (``torchrun``; :mod:`dpgen.privacy.distributed`): a release is the single-process
+Several processes (``torchrun``; :mod:`dpgen.utils.dist`): a release is the single-process
 release of the global batch, whatever the number of processes W.  Sums of clipped contributions
 (``NoisyGradientSum``, ``ClassMomentRelease``) are summed over the ranks first and noised once, on rank
 0, then broadcast (:meth:`Mechanism.noised_sum`); projected rows (``GaussianProjectionRelease``) are
@@ -55,7 +55,7 @@ from typing import ClassVar
 import torch
 
 from ..ot.sliced import orthogonal_directions, random_directions
-from . import distributed
+from ..utils import dist
 from .dpsgd import clip_per_sample, clipped_sum
 from .errors import PrivacySettingError
 from .guarantee import guarantee_label, qualifier
@@ -157,7 +157,7 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         self._sensitivity: dict[str, float] = {}
         self.releases = 0
         # several processes: rank 0's seed on every rank (the generators draw the same numbers everywhere)
-        seed = distributed.shared_secret() if seed is None else int(distributed.broadcast_object(int(seed)))
+        seed = dist.shared_secret() if seed is None else int(dist.broadcast_object(int(seed)))
         self.device = None if device is None else torch.device(device)  # None: the host
         self.generator = device_generator(seed, self.device)  # the noise
         # directions of a projection release (secret like the noise; drawn by draw_directions)
@@ -203,8 +203,8 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
             past = self.ledger.steps if policy.history else 0
             target = None if policy.epsilon_share == 1.0 else policy.epsilon_share * self.ledger.target_epsilon
             mult = self.ledger.calibrate(self.sample_rate, self.steps, self.beta, accountant=self.accountant,
-                                         history=policy.history, epsilon=target) if distributed.is_main() else None
-            mult = float(distributed.broadcast_object(mult))  # several processes: rank 0's ledger calibrates
+                                         history=policy.history, epsilon=target) if dist.is_main() else None
+            mult = float(dist.broadcast_object(mult))  # several processes: rank 0's ledger calibrates
             self._multiplier, self.noise_std, self._history_steps = mult, mult * self.sensitivity, past
         elif isinstance(policy, FixedMultiplier):
             self._multiplier, self.noise_std = policy.multiplier, policy.multiplier * self.sensitivity
@@ -234,16 +234,16 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         rank before the sum would add W independent draws (variance W times too large, a different
         release); noising only after the sum on rank 0 adds exactly the calibrated noise.
         """
-        if not distributed.active():
+        if not dist.active():
             return [p if (z := self.noise(p.shape, p)) is None else p + z for p in parts]
-        return self.noised_once(distributed.all_reduce_sum(torch.cat([p.reshape(-1) for p in parts])), parts)
+        return self.noised_once(dist.all_reduce_sum(torch.cat([p.reshape(-1) for p in parts])), parts)
 
     def noised_once(self, flat: torch.Tensor, parts: list[torch.Tensor]) -> list[torch.Tensor]:
         """``flat`` (the concatenated ``parts``, the same on every rank) plus noise drawn once, on rank 0 (the
         only process: the same draws), from this generator in the order of ``parts``; broadcast; split back
         like ``parts``."""
         sizes = [p.numel() for p in parts]
-        if distributed.is_main():
+        if dist.is_main():
             chunks = list(flat.split(sizes))
             for i, (c, p) in enumerate(zip(chunks, parts, strict=True)):
                 z = self.noise(p.shape, c)
@@ -253,7 +253,7 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         else:  # the same draws, discarded: every rank's generator stays in rank 0's state (checkpoints, resume)
             for p in parts:
                 self.noise(p.shape, torch.empty(0, dtype=flat.dtype))
-        flat = distributed.broadcast(flat)
+        flat = dist.broadcast(flat)
         return [c.reshape(p.shape) for c, p in zip(flat.split(sizes), parts, strict=True)]
 
     def _record(self) -> None:
@@ -383,7 +383,7 @@ class GaussianProjectionRelease(Mechanism):
             u = orthogonal_directions(self.dim, self.k, generator=self.directions_generator, device=device)
         else:
             u = random_directions(self.dim, self.k, generator=self.directions_generator, device=device)
-        return distributed.broadcast(u)
+        return dist.broadcast(u)
 
     def release(self, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``rows: (B, D)`` (already bounded by a row map), ``u: (D, k)`` -> ``(B, k) = rows @ u + N(0, s^2)``.
@@ -401,10 +401,10 @@ class GaussianProjectionRelease(Mechanism):
         if rows.shape[1] != self.dim or u.shape != (self.dim, self.k):
             raise ValueError(f"projection release expects rows (B, {self.dim}) and directions ({self.dim}, {self.k}), "
                              f"got {tuple(rows.shape)} and {tuple(u.shape)}")
-        lo, hi = distributed.shard_bounds(rows.shape[0])
+        lo, hi = dist.shard_bounds(rows.shape[0])
         p = rows.detach()[lo:hi] @ u
         z = self.noise((rows.shape[0], self.k), p)
-        out = distributed.all_gather_rows(p if z is None else p + z[lo:hi])
+        out = dist.all_gather_rows(p if z is None else p + z[lo:hi])
         self._record()
         return out
 

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import distributed
+from ..utils import dist
 from .errors import PrivacySettingError
 from .mechanisms import Mechanism
 from .noise import NoisePolicy
@@ -436,7 +436,7 @@ class ClassBlockProjectionRelease(Mechanism):
             raise RuntimeError("ClassBlockProjectionRelease is a single release")
         if z.shape[0] and float(z.norm(dim=1).max()) > self.radius * (1 + 1e-6):
             raise ValueError("rows must be clipped to the public radius before the release (Representation.encode)")
-        z, y = distributed.all_gather_rows(z.double()), distributed.all_gather_rows(y)
+        z, y = dist.all_gather_rows(z.double()), dist.all_gather_rows(y)
         k = z.shape[1]
         b, counts = self.blocks(z, y)
         us = torch.stack([orthogonal_matrix(k, self.generator) for _ in range(self.n_classes)])  # (C, K, K)

@@ -21,7 +21,7 @@ by at most 2 (``row_diameter = 2``, DPSWflow's factor 2).  Pure torch, no Hydra.
 
 Several processes (``torchrun``): ``fixed_size`` and ``class_blocks`` act on the private batch of the
 whole run, so they first gather every rank's rows (in rank order: the single-process batch order,
-``privacy.distributed``); the cut or the padding is then the single-process one, computed identically on
+``utils.dist``); the cut or the padding is then the single-process one, computed identically on
 every rank (torch's global RNG is rank 0's), and the release that follows noises each row once.
 """
 
@@ -32,7 +32,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import distributed
+from ..utils import dist
 from .errors import PrivacySettingError
 
 
@@ -71,7 +71,7 @@ def fixed_size(rows: torch.Tensor, size: int, generator: torch.Generator | None 
     ``partners`` of ``privacy.dpswd``).  The zero row is the public centre (norm 0 <= any row bound).
     Several processes: ``rows`` is this rank's part; the result is the whole batch's (module docstring).
     """
-    return _fixed_size(distributed.all_gather_rows(rows), size, generator)
+    return _fixed_size(dist.all_gather_rows(rows), size, generator)
 
 
 def _fixed_size(rows: torch.Tensor, size: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -126,7 +126,7 @@ def class_blocks(rows: torch.Tensor, labels: torch.Tensor, n_classes: int, block
     in one row (a padding zero becomes x, or x takes the place of a random kept row of class y).
     Several processes: ``rows, labels`` are this rank's part; the blocks are the whole batch's.
     """
-    rows, labels = distributed.all_gather_rows(rows), distributed.all_gather_rows(labels)
+    rows, labels = dist.all_gather_rows(rows), dist.all_gather_rows(labels)
     # the class indices are found where the labels live (the sampler's host tensors: no device sync),
     # then gathered on the rows' device (the same rows, in the same order, as a boolean mask)
     index = [(labels == c).nonzero().flatten().to(rows.device) for c in range(n_classes)]

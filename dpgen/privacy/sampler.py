@@ -31,9 +31,9 @@ records and a mask of the rows that are padding, formed on the device without a 
 those methods for the argument that the released rows have the law of ``privacy.rows.fixed_size`` /
 ``class_blocks``, followed by a uniform shuffle of the rows).
 
-Several processes (``torchrun``, :mod:`dpgen.privacy.distributed`): the generator's seed is rank 0's,
+Several processes (``torchrun``, :mod:`dpgen.utils.dist`): the generator's seed is rank 0's,
 so every rank draws the SAME global batch, exactly the single-process one, and keeps its own contiguous
-part of it (``distributed.shard``).  The parts are disjoint and their union is one Poisson(q) sample of
+part of it (``dist.shard``).  The parts are disjoint and their union is one Poisson(q) sample of
 the whole private set (or ``batch_size`` records without replacement): the accountant's assumption is
 the single-process one.  This is the argument of Opacus' distributed Poisson sampler (each record is
 included independently with probability q, whichever rank reads it), with one generator instead of
@@ -49,7 +49,7 @@ from typing import Protocol
 
 import torch
 
-from . import distributed
+from ..utils import dist
 from .accountants import check_sampling
 from .errors import PrivacySettingError
 
@@ -129,7 +129,7 @@ class PrivateSampler:
         self.batch_size = int(batch_size)
         self.sampling = check_sampling(sampling)
         # several processes: rank 0's seed on every rank (the same global batches, module docstring)
-        seed = int(distributed.broadcast_object(int(seed)))
+        seed = int(dist.broadcast_object(int(seed)))
         self.generator = device_generator(seed, self.device)
         # Poisson on an accelerator: the batch's size from a host generator of its own (poisson_indices)
         self.size_generator = device_generator(seed ^ 0x5DEECE66D)
@@ -233,7 +233,7 @@ class PrivateSampler:
     def sample_indices(self) -> torch.Tensor:
         """Indices of this process's part of one private batch (all of it with one process; maybe empty)."""
         idx = self.global_indices()
-        return distributed.shard(idx) if self.split else idx
+        return dist.shard(idx) if self.split else idx
 
     def sample(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One private batch ``(x: (b, ...), y: (b,))``."""

@@ -26,7 +26,7 @@ from rich.progress import track
 
 from dpgen.privacy import dpswd_noise  # noqa: E402
 
-from .markers import write_between
+from .markers import wrapped_prose, write_between
 
 START, END = "<!-- calibration-table:start -->", "<!-- calibration-table:end -->"
 
@@ -89,7 +89,7 @@ def to_markdown(rows: list[dict], seconds: float) -> str:
             f"{r['sigma_dpgen']:.3f} | {r['sigma_chernoff']:.3f} |")
     lines += [
         "",
-        "*σ ours, paper preset*: Bernstein bound as evaluated in the released code (CLT for rows (c)) at δ/2, "
+        wrapped_prose("*σ ours, paper preset*: Bernstein bound as evaluated in the released code (CLT for rows (c)) at δ/2, "
         "RDP→DP conversion at δ, autodp's bound for subsampling without replacement, (N//B+1)·epochs steps. "
         "*σ corrected preset*: the same bound and sampler with Prop. 2's split (δ/2 bound + δ/2 conversion), "
         "the dimension DP-SWD is actually applied to, and the number of private batches the training loop "
@@ -99,9 +99,9 @@ def to_markdown(rows: list[dict], seconds: float) -> str:
         "sampling, ⌈N/B⌉·epochs steps; generator rows use the presets' D = 794 (784 pixels + 10 label "
         "coordinates) for MNIST and N = 146,493 private CelebA images (10 % public). *Chernoff*: the same run calibrated with dpgen's Chernoff bound on "
         "‖XU − X′U‖²_F (exact Beta moment generating function; rigorous, and close to the CLT value). "
-        "The CLT rows are not rigorous guarantees (see below).",
+        "The CLT rows are not rigorous guarantees (see below)."),
         "",
-        "Notes on the actual step counts: " + "; ".join(f"{r['name']}: {r['note']}" for r in rows) + ".",
+        wrapped_prose("Notes on the actual step counts: " + "; ".join(f"{r['name']}: {r['note']}" for r in rows) + "."),
         "",
         f"Produced by `dpgen reproduce calibration --out docs/reproduction/dp-swd.md` in {seconds:.0f} s.",
     ]

@@ -2,7 +2,7 @@
 
 A claim names how its runs were launched (a :class:`~dpgen.reproduce.registry.Cell`: preset + overrides), the
 metric, how many runs it needs and the pages that print it.  ``dpgen reproduce collect`` stores a finished run
-that matches a claim in the evidence store (``docs/reproduction/runs/``) as it does for the papers' cells.
+that matches a claim in the evidence store (``evidence/``) as it does for the papers' cells.
 The check (``tests/tools/test_claims.py``) fails when
 
 * a stored run's recorded configuration differs from what the preset composes NOW (a default it depends on
@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from .registry import Cell
 from .store import neutral
+
+# the dated note that holds the warm-start grid and its investigation (docs/utility.md shows the summary)
+WARM_NOTE = "docs/research/2026-11-warm-start.md"
 
 # the evaluation every utility row of docs/utility.md uses (10,000 synthetic samples; LogReg / MLP; CPU budget)
 EVAL = ("evaluator.n_synthetic=10000", "evaluator.classifiers=[logreg,mlp]", "evaluator.fid.enabled=false")
@@ -65,7 +68,7 @@ def text(runs: list[dict], metric: str) -> str:
     return f"{statistics.fmean(vals):.1f} ± {statistics.stdev(vals):.1f} %"
 
 
-# warm-start measurements (docs/utility.md, "What OT adds"): the DP-SWD generator on MNIST at (10, 1e-5), OT phase
+# warm-start measurements (the warm-start note, WARM_NOTE): the DP-SWD generator on MNIST at (10, 1e-5), OT phase
 # shortened to one epoch (120 steps of B = 500; the preset runs 12)
 _SHORT = ("model.epochs=1",)
 _WARM = ("model/warm_start=class_gaussian", "model.warm_start.representation.n_components=100",
@@ -120,7 +123,7 @@ CLAIMS: tuple[Claim, ...] = (
     *(Claim(f"mnist-dpswd-warm50-fit2000-lr1e-4-eps1{tag}",
             Cell("mnist_dpswd_partition", (*EVAL, *_SHORT, *_WARM, "model.warm_start.epsilon_share=0.5",
                                            "model.warm_start.steps=2000", "model.lr=1e-4", "accountant.epsilon=1",
-                                           *extra)), docs=("docs/utility.md",), min_runs=3)
+                                           *extra)), docs=(WARM_NOTE,), min_runs=3)
       for tag, extra in (("", ()), ("-ot0", ("trainer.max_steps=0",)))),
     # DP-Sinkhorn warm-started (share 0.5), shortened to 200 OT steps and a warm-up of 100 samples per fit step
     *(Claim(f"mnist-dpsinkhorn-warm50-200{tag}",
@@ -139,7 +142,7 @@ CLAIMS: tuple[Claim, ...] = (
           Cell("mnist_dpswgen", ("model.ae_steps=1200", "model.ae_batch_size=64",
                                  "evaluator.classifiers=[logreg,mlp]", "evaluator.n_synthetic=10000", *_WARM,
                                  "model.warm_start.steps=2000", "evaluator.fid.enabled=false"))),
-    # the grid of docs/utility.md (scripts/warm_start_table.py): the fix at the other shares; the CNN beside
+    # the grid of the warm-start note (scripts/warm_start_table.py): the fix at the other shares; the CNN beside
     # LogReg / MLP for the class-Gaussian and the fix; DP-Sinkhorn at epsilon = 1; DPSWflow-r; Fashion-MNIST
     *(Claim(f"mnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4", Cell("mnist_dpswd_partition", (*EVAL, *_fix(s))),
             min_runs=3, docs=("README.md",) if s == 0.75 else ()) for s in (0.25, 0.75)),
@@ -188,15 +191,14 @@ CLAIMS: tuple[Claim, ...] = (
     *(Claim(f"mnist-dpswgen-{tag}-cnn", Cell("mnist_dpswgen", (*_AE, *EVAL_CNN, *extra)), min_runs=3, docs=docs)
       for tag, extra, docs in (
           ("ot", (), ()),
-          ("warm50-fit2000", (*_WARM, "model.warm_start.steps=2000"), ("README.md", "docs/utility.md")),
-          ("warm50-fit2000-lr1e-4", (*_WARM, "model.warm_start.steps=2000", "model.lr=1e-4"),
-           ("README.md", "docs/utility.md")),
+          ("warm50-fit2000", (*_WARM, "model.warm_start.steps=2000"), ("README.md", WARM_NOTE)),
+          ("warm50-fit2000-lr1e-4", (*_WARM, "model.warm_start.steps=2000", "model.lr=1e-4"), ("README.md", WARM_NOTE)),
           ("warm50-fit2000-ot0", (*_WARM, "model.warm_start.steps=2000", "trainer.max_steps=0"), ()))),
     # Fashion-MNIST: the fix's other shares, its warm-ups alone and (share 0.75, epsilon = 10) their paired
     # continuations; DP-Sinkhorn at epsilon = 1
     *(Claim(f"fmnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4-eps{eps}{tag}-cnn",
             Cell("mnist_dpswd_partition", (*EVAL_CNN, *_FMNIST, *_fix(s), f"accountant.epsilon={eps}", *extra)),
-            min_runs=3, docs=("README.md", "docs/utility.md") if tag == "-ot120" else ())
+            min_runs=3, docs=("README.md", WARM_NOTE) if tag == "-ot120" else ())
       for eps, s, tag, extra in ((1, 0.25, "", ()), (1, 0.75, "", ()), (1, 0.5, "-ot0", ("trainer.max_steps=0",)),
                                  (10, 0.5, "-ot0", ("trainer.max_steps=0",)), (10, 0.25, "", ()),
                                  (10, 0.75, "-ot0", ("trainer.max_steps=0",)),

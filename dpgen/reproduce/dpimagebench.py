@@ -2,7 +2,7 @@
 
 ``dpgen reproduce dpimagebench collect RUN_DIR...`` stores the evidence of finished ``evaluator=dpimagebench``
 runs (the same fields as the scoreboard's store, :func:`dpgen.reproduce.evidence.evidence_from_run`) in
-``docs/reproduction/runs/dpimagebench/`` and re-renders the page; ``render`` rebuilds the block between
+``evidence/dpimagebench/`` and re-renders the page; ``render`` rebuilds the block between
 ``<!-- benchmark:start -->`` and ``<!-- benchmark:end -->`` from the store alone; ``check`` exits 1 when the page
 and the store disagree.  Nothing on the page is typed: the published rows are the benchmark's README (§7,
 Gong, Li, Lin, Wang; CCS 2025), quoted as published numbers; every dpgen cell is a stored run (its command,
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import ROOT
 from .evidence import collect, report_collected, stored_number
-from .markers import between, replace_between
+from .markers import between, replace_between, wrapped_prose
 from .store import STORE, effective_overrides, load_store
 
 BENCH_STORE = STORE / "dpimagebench"
@@ -70,7 +71,7 @@ class Family:
                          f"dataset.validation_size={VALIDATION_SIZE}", f"accountant.epsilon={eps:g}"])
 
 
-# the DP-SWD generator warm-started from the class-Gaussian (docs/utility.md, "What OT adds"): half of ε on the
+# the DP-SWD generator warm-started from the class-Gaussian (the warm-start note, docs/research/): half of ε on the
 # moment release, a 2000-step warm-up fit, one epoch of class-partitioned DP-SWD at lr 1e-4
 WARM_DPSWD = ("model/warm_start=class_gaussian", "model.warm_start.representation.n_components=100",
               "model.warm_start.representation.center=0.0", "model.warm_start.epsilon_share=0.5",
@@ -80,7 +81,7 @@ FAMILIES = (
     Family("DP class-Gaussian (one release of class moments)",
            {"mnist": ("mnist_moments", ()), "fashion_mnist": ("mnist_moments", ("dataset=fashion_mnist",))}, "none"),
     Family("DP-SWD generator", {"mnist": ("mnist_dpswd", ()), "fashion_mnist": ("fmnist_dpswd", ())}, "none"),
-    Family("DP-SWD generator warm-started from the class-Gaussian (ε share 0.5, one OT epoch)",
+    Family("DP-SWD generator, warm-started (share 0.5)",
            {"mnist": ("mnist_dpswd_partition", WARM_DPSWD),
             "fashion_mnist": ("mnist_dpswd_partition", ("dataset=fashion_mnist", *WARM_DPSWD))}, "none"),
     Family("DP-Sinkhorn", {"mnist": ("mnist_dpsinkhorn", ()), "fashion_mnist": ("fmnist_dpsinkhorn", ())}, "none"),
@@ -132,14 +133,39 @@ def _pct(v) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
 
 
+def device_of(ev: dict) -> str:
+    """Where a stored run ran: the GPU's name (``make gpu-bench`` records it), else cpu | cuda."""
+    return str(ev.get("device_name") or {"cuda": "a GPU"}.get(str(ev.get("device")), "CPU"))
+
+
+def _where(ev: dict) -> str:
+    return "a shared 2-core CPU" if device_of(ev) == "CPU" else device_of(ev)
+
+
+def _fid_text(m: dict) -> str:
+    """``FID 260.0 (floor 3.1)``: every FID beside the real-vs-real FID of its reference set (runs stored before
+    the floor was measured show the FID alone)."""
+    fid = stored_number(m.get("fid"))
+    if fid is None:
+        return ""
+    floor = stored_number(m.get("fid_real_vs_real"))
+    return f"; FID {fid:.1f}" + (f" (floor {floor:.1f})" if floor is not None else "")
+
+
 def _cell_text(ev: dict, ref: str) -> str:
     m = ev.get("metrics") or {}
-    fid = stored_number(m.get("fid"))
     full = str(m.get("dpimagebench_protocol", "")).endswith("full protocol")
     text = (f"{_pct(m.get('acc_dpimagebench_val_mean'))} ± {_pct(m.get('acc_dpimagebench_val_std'))} / "
             f"{_pct(m.get('acc_dpimagebench_syn_mean'))} ± {_pct(m.get('acc_dpimagebench_syn_std'))}"
-            + ("" if fid is None else f"; FID {fid:.1f}"))
-    return f"{text} ({'full protocol' if full else 'shortened protocol, see'} [{ref}])"
+            + _fid_text(m))
+    where = "" if device_of(ev) == "CPU" else f"{device_of(ev)}, "  # the page says: the rest ran on a CPU
+    return f"{text} ({'full' if full else 'shortened'}, {where}[{ref}])"
+
+
+def _item(text: str, first: str, rest: str) -> list[str]:
+    """A list item as lines of at most 110 characters (a code span may break across lines: it reads the same)."""
+    return textwrap.wrap(text, 110, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def render_block(evidence: list[dict]) -> str:
@@ -160,11 +186,13 @@ def render_block(evidence: list[dict]) -> str:
         runs.append((ref, ev, family, dataset, eps))
         cells.setdefault((family.name, dataset, eps), []).append(_cell_text(ev, ref))
     lines += ["", "### dpgen on this protocol (measured here)", "",
-              "Each cell: test accuracy (%) mean ± std over the classifiers, selected on the **sensitive validation "
-              "split — not covered by the privacy guarantee** (as the benchmark reports it) / selected on the "
-              "**held-out synthetic images — covered** (post-processing); FID against the sensitive training images "
-              "(**reads sensitive data**); *full protocol* or *shortened protocol* (the run's label below says "
-              "what was shortened); [bN] is the run below. Shortened numbers are not comparable with the published rows.", "",
+              wrapped_prose(
+                  "Each cell: test accuracy (%) mean ± std over the classifiers, selected on the **sensitive validation "
+                  "split — not covered by the privacy guarantee** (as the benchmark reports it) / selected on the "
+                  "**held-out synthetic images — covered** (post-processing); FID against the sensitive training "
+                  "images (**reads sensitive data**); *full* or *shortened* protocol (the run's label below says "
+                  "what was shortened); [bN] is the run below. Shortened numbers are not comparable with the "
+                  "published rows."), "",
               "| family | public data | MNIST ε = 1 | MNIST ε = 10 | F-MNIST ε = 1 | F-MNIST ε = 10 |",
               "|---|---|---|---|---|---|"]
     not_run = []
@@ -184,17 +212,30 @@ def render_block(evidence: list[dict]) -> str:
         m = ev.get("metrics") or {}
         runtime = stored_number(ev.get("runtime_s"))
         extra = extra_overrides(ev, family, dataset)
-        lines += [f"- **[{ref}]** {family.name}, {DATASETS[dataset][0]}, ε = {eps:g} (δ = "
-                  f"{(ev.get('privacy') or {}).get('delta')}, {(ev.get('privacy') or {}).get('guarantee')}); "
-                  f"seed {ev.get('seed')}; run time {'—' if runtime is None else f'{runtime / 60:.0f} min'} "
-                  f"(wall clock, training and evaluation, on a shared 2-core CPU); code {ev.get('git_commit')}, {ev.get('date_utc')}",
-                  f"    - command: `{ev.get('command')}`",
-                  f"    - schedule: {m.get('dpimagebench_protocol')}",
-                  f"    - selected epochs: {m.get('dpimagebench_val_selected_epochs')} (sensitive validation), "
-                  f"{m.get('dpimagebench_syn_selected_epochs')} (synthetic hold-out)",
-                  *([f"    - overrides beyond the cell's command: `{' '.join(extra)}`"] if extra else [])]
+        item = [f"**[{ref}]** {family.name}, {DATASETS[dataset][0]}, ε = {eps:g} (δ = "
+                f"{(ev.get('privacy') or {}).get('delta')}, {(ev.get('privacy') or {}).get('guarantee')}); "
+                f"seed {ev.get('seed')}; run time {'—' if runtime is None else f'{runtime / 60:.0f} min'} "
+                f"(wall clock, training and evaluation, on {_where(ev)}); code {ev.get('git_commit')}, "
+                f"{ev.get('date_utc')}",
+                f"command: `{ev.get('command')}`",
+                f"schedule: {m.get('dpimagebench_protocol')}",
+                *([f"FID: {m.get('fid_n_generated')} synthetic vs {m.get('fid_n_reference')} sensitive training "
+                   f"images; real-vs-real floor {stored_number(m['fid_real_vs_real']):.1f} at "
+                   f"{str(m.get('fid_real_vs_real_sizes', '')).split(' reference')[0]}"]
+                  if stored_number(m.get("fid_real_vs_real")) is not None else []),
+                f"selected epochs: {m.get('dpimagebench_val_selected_epochs')} (sensitive validation), "
+                f"{m.get('dpimagebench_syn_selected_epochs')} (synthetic hold-out)",
+                *([f"overrides beyond the cell's command: `{' '.join(extra)}`"] if extra else [])]
+        lines += _item(item[0], "- ", "  ")
+        for sub in item[1:]:
+            lines += _item(sub, "    - ", "      ")
     lines += ["", "### Not run: the commands that fill the open cells (the full protocol, a GPU)", ""]
-    lines += [f"- `{c}`" for c in not_run] or ["Every cell holds a run."]
+    lines += [*textwrap.wrap("Prepared, not measured: `make gpu-bench CELL=<family>:<dataset>:<eps>` runs one of them on "
+                             "a GPU (full protocol, the evaluator's fast path, a time budget), stores it with the GPU's "
+                             "name and renders this page; `make gpu-bench ARGS=--dry-run` lists what it would run. The "
+                             "first cells to fill: `class_gaussian:mnist:10` and `dpswd_warm:mnist:10`.", 110,
+                             break_long_words=False, break_on_hyphens=False), ""]
+    lines += [line for c in not_run for line in _item(f"`{c}`", "- ", "  ")] or ["Every cell holds a run."]
     return "\n".join(lines)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from ..paths import ROOT
-from .markers import write_between
+from .markers import wrapped_prose, write_between
 
 OUT = ROOT / "outputs" / "reproduce_dpswflow"
 FIG = ROOT / "docs" / "figures"
@@ -231,7 +231,7 @@ def section() -> str:
     L = ["## DPSWflow (Sebag et al., TMLR)", "",
          "Produced by `dpgen/reproduce/dpswflow.py` (`toy`, `runs`, `eval`, `write`) and "
          "`dpgen/reproduce/dpswflow_sigma_table.py`.", "", "### σ ↔ ε (DPSWflow paper, App. C.5)", "", sigma_md(), "",
-         "Interpretation: the paper's σ is a noise multiplier of the subsampled Gaussian with q = 250/N_priv "
+         wrapped_prose("Interpretation: the paper's σ is a noise multiplier of the subsampled Gaussian with q = 250/N_priv "
          "(N = 30,000 for the flows, 28,500 for DPSWgen, 81,385 for CelebA) and T = int(epochs·N/250) steps; "
          "ε from a moments accountant at δ. The released code's accumulation bug over-states ε by 12–32 %; the "
          "correct accountant (identical to autodp's Poisson RDP) lands 2–6 % above the paper's ε, always on the "
@@ -239,7 +239,7 @@ def section() -> str:
          "of them exactly. dpgen calibrates σ itself (union-bound δ split, fixed-size Poisson release with β/(N+1), "
          "Chernoff bound) and never uses the published pairs. For the one-shot mechanism the paper's classic "
          "formula is not (10, δ)-DP (exact ε 10.35 / 10.22): dpgen refuses it and calibrates with the ledger's "
-         "RDP accountant (default) or the exact analytic Gaussian (`model.calibration=analytic`, certified by PLD).",
+         "RDP accountant (default) or the exact analytic Gaussian (`model.calibration=analytic`, certified by PLD)."),
          ""]
     L += ["### Toy (Fig. 1): SWD to the five-Gaussian target after 200 steps", ""]
     if toy_r:
@@ -256,7 +256,7 @@ def section() -> str:
         if floor is not None:
             L.append(f"| (two independent {s['n_target']}-point target samples) | — | {floor:.3f} (finite-sample "
                      "floor) | |")
-        L += ["", f"Settings: {s['n_particles']} particles from N(0, I₂), target = {s['target']} ({s['n_target']} "
+        L += ["", wrapped_prose(f"Settings: {s['n_particles']} particles from N(0, I₂), target = {s['target']} ({s['n_target']} "
               f"points, re-noised every step as Algorithm 1), N_θ = 200 fresh directions, h = 1, λ = 0.001, "
               f"{s['levels']} quantile levels; SWD = SW₂ with {s['swd_probe_directions']} directions against a fresh "
               "target sample (no noise); the last column is the same distance with N(0, σ²) noise on both projected sides "
@@ -267,7 +267,7 @@ def section() -> str:
               "noise on both sides the smoothed distance is minimised by the target itself (identity of "
               "indiscernibles), so a residual of 0.81 is not what the algorithm as specified converges to on our "
               "mixture; it may reflect another mixture scale, fewer particles, or a smoothed SWD as the reported "
-              "measure. σ = 1 does not match within 200 steps (modes merged into a ring), as in the paper.",
+              "measure. σ = 1 does not match within 200 steps (modes merged into a ring), as in the paper."),
               "", "![toy](figures/dpswflow_toy.png)", "",
               "Command: `dpgen reproduce dpswflow toy` (85 s CPU; 3.6 min wall on the shared 2-core machine).", ""]
     L += ["### Table 1: MNIST / Fashion-MNIST (shortened schedule on CPU)", ""]

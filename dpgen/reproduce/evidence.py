@@ -1,4 +1,4 @@
-"""The evidence store ``docs/reproduction/runs/``: one small JSON file per finished run, matched to the registry.
+"""The evidence store ``evidence/``: one small JSON file per finished run, matched to the registry.
 
 ``collect`` reads run folders (``results.json``, ``.hydra/overrides.yaml``, ``.hydra/config.yaml``),
 keeps the fields the tables need and writes them only for the runs its selection keeps (a registry cell

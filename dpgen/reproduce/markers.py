@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from pathlib import Path
 
 
@@ -33,3 +35,21 @@ def write_between(path: Path, start: str, end: str, block: str, *, new_page: str
     markers gets the block at its end, or, without ``append``, is refused by name)."""
     text = path.read_text() if path.exists() else new_page
     path.write_text(replace_between(text, start, end, block, page=path, append=append))
+
+
+def wrapped_command(command: str, width: int = 100) -> str:
+    """``command`` as shell lines of at most about ``width`` characters, continued by `` \\`` (a quoted word is
+    kept whole), so a generated page shows a long command in a code block a reader can paste."""
+    lines, line = [], ""
+    for word in re.findall(r"'[^']*'|\S+", command):
+        if line and len(line) + 1 + len(word) > width - 2:
+            lines.append(line + " \\")
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else word
+    return "\n".join([*lines, line])
+
+
+def wrapped_prose(text: str, width: int = 110) -> str:
+    """A generated paragraph as lines of at most ``width`` characters (markdown joins them again)."""
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)

@@ -4,7 +4,7 @@ Two steps, neither of which trains anything:
 
 * ``collect RUN_DIR...`` reads each run folder (``results.json`` written by ``train.py``, plus
   ``.hydra/overrides.yaml`` and ``.hydra/config.yaml``), matches it against the registry and
-  writes the fields the tables need to ``docs/reproduction/runs/<experiment>__<hash>__seed<k>.json``
+  writes the fields the tables need to ``evidence/<experiment>__<hash>__seed<k>.json``
   (one small file per run: utility metrics, ε per accountant, guarantee label, σ, steps, run time,
   the command, git commit if recorded, date).  Runs that match no registry cell are listed with
   the reason and not stored.  Then it re-renders the doc (``--no-render`` to skip).

@@ -1,4 +1,4 @@
-"""The evidence files ``docs/reproduction/runs/*.json``, read without the scoreboard: one file per
+"""The evidence files ``evidence/*.json``, read without the scoreboard: one file per
 finished run, its overrides and what they change (``evidence.py`` writes them and matches them to the
 registry; ``dpgen presets status`` reads them here)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import fnmatch
 import json
 
-from ..paths import DOCS
+from ..paths import ROOT
 
-STORE = DOCS / "reproduction" / "runs"
+STORE = ROOT / "evidence"
 
 # overrides (and resolved-config keys) that do not change what a run measures
 # evaluator.workers: the CNN in a second process or this one, the same numbers (tests/runs/test_eval_workers.py)

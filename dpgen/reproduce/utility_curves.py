@@ -23,7 +23,7 @@ gradient).  It is the noise a single record has to hide behind, in the record's 
 
 Writes ``<out>/utility_curves.json``, ``docs/figures/utility_curves.png`` (``--figure``) and the table
 between the ``<!-- curves:begin -->`` / ``<!-- curves:end -->`` markers of ``docs/utility.md`` (``--doc``).
-Hyper-parameters are the presets' (docs/utility.md says how each was fixed), never tuned
+Hyper-parameters are the presets' (docs/research/2026-11-utility-designs.md says how each was fixed), never tuned
 on these runs.
 """
 

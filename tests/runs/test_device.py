@@ -38,7 +38,7 @@ DATA = Path(__import__("os").environ.get("DPGEN_DATA_ROOT", ROOT.parent / "share
 # GPUs (one GPU per process, NCCL's CUDA tensors, the GPU check and its per-device-count benchmark rows)
 DEVICE_HELPERS = {("dpgen/utils/misc.py", "pick_device"), ("dpgen/utils/dist.py", "device_of_rank"),
                   ("dpgen/utils/dist.py", "too_few_gpus"),
-                  ("dpgen/privacy/distributed.py", "_comm_device"), ("dpgen/bench/distributed.py", "rows"),
+                  ("dpgen/utils/dist.py", "_comm_device"), ("dpgen/bench/distributed.py", "rows"),
                   ("dpgen/bench/gpu_check.py", "measure"), ("dpgen/bench/gpu_check.py", "run_check")}
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 

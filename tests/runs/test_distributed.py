@@ -35,11 +35,12 @@ import torch.multiprocessing as mp
 from dpgen.logging import SilentLogger
 from dpgen.methods import loop
 from dpgen.methods.base import TrainContext
-from dpgen.privacy import PrivacyLedger, PrivateSampler, distributed
+from dpgen.privacy import PrivacyLedger, PrivateSampler
 from dpgen.privacy.mechanisms import GaussianProjectionRelease, Mechanism, NoisyGradientSum
 from dpgen.privacy.moments import ClassMomentRelease
 from dpgen.privacy.noise import FixedMultiplier
 from dpgen.privacy.rows import class_blocks, fixed_size
+from dpgen.utils import dist as distributed
 
 WORLD = 2
 N, Q, DRAWS = 1000, 0.05, 300          # sampler
@@ -297,18 +298,19 @@ def test_every_rank_names_its_folder_from_rank_0s_clock(monkeypatch, multirun):
 
     from dpgen.paths import CONFIGS
     from dpgen.utils import dist as udist
+    from dpgen.utils import launch
 
     rank0_start = datetime(2026, 1, 2, 3, 4, 5).timestamp()
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(udist, "init_from_env", lambda: True)
-    monkeypatch.setattr(udist.dist, "get_rank", lambda: 1)
-    monkeypatch.setattr(udist.dist, "broadcast_object_list", lambda box, src: box.__setitem__(0, rank0_start))
+    monkeypatch.setattr(udist, "broadcast_object", lambda obj, src=0: rank0_start)
     argv = ["-m", "accountant.epsilon=1,2"] if multirun else ["accountant.epsilon=1"]
     key = "sweep" if multirun else "run"
-    out = udist.run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml")
+    out = launch.run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml")
     assert out == [f"hydra.{key}.dir={'multirun' if multirun else 'outputs'}/${{experiment_name}}/2026-01-02_03-04-05",
                    "hydra.output_subdir=null"]
-    assert udist.run_dir_overrides([*argv, f"hydra.{key}.dir=/x"], CONFIGS / "hydra" / "default.yaml") == \
+    assert launch.run_dir_overrides([*argv, f"hydra.{key}.dir=/x"], CONFIGS / "hydra" / "default.yaml") == \
         ["hydra.output_subdir=null"]
 
 
@@ -325,11 +327,11 @@ def test_nccl_only_when_every_process_of_the_node_has_a_gpu(monkeypatch, gpus):
     monkeypatch.setattr(udist.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(udist.torch.cuda, "device_count", lambda: gpus)
     monkeypatch.setattr(udist.torch.cuda, "set_device", chosen.append)
-    monkeypatch.setattr(udist.dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(udist.dist, "init_process_group", lambda backend, timeout: chosen.append(backend))
+    monkeypatch.setattr(udist.tdist, "is_initialized", lambda: False)
+    monkeypatch.setattr(udist.tdist, "init_process_group", lambda backend, timeout: chosen.append(backend))
     assert udist.init_from_env()
     assert chosen == (["gloo"] if gpus == 1 else [1, "cpu:gloo,cuda:nccl"])
-    monkeypatch.setattr(udist.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(udist, "active", lambda: True)
     assert udist.too_few_gpus(torch.device("cpu")) is None
     if gpus == 1:
         assert re.search(r"trainer.device=cuda on 2 processes per node .* --nproc 1", udist.too_few_gpus(torch.device("cuda")))

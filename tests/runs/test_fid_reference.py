@@ -56,3 +56,45 @@ def test_the_console_shows_every_fid_with_its_reference_size_and_the_warning():
     line = next(ln for ln in buf.getvalue().splitlines() if " fid " in ln)
     assert "12.5000  (on 225 reference images)" in line
     assert "below evaluator.fid.min_reference=1000" in buf.getvalue()
+
+
+def test_every_fid_comes_with_its_real_vs_real_floor_on_the_console():
+    results = {"experiment": "e", "privacy": {"epsilon": 1.0, "target_epsilon": 1.0, "delta": 1e-5},
+               "metrics": {"fid": 12.5, "fid_n_reference": 225, "fid_real_vs_real": 9.25,
+                           "fid_real_vs_real_sizes": "112 vs 113 reference images (two disjoint halves, split seed 0)"}}
+    buf = io.StringIO()
+    print_summary(results, Console(file=buf, width=250))
+    line = next(ln for ln in buf.getvalue().splitlines() if " fid " in ln)
+    assert "12.5000  (on 225 reference images; real-vs-real floor 9.2500 at 112 vs 113)" in line
+    from dpgen.logging.summary import group_results
+
+    grouped = group_results(results)  # what the W&B summary receives, flattened
+    assert grouped["utility"]["fid_real_vs_real"] == 9.25 and grouped["provenance"]["fid_n_reference"] == 225
+    assert grouped["provenance"]["fid_real_vs_real_sizes"].startswith("112 vs 113")
+
+
+class FirstPixels(torch.nn.Module):
+    """A stand-in extractor: the first 4 pixels as float64 features; counts the images it sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[int] = []
+
+    def forward(self, x):
+        self.seen.append(x.shape[0])
+        return x.flatten(1)[:, :4].double()
+
+
+def test_the_floor_is_the_fid_between_two_halves_of_the_reference_and_costs_no_extra_forward():
+    from dpgen.eval.fid import feature_moments, fid_with_floor, frechet_distance_of_moments
+
+    g = torch.Generator().manual_seed(0)
+    real, fake = torch.rand(41, 1, 4, 4, generator=g), torch.rand(30, 1, 4, 4, generator=g)
+    ext = FirstPixels()
+    out = fid_with_floor(real, fake, ext, batch_size=100)
+    assert ext.seen == [20, 21, 30]  # the halves' moments add up to the reference's: one pass over each image
+    perm = torch.randperm(41, generator=torch.Generator().manual_seed(0))
+    halves = [feature_moments(real[perm[:20]], ext), feature_moments(real[perm[20:]], ext)]
+    assert out["fid_real_vs_real"] == frechet_distance_of_moments(*halves)
+    assert abs(out["fid"] - frechet_distance_of_moments(feature_moments(real, ext), feature_moments(fake, ext))) < 1e-9
+    assert out["fid_real_vs_real_sizes"].startswith("20 vs 21 reference images")

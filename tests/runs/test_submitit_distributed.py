@@ -71,7 +71,7 @@ SHORT = ["experiment=digits_dpsgd", "logger=local", "evaluator=none", "trainer.p
 
 @pytest.mark.slow
 def test_a_two_task_submitit_job_is_one_run_folder_with_the_one_process_epsilon(tmp_path):
-    pytest.importorskip("dpgen.privacy.distributed", reason="the distributed run (torch.distributed) is not in this checkout")
+    pytest.importorskip("dpgen.utils.dist", reason="the distributed run (torch.distributed) is not in this checkout")
     from tests.helpers.runs import train
 
     sweep = tmp_path / "sweep"

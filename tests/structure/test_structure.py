@@ -109,6 +109,23 @@ def test_only_the_entry_points_import_the_pipeline():
     assert users <= PIPELINE_USERS, sorted(users - PIPELINE_USERS)
 
 
+# the one distributed module (the process group and its collectives) and the torchrun launcher
+DISTRIBUTED = {"utils/dist.py", "utils/launch.py"}
+
+
+def test_only_the_distributed_module_speaks_torch_distributed():
+    """Every rank check, collective and launch goes through ``dpgen.utils.dist`` (``launch`` for torchrun):
+    one "is it active?" check, one way to ask for the rank."""
+    users = set()
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(_tree(path)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) and node.module else []
+            if any(n.startswith("torch.distributed") for n in names):
+                users.add(path.relative_to(PKG).as_posix())
+    assert users == DISTRIBUTED, sorted(users ^ DISTRIBUTED)
+
+
 def test_no_private_name_crosses_a_module():
     crossing = []
     for path in PKG.rglob("*.py"):

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from dpgen.reproduce import dpimagebench as page
@@ -56,10 +57,11 @@ def test_a_collected_run_fills_its_cell_with_its_label_and_command(tmp_path, mon
     row = next(line for line in text.splitlines() if line.startswith("| DP class-Gaussian"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4] == "not run"  # F-MNIST ε = 1: the generative-evaluator run is no cell
-    assert cells[5] == "81.2 ± 1.0 / 80.1 ± 2.0; FID 41.2 (shortened protocol, see [b1])"
+    assert cells[5] == "81.2 ± 1.0 / 80.1 ± 2.0; FID 41.2 (shortened, [b1])"  # stored before the floor; a CPU run
     assert "schedule: shortened protocol: 2 epoch(s) (benchmark: 50)" in text and "run time 30 min" in text
     assert "overrides beyond the cell's command: `evaluator.epochs=2`" in text
     fill = page.FAMILIES[0].command("fashion_mnist", 10.0)
+    text = " ".join(text.split())  # a long command is wrapped over lines of the page
     assert f"`{fill}`" not in text and f"`{page.FAMILIES[0].command('fashion_mnist', 1.0)}`" in text
 
 
@@ -74,7 +76,27 @@ def test_a_warm_started_run_fills_the_warm_row_and_a_plain_run_of_its_preset_fil
     written, skipped = collect([warm, plain], store=store, skip_reason=page.skip_reason)
     assert len(written) == 1 and len(skipped) == 1
     page.render(doc, store)
-    row = next(line for line in doc.read_text().splitlines() if line.startswith("| DP-SWD generator warm-started"))
+    row = next(line for line in doc.read_text().splitlines() if line.startswith("| DP-SWD generator, warm-started"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4].startswith("81.2 ± 1.0 / 80.1 ± 2.0") and cells[2] == cells[3] == cells[5] == "not run"
     assert "overrides beyond the cell's command: `evaluator.epochs=2`" in doc.read_text()
+
+
+def test_a_gpu_cell_names_its_gpu_and_its_fid_floor():
+    ev = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
+          "metrics": {"acc_dpimagebench_val_mean": 0.9, "acc_dpimagebench_val_std": 0.01,
+                      "acc_dpimagebench_syn_mean": 0.89, "acc_dpimagebench_syn_std": 0.02, "fid": 20.04,
+                      "fid_real_vs_real": 0.52, "dpimagebench_protocol": "DPImageBench (Gong, Li, Lin, Wang; CCS 2025), "
+                                                                         "full protocol"}}
+    assert page._cell_text(ev, "b3") == "90.0 ± 1.0 / 89.0 ± 2.0; FID 20.0 (floor 0.5) (full, NVIDIA H100 80GB HBM3, [b3])"
+
+
+def test_make_gpu_bench_dry_run_lists_the_first_cells_and_their_budget():
+    from dpgen.reproduce import gpu_bench
+
+    lines = gpu_bench.plan(list(gpu_bench.FIRST_CELLS), 12)
+    assert lines[0].startswith("class_gaussian:mnist:10: DP class-Gaussian") and "at most 12 min" in lines[0]
+    assert "experiment=mnist_dpswd_partition model/warm_start=class_gaussian" in lines[1]
+    assert "trainer.device=cuda" in lines[1] and lines[2].startswith("estimate, not a measurement")
+    with pytest.raises(ValueError, match="family one of"):
+        gpu_bench.parse_cell("moments:mnist:10")

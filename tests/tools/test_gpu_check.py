@@ -72,7 +72,8 @@ def test_the_report_writer_puts_every_figure_in_its_cell():
                                          "1.2500 / 1.2500 / 1.2500"]
     assert rows["DP-SWD generator"] == ["10.0", "250.0", "300.0", "×25.0", "100.2", "80.0", "1.2500 / 1.2500 / 1.2500"]
     assert rows["DP-Sinkhorn"] == ["1.5", "failed", "90.0", "—", "—", "300.0", "1.2500 / — / 1.2500"]
-    assert "**NVIDIA H100 80GB HBM3** (1 visible)" in md and "torch 2.5.0, CUDA 12.4" in md
+    flat = " ".join(md.split())  # the page's paragraphs are wrapped over lines
+    assert "**NVIDIA H100 80GB HBM3** (1 visible)" in flat and "torch 2.5.0, CUDA 12.4" in flat
     assert "`pytest -m cuda`: 12 passed in 40.1s" in md
     assert "† `trainer.precision=bf16` ran, but no module forward produced bfloat16 in: DP-SGD classifier." in md
     assert "* DP-Sinkhorn, cuda/32: RuntimeError: boom" in md

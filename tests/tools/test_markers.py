@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpgen.reproduce.markers import between, replace_between, write_between
+from dpgen.reproduce.markers import between, replace_between, wrapped_command, write_between
 
 S, E = "<!-- x:start -->", "<!-- x:end -->"
 
@@ -25,3 +25,13 @@ def test_a_page_without_markers_is_refused_by_name_or_gets_the_block_at_its_end(
     write_between(page, S, E, "b")
     write_between(page, S, E, "c")
     assert page.read_text() == f"# Reproduction\n\n{S}\nc\n{E}\n"
+
+
+def test_a_long_command_is_shown_on_short_continued_lines_that_paste_back_into_it():
+    command = ("python train.py experiment=mnist_dpswflow 'model.representation={kind:dct,n_components:100}' "
+               + " ".join(f"model.setting_{i}=value_{i}" for i in range(12)))
+    lines = wrapped_command(command, width=60).splitlines()
+    assert len(lines) > 3 and all(len(line) <= 60 for line in lines)
+    assert all(line.endswith(" \\") for line in lines[:-1]) and all(line.startswith("    ") for line in lines[1:])
+    assert " ".join(line.removesuffix(" \\").strip() for line in lines) == command  # the quoted word kept whole
+    assert wrapped_command("python train.py") == "python train.py"

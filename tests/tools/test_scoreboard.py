@@ -16,7 +16,7 @@ from dpgen.reproduce import store as evidence_store
 # ------------------------------------------------------------------ the doc and the store agree
 def test_committed_scoreboard_is_a_render_of_the_committed_evidence_store():
     assert render.stale_pages() == [], (
-        "docs/reproduction/ and docs/reproduction/runs/ disagree: run `make reproduce` (or re-collect the run)")
+        "docs/reproduction/ and evidence/ disagree: run `make reproduce` (or re-collect the run)")
     for page in render.rendered_pages([]):
         assert render.START in page.read_text() and render.END in page.read_text(), page
 

@@ -1,4 +1,4 @@
-"""scripts/warm_start_curve.py: the warm-start curve of docs/utility.md is read from the evidence store."""
+"""scripts/warm_start_curve.py: the warm-start curve of the warm-start note is read from the evidence store."""
 
 from __future__ import annotations
 
@@ -66,6 +66,6 @@ def test_the_figure_and_the_page_block_are_written_between_the_markers(store, tm
 
 
 def test_the_page_shows_the_curve_of_the_stored_runs():
-    """docs/utility.md prints exactly what the store gives (re-run the script after collecting a run)."""
-    assert between((ROOT / "docs" / "utility.md").read_text(), wsc.BEGIN, wsc.END) == wsc.block(load_store()), \
-        "docs/utility.md: run `python scripts/warm_start_curve.py`"
+    """The warm-start note prints exactly what the store gives (re-run the script after collecting a run)."""
+    assert between(wsc.NOTE.read_text(), wsc.BEGIN, wsc.END) == wsc.block(load_store()), \
+        "the warm-start note: run `python scripts/warm_start_curve.py`"

@@ -1,4 +1,4 @@
-"""scripts/warm_start_table.py: the warm-start grid of docs/utility.md is read from the evidence store."""
+"""scripts/warm_start_table.py: the warm-start grid of the warm-start note is read from the evidence store."""
 
 from __future__ import annotations
 
@@ -40,15 +40,15 @@ def test_a_cell_is_the_mean_and_std_of_its_claims_runs_and_a_missing_claim_is_no
              _run("mnist-dpswd-ot-short", 2, {"acc_logreg": 0.69}),
              _run("mnist-moments", 2, {"acc_logreg": 0.10}) | {"overrides": ["experiment=mnist_moments", "seed=2"]}]
     rows = wst.table(store).splitlines()
-    moments = next(r for r in rows if r.startswith("| (a) class-Gaussian alone | "))
-    assert moments.startswith("| (a) class-Gaussian alone | 2 (0, 1) | 10.00 | 87.0 ± 1.4 % | 88.0 ± 1.4 % | 93.0 % (1 run) |")
-    assert "| (b) DP-SWD generator, OT alone (1 epoch) | 1 (2) | 10.00 | 69.0 % | — | — |" in wst.table(store)
-    assert any(r.startswith("| (c) DP-SWD generator, warm-up + OT, share 0.25 | not run |") for r in rows)
+    moments = next(r for r in rows if r.startswith("| w1 | (a) class-Gaussian alone | "))
+    assert moments == "| w1 | (a) class-Gaussian alone | 2 (0, 1) | 10.00 | 87.0 ± 1.4 % | 88.0 ± 1.4 % | 93.0 % (1 run) |"
+    assert "| w2 | (b) DP-SWD generator, OT alone (1 epoch) | 1 (2) | 10.00 | 69.0 % | — | — |" in rows
+    assert "| w3 | (c) DP-SWD generator, warm-up + OT, share 0.25 | not run | | | | |" in rows
 
 
 def test_the_page_shows_the_grid_of_the_stored_runs(tmp_path):
-    assert between((ROOT / "docs" / "utility.md").read_text(), wst.BEGIN, wst.END) == wst.table(load_store()), \
-        "docs/utility.md: run `python scripts/warm_start_table.py`"
+    assert between(wst.NOTE.read_text(), wst.BEGIN, wst.END) == wst.table(load_store()), \
+        "the warm-start note: run `python scripts/warm_start_table.py`"
     doc = tmp_path / "page.md"
     doc.write_text("no markers\n")
     with pytest.raises(SystemExit, match="markers"):
@@ -62,3 +62,20 @@ def test_a_cell_says_how_many_of_its_runs_ran_on_a_gpu():
     assert wst.on_gpu(runs) == "; 1 on a GPU" and wst.on_gpu(runs[:1]) == "; all on a GPU"
     assert wst.on_gpu(runs[1:]) == ""
     assert wst.cell(runs[:1], "acc_logreg", count=True) == "86.0 % (1 run; all on a GPU)"
+
+
+def test_each_rows_command_is_listed_under_the_grid_on_short_lines():
+    from dpgen.reproduce.markers import wrapped_command
+
+    block = wst.table([])
+    command = next(c for c in CLAIMS if c.id == "mnist-moments").cell.command()
+    assert f"# w1: MNIST, ε = 10, (a) class-Gaussian alone\n{wrapped_command(command)}\n" in block
+    assert wrapped_command(command).replace(" \\\n    ", " ") == command
+    assert max(len(line) for line in block.splitlines()) <= 300
+
+
+def test_the_utility_page_shows_the_summary_of_the_stored_runs():
+    assert between(wst.SUMMARY_PAGE.read_text(), wst.SUMMARY_BEGIN, wst.SUMMARY_END) == wst.summary(load_store()), \
+        "docs/utility.md: run `python scripts/warm_start_table.py`"
+    rows = wst.summary([_run("mnist-moments", 0, {"acc_logreg": 0.86})]).splitlines()
+    assert rows[2] == "| MNIST, ε = 10 | 86.0 % | not run | not run |" and len(rows) == 2 + len(wst.SECTIONS)

@@ -68,6 +68,7 @@ import math
 from collections.abc import Callable
 
 import torch
+from torch.optim.optimizer import _get_capturable_supported_devices
 
 from ..config import noise_policy
 from ..data import DataSplits
@@ -174,9 +175,9 @@ class DPSinkhorn(GenerativeMethod):
                            "private": self.private}
         if self.rep_cfg is not None:  # (absent for pixels: pixel-mode checkpoints keep their signature)
             self._signature["representation"] = dict(self.rep_cfg)
-        # capturable on CUDA: Adam's step counts live on the device (no host read per step)
+        # capturable on an accelerator that supports it: Adam's step counts live on the device (no host read per step)
         self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay,
-                                    capturable=ctx.device.type == "cuda")
+                                    capturable=ctx.device.type in _get_capturable_supported_devices())
         self.G.train()
 
     @property

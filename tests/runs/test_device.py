@@ -39,7 +39,8 @@ DATA = Path(__import__("os").environ.get("DPGEN_DATA_ROOT", ROOT.parent / "share
 DEVICE_HELPERS = {("dpgen/utils/misc.py", "pick_device"), ("dpgen/utils/dist.py", "device_of_rank"),
                   ("dpgen/utils/dist.py", "too_few_gpus"),
                   ("dpgen/utils/dist.py", "_comm_device"), ("dpgen/bench/distributed.py", "rows"),
-                  ("dpgen/bench/gpu_check.py", "measure"), ("dpgen/bench/gpu_check.py", "run_check")}
+                  ("dpgen/bench/gpu_check.py", "measure"), ("dpgen/bench/gpu_check.py", "run_check"),
+                  ("dpgen/privacy/dpsgd.py", "auto_microbatch")}
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 
 

@@ -16,6 +16,8 @@ the bench:
   ``device="cpu"`` by value, so the string ``"cpu"`` is taken as the host and a ``torch.device`` as the
   run's device (dpgen passes ``ctx.device``, a ``torch.device``, everywhere it means the run's device).
   A tensor that a composite op creates inside itself lives with the op's inputs (the run's device).
+  ``.to(device)`` of a host tensor returns a new tensor on CUDA but the same one on a CPU: the counting run
+  hands back a view of it instead, so the host tensor stays on the host (a module's parameters move).
   ``F.one_hot`` with a class count checks the labels' range on the host on a CPU but not on CUDA (a device
   assert): it counts as one op of its input's placement.
   Code that reads a value only on the host (``utils.misc.on_host``) takes its device path.
@@ -242,6 +244,8 @@ class StepOps(TorchDispatchMode):
                 if want is None:
                     me._tag(out, me.device(t))
                     return out
+                if out is t and want != me.device(t) and not isinstance(t, torch.nn.Parameter):
+                    out = t.view_as(t)  # CUDA makes a new tensor; a CPU run returns t: keep t where it was
                 if want and not me.device(t):
                     me._copy(f".to(device) of a host tensor {tuple(t.shape)}")
                 elif not want and me.device(t) and not k.get("non_blocking", False):

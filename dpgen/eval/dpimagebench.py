@@ -58,7 +58,7 @@ from rich.console import Console
 
 from ..data import DataSplits, TensorSplit
 from ..errors import ConfigError
-from ..utils import pick_device
+from ..utils.misc import on_gpu, pick_device
 from .benchmark_nets import ARCHITECTURES, DEFAULT_SIZES, ParameterEMA, build_classifier, describe
 from .fid import (
     InceptionFeatures,
@@ -197,7 +197,7 @@ class DPImageBenchEvaluator:
     def speed(self, device: torch.device) -> Speed:
         """How this device runs the protocol (``auto``: the fast path, bfloat16, concurrency on a GPU; compiled
         when one classifier at a time; the reference path on a CPU)."""
-        gpu = device.type == "cuda"
+        gpu = on_gpu(device)
         fast = gpu if self.fast == "auto" else bool(self.fast)
         if not fast:
             return Speed(False, None, False, False, self.eval_batch_size)
@@ -288,7 +288,7 @@ class DPImageBenchEvaluator:
         console.log(f"[eval] {metrics['dpimagebench_speed']}")
         splits = {key: _Prepared.of(split, device, speed) for key, split in
                   (("train", train), ("syn", holdout), ("val", data.validation), ("test", data.test))}
-        with tf32(speed.fast and device.type == "cuda"):
+        with tf32(speed.fast and on_gpu(device)):
             results = self._train_all(splits, data, device, seed, speed, console, n_train)
         per: dict[str, dict[str, float]] = {"val": {}, "syn": {}}
         epochs: dict[str, list[str]] = {"val": [], "syn": []}
@@ -363,7 +363,7 @@ class DPImageBenchEvaluator:
         validation split (``val``) and at the epoch best on the synthetic hold-out (``syn``)."""
         model = model.to(device, memory_format=torch.channels_last if speed.fast else torch.preserve_format)
         step = torch.compile(model) if speed.compile else model
-        opt = torch.optim.Adam(model.parameters(), lr=self.lr, **({"fused": True} if device.type == "cuda" else {}))
+        opt = torch.optim.Adam(model.parameters(), lr=self.lr, **({"fused": True} if on_gpu(device) else {}))
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=self.step_size, gamma=self.gamma)
         ema = ParameterEMA(model.parameters(), self.ema_decay)
         gen = torch.Generator().manual_seed(seed)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 import torch
 from torch.func import functional_call, grad, vmap
 
+from ..utils.misc import on_gpu
 from ..utils.threads import concurrent_jobs
 
 Grads = dict[str, torch.Tensor]
@@ -81,7 +82,7 @@ def auto_microbatch(model: torch.nn.Module, loss_one: Callable[..., torch.Tensor
     vmap); the memory of one sample is measured once on a probe of ``probe`` all-zero inputs with label 0
     (public constants: no private record is read, nothing is released); the runs of a joblib sweep share the
     free memory (:func:`chunk_that_fits`).  Runs once, in setup."""
-    if device.type != "cuda":
+    if not on_gpu(device):
         return min(CPU_MICROBATCH, max(1, int(capacity)))
     x = torch.zeros((probe, *sample_shape), device=device)
     y = torch.zeros(probe, dtype=torch.long, device=device)

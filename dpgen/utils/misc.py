@@ -25,6 +25,11 @@ def pick_device(device: str = "auto") -> torch.device:
     return dev
 
 
+def on_gpu(device: torch.device) -> bool:
+    """True when ``device`` is a CUDA GPU (the paths that use GPU-only features: streams, fused Adam, TF32)."""
+    return torch.device(device).type == "cuda"
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (timings); nothing on the CPU."""
     if device.type != "cpu":

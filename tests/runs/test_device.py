@@ -36,11 +36,10 @@ DATA = Path(__import__("os").environ.get("DPGEN_DATA_ROOT", ROOT.parent / "share
 # -- (a) static ------------------------------------------------------------------------------
 # the places that may name "cuda": the run's device choice, and the functions whose job is placing work on
 # GPUs (one GPU per process, NCCL's CUDA tensors, the GPU check and its per-device-count benchmark rows)
-DEVICE_HELPERS = {("dpgen/utils/misc.py", "pick_device"), ("dpgen/utils/dist.py", "device_of_rank"),
+DEVICE_HELPERS = {("dpgen/utils/misc.py", "pick_device"), ("dpgen/utils/misc.py", "on_gpu"), ("dpgen/utils/dist.py", "device_of_rank"),
                   ("dpgen/utils/dist.py", "too_few_gpus"),
                   ("dpgen/utils/dist.py", "_comm_device"), ("dpgen/bench/distributed.py", "rows"),
-                  ("dpgen/bench/gpu_check.py", "measure"), ("dpgen/bench/gpu_check.py", "run_check"),
-                  ("dpgen/privacy/dpsgd.py", "auto_microbatch")}
+                  ("dpgen/bench/gpu_check.py", "measure"), ("dpgen/bench/gpu_check.py", "run_check")}
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 
 

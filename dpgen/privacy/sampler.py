@@ -129,14 +129,10 @@ class PrivateSampler:
         self.batch_size = int(batch_size)
         self.sampling = check_sampling(sampling)
         # several processes: rank 0's seed on every rank (the same global batches, module docstring)
-<<<<<<< HEAD
         seed = int(dist.broadcast_object(int(seed)))
         self.generator = device_generator(seed, self.device)
-        # Poisson on an accelerator: the batch's size from a host generator of its own (poisson_indices)
+        # Poisson with a device: the batch's size from a host generator of its own (poisson_indices)
         self.size_generator = device_generator(seed ^ 0x5DEECE66D)
-=======
-        self.generator = device_generator(dist.broadcast_object(int(seed)), self.device)
->>>>>>> main
         self.draws = 0
         # False: every rank reads the whole batch (a release that is not per record, e.g. DP-Sinkhorn's gradient)
         self.split = bool(split)

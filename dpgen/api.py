@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .export.release import Release, find_release, load_release
-from .paths import CONFIGS
 
 __all__ = ["Run", "train", "load_release", "Release"]
 
@@ -44,14 +43,9 @@ class Run:
 def compose(overrides: list[str], run_dir: str | Path | None = None):
     """The composed config of ``python train.py <overrides>``, with the run folder (default
     ``outputs/<experiment>/<time>`` under the current folder) and the data root ($DPGEN_DATA_ROOT, else ./data)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from .config import compose as compose_config
 
-    data_root = os.environ.get("DPGEN_DATA_ROOT", str(Path.cwd() / "data"))
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = hydra_compose("train", overrides=[*overrides, "paths.output_dir=.", f"paths.data_root={data_root}"])
+    cfg = compose_config(overrides, output_dir=".", data_root=os.environ.get("DPGEN_DATA_ROOT", Path.cwd() / "data"))
     if run_dir is None:
         run_dir = Path("outputs") / str(cfg.experiment_name) / time.strftime("%Y-%m-%d_%H-%M-%S")
     cfg.paths.output_dir = str(Path(run_dir).resolve())

@@ -118,14 +118,15 @@ def run_app(argv: list[str]) -> int:
     """Check the command line (a bad preset / key / run folder: one ``error:`` line, before Hydra makes a
     folder), then run :func:`main` on it; returns the exit code."""
     from .preflight import preflight
-    from .utils import dist
-    from .utils.launch import run_dir_overrides
 
     problem = preflight(argv)
     if problem is not None:
-        if dist.is_main():  # torchrun: every rank finds it, rank 0 says it
+        if os.environ.get("RANK", "0") == "0":  # torchrun: every rank finds it, rank 0 says it (no torch imported yet)
             print(f"error: {problem}", file=sys.stderr)
         return 2
+    # imported only once the command line is known good: it imports torch (seconds), a refusal does not wait for it
+    from .utils.launch import run_dir_overrides
+
     argv = [*argv, *run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml")]  # torchrun: one folder for all ranks
     saved = sys.argv
     sys.argv = [saved[0], *argv]

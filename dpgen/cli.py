@@ -95,6 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     if name == "train":
         return train(rest)
+    from .errors import ConfigError
+
+    try:
+        return _command(name, rest)
+    except ConfigError as err:  # a user's fault, e.g. a checkout-only command from an installed package
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def _command(name: str, rest: list[str]) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     if hasattr(module, "add_arguments") and hasattr(module, "run"):
         sub = argparse.ArgumentParser(prog=f"dpgen {name}", description=COMMANDS[name][1])

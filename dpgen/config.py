@@ -1,4 +1,8 @@
-"""Config schemas and validation: bad values fail before any data is loaded.
+"""The config of a run: ``compose`` (the one composer of ``train.yaml`` on ``paths.CONFIGS``), schemas and
+validation (bad values fail before any data is loaded).
+
+Importing this module is cheap (no torch, no privacy core): the command-line checks compose with it before
+anything heavy is imported; the checks that need the privacy core import it when they run.
 
 Typed schemas for the groups whose values users sweep (accountant, trainer) are merged over the
 composed config, so a wrong type (``accountant.epsilon=abc``) fails with OmegaConf's message;
@@ -11,19 +15,42 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, suggestion
-from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
-from .privacy.conventions import CONVENTIONS, METHODS, NO_CONVENTION, PaperConvention, convention_of
-from .privacy.delta import check_delta, known_record_bound
-from .privacy.errors import PrivacySettingError
-from .privacy.noise import Calibrated, FixedMultiplier, NoisePolicy, NotPrivate
-from .utils import check_precision
-from .utils.threads import resolve_threads
+from .paths import CONFIGS, IN_CHECKOUT
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from .privacy.errors import PrivacySettingError
+
+CONFIG_NAME = "train"  # configs/train.yaml: what train.py, dpgen train and the Python API compose
+
+
+def require_checkout(command: str) -> None:
+    """Refuse ``command`` (one ``ConfigError`` line) where dpgen runs from an installed package: it reads or
+    writes the checkout's ``docs/`` or ``configs/`` (the scoreboard, benchmarks, the presets guide)."""
+    if not IN_CHECKOUT:
+        raise ConfigError(f"`{command}` reads and writes the docs/ and configs/ of a source checkout, which an "
+                          "installed package does not have: run it in a clone of the repository (pip install -e .)")
+
+
+def compose(overrides: list[str], *, config_dir: Path = CONFIGS, hydra_node: bool = False,
+            data_root: str | Path | None = None, output_dir: str | Path | None = None) -> DictConfig:
+    """THE composition of ``train.yaml`` with ``overrides`` (what ``python train.py <overrides>`` runs), outside a
+    Hydra app.  ``config_dir``: another copy of the configs; ``hydra_node``: keep the ``hydra`` node;
+    ``data_root`` / ``output_dir``: set ``paths.data_root`` / ``paths.output_dir``.  Hydra's own errors
+    (an unknown key or option) are raised as they are: the callers turn them into one line."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    extra = ([] if data_root is None else [f"paths.data_root={data_root}"]) + \
+        ([] if output_dir is None else [f"paths.output_dir={output_dir}"])
+    GlobalHydra.instance().clear()  # a Hydra app (or a previous composition) of this process may hold it
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return hydra_compose(CONFIG_NAME, overrides=[*overrides, *extra], return_hydra_config=hydra_node)
 
 
 @dataclass
@@ -58,6 +85,14 @@ WARM_STARTABLE = {"DPSWDGenerator": "the DP-SWD generator", "DPSinkhorn": "DP-Si
 
 def validate(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` naming the first bad setting.  Touches no data."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
+    from .privacy.errors import PrivacySettingError
+    from .utils import check_precision
+    from .utils.threads import resolve_threads
+
     for group in REQUIRED:
         if group not in cfg or cfg[group] is None:
             raise ConfigError(f"config group '{group}' is missing; add '- {group}: <option>' to the defaults")
@@ -133,6 +168,15 @@ def _positive_int(value, key: str) -> int:
 def validate_convention(cfg: DictConfig) -> str:
     """``privacy.convention``: ``honest`` (default) or ``paper`` (a published setting that breaks its own
     guarantee, for the methods of ``privacy.conventions.METHODS`` only).  Returns the convention."""
+    from .privacy.conventions import (
+        CONVENTIONS,
+        METHODS,
+        NO_CONVENTION,
+        PaperConvention,
+        convention_of,
+    )
+    from .privacy.errors import PrivacySettingError
+
     pc = cfg.get("privacy") or {}
     convention = pc.get("convention", "honest")
     if convention not in CONVENTIONS:
@@ -175,32 +219,6 @@ def validate_convention(cfg: DictConfig) -> str:
     return convention
 
 
-def noise_policy(private: bool, noise_multiplier: float | None = None, noise_std: float = 0.0,
-                 node: str = "model") -> NoisePolicy:
-    """The noise policy of a method's mechanisms from its settings (``privacy.noise``), checked here once.
-
-    ``private=false``: :class:`NotPrivate` (``noise_std`` smooths a non-private run; ``noise_multiplier``
-    is unused); a private run:
-    ``FixedMultiplier(noise_multiplier)`` when a multiplier is given, else ``Calibrated()`` to
-    ``accountant.epsilon``.  ``node`` is where the settings live (``model``, ``model.alignment``).
-    """
-    if not private:  # a noise multiplier is a private run's setting: unused here
-        try:
-            return NotPrivate(float(noise_std))
-        except PrivacySettingError as e:
-            raise ConfigError(f"{node}.noise_std: {e}") from None
-    if noise_std:
-        raise ConfigError(f"{node}.noise_std is the smoothing of a NON-private run ({node}.private=false); a private "
-                          f"run calibrates its noise from accountant.epsilon: drop {node}.noise_std")
-    if noise_multiplier is None:
-        return Calibrated()
-    try:
-        return FixedMultiplier(noise_multiplier)
-    except PrivacySettingError:
-        raise ConfigError(f"{node}.noise_multiplier must be > 0, or null (calibrated to accountant.epsilon), got "
-                          f"{noise_multiplier}") from None
-
-
 # the privacy core names a setting in its own words (PrivacySettingError.setting); the config key it comes from
 PRIVACY_SETTINGS = {
     "target_epsilon": "accountant.epsilon", "delta": "accountant.delta", "sampling": "accountant.sampling",
@@ -208,6 +226,7 @@ PRIVACY_SETTINGS = {
     "num_projections": "model.dp.num_projections", "sensitivity_fraction": "model.dp.sensitivity_fraction",
     "calibration": "model.calibration", "clip": "model.clip", "clip_norm": "model.clip_norm",
     "moment_shares": "model.moment_shares", "shrinkage": "model.shrinkage", "noise_multiplier": "model.noise_multiplier",
+    "alignment.noise_multiplier": "model.alignment.noise_multiplier", "alignment.noise_std": "model.alignment.noise_std",
     "noise_std": "model.noise_std", "smoothing_std": "model.noise_std", "paper_sigma": "privacy.paper_sigma",
     "paper_epsilon": "privacy.paper_epsilon", "stated_dim": "privacy.paper_sensitivity_dim",
     "data_dependent_reports": "accountant.data_dependent_reports", "batch_size": "model.batch_size",
@@ -218,6 +237,9 @@ PRIVACY_SETTINGS = {
 def check_delta_of_config(cfg, n: int | None = None) -> None:
     """δ < 1/N for a private run: N = ``n`` (the loaded private split) or, before loading (``n=None``),
     the dataset config's known bound (no check when there is none).  Refused as ``accountant.delta``."""
+    from .privacy.delta import check_delta, known_record_bound
+    from .privacy.errors import PrivacySettingError
+
     if not cfg.model.get("private", True):
         return
     try:

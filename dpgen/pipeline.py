@@ -40,6 +40,7 @@ from .paths import code_version
 from .privacy.card import n_is_public
 from .privacy.conventions import paper_convention
 from .privacy.errors import PrivacySettingError
+from .privacy.noise import build_policy
 from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, dist, pick_device, seed_everything
 from .utils.threads import apply_threads
@@ -145,6 +146,7 @@ def _build(cfg: DictConfig, run_dir: Path) -> _Parts:
     threads, seed, device = _environment(cfg, run_dir)
     convention = paper_convention(cfg.get("privacy"))  # privacy.convention=paper (dpgen/privacy/conventions.py)
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
+    method.take_noise(build_policy(method.noise_settings()))  # the run's noise, decided once (privacy/noise.py)
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
     evaluator.check()  # evaluability from the settings alone (an FID extractor is available), before the data loads

@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .config import compose
 from .errors import did_you_mean, one_line
 from .paths import CONFIGS
 
-CONFIG_NAME = "train"
 _RUN_FLAGS = {"-m", "--multirun", "-r", "--run"}  # anything else starting with "-" is Hydra's to answer
 CREATED: list[Path] = []  # the run folder and the parents it lacked when checked (removed again if left empty)
 PLUS_NOTE = "(Hydra's '+key=value' adds a NEW setting that nothing reads; use it only for that.)"
@@ -65,22 +65,27 @@ def first_values(overrides: list[str]) -> list[str]:
 
 
 def _compose(overrides: list[str], config_dir: Path):
-    """(config with its ``hydra`` node, None) or (None, the one-line composition fault)."""
-    from hydra import compose, initialize_config_dir
+    """(config with its ``hydra`` node, None) or (None, the one-line composition fault).
+
+    A misspelt key is found on the composition of the group choices alone (``experiment=...``, ``model=...``):
+    a typo is refused after ONE composition; a good command line is then composed whole."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import (
         ConfigCompositionException,
         MissingConfigException,
     )
 
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-            return compose(CONFIG_NAME, overrides=overrides, return_hydra_config=True), None
+        choices, keys = _split(overrides, config_dir)
+        if keys:
+            hints = _hints(keys, compose(choices, config_dir=config_dir))
+            if hints:
+                return None, _line(hints)
+        return compose(overrides, config_dir=config_dir, hydra_node=True), None
     except MissingConfigException as err:
         return None, missing_option(err, overrides)
     except ConfigCompositionException as err:
-        return None, unknown_keys(overrides, config_dir) or one_line(err)
+        return None, one_line(err)
     finally:
         GlobalHydra.instance().clear()
 
@@ -123,15 +128,9 @@ def _close_keys(key: str, known: list[str]) -> tuple[list[str], list[str]]:
     return did_you_mean(key, [k for k in known if k != key], n=2), []
 
 
-def unknown_key_hints(overrides: list[str], config_dir: Path = CONFIGS) -> list[str]:
-    """For each ``key=value`` override whose key is not in the composed config: a did-you-mean phrase.
-
-    Group choices (``dataset=mnist``) compose the config the keys are looked up in; ``+``/``~``
-    overrides and ``hydra.*`` keys are left alone.
-    """
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
+def _split(overrides: list[str], config_dir: Path) -> tuple[list[str], list[str]]:
+    """(the group choices, e.g. ``dataset=mnist``, first value of a sweep; the plain keys ``a.b=1``);
+    ``+``/``~`` overrides, ``hydra.*`` keys and flags are left out."""
     groups = {p.name for p in config_dir.iterdir() if p.is_dir()}
     choices, keys = [], []
     for arg in overrides:
@@ -144,16 +143,11 @@ def unknown_key_hints(overrides: list[str], config_dir: Path = CONFIGS) -> list[
             choices.append(f"{key}={value.split(',')[0]}")
         else:
             keys.append(key)
-    if not keys:
-        return []
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-            cfg = compose(CONFIG_NAME, overrides=choices)
-    except Exception:  # noqa: BLE001 - the group choices themselves are wrong: reported on their own
-        return []
-    finally:
-        GlobalHydra.instance().clear()
+    return choices, keys
+
+
+def _hints(keys: list[str], cfg) -> list[str]:
+    """A did-you-mean phrase for each of ``keys`` that ``cfg`` does not have."""
     known = _flat_keys(cfg)
     hints = []
     for key in keys:
@@ -169,10 +163,34 @@ def unknown_key_hints(overrides: list[str], config_dir: Path = CONFIGS) -> list[
     return hints
 
 
+def _line(hints: list[str]) -> str:
+    return "; ".join(hints) + " (a typo? the settings of a group: `python train.py --cfg job`)"
+
+
+def unknown_key_hints(overrides: list[str], config_dir: Path = CONFIGS) -> list[str]:
+    """For each ``key=value`` override whose key is not in the composed config: a did-you-mean phrase.
+
+    Group choices (``dataset=mnist``) compose the config the keys are looked up in; ``+``/``~``
+    overrides and ``hydra.*`` keys are left alone.
+    """
+    from hydra.core.global_hydra import GlobalHydra
+
+    choices, keys = _split(overrides, config_dir)
+    if not keys:
+        return []
+    try:
+        cfg = compose(choices, config_dir=config_dir)
+    except Exception:  # noqa: BLE001 - the group choices themselves are wrong: reported on their own
+        return []
+    finally:
+        GlobalHydra.instance().clear()
+    return _hints(keys, cfg)
+
+
 def unknown_keys(overrides: list[str], config_dir: Path = CONFIGS) -> str | None:
     """The did-you-mean line of the unknown keys among ``overrides`` (None when every key exists)."""
     hints = unknown_key_hints(overrides, config_dir)
-    return "; ".join(hints) + " (a typo? the settings of a group: `python train.py --cfg job`)" if hints else None
+    return _line(hints) if hints else None
 
 
 def misspelt_additions(overrides: list[str], cfg) -> str | None:

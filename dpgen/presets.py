@@ -18,6 +18,7 @@ Compare two dumps with ``diff -r BEFORE AFTER`` (nothing is ignored).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 import textwrap
@@ -25,9 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
+from .config import compose, require_checkout
 from .paths import CONFIGS
 
 # fixed paths so that the dump does not depend on the environment
@@ -48,10 +48,11 @@ def composed(preset: str, configs: Path = CONFIGS, hydra_node: bool = False) -> 
     With ``hydra_node`` the ``hydra`` node is included, except ``hydra.runtime.config_sources``
     (it names the config directory's path, which differs between copies of ``configs``).
     """
-    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={preset}", *FIXED], return_hydra_config=hydra_node)
+    cfg = compose([f"experiment={preset}", *FIXED], config_dir=configs, hydra_node=hydra_node)
     if hydra_node and configs != CONFIGS:
         cfg.hydra.runtime.config_sources = []
+    from omegaconf import OmegaConf
+
     return OmegaConf.to_yaml(cfg)
 
 
@@ -143,6 +144,8 @@ def _body_removed(text: str) -> str:
 
 def _raw(cfg, keys: tuple):
     """The value at ``keys`` (interpolations unresolved), or ``_ABSENT``."""
+    from omegaconf import OmegaConf
+
     node = cfg
     for k in keys:
         if not OmegaConf.is_dict(node) or node._is_none() or k not in node:
@@ -167,8 +170,7 @@ def restatements(configs: Path = CONFIGS) -> list[tuple[str, int, str]]:
         shutil.copytree(configs, work)
 
         def compose_raw(preset):
-            with initialize_config_dir(config_dir=str(work), version_base="1.3"):
-                return compose("train", overrides=[f"experiment={preset}", *FIXED], return_hydra_config=True)
+            return compose([f"experiment={preset}", *FIXED], config_dir=work, hydra_node=True)
 
         users: dict[str, list[str]] = {}
         for p in presets(configs):
@@ -232,8 +234,19 @@ class PresetInfo:
     description: str
 
 
+@functools.cache
+def _load(path: Path, stamp: tuple[int, int]) -> dict:
+    """A config file's YAML (libyaml's parser when installed); cached per (path, mtime and size)."""
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+
+
+def _yaml(path: Path) -> dict:
+    st = path.stat()
+    return _load(path, (st.st_mtime_ns, st.st_size))
+
+
 def _own(preset: str, configs: Path) -> dict:
-    return yaml.safe_load((configs / "experiment" / f"{preset}.yaml").read_text()) or {}
+    return _yaml(configs / "experiment" / f"{preset}.yaml")
 
 
 def _choice(preset: str, group: str, configs: Path, default: str) -> str:
@@ -246,7 +259,7 @@ def _choice(preset: str, group: str, configs: Path, default: str) -> str:
                     return str(value)
     for entry in _own(preset, configs).get("defaults") or []:
         if isinstance(entry, str) and entry.startswith("/da_dataset/") and group == "dataset":
-            da = yaml.safe_load((configs / "da_dataset" / f"{entry.rsplit('/', 1)[1]}.yaml").read_text()) or {}
+            da = _yaml(configs / "da_dataset" / f"{entry.rsplit('/', 1)[1]}.yaml")
             for e in da.get("defaults") or []:
                 if isinstance(e, dict) and any(k.replace("override ", "").strip("/") == "dataset" for k in e):
                     return str(next(iter(e.values())))
@@ -271,7 +284,11 @@ def config_guarantee(cfg) -> str:
     paper convention, non-private, data-dependent reports, a CLT bound anywhere in the model, else rigorous."""
     from .privacy.guarantee import CLT, DATA_DEPENDENT, NON_PRIVATE, PAPER_CONVENTION, RIGOROUS
 
-    node = OmegaConf.to_container(cfg, resolve=False) if not isinstance(cfg, dict) else cfg
+    if not isinstance(cfg, dict):
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_container(cfg, resolve=False)
+    node = cfg
     model, accountant = node.get("model") or {}, node.get("accountant") or {}
     if (node.get("privacy") or {}).get("convention") == "paper":
         return PAPER_CONVENTION
@@ -305,7 +322,7 @@ def preset_info(preset: str, configs: Path = CONFIGS) -> PresetInfo:
         merged = {**own, **merged}
     model = _choice(preset, "model", configs, "dp_class_gaussian")
     accountant = _choice(preset, "accountant", configs, "calibrated")
-    group = lambda name, choice: yaml.safe_load((configs / name / f"{choice}.yaml").read_text()) or {}  # noqa: E731
+    group = lambda name, choice: _yaml(configs / name / f"{choice}.yaml")  # noqa: E731
     cfg = {"model": _deep_merge(group("model", model), merged.get("model") or {}),  # what the composition gives
            "accountant": _deep_merge(group("accountant", accountant), merged.get("accountant") or {}),
            "privacy": merged.get("privacy") or {}}
@@ -362,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("fix")
     f.add_argument("presets", nargs="*")
     a = ap.parse_args(argv)
+    if a.cmd in ("status", "fix"):
+        require_checkout(f"dpgen presets {a.cmd}")  # docs/guides/preset_runs.yaml; the preset files themselves
     if a.cmd in (None, "list"):
         rows = list_presets(a.method, a.dataset)
         if not rows:

@@ -28,24 +28,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from dpgen.config import compose
 from dpgen.eval.cnn import fit_cnn
 from dpgen.logging import RunLogger
 from dpgen.methods.base import TrainContext
 from dpgen.methods.loop import train
-from dpgen.paths import CONFIGS, ROOT
+from dpgen.paths import ROOT
 
 VARIANTS = ("class", "pooled", "pooled_prior")
 
 
 def fit_default(shrinkage: str, seed: int, eps: float, run_dir: Path):
     """Compose the default, release once (deterministic noise for ``seed``), return (method, data, cfg)."""
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose("train", overrides=[f"model.shrinkage={shrinkage}", f"seed={seed}", f"accountant.epsilon={eps}",
-                                          "trainer.deterministic=true", "trainer.progress=false", "logger=local",
-                                          f"paths.output_dir={run_dir}"])
+    cfg = compose([f"model.shrinkage={shrinkage}", f"seed={seed}", f"accountant.epsilon={eps}",
+                   "trainer.deterministic=true", "trainer.progress=false", "logger=local"], output_dir=run_dir)
     method, ledger, data = instantiate(cfg.model, _convert_="all"), instantiate(cfg.accountant, _convert_="all"), \
         instantiate(cfg.dataset)
     ctx = TrainContext(device=torch.device("cpu"), logger=RunLogger(run_dir), run_dir=run_dir, seed=seed,

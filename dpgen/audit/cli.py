@@ -27,19 +27,17 @@ from dpgen.audit import audit_noisy_sum, audit_projection_release  # noqa: E402
 from dpgen.audit.conventions import batch_max_worst_case, raw_pixel_worst_case  # noqa: E402
 from dpgen.privacy.sensitivity import l2_sensitivity  # noqa: E402
 
+from ..config import require_checkout
 from ..paths import ROOT
 
 DEFAULT_OUT = Path("outputs/audit")
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hcompose
-    from hydra import initialize_config_dir
+    """The run's config (composed only: nothing is written to its output folder)."""
+    from ..config import compose as compose_config
 
-    data_root = os.environ.get("DPGEN_DATA_ROOT", "data")
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return hcompose("train", overrides=overrides + [f"paths.data_root={data_root}",
-                                                        "paths.output_dir=unused-output"])  # composed only
+    return compose_config(overrides, data_root=os.environ.get("DPGEN_DATA_ROOT", "data"), output_dir="unused-output")
 
 
 def _target(cfg) -> str:
@@ -393,6 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     if a.report:
+        require_checkout("dpgen audit --report")  # writes docs/privacy/audit.md and its figure
         report(a.report, ROOT / "docs" / "privacy" / "audit.md", ROOT / "docs" / "figures" / "audit.png")
         return
     t0 = time.time()

@@ -25,7 +25,7 @@ from dpgen.methods.domain_adaptation import (  # noqa: E402
     DPSWDAlignment,
     SWDAlignment,
 )
-from dpgen.models.da import DigitsClassifier, DigitsFeatureExtractor, DomainDiscriminator  # noqa: E402
+from dpgen.models.da import DigitsFeatureExtractor, DomainDiscriminator, MLPClassifier  # noqa: E402
 from dpgen.privacy import PrivacyLedger, ProjectionDP  # noqa: E402
 from dpgen.utils import pick_device
 
@@ -40,7 +40,7 @@ def _variants():
 
 def _fit_time(data, alignment, private: bool, device: torch.device, steps: int) -> float:
     """Wall time of one fresh ``fit`` of ``steps`` aligning steps (calibration included)."""
-    m = DomainAdaptation(DigitsFeatureExtractor, DigitsClassifier, alignment, batch_size=32, epochs=1000,
+    m = DomainAdaptation(DigitsFeatureExtractor, MLPClassifier, alignment, batch_size=32, epochs=1000,
                          start_align=0, lr=1e-3, private=private)
     with tempfile.TemporaryDirectory() as tmp:
         ledger = PrivacyLedger(10.0 if private else None, 1e-4, "poisson")

@@ -184,12 +184,9 @@ def bf16_forwards(record: dict):
 
 
 def compose(overrides: list[str], run_dir: Path):
-    from hydra import compose as hcompose
-    from hydra import initialize_config_dir
+    from ..config import compose as compose_config
 
-    data_root = os.environ.get("DPGEN_DATA_ROOT", str(ROOT / "data"))
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return hcompose("train", overrides=[*overrides, f"paths.data_root={data_root}", f"paths.output_dir={run_dir}"])
+    return compose_config(overrides, data_root=os.environ.get("DPGEN_DATA_ROOT", str(ROOT / "data")), output_dir=run_dir)
 
 
 def measure(family: str, device: str, precision: str, steps: int, warmup: int, run_dir: Path,

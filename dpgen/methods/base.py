@@ -34,6 +34,7 @@ from ..data import DataSplits
 from ..errors import ConfigError
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import Mechanism
+from ..privacy.noise import NoisePolicy, NoiseSettings, build_policy, check_policy
 from ..utils import dist, load_checkpoint
 
 
@@ -104,7 +105,35 @@ class NonFiniteLossError(FloatingPointError):
         )
 
 
-class Method:
+class NoiseHolder:
+    """What holds a run's noise policy (a method, a domain-adaptation alignment): it states its settings
+    (``noise_settings``), the policy is decided once outside it (``privacy.noise.build_policy``, by the
+    pipeline) and handed in (``take_noise``); ``noise_form`` is the one hook for a method-specific form."""
+
+    _noise: NoisePolicy | None = None
+
+    def noise_settings(self) -> NoiseSettings:
+        """The settings the policy is decided from (default: ``self.private``, calibrated)."""
+        return NoiseSettings(private=bool(getattr(self, "private", True)))
+
+    def noise_form(self, policy: NoisePolicy) -> NoisePolicy:
+        """The method's own form of the policy it is handed (default: the policy itself)."""
+        return policy
+
+    def take_noise(self, policy: NoisePolicy) -> None:
+        """Hand in the run's policy (once, before ``setup``)."""
+        self._noise = self.noise_form(check_policy(policy))
+
+    @property
+    def noise(self) -> NoisePolicy:
+        """The policy the mechanisms apply: the one handed in, or (a method built by hand, e.g. in a test)
+        the same decision from its own settings."""
+        if self._noise is None:
+            self.take_noise(build_policy(self.noise_settings()))
+        return self._noise
+
+
+class Method(NoiseHolder):
     """A training algorithm.  Private data is read only through ``self.sampler`` and released only
     through ``self.mechanisms`` inside ``step``."""
 

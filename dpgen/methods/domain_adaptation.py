@@ -52,7 +52,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import noise_policy
 from ..data import DataSplits
 from ..models.da import grad_reverse
 from ..ot import sliced_wasserstein
@@ -73,13 +72,13 @@ from ..privacy.mechanisms import (
     NoisyGradientSum,
     UnnoisedAccess,
 )
-from ..privacy.noise import Calibrated, PaperNoise
+from ..privacy.noise import NoisePolicy, NoiseSettings
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import fixed_size, scale_and_clip
 from ..privacy.sampler import device_generator, generator_state, resumed_generator
 from ..privacy.sensitivity import l2_sensitivity
 from ..utils import autocast
-from .base import Method, TrainContext, mechanism_seed, secret_seed
+from .base import Method, NoiseHolder, TrainContext, mechanism_seed, secret_seed
 
 SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (DP-SWD paper, domain-adaptation baselines)
 
@@ -105,7 +104,7 @@ class AlignmentOutput:
     value: float = float("nan")  # for logging (public or released)
 
 
-class Alignment(ABC):
+class Alignment(NoiseHolder, ABC):
     """The alignment term of one DA variant; ``mechanism`` is its one release per aligning step."""
 
     private: bool = False
@@ -169,6 +168,10 @@ class DPSWDAlignment(Alignment):
         # privacy.convention=paper (set by DomainAdaptation): the released code's per-batch 2 max ||g(x)|| scaling
         self.convention: PaperConvention | None = None
 
+    def noise_settings(self) -> NoiseSettings:
+        """Calibrated; privacy.convention=paper: the paper's sigma against the sensitivity it assumes."""
+        return NoiseSettings(private=True, paper_std=None if self.convention is None else self.convention.sigma)
+
     def setup(self, actx):
         g = actx.feature_extractor
         r = self.feature_radius if self.feature_radius is not None else getattr(g, "feature_bound", None)
@@ -180,9 +183,8 @@ class DPSWDAlignment(Alignment):
         self.radius, self.batch_size, self.d = float(r), actx.batch_size, int(g.out_dim)
         # sigma for the real feature dimension and the real number of private batches (DP-SWD paper, σ calibration,
         # corrected); privacy.convention=paper: the paper's sigma against the sensitivity it assumes (rows differ by <= 1)
-        noise = Calibrated() if self.convention is None else PaperNoise(self.convention.sigma)
         self.mechanism = GaussianProjectionRelease(
-            actx.ledger, dim=self.d, steps=actx.private_steps, sample_rate=actx.sample_rate, noise=noise,
+            actx.ledger, dim=self.d, steps=actx.private_steps, sample_rate=actx.sample_rate, noise=self.noise,
             n_private=actx.n_private, row_diameter=1.0, seed=actx.seed, device=actx.device,  # drawn on the device
             **self.dp.release_settings())
         m = self.mechanism
@@ -327,7 +329,10 @@ class DPDANNAlignment(DANNAlignment):
             raise ValueError(f"model.alignment.clip_norm must be > 0, got {clip_norm}")
         self.clip_norm = float(clip_norm)
         # null: calibrated to accountant.epsilon; a number (e.g. the released baseline's sigma): its epsilon is reported
-        self.noise = noise_policy(True, noise_multiplier, node="model.alignment")
+        self.fixed_multiplier = noise_multiplier
+
+    def noise_settings(self) -> NoiseSettings:
+        return NoiseSettings(private=True, noise_multiplier=self.fixed_multiplier, scope="alignment")
 
     def setup(self, actx):
         self._mods["disc"] = self.make_discriminator(in_dim=actx.feature_extractor.out_dim).to(actx.device)
@@ -412,6 +417,14 @@ class DomainAdaptation(Method):
         """``(steps per epoch, warm-up steps, total steps)``; private batches = total - warm-up."""
         spe = math.ceil(n_private / self.batch_size)
         return spe, self.start_align * spe, self.epochs * spe
+
+    def noise_settings(self) -> NoiseSettings:
+        return self.alignment.noise_settings()
+
+    def noise_form(self, policy: NoisePolicy) -> NoisePolicy:
+        """The run's policy is the alignment's (its mechanism is the method's one release)."""
+        self.alignment.take_noise(policy)
+        return self.alignment.noise
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         if data.public is None or not len(data.public):

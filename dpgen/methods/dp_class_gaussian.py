@@ -31,7 +31,6 @@ import math
 
 import torch
 
-from ..config import noise_policy
 from ..data import DataSplits
 from ..data.representations import Representation, build_representation
 from ..privacy import PrivacyLedger, PrivateSampler
@@ -41,7 +40,7 @@ from ..privacy.moments import (
     ClassMomentRelease,
     ClassMoments,
 )
-from ..privacy.noise import Calibrated
+from ..privacy.noise import NoiseSettings
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 
 RELEASES = ("moments", "projections")
@@ -62,7 +61,6 @@ class DPClassGaussian(GenerativeMethod):
         self.rep_cfg = dict(representation or {"kind": "dct"})
         self.release_kind, self.shares = release, tuple(float(s) for s in moment_shares)
         self.block_slack, self.private, self.chunk = float(block_slack), bool(private), int(chunk)
-        self.noise = noise_policy(self.private)  # one release, calibrated to accountant.epsilon (or none)
         if shrinkage not in SHRINKAGES:
             raise ValueError(f"model.shrinkage={shrinkage!r} is unknown; choose one of {', '.join(SHRINKAGES)}")
         self.shrinkage = shrinkage
@@ -70,8 +68,6 @@ class DPClassGaussian(GenerativeMethod):
         self.epsilon_share = float(epsilon_share)
         if not 0.0 < self.epsilon_share <= 1.0:
             raise ValueError(f"epsilon_share must lie in (0, 1], got {epsilon_share}")
-        if self.private and self.epsilon_share < 1.0:
-            self.noise = Calibrated(epsilon_share=self.epsilon_share)
         if self.block_slack <= 0:
             raise ValueError(f"model.block_slack must be > 0, got {block_slack}")
         self.rep: Representation | None = None
@@ -81,6 +77,10 @@ class DPClassGaussian(GenerativeMethod):
         self.mechanisms = {}
 
     # -- loop interface ------------------------------------------------------------------
+    def noise_settings(self) -> NoiseSettings:
+        """One release, calibrated to (the share of) accountant.epsilon, or none."""
+        return NoiseSettings(private=self.private, epsilon_share=self.epsilon_share)
+
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         cfg = dict(self.rep_cfg)
         self.kind = cfg.pop("kind", "dct")

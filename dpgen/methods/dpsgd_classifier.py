@@ -54,7 +54,6 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..config import noise_policy
 from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.bayesian import DEFAULT_CONF, BayesianAccountant, MomentsAccountant
@@ -66,6 +65,7 @@ from ..privacy.dpsgd import (
     poisson_capacity,
 )
 from ..privacy.mechanisms import NoisyGradientSum, UnnoisedAccess
+from ..privacy.noise import NoiseSettings
 from ..privacy.wdp import WassersteinAccountant, pairwise_distances
 from .base import Method, TrainContext, mechanism_seed, secret_seed
 
@@ -97,7 +97,7 @@ class DPSGDClassifier(Method):
             raise ValueError(f"model.clip_norm (clipping bound C) must be > 0, got {clip_norm}")
         self.private = bool(private)
         # null: sigma from accountant.epsilon (RDP) for the whole schedule; a number: fixed (its epsilon reported)
-        self.noise = noise_policy(self.private, noise_multiplier)
+        self.fixed_multiplier = noise_multiplier
         self.name = "DP-SGD" if self.private else "SGD"
         self.mean = torch.tensor(list(normalize_mean), dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(list(normalize_std), dtype=torch.float32).view(1, -1, 1, 1)
@@ -132,6 +132,9 @@ class DPSGDClassifier(Method):
         """The network's input: ``(x - mean) / std`` with public per-channel constants (no statistic of the
         private data)."""
         return (x - self.mean) / self.std
+
+    def noise_settings(self) -> NoiseSettings:
+        return NoiseSettings(private=self.private, noise_multiplier=self.fixed_multiplier)
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device = ctx.device

@@ -70,7 +70,6 @@ from collections.abc import Callable
 import torch
 from torch.optim.optimizer import _get_capturable_supported_devices
 
-from ..config import noise_policy
 from ..data import DataSplits
 from ..data.representations import build_representation
 from ..errors import ConfigError
@@ -86,10 +85,10 @@ from ..ot.sinkhorn import (
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
-from ..privacy.noise import Calibrated, FixedMultiplier, FixedStd
+from ..privacy.noise import FixedMultiplier, FixedStd, NoisePolicy, NoiseSettings
 from ..utils import autocast
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
-from .warm_start import WarmTarget, as_warm_start, phase_two_noise
+from .warm_start import WarmTarget, as_warm_start
 
 
 class DPSinkhorn(GenerativeMethod):
@@ -120,13 +119,9 @@ class DPSinkhorn(GenerativeMethod):
             raise ValueError(f"model.steps must be >= 1 or null (until the target epsilon), got {steps}")
         if not private and steps is None:
             raise ValueError("a non-private run (model.private=false) needs model.steps")
-        noise = noise_policy(bool(private), noise_multiplier)
-        if isinstance(noise, Calibrated) and steps is None:
+        if private and noise_multiplier is None and steps is None:
             raise ValueError("model.noise_multiplier=null calibrates sigma to spend accountant.epsilon in exactly "
                              "model.steps steps: set model.steps (or a fixed model.noise_multiplier)")
-        # the paper's sigma fixed: noise std 2 C sigma (multiplier sigma for the whole-batch clip, sigma / sqrt(n) per row)
-        self.noise = FixedStd(2.0 * float(clip_norm) * noise.multiplier) if isinstance(noise, FixedMultiplier) else noise
-        self.noise = phase_two_noise(self.noise) if self.warm_start is not None else self.noise
         extra_rows(1, debias_ratio)  # validates p
         self.rep_cfg = None if representation is None else dict(representation)
         if self.rep_cfg is not None:
@@ -150,6 +145,13 @@ class DPSinkhorn(GenerativeMethod):
         self.center: torch.Tensor | None = None  # (D,) public centre
 
     # ------------------------------------------------------------------------------------
+    def noise_settings(self) -> NoiseSettings:
+        return NoiseSettings(private=self.private, noise_multiplier=self.sigma, history=self.warm_start is not None)
+
+    def noise_form(self, policy: NoisePolicy) -> NoisePolicy:
+        """The paper's sigma fixed: noise std 2 C sigma (multiplier sigma for the whole-batch clip, sigma / sqrt(n) per row)."""
+        return FixedStd(2.0 * self.clip_norm * policy.multiplier) if isinstance(policy, FixedMultiplier) else policy
+
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device, self.num_classes, self.precision = ctx.device, data.num_classes, ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)

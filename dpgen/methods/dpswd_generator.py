@@ -66,7 +66,6 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ..config import noise_policy
 from ..data import DataSplits
 from ..errors import ConfigError
 from ..ot.sliced import gaussian_projection_release, sliced_wasserstein_blocks
@@ -79,12 +78,12 @@ from ..privacy.conventions import (
     true_epsilon,
 )
 from ..privacy.mechanisms import GaussianProjectionRelease
-from ..privacy.noise import PaperNoise
+from ..privacy.noise import NoiseSettings
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import RowMap
 from ..utils import autocast
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
-from .warm_start import WarmTarget, as_warm_start, phase_two_noise
+from .warm_start import WarmTarget, as_warm_start
 
 
 class DPSWDGenerator(GenerativeMethod):
@@ -114,9 +113,6 @@ class DPSWDGenerator(GenerativeMethod):
         self.batch_size, self.epochs, self.lr, self.betas = int(batch_size), int(epochs), float(lr), tuple(betas)
         self.label_mode, self.label_weight = label_mode, float(label_weight)
         self.center, self.radius, self.private = center, radius, bool(private)
-        # the projection's noise: calibrated to accountant.epsilon, none (private=false), or the paper's sigma
-        self.noise = PaperNoise(convention.sigma) if convention is not None else noise_policy(self.private)
-        self.noise = phase_two_noise(self.noise) if self.warm_start is not None else self.noise
         if label_mode not in ("partition", "concat", "none"):
             raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
         self.make_feature_map, self.feature_lr = feature_map, float(feature_lr)
@@ -128,6 +124,11 @@ class DPSWDGenerator(GenerativeMethod):
     def steps_planned(self, n_private: int) -> int:
         """Number of private batches the schedule draws: ``epochs * ceil(N / B)``."""
         return self.epochs * math.ceil(n_private / self.batch_size)
+
+    def noise_settings(self) -> NoiseSettings:
+        """The projection's noise: calibrated to accountant.epsilon, none (private=false), or the paper's sigma."""
+        return NoiseSettings(private=self.private, paper_std=None if self.convention is None else self.convention.sigma,
+                             history=self.warm_start is not None)
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device, self.num_classes, self.public = ctx.device, data.num_classes, data.public

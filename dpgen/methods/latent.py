@@ -45,7 +45,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..config import noise_policy
 from ..data import DataSplits, PrivateSplit
 from ..data.representations import Representation, build_representation
 from ..errors import ConfigError
@@ -54,14 +53,14 @@ from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
 from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
 from ..privacy.mechanisms import GaussianProjectionRelease
-from ..privacy.noise import NoisePolicy, PaperNoise
+from ..privacy.noise import NoisePolicy, NoiseSettings, PaperNoise
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import clip_rows, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
 from ..runs import write_atomically
 from ..utils import dist, load_checkpoint
 from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
-from .warm_start import as_warm_start, phase_two_noise
+from .warm_start import as_warm_start
 
 
 class LatentSpace:
@@ -186,8 +185,7 @@ class LatentMethod(GenerativeMethod):
         self.k, self.batch_size, self.epochs = self.dp.num_projections, int(batch_size), int(epochs)
         self.steps = None if steps is None else int(steps)
         self.private = bool(private)
-        self.noise = noise_policy(self.private, noise_std=noise_std)  # calibrated, or a non-private run's smoothing
-        self.noise = phase_two_noise(self.noise) if self.warm_start is not None else self.noise
+        self.noise_std = float(noise_std)  # a non-private run's smoothing (noise_settings)
         if label_mode not in ("partition", "concat", "none"):
             raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
         self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
@@ -345,6 +343,10 @@ class LatentMethod(GenerativeMethod):
             row_diameter=ROW_DIAMETER, noise=self.release_noise(ledger), seed=mechanism_seed(ctx),
             device=ctx.device, **self.dp.release_settings())  # noise and directions drawn on the run's device
         self.mechanisms = {"projection": self.projection}
+
+    def noise_settings(self) -> NoiseSettings:
+        """Calibrated, or a non-private run's smoothing (the paper convention's std: ``release_noise``)."""
+        return NoiseSettings(private=self.private, noise_std=self.noise_std, history=self.warm_start is not None)
 
     def release_noise(self, ledger: PrivacyLedger, one_shot: bool = False) -> NoisePolicy:
         """The noise policy of the method's release (``one_shot``: DPSWflow's one release of the whole set); ``privacy.convention=paper``: the released code's std against the CLT

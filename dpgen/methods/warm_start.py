@@ -15,7 +15,7 @@ the warm-up fits (``Method.warm_target``: its generator or its particles, from p
    generator to samples of the released class Gaussians by class-partitioned sliced Wasserstein (public random
    directions, no noise), or puts the particles on such samples.  No private record is read.
 3. **Phase 2, the method's own OT release**: the method's ``setup`` runs AFTER phase 1, with the moment release
-   in the ledger, and its mechanisms' noise policy is ``Calibrated(history=True)`` (:func:`phase_two_noise`):
+   in the ledger, and its mechanisms' noise policy is calibrated with ``history=True`` (``NoiseSettings.history``):
    sigma is calibrated for what is LEFT, so the composition of both releases under the calibrating accountant is <= ``accountant.epsilon``; the
    loop's budget stop enforces it at every step.  ``epsilon_share`` is the epsilon of phase 1 alone: RDP / PLD
    compose sub-additively, so phase 2 measured alone gets more than ``(1 - share) * epsilon``.
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -44,7 +44,6 @@ from ..errors import ConfigError
 from ..ot.sliced import random_directions, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
 from ..privacy.moments import ClassMoments
-from ..privacy.noise import Calibrated, NoisePolicy
 from .base import TrainContext
 
 WARM_STARTS = ("class_gaussian",)
@@ -194,13 +193,6 @@ class WarmStart:
                                "moment_noise_multiplier": m.noise_multiplier, "moment_noise_std": m.noise_std,
                                "moment_sensitivity": m.sensitivity, "moment_relation": m.relation,
                                "shrinkage_used": self.method.moments.estimator, **self.summary}}
-
-
-def phase_two_noise(policy: NoisePolicy) -> NoisePolicy:
-    """A warm-started method's own noise: a ``Calibrated`` policy counts the ledger's history (the moment
-    release, recorded before the method's mechanisms are built), so phase 2 is calibrated for what is left;
-    a fixed noise is kept (the loop's budget stop ends the run when the target is reached)."""
-    return replace(policy, history=True) if isinstance(policy, Calibrated) else policy
 
 
 def as_warm_start(cfg: dict | WarmStart | None) -> WarmStart | None:

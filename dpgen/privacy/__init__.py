@@ -4,41 +4,30 @@ recorded), the ledger and its accountants, sensitivity bounds and the private sa
 Imports only numpy/scipy/torch/autodp/dp-accounting: usable without Hydra.  The noise of
 single papers' mechanisms (``privacy.dpswd``, ``privacy.dpswflow``) stays importable from their own modules; every noise
 search is ``privacy.calibration.calibrate``.
+
+The names below load on first use (PEP 562): ``from dpgen.privacy import PrivacyLedger`` imports the ledger's
+modules only, and ``dpgen.privacy.guarantee`` (the labels the command line prints) imports no torch.
 """
-from .accountants import (
-    SAMPLING_SCHEMES,
-    PLDAccountant,
-    RDPAccountant,
-    Release,
-    calibrating_accountant,
-    check_epsilon_delta,
-)
-from .bayesian import BayesianAccountant, MomentsAccountant
-from .calibration import calibrate
-from .dpswd import DPSWDNoise, dpswd_noise, dpswd_sensitivity
-from .dpswflow import OneShotNoise
-from .image_gradient import clip_per_row, clip_whole, effective_noise_multiplier, sanitize
-from .ledger import PrivacyLedger
-from .mechanisms import (
-    GaussianProjectionRelease,
-    ImageGradientSanitiser,
-    Mechanism,
-    NoisyGradientSum,
-    OneShotProjectionRelease,
-    UnnoisedAccess,
-)
-from .moments import ClassBlockProjectionRelease, ClassMomentRelease
-from .projection import ProjectionDP
-from .sampler import PrivateSampler
-from .sensitivity import (
-    l2_sensitivity,
-    split_delta,
-    squared_sensitivity_bound,
-    w_bernstein,
-    w_bernstein_code,
-    w_clt,
-)
-from .wdp import WassersteinAccountant
+
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {  # name -> the module of this package that defines it (imported on first use)
+    "PLDAccountant": "accountants", "RDPAccountant": "accountants", "Release": "accountants", "SAMPLING_SCHEMES": "accountants", "calibrating_accountant": "accountants", "check_epsilon_delta": "accountants",
+    "BayesianAccountant": "bayesian", "MomentsAccountant": "bayesian",
+    "calibrate": "calibration",
+    "DPSWDNoise": "dpswd", "dpswd_noise": "dpswd", "dpswd_sensitivity": "dpswd",
+    "OneShotNoise": "dpswflow",
+    "clip_per_row": "image_gradient", "clip_whole": "image_gradient", "effective_noise_multiplier": "image_gradient",
+    "PrivacyLedger": "ledger",
+    "GaussianProjectionRelease": "mechanisms", "ImageGradientSanitiser": "mechanisms", "Mechanism": "mechanisms", "NoisyGradientSum": "mechanisms", "OneShotProjectionRelease": "mechanisms", "UnnoisedAccess": "mechanisms",
+    "ClassBlockProjectionRelease": "moments", "ClassMomentRelease": "moments",
+    "ProjectionDP": "projection",
+    "PrivateSampler": "sampler",
+    "l2_sensitivity": "sensitivity", "split_delta": "sensitivity", "squared_sensitivity_bound": "sensitivity", "w_bernstein": "sensitivity", "w_bernstein_code": "sensitivity", "w_clt": "sensitivity",
+    "WassersteinAccountant": "wdp",
+}
 
 __all__ = [
     # mechanisms: every private release goes through one of these
@@ -51,5 +40,18 @@ __all__ = [
     # sensitivity and noise helpers
     "DPSWDNoise", "OneShotNoise", "dpswd_noise", "dpswd_sensitivity", "l2_sensitivity", "split_delta",
     "squared_sensitivity_bound", "w_bernstein", "w_bernstein_code", "w_clt", "clip_per_row", "clip_whole",
-    "effective_noise_multiplier", "sanitize",
+    "effective_noise_multiplier",
 ]
+
+
+def __getattr__(name: str):
+    """``dpgen.privacy.<name>``: the name from its module, imported now (the package's face loads lazily)."""
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

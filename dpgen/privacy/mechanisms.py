@@ -629,13 +629,3 @@ class UnnoisedAccess(Mechanism):
     def release(self) -> None:
         """Record one un-noised access (the caller then uses the batch as it is)."""
         self._record()
-
-
-def kinds_table() -> str:
-    """The markdown table of every registered kind (docs/privacy/mechanisms.md shows it, a test keeps it in step)."""
-    from . import moments  # noqa: F401  (its kinds register when it is imported)
-
-    rows = ["| kind | class | one release | used by |", "|---|---|---|---|"]
-    rows += [f"| `{kind}` | `{cls.__name__}` | {cls.release_formula} | {cls.used_by} |"
-             for kind, cls in sorted(MECHANISMS.items()) if cls.__module__.startswith("dpgen.")]
-    return "\n".join(rows) + "\n"

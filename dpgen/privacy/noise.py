@@ -18,6 +18,11 @@ policy                 the noise of each release
 ``NotPrivate(s)``      no accounted noise (epsilon = infinity); ``s`` > 0 smooths a non-private run
 =====================  ==========================================================================
 
+A run decides its policy ONCE, from the method's settings (:class:`NoiseSettings`: ``model.private``,
+``model.noise_multiplier``, ``model.noise_std``, the paper convention's std, a warm start's share), with
+:func:`build_policy`; the pipeline hands the result to the method (``Method.take_noise``), whose one hook
+``noise_form`` may restate it in the method's own terms (DP-Sinkhorn: a fixed sigma is a std 2 C sigma).
+
 The policies are plain frozen dataclasses: they compare equal by value, so a resumed run can check that
 it applies the policy of the checkpoint (``Mechanism.load_state_dict``).
 """
@@ -128,3 +133,48 @@ def check_policy(policy: object) -> NoisePolicy:
         raise PrivacySettingError("noise", f"a mechanism's noise must be one of "
                                            f"{', '.join(p.__name__ for p in POLICIES)}, got {policy!r}")
     return policy
+
+
+@dataclass(frozen=True)
+class NoiseSettings:
+    """What a method's settings say about its noise, before any policy is chosen.
+
+    ``private``: an accounted run; ``noise_multiplier``: a fixed multiplier (None: calibrated);
+    ``noise_std``: a NON-private run's smoothing; ``paper_std``: ``privacy.convention=paper``'s fixed std;
+    ``epsilon_share`` < 1: a first phase that spends only this share of the target; ``history``: a later
+    phase calibrated on what the ledger's earlier releases leave (the warm start's phase 2).  ``scope``:
+    where the settings sit below the method (e.g. ``alignment``), so an error names the right setting.
+    """
+
+    private: bool = True
+    noise_multiplier: float | None = None
+    noise_std: float = 0.0
+    paper_std: float | None = None
+    epsilon_share: float = 1.0
+    history: bool = False
+    scope: str = ""
+
+
+def build_policy(s: NoiseSettings) -> NoisePolicy:
+    """THE decision of a run's noise: ``NotPrivate(noise_std)`` for a non-private run, the paper's
+    ``PaperNoise`` under the paper convention, ``FixedMultiplier`` for a given multiplier, else
+    ``Calibrated`` to the target (with the share / history of a phase).  A bad setting is a
+    :class:`PrivacySettingError` naming it (``<scope>.noise_multiplier`` / ``<scope>.noise_std``)."""
+    scope = f"{s.scope}." if s.scope else ""
+    if not s.private:  # a noise multiplier is a private run's setting: unused here
+        try:
+            return NotPrivate(float(s.noise_std))
+        except PrivacySettingError as e:
+            raise PrivacySettingError(f"{scope}noise_std", str(e)) from None
+    if s.noise_std:
+        raise PrivacySettingError(f"{scope}noise_std", "is the smoothing of a NON-private run (private=false); a "
+                                                       "private run calibrates its noise from the target epsilon: drop it")
+    if s.paper_std is not None:
+        return PaperNoise(s.paper_std)
+    if s.noise_multiplier is None:
+        return Calibrated(history=s.history, epsilon_share=s.epsilon_share)
+    try:
+        return FixedMultiplier(s.noise_multiplier)
+    except PrivacySettingError:
+        raise PrivacySettingError(f"{scope}noise_multiplier", f"must be > 0, or null (calibrated to the "
+                                                              f"target epsilon), got {s.noise_multiplier}") from None

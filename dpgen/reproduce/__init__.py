@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from ..config import require_checkout
+
 # name -> (module, entry function, one line); every entry function takes the remaining argv
 DRIVERS: dict[str, tuple[str, str, str]] = {
     "render": ("scoreboard", "main", "render the scoreboard of docs/reproduction from the evidence store (trains nothing)"),
@@ -37,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_checkout(f"dpgen reproduce {args.driver}")  # the drivers read the evidence store and write docs/
     module, entry, _ = DRIVERS[args.driver]
     argv = list(args.args)
     if args.driver in ("render", "collect"):

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from dpgen.data.domain import USPS_LAYOUTS, mnist_domain, usps_domain  # noqa: E402
-from dpgen.models.da import DigitsClassifier, DigitsFeatureExtractor  # noqa: E402
+from dpgen.models.da import DigitsFeatureExtractor, MLPClassifier  # noqa: E402
 
 
 @torch.no_grad()
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = os.environ.get("DPGEN_DATA_ROOT", "data")
     ck = torch.load(args.model, map_location="cpu", weights_only=False)
-    g, h = DigitsFeatureExtractor(), DigitsClassifier(320, 10)
+    g, h = DigitsFeatureExtractor(), MLPClassifier(320, 10)
     g.load_state_dict(ck["g"])
     h.load_state_dict(ck["h"])
     g.eval()

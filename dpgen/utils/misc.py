@@ -103,15 +103,3 @@ def without_keys(node, keys: tuple[str, ...]):
     if isinstance(node, list):
         return [without_keys(v, keys) for v in node]
     return node
-
-
-def with_prog(prog: str, fn, *args):
-    """Call ``fn`` with ``sys.argv[0]`` set to ``prog``, so that its argparse usage lines name the command."""
-    import sys
-
-    saved = sys.argv[0]
-    sys.argv[0] = prog
-    try:
-        return fn(*args)
-    finally:
-        sys.argv[0] = saved

@@ -277,6 +277,7 @@ def test_every_da_preset_composes_and_builds_its_method(preset, tmp_path):
 def test_digits_networks_match_the_spec_sizes():
     g = DigitsFeatureExtractor()
     assert g.out_dim == 320 and g(torch.rand(3, 1, 28, 28)).shape == (3, 320)
+    assert DigitsClassifier is MLPClassifier  # one class; the old name stays readable in stored configs
     assert DigitsClassifier(320, 10)(torch.rand(3, 320)).shape == (3, 10)
     with pytest.raises(ValueError, match="28x28"):
         DigitsFeatureExtractor(in_shape=(1, 16, 16))

@@ -23,6 +23,8 @@ from dpgen.privacy.dpswflow import (
     paper_flow_noise_std,
     paper_one_shot_sigma,
 )
+from dpgen.privacy.errors import PrivacySettingError
+from dpgen.privacy.noise import build_policy
 from dpgen.privacy.projection import ProjectionDP
 from tests.helpers.context import assert_holds_no_record, train_context
 
@@ -282,8 +284,9 @@ def test_non_private_flow_records_infinite_epsilon(data, tmp_path):
 
 
 def test_private_flow_refuses_a_hand_set_noise_std():
-    with pytest.raises(ValueError, match="noise_std"):
-        DPSWFlowR(**COMMON, noise_std=0.5)
+    with pytest.raises(PrivacySettingError) as err:  # the run's policy, decided from its settings (the pipeline)
+        build_policy(DPSWFlowR(**COMMON, noise_std=0.5).noise_settings())
+    assert err.value.setting == "noise_std"  # model.noise_std in the one error line
 
 
 @pytest.mark.parametrize("preset", [f"{ds}_{m}" for ds in ("mnist", "fmnist", "celeba") for m in

@@ -8,13 +8,21 @@ import re
 import pytest
 import torch
 
-from dpgen.config import noise_policy
+from dpgen.config import privacy_setting_error
 from dpgen.errors import ConfigError
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.errors import PrivacySettingError
 from dpgen.privacy.guarantee import NON_PRIVATE, PAPER_CONVENTION, RIGOROUS
 from dpgen.privacy.mechanisms import GaussianProjectionRelease, NoisyGradientSum
-from dpgen.privacy.noise import Calibrated, FixedMultiplier, FixedStd, NotPrivate, PaperNoise
+from dpgen.privacy.noise import (
+    Calibrated,
+    FixedMultiplier,
+    FixedStd,
+    NoiseSettings,
+    NotPrivate,
+    PaperNoise,
+    build_policy,
+)
 from tests.helpers import ROOT
 
 METHODS = ROOT / "dpgen" / "methods"
@@ -125,17 +133,50 @@ def test_the_directions_generator_is_the_mechanism_s_own():
     assert torch.equal(orth.draw_directions(), u)
 
 
-def test_the_config_layer_builds_the_policy_and_names_the_setting():
-    assert noise_policy(True) == Calibrated() and noise_policy(True, 1.2) == FixedMultiplier(1.2)
-    assert noise_policy(False, noise_std=0.5) == NotPrivate(0.5) and noise_policy(False, 1.1) == NotPrivate()
-    with pytest.raises(ConfigError, match=r"model\.noise_multiplier"):
-        noise_policy(True, -1.0)
-    with pytest.raises(ConfigError, match=r"model\.alignment\.noise_multiplier"):
-        noise_policy(True, 0.0, node="model.alignment")
-    with pytest.raises(ConfigError, match=r"model\.noise_std"):
-        noise_policy(True, noise_std=0.5)
-    with pytest.raises(ConfigError, match=r"model\.noise_std"):
-        noise_policy(False, noise_std=-1.0)
+def _policy(**settings):
+    try:
+        return build_policy(NoiseSettings(**settings))
+    except PrivacySettingError as e:
+        raise privacy_setting_error(e) from None
+
+
+def test_one_function_decides_the_policy_and_the_error_names_the_setting():
+    assert _policy() == Calibrated() and _policy(noise_multiplier=1.2) == FixedMultiplier(1.2)
+    assert _policy(private=False, noise_std=0.5) == NotPrivate(0.5) and _policy(private=False, noise_multiplier=1.1) == NotPrivate()
+    assert _policy(paper_std=0.7) == PaperNoise(0.7)
+    assert _policy(history=True) == Calibrated(history=True) and _policy(epsilon_share=0.5) == Calibrated(epsilon_share=0.5)
+    assert _policy(noise_multiplier=2.0, history=True) == FixedMultiplier(2.0)  # a fixed noise is kept in a phase 2
+    with pytest.raises(ConfigError, match=r"^model\.noise_multiplier"):
+        _policy(noise_multiplier=-1.0)
+    with pytest.raises(ConfigError, match=r"^model\.alignment\.noise_multiplier"):
+        _policy(noise_multiplier=0.0, scope="alignment")
+    with pytest.raises(ConfigError, match=r"^model\.noise_std"):
+        _policy(noise_std=0.5)
+    with pytest.raises(ConfigError, match=r"^model\.noise_std"):
+        _policy(private=False, noise_std=-1.0)
+
+
+def test_the_pipeline_hands_each_method_its_policy_and_the_method_only_restates_it():
+    from dpgen.methods.domain_adaptation import DPDANNAlignment
+    from dpgen.methods.dp_class_gaussian import DPClassGaussian
+    from dpgen.methods.dpsinkhorn import DPSinkhorn
+
+    sink = DPSinkhorn(generator=None, noise_multiplier=1.1, clip_norm=0.5)
+    assert sink.noise == FixedStd(2.0 * 0.5 * 1.1)  # its one hook: the paper's sigma as a std 2 C sigma
+    sink.take_noise(Calibrated())  # what the pipeline hands in wins over the settings' own reading
+    assert sink.noise == Calibrated()
+    assert DPClassGaussian(epsilon_share=0.25).noise == Calibrated(epsilon_share=0.25)
+    assert DPDANNAlignment(discriminator=None, noise_multiplier=0.8).noise == FixedMultiplier(0.8)
+    src = (ROOT / "dpgen" / "pipeline.py").read_text()
+    assert src.count("take_noise(build_policy(") == 1
+
+
+def test_no_method_builds_a_policy_or_reads_the_config_for_it():
+    # base.py: the holder takes what it is handed (or, built by hand, applies the same one decision)
+    hits = [f"{p.name}:{i}" for p in sorted(METHODS.glob("*.py")) if p.name != "base.py"
+            for i, line in enumerate(p.read_text().splitlines(), 1)
+            if re.search(r"noise_policy|build_policy|from \.\.config import .*noise|\b(Calibrated|FixedMultiplier|NotPrivate)\(", line)]
+    assert not hits, hits
 
 
 def test_methods_hold_no_noise_policy_logic_and_no_epsilon_checks():

@@ -23,11 +23,11 @@ FLOORS: list[tuple[set[str], str]] = [
     ({"errors", "interrupt", "paths", "utils"}, "user errors, stop signals, where files are, small torch helpers"),
     ({"ot"}, "optimal transport maths"),
     ({"privacy"}, "mechanisms, bounds, accountants, ledger, sampler"),
-    ({"data", "models", "logging", "runs", "preflight"}, "datasets, networks, run logger, run folders"),
-    ({"config"}, "settings schemas and validation"),
+    ({"data", "models", "logging", "runs"}, "datasets, networks, run logger, run folders"),
+    ({"config"}, "the one config composer, settings schemas and validation"),
     ({"methods"}, "one module per method on one training loop"),
     ({"eval", "export", "audit"}, "evaluation, releases and privacy cards, empirical audit"),
-    ({"pipeline"}, "the composition of one run"),
+    ({"pipeline", "preflight"}, "the composition of one run, the command line's check before it"),
     ({"app", "api", "report", "bench", "reproduce"}, "train.py's Hydra app, the Python API, tools"),
     ({"cli", "preset_runs"}, "the `dpgen` command, what has been run of each preset"),
     ({"presets"}, "`dpgen presets`"),
@@ -241,3 +241,45 @@ def test_the_wheel_lists_every_package_and_ships_the_configs():
     packages = {".".join(p.parent.relative_to(PKG.parent).parts) for p in PKG.rglob("__init__.py")}
     assert set(setup["packages"]) == packages | {"dpgen.configs"}
     assert setup["package-dir"] == {"dpgen.configs": "configs"} and (PKG.parent / "configs" / "__init__.py").is_file()
+
+
+def _module_of(path: Path) -> str:
+    """``dpgen/privacy/mechanisms.py`` -> ``dpgen.privacy.mechanisms`` (a package: its ``__init__``'s name)."""
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """module -> the dpgen modules it imports (relative and absolute, lazy imports included); ``from pkg import
+    name`` points at the submodule ``pkg.name`` when there is one, else at ``pkg``'s ``__init__``."""
+    modules = {_module_of(p): p for p in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        out = set()
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + (node.module.split(".") if node.module else []))
+                out |= {f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names}
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+        graph[name] = {m for m in out if m in modules and m != name}
+    return graph
+
+
+def test_no_circle_between_the_modules_of_a_package():
+    """Inside each part too (e.g. privacy/): no module imports, directly or through others, one that imports it."""
+    graph = _module_graph()
+    circles = set()
+    for start in graph:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    circles.add(" -> ".join((*trail, start)))
+                elif nxt not in seen and not nxt.startswith(start + "."):  # a package importing its own modules
+                    seen.add(nxt)
+                    stack.append((nxt, (*trail, nxt)))
+    assert not circles, sorted(circles)[:10]

@@ -68,7 +68,6 @@ import math
 from collections.abc import Callable
 
 import torch
-from torch.optim.optimizer import _get_capturable_supported_devices
 
 from ..data import DataSplits
 from ..data.representations import build_representation
@@ -87,6 +86,7 @@ from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
 from ..privacy.noise import FixedMultiplier, FixedStd, NoisePolicy, NoiseSettings
 from ..utils import autocast
+from ..utils.misc import on_gpu
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start
 
@@ -177,9 +177,9 @@ class DPSinkhorn(GenerativeMethod):
                            "private": self.private}
         if self.rep_cfg is not None:  # (absent for pixels: pixel-mode checkpoints keep their signature)
             self._signature["representation"] = dict(self.rep_cfg)
-        # capturable on an accelerator that supports it: Adam's step counts live on the device (no host read per step)
+        # capturable on a GPU: Adam's step counts live on the device (no host read per step)
         self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay,
-                                    capturable=ctx.device.type in _get_capturable_supported_devices())
+                                    capturable=on_gpu(ctx.device))
         self.G.train()
 
     @property

@@ -174,8 +174,8 @@ def test_the_readme_says_what_varies_between_the_default_runs_it_summarises():
     cfg = compose_cfg([])
     assert cfg.trainer.deterministic is False and cfg.dataset.seed == cfg.seed
     text = _flat("README.md")
-    assert "What varies between the runs of a row: the noise, always" in text
-    assert "the seed sets the train / test split" in text and "4 such runs gave LogReg" in text
+    assert "The noise is drawn from OS entropy whatever `seed` says (the seed sets the split and the evaluation)" in text
+    assert "`make train` four times gave LogReg" in text
 
 
 def test_the_celeba_guides_fixture_command_keeps_the_fid_it_promises(tmp_path):

@@ -158,7 +158,7 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
     elif kind == "DPSinkhorn":
         _setup(method, data, ledger, seed)
         mech = method.mechanisms["image_gradient"]
-        shape = (method.batch_size, data.dim)
+        shape = (method.schedule.batch_size, data.dim)
         for t in sorted({1, steps}):
             out.append(audit_sanitiser_mechanism(mech, shape=shape, runs=runs if t == 1 else compose_runs, steps=t,
                                                  seed=seed, preset=preset))

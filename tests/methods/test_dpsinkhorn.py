@@ -247,12 +247,12 @@ def test_presets_compose_with_the_spec_hyperparameters(exp):
 
     cfg = compose_cfg([f"experiment={exp}"])
     m = instantiate(cfg.model, _convert_="all")
-    assert m.ratio == 0.4 and m.embed_multiplier == 15.0
+    assert m.loss.debias_ratio == 0.4 and m.loss.embed_multiplier == 15.0
     expected = {"mnist_dpsinkhorn": (1.0, 1.1, 0.5, 0.05, 50), "fmnist_dpsinkhorn": (3.0, 0.9, 0.5, 0.05, 50),
                 "celeba32_dpsinkhorn": (1.0, 0.8, 0.1, 5.0, 200)}
     if exp in expected:
-        assert (m.ot.m, m.sigma, m.clip_norm, m.ot.reg, m.batch_size) == expected[exp]
-    assert m.private == (exp != "mnist_sinkhorn")
+        assert (m.loss.m, m.release.noise_multiplier, m.release.clip_norm, m.loss.reg, m.schedule.batch_size) == expected[exp]
+    assert m.release.private == (exp != "mnist_sinkhorn")
 
 
 # -- representation --------------------------------------------------------
@@ -338,7 +338,7 @@ def test_online_backend_runs_the_private_step(tmp_path, tmp_path_factory, data):
     pykeops.set_build_folder(str(tmp_path_factory.mktemp("keops")))  # hermetic: never the user's cache
     try:
         method, ledger, out, g = _fit(tmp_path, data, steps=2, sinkhorn_backend="online")
-        assert method.ot.backend == "online" and out["train_steps"] == 2 == ledger.steps
+        assert method.loss.ot.backend == "online" and out["train_steps"] == 2 == ledger.steps
         assert len(g.grads) == 2 and all(bool(torch.isfinite(x).all()) for x in g.grads)
         assert all(bool(torch.isfinite(p).all()) for p in g.parameters())
     finally:

@@ -78,7 +78,7 @@ from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
 from ..privacy.noise import FixedMultiplier, FixedStd, NoisePolicy, NoiseSettings
 from ..utils import autocast
-from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
+from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed, settle
 from .warm_start import WarmTarget, as_warm_start
 
 
@@ -101,9 +101,9 @@ class SinkhornLoss:
         if self.debias not in DEBIAS:
             raise ValueError(f"model.debias={self.debias!r} is unknown; choose one of {DEBIAS}")
         extra_rows(1, self.debias_ratio)  # validates p
-        _set(self, debias_ratio=float(self.debias_ratio), embed_multiplier=float(self.embed_multiplier),
+        settle(self, debias_ratio=float(self.debias_ratio), embed_multiplier=float(self.embed_multiplier),
              ot=EntropicOT(reg=self.reg, cost=self.cost, m=self.m, scaling=self.scaling, backend=self.backend))
-        _set(self, m=self.ot.m, reg=self.ot.reg, scaling=self.ot.scaling)  # validated and converted by EntropicOT
+        settle(self, m=self.ot.m, reg=self.ot.reg, scaling=self.ot.scaling)  # validated and converted by EntropicOT
 
     def n_extra(self, n: int) -> int:
         """``n'``: the generated rows of the debiasing term (0 unless ``debias=semi``)."""
@@ -125,7 +125,7 @@ class ImageGradientRelease:
             raise ValueError(f"model.clip={self.clip!r} is unknown; choose one of {CLIP_MODES}")
         if self.clip_norm <= 0:
             raise ValueError(f"model.clip_norm (C) must be > 0, got {self.clip_norm}")
-        _set(self, clip_norm=float(self.clip_norm), private=bool(self.private))
+        settle(self, clip_norm=float(self.clip_norm), private=bool(self.private))
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class AdamSettings:
     betas: tuple[float, float] = (0.9, 0.999)
 
     def __post_init__(self) -> None:
-        _set(self, lr=float(self.lr), weight_decay=float(self.weight_decay), betas=tuple(self.betas))
+        settle(self, lr=float(self.lr), weight_decay=float(self.weight_decay), betas=tuple(self.betas))
 
 
 @dataclass(frozen=True)
@@ -151,13 +151,7 @@ class Schedule:
     def __post_init__(self) -> None:
         if self.steps is not None and int(self.steps) < 1:
             raise ValueError(f"model.steps must be >= 1 or null (until the target epsilon), got {self.steps}")
-        _set(self, batch_size=int(self.batch_size), steps=None if self.steps is None else int(self.steps))
-
-
-def _set(settings: object, **values: object) -> None:
-    """Store converted values on a frozen settings object (from its ``__post_init__`` only)."""
-    for key, value in values.items():
-        object.__setattr__(settings, key, value)
+        settle(self, batch_size=int(self.batch_size), steps=None if self.steps is None else int(self.steps))
 
 
 class DPSinkhorn(GenerativeMethod):

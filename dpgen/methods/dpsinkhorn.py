@@ -64,20 +64,22 @@ budget stop are ``methods.loop``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from ..data import DataSplits
 from ..data.representations import build_representation
 from ..errors import ConfigError
-from ..ot.sinkhorn import DEBIAS, EntropicOT, embed, extra_rows, sinkhorn_generator_loss
+from ..ot.sinkhorn import DEBIAS, EntropicOT, embed, extra_rows, max_cost, sinkhorn_generator_loss
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
 from ..privacy.noise import FixedMultiplier, FixedStd, NoisePolicy, NoiseSettings
 from ..utils import autocast
+from ..utils.misc import on_gpu
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed, settle
 from .warm_start import WarmTarget, as_warm_start
 
@@ -85,7 +87,7 @@ from .warm_start import WarmTarget, as_warm_start
 @dataclass(frozen=True)
 class SinkhornLoss:
     """The semi-debiased Sinkhorn loss (``model.cost``, ``m``, ``reg``, ``scaling``, ``debias``, ``debias_ratio``,
-    ``embed_multiplier``, ``sinkhorn_backend``); ``ot`` is the entropic OT it evaluates, built once."""
+    ``embed_multiplier``, ``sinkhorn_backend``)."""
 
     cost: str = "l1+l2"
     m: float = 1.0
@@ -95,15 +97,18 @@ class SinkhornLoss:
     debias_ratio: float = 0.4
     embed_multiplier: float = 15.0
     backend: str = "tensorized"
-    ot: EntropicOT = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.debias not in DEBIAS:
             raise ValueError(f"model.debias={self.debias!r} is unknown; choose one of {DEBIAS}")
         extra_rows(1, self.debias_ratio)  # validates p
-        settle(self, debias_ratio=float(self.debias_ratio), embed_multiplier=float(self.embed_multiplier),
-             ot=EntropicOT(reg=self.reg, cost=self.cost, m=self.m, scaling=self.scaling, backend=self.backend))
-        settle(self, m=self.ot.m, reg=self.ot.reg, scaling=self.ot.scaling)  # validated and converted by EntropicOT
+        ot = self.entropic_ot()  # checks cost, m, reg, scaling and the backend
+        settle(self, m=ot.m, reg=ot.reg, scaling=ot.scaling, debias_ratio=float(self.debias_ratio),
+               embed_multiplier=float(self.embed_multiplier))
+
+    def entropic_ot(self) -> EntropicOT:
+        """``W_{c,λ}`` of these settings (:class:`dpgen.ot.sinkhorn.EntropicOT`)."""
+        return EntropicOT(reg=self.reg, cost=self.cost, m=self.m, scaling=self.scaling, backend=self.backend)
 
     def n_extra(self, n: int) -> int:
         """``n'``: the generated rows of the debiasing term (0 unless ``debias=semi``)."""
@@ -176,6 +181,7 @@ class DPSinkhorn(GenerativeMethod):
             raise ConfigError("model.warm_start spends a share of a private budget: drop model.private=false")
         self.loss = SinkhornLoss(cost=cost, m=m, reg=reg, scaling=scaling, debias=debias, debias_ratio=debias_ratio,
                                  embed_multiplier=embed_multiplier, backend=sinkhorn_backend)
+        self.ot = self.loss.entropic_ot()  # its diameter is set in setup (the features' public box)
         self.release = ImageGradientRelease(clip_norm=clip_norm, noise_multiplier=noise_multiplier, clip=clip,
                                             private=private)
         self.optimiser = AdamSettings(lr=lr, weight_decay=weight_decay, betas=betas)
@@ -216,17 +222,22 @@ class DPSinkhorn(GenerativeMethod):
         self.device, self.num_classes, self.precision = ctx.device, data.num_classes, ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
         # the released gradient couples the whole batch: several processes read the whole batch (split=False)
-        loss, release, schedule = self.loss, self.release, self.schedule
+        release, schedule = self.release, self.schedule
         self.sampler = PrivateSampler(data.private, schedule.batch_size, ledger.sampling, seed=secret_seed(ctx),
-                                      split=False)
+                                      split=False, device=ctx.device)  # on an accelerator: sampler.poisson_indices
         self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=release.clip_norm, n_rows=schedule.batch_size,
                                                 sample_rate=self.sampler.sample_rate, clip=release.clip,
-                                                noise=self.noise, steps=schedule.steps, seed=mechanism_seed(ctx))
+                                                noise=self.noise, steps=schedule.steps, seed=mechanism_seed(ctx),
+                                                device=ctx.device)
         self.mechanisms = {"image_gradient": self.sanitiser}
         lo, hi = data.value_range
         self._range = (lo, hi)  # data range -> [-1, 1] (public constants)
         if self.rep_cfg is not None:
             self.basis, self.center = sinkhorn_representation(self.rep_cfg, data, ctx.device)
+        # ε-scaling starts at the largest cost the features can have (public: their declared box), so the
+        # Sinkhorn schedule is fixed before the step and nothing is read back from the device
+        self.ot.diameter = max(max_cost(self.ot.cost, self.ot.m, *self.feature_box(data.image_shape)), 10 * self.ot.reg)
+        loss = self.loss
         self._signature = {"n_private": len(data.private), "dataset": data.name, "batch_size": schedule.batch_size,
                            "steps": schedule.steps, "sigma": self.sanitiser.sigma, "clip": release.clip,
                            "clip_norm": release.clip_norm, "cost": loss.cost, "m": loss.m, "reg": loss.reg,
@@ -234,8 +245,10 @@ class DPSinkhorn(GenerativeMethod):
                            "private": release.private}
         if self.rep_cfg is not None:  # (absent for pixels: pixel-mode checkpoints keep their signature)
             self._signature["representation"] = dict(self.rep_cfg)
+        # capturable on a GPU: Adam's step counts live on the device (no host read per step)
         adam = self.optimiser
-        self.opt = torch.optim.Adam(self.G.parameters(), lr=adam.lr, betas=adam.betas, weight_decay=adam.weight_decay)
+        self.opt = torch.optim.Adam(self.G.parameters(), lr=adam.lr, betas=adam.betas, weight_decay=adam.weight_decay,
+                                    capturable=on_gpu(ctx.device))
         self.G.train()
 
     @property
@@ -273,9 +286,9 @@ class DPSinkhorn(GenerativeMethod):
         rows_real = embed(self._features((x_t - lo) / (hi - lo) * 2.0 - 1.0), y_t.to(dev), k, objective.embed_multiplier)
         rows_gen = embed(self._features(torch.cat([x_cross, x_debias])), y_all, k, objective.embed_multiplier)
         if rows_real.shape[0] > 0:  # L = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])  (semi-debiased, DP-Sinkhorn paper, semi-debiased Sinkhorn loss)
-            loss = sinkhorn_generator_loss(objective.ot, rows_gen, rows_real, n, objective.debias, objective.debias_ratio)
+            loss = sinkhorn_generator_loss(self.ot, rows_gen, rows_real, n, objective.debias, objective.debias_ratio)
         elif n_extra:  # empty draw: the cross term is 0 (module docstring)
-            loss = -objective.ot(rows_gen[:n], rows_gen[n_extra:n + n_extra])
+            loss = -self.ot(rows_gen[:n], rows_gen[n_extra:n + n_extra])
         else:
             loss = (rows_gen[:n] * 0.0).sum()
         self.opt.zero_grad(set_to_none=True)
@@ -285,6 +298,16 @@ class DPSinkhorn(GenerativeMethod):
         # un-noised function of the private batch (logged for non-private runs only)
         out = {"released_grad_norm": released["g"].norm()}  # 0-d tensors: the loop syncs at its log cadence
         return out if release.private else {"loss": loss.detach(), **out}
+
+    def feature_box(self, image_shape: tuple[int, ...]) -> tuple[float, float]:
+        """``(largest squared L2, largest L1)`` distance between two feature rows ``[features(x) ‖ e·onehot(y)]``
+        of images in [−1, 1] (public constants).  Codes ``(x − c) V`` (orthonormal V) are no farther apart in L2
+        than the images (≤ 2√D), so their L1 distance is ≤ 2√(K D)."""
+        d = math.prod(image_shape)
+        sq, l1 = 4.0 * d, (2.0 * d if self.basis is None else 2.0 * math.sqrt(self.basis.shape[1] * d))
+        if self.num_classes:
+            sq, l1 = sq + 2.0 * self.loss.embed_multiplier ** 2, l1 + 2.0 * self.loss.embed_multiplier
+        return sq, l1
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         """Images in [−1, 1] ``(n, C, H, W)`` -> pixels (unchanged) or codes ``(x_flat − c) V: (n, K)``."""

@@ -28,6 +28,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -71,7 +72,7 @@ class Forked:
         self._recv, send = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_child, args=(send, fn, args, kwargs, os.getpid()), name="dpgen-eval-worker",
                                  daemon=True)
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)  # no stop signal inside the fork
+        held = _hold_stops()  # no stop signal handled inside the fork
         try:
             with warnings.catch_warnings():
                 # Python >= 3.12 warns on every fork of a process with threads (here: W&B's and rich's); the child
@@ -81,7 +82,7 @@ class Forked:
         finally:
             send.close()
             try:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a signal that came meanwhile is raised here
+                _release_stops(held)  # a signal that came meanwhile is raised here, once
             except BaseException:  # the run stops: so does the worker
                 self.close()
                 raise
@@ -107,6 +108,28 @@ class Forked:
             self._proc.terminate()
             self._proc.join()
 
+
+
+def _hold_stops() -> tuple:
+    """Hold SIGINT / SIGTERM: blocked in this thread, and recorded (not handled) if another thread of the process
+    takes them (a process-directed signal goes to any thread that does not block it: W&B's, torch's)."""
+    if threading.current_thread() is not threading.main_thread():
+        return (None, {}, [])
+    came: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in STOPS}
+    return (signal.pthread_sigmask(signal.SIG_BLOCK, STOPS), previous, came)
+
+
+def _release_stops(held: tuple) -> None:
+    """Undo :func:`_hold_stops`; the first stop signal that came meanwhile is then raised here, once."""
+    mask, previous, came = held
+    if mask is None:
+        return
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending in this thread is recorded now
+    for s, h in previous.items():
+        signal.signal(s, h)
+    if came:
+        signal.raise_signal(came[0])  # the run's own handler, in this (the main) thread
 
 STOPS = {signal.SIGINT, signal.SIGTERM}
 PR_SET_PDEATHSIG = 1  # prctl(2)

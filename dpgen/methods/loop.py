@@ -225,14 +225,14 @@ def _warm_release(warm, ck: dict | None, data: DataSplits, ledger: PrivacyLedger
     if dist.is_main():  # several processes: rank 0 writes
         write_atomically({"step": 0, "warm_start": warm.state_dict(), "ledger": ledger.state_dict(),
                           "rng": rng_state()}, ctx.checkpoint_path)
-        Console(stderr=True).log(warm.phase_one_line(ledger))
+        Console(stderr=True).log(phase_one_line(warm, ledger))
 
 
 def _warm_up(method: Method, warm, ledger: PrivacyLedger, signature: dict, ctx: TrainContext) -> None:
     """Phase 2b: fit the method to the release (post-processing only, with a progress bar), then checkpoint it
     (phase 2).  The console says what phase 2 releases (its mechanisms, calibrated for what phase 1 left)."""
     if dist.is_main():
-        Console(stderr=True).log(warm.phase_two_line(method.mechanisms, ledger))
+        Console(stderr=True).log(phase_two_line(method.mechanisms, ledger))
     if warm.phase < 2:
         with progress_bar("warm-up fit (post-processing of phase 1)", enabled=ctx.progress, transient=True) as bar:
             task = bar.add_task("warm-up", total=warm.steps, info="")
@@ -329,6 +329,20 @@ def _publish(method: Method, ledger: PrivacyLedger, signature: dict, done: int, 
     write_atomically({**method.release_state(), "signature": public_signature(signature, ledger.relation), **extra},
                      ctx.run_dir / method.release_name)
     method.finish(ctx)
+
+
+def phase_one_line(warm, ledger: PrivacyLedger) -> str:
+    """A warm start's console line of phase 1 (``ledger``: right after the moment release, nothing else in it)."""
+    m, acct = warm.method.mech, ledger.calibrating_accountant
+    return (f"warm start, phase 1: one {m.kind} release (the DP class-Gaussian's moments), noise multiplier "
+            f"{m.noise_multiplier:.4g} (std {m.noise_std:.4g}), ε {ledger.epsilon():.4g} alone ({acct.upper()}; "
+            f"share {warm.share:g} of ε = {ledger.target_epsilon:g}); the warm-up reads this release only")
+
+def phase_two_line(mechanisms: dict, ledger: PrivacyLedger) -> str:
+    """A warm start's console line of phase 2: the method's mechanisms, calibrated for what phase 1 left."""
+    noise = ", ".join(f"{m.kind} noise multiplier {m.noise_multiplier:.4g}" for m in mechanisms.values() if m.private)
+    return (f"warm start, phase 2: {noise or 'no private mechanism'}; both phases compose to ε ≤ "
+            f"{ledger.target_epsilon:g} ({ledger.calibrating_accountant.upper()}), each phase's ε in the results")
 
 
 def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> dict:

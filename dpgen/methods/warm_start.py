@@ -184,19 +184,6 @@ class WarmStart:
         self.phase = 2
         return self.summary
 
-    def phase_one_line(self, ledger: PrivacyLedger) -> str:
-        """The console line of phase 1 (``ledger``: right after the moment release, nothing else in it)."""
-        m, acct = self.method.mech, ledger.calibrating_accountant
-        return (f"warm start, phase 1: one {m.kind} release (the DP class-Gaussian's moments), noise multiplier "
-                f"{m.noise_multiplier:.4g} (std {m.noise_std:.4g}), ε {ledger.epsilon():.4g} alone ({acct.upper()}; "
-                f"share {self.share:g} of ε = {ledger.target_epsilon:g}); the warm-up reads this release only")
-
-    def phase_two_line(self, mechanisms: dict, ledger: PrivacyLedger) -> str:
-        """The console line of phase 2: the method's mechanisms, calibrated for what phase 1 left."""
-        noise = ", ".join(f"{m.kind} noise multiplier {m.noise_multiplier:.4g}" for m in mechanisms.values() if m.private)
-        return (f"warm start, phase 2: {noise or 'no private mechanism'}; both phases compose to ε ≤ "
-                f"{ledger.target_epsilon:g} ({ledger.calibrating_accountant.upper()}), each phase's ε in the results")
-
     def state_dict(self) -> dict:
         """For the checkpoint (it holds the mechanism's RNG state: as sensitive as the data, like every checkpoint)."""
         return {"phase": self.phase, "signature": self.signature(), "ledger": self.ledger_after_release,

@@ -88,11 +88,19 @@ def _stops_as_the_worker_sees_them():
 
 
 @needs_fork
-def test_a_stop_signal_during_the_fork_reaches_the_parent_once_and_ends_the_worker(monkeypatch):
+@pytest.mark.parametrize("other_thread", [False, True])
+def test_a_stop_signal_during_the_fork_reaches_the_parent_once_and_ends_the_worker(monkeypatch, other_thread):
     """The signal is held while the process forks, then raised in the parent (never inside the fork's
-    machinery, where it printed "Exception ignored"); the worker it started is stopped with it."""
+    machinery, where it printed "Exception ignored"); the worker it started is stopped with it.  Also when
+    another thread (W&B's, torch's) could take the process-directed signal: blocking it in this thread alone
+    does not hold it then."""
     import signal
+    import threading
     import time
+
+    if other_thread:
+        release = threading.Event()
+        threading.Thread(target=release.wait, daemon=True).start()
 
     import dpgen.eval.workers as workers
 
@@ -117,6 +125,8 @@ def test_a_stop_signal_during_the_fork_reaches_the_parent_once_and_ends_the_work
             Forked(time.sleep, 60)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if other_thread:
+            release.set()
     (proc,) = started
     assert not proc.is_alive() and proc.exitcode is not None
     monkeypatch.undo()

@@ -139,7 +139,7 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
         d_lat = int(ae.latent_dim) if ae is not None else data.dim
         D = d_lat + (data.num_classes if method.label_mode == "concat" else 0)
         if kind == "DPSWFlow":
-            mech = OneShotProjectionRelease(ledger, dim=D, calibration=method.calibration,
+            mech = OneShotProjectionRelease(ledger, dim=D, calibration=method.one_shot_settings.calibration,
                                             noise=method.release_noise(ledger, one_shot=True), **method.dp.release_settings())
             name = "DPSWflow one-shot release (whole private set)"
         else:
@@ -158,7 +158,7 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
     elif kind == "DPSinkhorn":
         _setup(method, data, ledger, seed)
         mech = method.mechanisms["image_gradient"]
-        shape = (method.batch_size, data.dim)
+        shape = (method.schedule.batch_size, data.dim)
         for t in sorted({1, steps}):
             out.append(audit_sanitiser_mechanism(mech, shape=shape, runs=runs if t == 1 else compose_runs, steps=t,
                                                  seed=seed, preset=preset))

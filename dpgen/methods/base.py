@@ -80,6 +80,13 @@ def mechanism_seed(ctx: TrainContext, offset: int = 11) -> int | None:
     return ctx.seed + offset if ctx.deterministic else None
 
 
+def settle(settings: object, **values: object) -> None:
+    """Store a frozen settings dataclass's converted values (``int("16")``, ``tuple([0.9, 0.999])``): call it from
+    the dataclass's ``__post_init__`` only, after the checks."""
+    for key, value in values.items():
+        object.__setattr__(settings, key, value)
+
+
 def load_resume_checkpoint(path: Path, signature: dict) -> dict:
     """Load a checkpoint to resume from, refusing one written by a run with other settings."""
     ck = load_checkpoint(path)

@@ -66,33 +66,105 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from ..data import DataSplits
 from ..data.representations import build_representation
 from ..errors import ConfigError
-from ..ot.sinkhorn import (
-    COSTS,
-    DEBIAS,
-    EntropicOT,
-    embed,
-    extra_rows,
-    max_cost,
-    sinkhorn_generator_loss,
-)
+from ..ot.sinkhorn import DEBIAS, EntropicOT, embed, extra_rows, max_cost, sinkhorn_generator_loss
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
 from ..privacy.noise import FixedMultiplier, FixedStd, NoisePolicy, NoiseSettings
 from ..utils import autocast
 from ..utils.misc import on_gpu
-from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
+from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed, settle
 from .warm_start import WarmTarget, as_warm_start
 
 
+@dataclass(frozen=True)
+class SinkhornLoss:
+    """The semi-debiased Sinkhorn loss (``model.cost``, ``m``, ``reg``, ``scaling``, ``debias``, ``debias_ratio``,
+    ``embed_multiplier``, ``sinkhorn_backend``)."""
+
+    cost: str = "l1+l2"
+    m: float = 1.0
+    reg: float = 0.05
+    scaling: float = 0.9
+    debias: str = "semi"
+    debias_ratio: float = 0.4
+    embed_multiplier: float = 15.0
+    backend: str = "tensorized"
+
+    def __post_init__(self) -> None:
+        if self.debias not in DEBIAS:
+            raise ValueError(f"model.debias={self.debias!r} is unknown; choose one of {DEBIAS}")
+        extra_rows(1, self.debias_ratio)  # validates p
+        ot = self.entropic_ot()  # checks cost, m, reg, scaling and the backend
+        settle(self, m=ot.m, reg=ot.reg, scaling=ot.scaling, debias_ratio=float(self.debias_ratio),
+               embed_multiplier=float(self.embed_multiplier))
+
+    def entropic_ot(self) -> EntropicOT:
+        """``W_{c,λ}`` of these settings (:class:`dpgen.ot.sinkhorn.EntropicOT`)."""
+        return EntropicOT(reg=self.reg, cost=self.cost, m=self.m, scaling=self.scaling, backend=self.backend)
+
+    def n_extra(self, n: int) -> int:
+        """``n'``: the generated rows of the debiasing term (0 unless ``debias=semi``)."""
+        return extra_rows(n, self.debias_ratio) if self.debias == "semi" else 0
+
+
+@dataclass(frozen=True)
+class ImageGradientRelease:
+    """The release of the image gradient (``model.clip_norm``, ``noise_multiplier``, ``clip``, ``private``):
+    ``noise_multiplier=None`` calibrates sigma to the target epsilon."""
+
+    clip_norm: float = 0.5
+    noise_multiplier: float | None = 1.1
+    clip: str = "whole"
+    private: bool = True
+
+    def __post_init__(self) -> None:
+        if self.clip not in CLIP_MODES:
+            raise ValueError(f"model.clip={self.clip!r} is unknown; choose one of {CLIP_MODES}")
+        if self.clip_norm <= 0:
+            raise ValueError(f"model.clip_norm (C) must be > 0, got {self.clip_norm}")
+        settle(self, clip_norm=float(self.clip_norm), private=bool(self.private))
+
+
+@dataclass(frozen=True)
+class AdamSettings:
+    """The generator's optimiser (``model.lr``, ``weight_decay``, ``betas``): Adam."""
+
+    lr: float = 1e-5
+    weight_decay: float = 1e-5
+    betas: tuple[float, float] = (0.9, 0.999)
+
+    def __post_init__(self) -> None:
+        settle(self, lr=float(self.lr), weight_decay=float(self.weight_decay), betas=tuple(self.betas))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """``model.batch_size`` (B: the expected Poisson batch and the generated batch n) and ``model.steps`` (None:
+    until the target epsilon would be exceeded)."""
+
+    batch_size: int = 50
+    steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and int(self.steps) < 1:
+            raise ValueError(f"model.steps must be >= 1 or null (until the target epsilon), got {self.steps}")
+        settle(self, batch_size=int(self.batch_size), steps=None if self.steps is None else int(self.steps))
+
+
 class DPSinkhorn(GenerativeMethod):
-    """Generator trained with the (semi-debiased) Sinkhorn loss; private through the image gradient."""
+    """Generator trained with the (semi-debiased) Sinkhorn loss; private through the image gradient.
+
+    The flat ``model.*`` settings are grouped as the algorithm reads them: ``self.loss``
+    (:class:`SinkhornLoss`), ``self.release`` (:class:`ImageGradientRelease`), ``self.optimiser``
+    (:class:`AdamSettings`) and ``self.schedule`` (:class:`Schedule`)."""
 
     name = "DP-Sinkhorn"
     release_name = "generator.pt"
@@ -107,22 +179,18 @@ class DPSinkhorn(GenerativeMethod):
         self.warm_start = as_warm_start(warm_start)  # methods.warm_start: run by the loop
         if self.warm_start is not None and not private:
             raise ConfigError("model.warm_start spends a share of a private budget: drop model.private=false")
-        if cost not in COSTS:
-            raise ValueError(f"model.cost={cost!r} is unknown; choose one of {COSTS}")
-        if debias not in DEBIAS:
-            raise ValueError(f"model.debias={debias!r} is unknown; choose one of {DEBIAS}")
-        if clip not in CLIP_MODES:
-            raise ValueError(f"model.clip={clip!r} is unknown; choose one of {CLIP_MODES}")
-        if clip_norm <= 0:
-            raise ValueError(f"model.clip_norm (C) must be > 0, got {clip_norm}")
-        if steps is not None and int(steps) < 1:
-            raise ValueError(f"model.steps must be >= 1 or null (until the target epsilon), got {steps}")
+        self.loss = SinkhornLoss(cost=cost, m=m, reg=reg, scaling=scaling, debias=debias, debias_ratio=debias_ratio,
+                                 embed_multiplier=embed_multiplier, backend=sinkhorn_backend)
+        self.ot = self.loss.entropic_ot()  # its diameter is set in setup (the features' public box)
+        self.release = ImageGradientRelease(clip_norm=clip_norm, noise_multiplier=noise_multiplier, clip=clip,
+                                            private=private)
+        self.optimiser = AdamSettings(lr=lr, weight_decay=weight_decay, betas=betas)
+        self.schedule = Schedule(batch_size=batch_size, steps=steps)
         if not private and steps is None:
             raise ValueError("a non-private run (model.private=false) needs model.steps")
         if private and noise_multiplier is None and steps is None:
             raise ValueError("model.noise_multiplier=null calibrates sigma to spend accountant.epsilon in exactly "
                              "model.steps steps: set model.steps (or a fixed model.noise_multiplier)")
-        extra_rows(1, debias_ratio)  # validates p
         self.rep_cfg = None if representation is None else dict(representation)
         if self.rep_cfg is not None:
             kind = self.rep_cfg.get("kind", "dct")
@@ -133,11 +201,6 @@ class DPSinkhorn(GenerativeMethod):
             if extra:
                 raise ValueError(f"model.representation accepts kind and n_components only, got {sorted(extra)}")
         self.make_generator = generator
-        self.batch_size, self.steps = int(batch_size), None if steps is None else int(steps)
-        self.lr, self.weight_decay, self.betas = float(lr), float(weight_decay), tuple(betas)
-        self.ot = EntropicOT(reg=reg, cost=cost, m=m, scaling=scaling, backend=sinkhorn_backend)
-        self.debias, self.ratio, self.embed_multiplier = debias, float(debias_ratio), float(embed_multiplier)
-        self.clip_norm, self.sigma, self.clip, self.private = float(clip_norm), noise_multiplier, clip, bool(private)
         self.G: torch.nn.Module | None = None
         self.device, self.precision = torch.device("cpu"), "32"
         self.num_classes = 0
@@ -146,21 +209,25 @@ class DPSinkhorn(GenerativeMethod):
 
     # ------------------------------------------------------------------------------------
     def noise_settings(self) -> NoiseSettings:
-        return NoiseSettings(private=self.private, noise_multiplier=self.sigma, history=self.warm_start is not None)
+        r = self.release
+        return NoiseSettings(private=r.private, noise_multiplier=r.noise_multiplier, history=self.warm_start is not None)
 
     def noise_form(self, policy: NoisePolicy) -> NoisePolicy:
         """The paper's sigma fixed: noise std 2 C sigma (multiplier sigma for the whole-batch clip, sigma / sqrt(n) per row)."""
-        return FixedStd(2.0 * self.clip_norm * policy.multiplier) if isinstance(policy, FixedMultiplier) else policy
+        if isinstance(policy, FixedMultiplier):
+            return FixedStd(2.0 * self.release.clip_norm * policy.multiplier)
+        return policy
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device, self.num_classes, self.precision = ctx.device, data.num_classes, ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
         # the released gradient couples the whole batch: several processes read the whole batch (split=False)
-        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx), split=False,
-                                      device=ctx.device)  # Poisson on an accelerator: privacy.sampler.poisson_indices
-        self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=self.clip_norm, n_rows=self.batch_size,
-                                                sample_rate=self.sampler.sample_rate, clip=self.clip,
-                                                noise=self.noise, steps=self.steps, seed=mechanism_seed(ctx),
+        release, schedule = self.release, self.schedule
+        self.sampler = PrivateSampler(data.private, schedule.batch_size, ledger.sampling, seed=secret_seed(ctx),
+                                      split=False, device=ctx.device)  # on an accelerator: sampler.poisson_indices
+        self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=release.clip_norm, n_rows=schedule.batch_size,
+                                                sample_rate=self.sampler.sample_rate, clip=release.clip,
+                                                noise=self.noise, steps=schedule.steps, seed=mechanism_seed(ctx),
                                                 device=ctx.device)
         self.mechanisms = {"image_gradient": self.sanitiser}
         lo, hi = data.value_range
@@ -170,21 +237,23 @@ class DPSinkhorn(GenerativeMethod):
         # ε-scaling starts at the largest cost the features can have (public: their declared box), so the
         # Sinkhorn schedule is fixed before the step and nothing is read back from the device
         self.ot.diameter = max(max_cost(self.ot.cost, self.ot.m, *self.feature_box(data.image_shape)), 10 * self.ot.reg)
-        self._signature = {"n_private": len(data.private), "dataset": data.name, "batch_size": self.batch_size,
-                           "steps": self.steps, "sigma": self.sanitiser.sigma, "clip": self.clip,
-                           "clip_norm": self.clip_norm, "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg,
-                           "debias": self.debias, "ratio": self.ratio, "sampling": ledger.sampling,
-                           "private": self.private}
+        loss = self.loss
+        self._signature = {"n_private": len(data.private), "dataset": data.name, "batch_size": schedule.batch_size,
+                           "steps": schedule.steps, "sigma": self.sanitiser.sigma, "clip": release.clip,
+                           "clip_norm": release.clip_norm, "cost": loss.cost, "m": loss.m, "reg": loss.reg,
+                           "debias": loss.debias, "ratio": loss.debias_ratio, "sampling": ledger.sampling,
+                           "private": release.private}
         if self.rep_cfg is not None:  # (absent for pixels: pixel-mode checkpoints keep their signature)
             self._signature["representation"] = dict(self.rep_cfg)
         # capturable on a GPU: Adam's step counts live on the device (no host read per step)
-        self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay,
+        adam = self.optimiser
+        self.opt = torch.optim.Adam(self.G.parameters(), lr=adam.lr, betas=adam.betas, weight_decay=adam.weight_decay,
                                     capturable=on_gpu(ctx.device))
         self.G.train()
 
     @property
     def total_steps(self) -> int | None:
-        return self.steps  # None: until the budget is spent (the loop's allowance)
+        return self.schedule.steps  # None: until the budget is spent (the loop's allowance)
 
     def step(self, t: int) -> dict:
         """DP-Sinkhorn, one generator update (Alg. 1)::
@@ -194,8 +263,8 @@ class DPSinkhorn(GenerativeMethod):
             G~ = clip_C(dL/dX[0:n]) + N(0, (2 C sigma)^2)          (THE release, in the backward hook)
             theta <- Adam(theta, G~ dX/dtheta)                      (post-processing)
         """
-        n, k, dev = self.batch_size, self.num_classes, self.device
-        n_extra = extra_rows(n, self.ratio) if self.debias == "semi" else 0
+        n, k, dev, objective, release = self.schedule.batch_size, self.num_classes, self.device, self.loss, self.release
+        n_extra = objective.n_extra(n)
         y_g = torch.randint(max(k, 1), (n,), device=dev)
         y_all = torch.cat([y_g, y_g[:n_extra]])  # the n' extra samples reuse the first n' labels, fresh z
         with autocast(dev, self.precision):  # trainer.precision=bf16: the generator forward only
@@ -209,15 +278,15 @@ class DPSinkhorn(GenerativeMethod):
             return released["g"]
 
         x_cross.register_hook(cross_hook)
-        if n_extra and self.private:
-            x_debias.register_hook(lambda g: clip_whole(g, self.clip_norm))  # no data dependence: clip, no noise
+        if n_extra and release.private:
+            x_debias.register_hook(lambda g: clip_whole(g, release.clip_norm))  # no data dependence: clip, no noise
         x_t, y_t = self.sampler.sample()                                              # Y ~ Poisson(q) private batch
         lo, hi = self._range  # public value range: a non-finite or out-of-range pixel cannot crash the loss
         x_t = torch.nan_to_num(x_t.to(dev), nan=lo, posinf=hi, neginf=lo).clamp(lo, hi)
-        rows_real = embed(self._features((x_t - lo) / (hi - lo) * 2.0 - 1.0), y_t.to(dev), k, self.embed_multiplier)
-        rows_gen = embed(self._features(torch.cat([x_cross, x_debias])), y_all, k, self.embed_multiplier)
+        rows_real = embed(self._features((x_t - lo) / (hi - lo) * 2.0 - 1.0), y_t.to(dev), k, objective.embed_multiplier)
+        rows_gen = embed(self._features(torch.cat([x_cross, x_debias])), y_all, k, objective.embed_multiplier)
         if rows_real.shape[0] > 0:  # L = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])  (semi-debiased, DP-Sinkhorn paper, semi-debiased Sinkhorn loss)
-            loss = sinkhorn_generator_loss(self.ot, rows_gen, rows_real, n, self.debias, self.ratio)
+            loss = sinkhorn_generator_loss(self.ot, rows_gen, rows_real, n, objective.debias, objective.debias_ratio)
         elif n_extra:  # empty draw: the cross term is 0 (module docstring)
             loss = -self.ot(rows_gen[:n], rows_gen[n_extra:n + n_extra])
         else:
@@ -228,7 +297,7 @@ class DPSinkhorn(GenerativeMethod):
         # only the norm of the RELEASED gradient may be logged by a private run; the loss value is an
         # un-noised function of the private batch (logged for non-private runs only)
         out = {"released_grad_norm": released["g"].norm()}  # 0-d tensors: the loop syncs at its log cadence
-        return out if self.private else {"loss": loss.detach(), **out}
+        return out if release.private else {"loss": loss.detach(), **out}
 
     def feature_box(self, image_shape: tuple[int, ...]) -> tuple[float, float]:
         """``(largest squared L2, largest L1)`` distance between two feature rows ``[features(x) ‖ e·onehot(y)]``
@@ -237,7 +306,7 @@ class DPSinkhorn(GenerativeMethod):
         d = math.prod(image_shape)
         sq, l1 = 4.0 * d, (2.0 * d if self.basis is None else 2.0 * math.sqrt(self.basis.shape[1] * d))
         if self.num_classes:
-            sq, l1 = sq + 2.0 * self.embed_multiplier ** 2, l1 + 2.0 * self.embed_multiplier
+            sq, l1 = sq + 2.0 * self.loss.embed_multiplier ** 2, l1 + 2.0 * self.loss.embed_multiplier
         return sq, l1
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
@@ -275,13 +344,13 @@ class DPSinkhorn(GenerativeMethod):
         return {"generator": self.G.state_dict()}
 
     def train_summary(self) -> dict:
-        s = self.sanitiser
+        s, loss, release = self.sanitiser, self.loss, self.release
         # one spelling: noise_multiplier = noise_std / sensitivity (accounted); sigma = the paper's (std 2 C sigma)
         return {"sigma": s.sigma, "noise_multiplier": s.noise_multiplier, "noise_std": s.noise_std,
-                "clip": self.clip, "clip_norm": self.clip_norm,
-                "sensitivity": s.sensitivity_under(s.relation), "sigma_calibrated": self.private and self.sigma is None,
-                "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg, "debias": self.debias,
-                "debias_ratio": self.ratio, "sinkhorn_backend": self.ot.backend, "guarantee": s.guarantee,
+                "clip": release.clip, "clip_norm": release.clip_norm, "sensitivity": s.sensitivity_under(s.relation),
+                "sigma_calibrated": release.private and release.noise_multiplier is None,
+                "cost": loss.cost, "m": loss.m, "reg": loss.reg, "debias": loss.debias,
+                "debias_ratio": loss.debias_ratio, "sinkhorn_backend": loss.backend, "guarantee": s.guarantee,
                 "representation": None if self.rep_cfg is None else
                 f"{self.rep_cfg.get('kind', 'dct')}-{self.basis.shape[1]}"}
 

@@ -32,6 +32,8 @@ unit sphere (the decoder's training domain) before decoding.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -47,26 +49,59 @@ from ..ot.flows import (
 )
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.accountants import analytic_gaussian_epsilon
+from ..privacy.conventions import PaperConvention
 from ..privacy.mechanisms import OneShotProjectionRelease
 from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks
-from .base import TrainContext, mechanism_seed
+from .base import TrainContext, mechanism_seed, settle
 from .latent import LatentMethod
 from .warm_start import WarmTarget
+
+
+@dataclass(frozen=True)
+class FlowSettings:
+    """The particle flow (``model.n_particles``, ``step_size`` (h), ``reg`` (lambda: the entropy of the
+    Euler-Maruyama step), ``num_percentiles`` (M quantile levels))."""
+
+    n_particles: int = 10000
+    step_size: float = 3.0
+    reg: float = 0.0
+    num_percentiles: int = 30000
+
+    def __post_init__(self) -> None:
+        if int(self.n_particles) < 2:
+            raise ValueError(f"model.n_particles must be >= 2, got {self.n_particles}")
+        if float(self.step_size) <= 0 or float(self.reg) < 0:
+            raise ValueError(f"model.step_size must be > 0 and model.reg >= 0, got {self.step_size}, {self.reg}")
+        settle(self, n_particles=int(self.n_particles), step_size=float(self.step_size), reg=float(self.reg),
+               num_percentiles=int(self.num_percentiles))
+
+
+@dataclass(frozen=True)
+class OneShotSettings:
+    """DPSWflow's one release (``model.projections_per_step`` (M_theta), ``calibration``, ``block_slack``);
+    ``projections_per_step`` is checked against ``num_projections`` by the method."""
+
+    projections_per_step: int = 25
+    calibration: str = "rdp"
+    block_slack: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not float(self.block_slack) > 0:
+            raise ValueError(f"model.block_slack must be > 0 (block size m = ceil(block_slack * N / C)), got "
+                             f"{self.block_slack}")
+        if self.calibration not in ("rdp", "analytic"):
+            raise ValueError(f"model.calibration={self.calibration!r}: choose rdp (the ledger's accountant) or "
+                             "analytic (exact Gaussian mechanism); the paper's classic formula is not a valid bound "
+                             "at eps = 10 (dpgen/reproduce/dpswflow_sigma_table.py)")
+        settle(self, projections_per_step=int(self.projections_per_step), block_slack=float(self.block_slack))
 
 
 class _ParticleFlow(LatentMethod):
     """Particles, their update and the sampling of decoded particles (shared by both flows)."""
 
-    def __init__(self, n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
-                 num_percentiles: int = 30000, **kw) -> None:
-        super().__init__(**kw)
-        self.n_particles, self.h, self.reg = int(n_particles), float(step_size), float(reg)
-        self.m = int(num_percentiles)
-        if self.n_particles < 2:
-            raise ValueError(f"model.n_particles must be >= 2, got {n_particles}")
-        if self.h <= 0 or self.reg < 0:
-            raise ValueError(f"model.step_size must be > 0 and model.reg >= 0, got {step_size}, {reg}")
+    def _start_flow(self) -> None:
+        """The flow's state before ``setup`` (no particles yet; the public generator that draws from them)."""
         self.X: torch.Tensor | None = None
         self._pool_gen = torch.Generator().manual_seed(0)
 
@@ -78,15 +113,15 @@ class _ParticleFlow(LatentMethod):
     def _init_particles(self, data: DataSplits) -> None:
         """``X_0 ~ mu_0 = N(0, I_D)`` (DPSWflow paper, the particle flow; not put on the sphere); quantile levels; the public test set
         for the toy's plot."""
-        self.levels = quantile_levels(self.m, device=self.device)
-        self.X = torch.randn(self.n_particles, self.space.dim, device=self.device)
-        if self.label_mode == "partition" and self.n_particles < self.space.n_classes:
+        self.levels = quantile_levels(self.flow.num_percentiles, device=self.device)
+        self.X = torch.randn(self.flow.n_particles, self.space.dim, device=self.device)
+        if self.label_mode == "partition" and self.flow.n_particles < self.space.n_classes:
             raise ValueError(f"model.label_mode=partition needs model.n_particles >= {self.space.n_classes} (classes)")
         # partition: particle i belongs to class i mod C for the whole run (public, fixed)
-        self.particle_labels = (torch.arange(self.n_particles) % self.space.n_classes
+        self.particle_labels = (torch.arange(self.flow.n_particles) % self.space.n_classes
                                 if self.label_mode == "partition" else None)
         # the particles of each class (public indices, found once on the host: no sync in the steps)
-        self._class_idx = [torch.arange(c, self.n_particles, self.space.n_classes, device=self.device)
+        self._class_idx = [torch.arange(c, self.flow.n_particles, self.space.n_classes, device=self.device)
                            for c in range(self.space.n_classes)] if self.label_mode == "partition" else None
         self._test_x = data.test.x
 
@@ -97,7 +132,7 @@ class _ParticleFlow(LatentMethod):
         x = self.X if idx is None else self.X[idx]
         proj = smoothed_projections(x, u, sigma)                      # X U + Z (particles re-noised, public)
         v = sliced_flow_drift(proj, tq, self.levels, u)               # Eq. 20
-        x_new = euler_maruyama_step(x, v, self.h, self.reg)           # X - h v + sqrt(2 lambda h) Z
+        x_new = euler_maruyama_step(x, v, self.flow.step_size, self.flow.reg)           # X - h v + sqrt(2 lambda h) Z
         if idx is None:
             self.X = x_new
         else:
@@ -116,7 +151,7 @@ class _ParticleFlow(LatentMethod):
         x = self.X.view(-1, c_n, d).transpose(0, 1)                        # (C, n / C, D)
         proj = smoothed_projections(x, u, sigma)                           # (C, k, n / C)
         v = sliced_flow_drift(proj, tq, self.levels, u)                    # Eq. 20, every class
-        x_new = euler_maruyama_step(x, v, self.h, self.reg)
+        x_new = euler_maruyama_step(x, v, self.flow.step_size, self.flow.reg)
         self.X = x_new.transpose(0, 1).reshape(-1, d)
         finite = torch.isfinite(x_new).all()
         drift = v.norm(dim=-1).mean(dim=-1).mean()
@@ -142,7 +177,7 @@ class _ParticleFlow(LatentMethod):
                               self.space.decode(self.X).flatten(1))
 
     def train_summary(self) -> dict:
-        out = {**self._summary(self._main_mechanism()), "n_particles": self.n_particles}
+        out = {**self._summary(self._main_mechanism()), "n_particles": self.flow.n_particles}
         if math.isfinite(float(self._last_drift)):  # absent when this process ran no flow step (e.g. max_steps=0)
             out["final_drift_norm"] = float(self._last_drift)
         if self.space.labels(self.X) is not None:
@@ -188,6 +223,25 @@ class DPSWFlowR(_ParticleFlow):
 
     name = "DPSWflow-r"
 
+    def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
+                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = "outputs/autoencoders",
+                 dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
+                 steps: int | None = None, private: bool = True, noise_std: float = 0.0,
+                 label_mode: str = "partition", label_weight: float = 1.0, latent_scale: float = 1.0,
+                 sample_jitter: float = 0.02, representation: dict | None = None,
+                 convention: PaperConvention | dict | None = None, warm_start: dict | None = None,
+                 n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
+                 num_percentiles: int = 30000) -> None:
+        LatentMethod.__init__(self, autoencoder=autoencoder, ae_steps=ae_steps, ae_batch_size=ae_batch_size,
+                              ae_lr=ae_lr, autoencoder_cache=autoencoder_cache, dp=dp, batch_size=batch_size,
+                              epochs=epochs, steps=steps, private=private, noise_std=noise_std,
+                              label_mode=label_mode, label_weight=label_weight, latent_scale=latent_scale,
+                              sample_jitter=sample_jitter, representation=representation, convention=convention,
+                              warm_start=warm_start)
+        self.flow = FlowSettings(n_particles=n_particles, step_size=step_size, reg=reg,
+                                 num_percentiles=num_percentiles)
+        self._start_flow()
+
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self._setup_latent(data, ledger, ctx)
         self._secret_seed(ctx)
@@ -225,7 +279,7 @@ class DPSWFlowR(_ParticleFlow):
         blocks = self._private_blocks(c_n, m)                               # (C m, D), norm <= 1, on the device
         u = self.projection.draw_directions(self.device)
         a = self.projection.release(blocks, u)                              # THE release of the step (recorded)
-        if self.n_particles % c_n == 0:  # every class has n / C particles (i mod C): all classes in one set of ops
+        if self.flow.n_particles % c_n == 0:  # every class has n / C particles (i mod C): all classes in one set of ops
             tq = empirical_quantiles(a.view(c_n, m, -1).transpose(1, 2).contiguous(), self.levels)  # (C, k, M)
             self._last_drift = self._move_classes(u, tq, self.projection.noise_std)
             return {"drift_norm": self._last_drift}
@@ -243,7 +297,7 @@ class DPSWFlowR(_ParticleFlow):
         """The warm-up puts the particles on latent rows of samples of the released class Gaussians (one sample
         per particle, of the particle's class; balanced labels without partition)."""
         labels = (self.particle_labels if self.particle_labels is not None
-                  else torch.arange(self.n_particles) % self.space.n_classes)
+                  else torch.arange(self.flow.n_particles) % self.space.n_classes)
 
         def place(rows: torch.Tensor) -> None:
             self.X = rows.to(self.device)
@@ -273,38 +327,46 @@ class DPSWFlow(_ParticleFlow):
     name = "DPSWflow"
     default_dp = ProjectionDP(num_projections=31, bound="chernoff")
 
-    def __init__(self, projections_per_step: int = 25, calibration: str = "rdp", block_slack: float = 1.0,
-                 steps: int | None = 1500, **kw) -> None:
-        super().__init__(steps=steps, **kw)
+    def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
+                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = "outputs/autoencoders",
+                 dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
+                 steps: int | None = 1500, private: bool = True, noise_std: float = 0.0,
+                 label_mode: str = "partition", label_weight: float = 1.0, latent_scale: float = 1.0,
+                 sample_jitter: float = 0.02, representation: dict | None = None,
+                 convention: PaperConvention | dict | None = None, warm_start: dict | None = None,
+                 n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
+                 num_percentiles: int = 30000, projections_per_step: int = 25,
+                 calibration: str = "rdp", block_slack: float = 1.0) -> None:
+        LatentMethod.__init__(self, autoencoder=autoencoder, ae_steps=ae_steps, ae_batch_size=ae_batch_size,
+                              ae_lr=ae_lr, autoencoder_cache=autoencoder_cache, dp=dp, batch_size=batch_size,
+                              epochs=epochs, steps=steps, private=private, noise_std=noise_std,
+                              label_mode=label_mode, label_weight=label_weight, latent_scale=latent_scale,
+                              sample_jitter=sample_jitter, representation=representation, convention=convention,
+                              warm_start=warm_start)
+        self.flow = FlowSettings(n_particles=n_particles, step_size=step_size, reg=reg,
+                                 num_percentiles=num_percentiles)
         if self.warm_start is not None:
             raise ConfigError("model.warm_start is for DPSWflow-r and DPSWgen: DPSWflow's one release of the whole "
                               "set is replace-one (N public) and cannot be composed with the add/remove moment "
                               "release in one ledger; use experiment=<dataset>_dpswflow_r, or model/warm_start=null")
-        if not block_slack > 0:
-            raise ValueError(f"model.block_slack must be > 0 (block size m = ceil(block_slack * N / C)), got "
-                             f"{block_slack}")
-        self.block_slack = float(block_slack)
-        self.m_theta = int(projections_per_step)
-        if not 1 <= self.m_theta <= self.k:
+        self.one_shot_settings = OneShotSettings(projections_per_step=projections_per_step, calibration=calibration,
+                                                 block_slack=block_slack)
+        if not 1 <= self.one_shot_settings.projections_per_step <= self.k:
             raise ValueError(f"model.projections_per_step must be in [1, num_projections={self.k}], got "
                              f"{projections_per_step}")
-        if calibration not in ("rdp", "analytic"):
-            raise ValueError(f"model.calibration={calibration!r}: choose rdp (the ledger's accountant) or analytic "
-                             "(exact Gaussian mechanism); the paper's classic formula is not a valid bound at "
-                             "eps = 10 (dpgen/reproduce/dpswflow_sigma_table.py)")
-        self.calibration = calibration
+        self._start_flow()
         self.u_all: torch.Tensor | None = None
         self.tq_all: torch.Tensor | None = None
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self._setup_latent(data, ledger, ctx)
         self._secret_seed(ctx)
-        self._signature.update({"m_theta": self.m_theta, "calibration": self.calibration,
-                                "block_slack": self.block_slack})
+        self._signature.update({"m_theta": self.one_shot_settings.projections_per_step, "calibration": self.one_shot_settings.calibration,
+                                "block_slack": self.one_shot_settings.block_slack})
         self._steps = self.steps_planned(len(data.private))
         n_priv, c_n = len(data.private), data.num_classes
-        self.block_rows = math.ceil(self.block_slack * n_priv / c_n) if self.label_mode == "partition" else None
-        self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.calibration,
+        self.block_rows = math.ceil(self.one_shot_settings.block_slack * n_priv / c_n) if self.label_mode == "partition" else None
+        self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.one_shot_settings.calibration,
                                                  noise=self.release_noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
                                                  class_blocks=self.label_mode == "partition", n_private=n_priv,
                                                  device=ctx.device,  # noise and directions drawn on the device
@@ -346,11 +408,11 @@ class DPSWFlow(_ParticleFlow):
         with torch.no_grad():
             if t == 0:
                 self._one_shot_release()
-            idx = torch.randperm(self.k, device=self.device)[:self.m_theta]  # M_theta of the N_theta directions
+            idx = torch.randperm(self.k, device=self.device)[:self.one_shot_settings.projections_per_step]  # M_theta of the N_theta directions
             u, sigma = self.u_all[:, idx], self.one_shot.noise_std
             if self.label_mode != "partition":
                 self._last_drift = self._move(u, self.tq_all[idx], sigma, t)
-            elif self.n_particles % self.space.n_classes == 0:  # every class at once (DPSWFlowR._partition_step)
+            elif self.flow.n_particles % self.space.n_classes == 0:  # every class at once (DPSWFlowR._partition_step)
                 self._last_drift = self._move_classes(u, self.tq_all[:, idx], sigma)
             else:
                 drifts = [self._move(u, self.tq_all[c][idx], sigma, t, self._class_idx[c])
@@ -373,6 +435,6 @@ class DPSWFlow(_ParticleFlow):
         if self.private:
             o = self.one_shot
             out.update({"one_shot_epsilon_exact": analytic_gaussian_epsilon(
-                o.noise_multiplier, o.ledger.delta - o.beta), "one_shot_calibration": self.calibration})
+                o.noise_multiplier, o.ledger.delta - o.beta), "one_shot_calibration": self.one_shot_settings.calibration})
         return out
 

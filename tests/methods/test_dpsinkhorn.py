@@ -196,6 +196,25 @@ def test_bad_settings_name_the_setting():
             DPSinkhorn(ProbeGenerator, **kw)
 
 
+def test_the_settings_groups_check_their_own_values_and_are_fixed_once_built():
+    import dataclasses
+
+    from dpgen.methods.dpsinkhorn import AdamSettings, ImageGradientRelease, Schedule, SinkhornLoss
+
+    for make, key in [(lambda: SinkhornLoss(reg=0), "model.reg"), (lambda: SinkhornLoss(scaling=1.0), "model.scaling"),
+                      (lambda: SinkhornLoss(backend="auto"), "model.sinkhorn_backend"),
+                      (lambda: ImageGradientRelease(clip="col"), "model.clip"), (lambda: Schedule(steps=0), "model.steps")]:
+        with pytest.raises(ValueError, match=key):
+            make()
+    m = DPSinkhorn(ProbeGenerator, batch_size="16", steps=3, lr="2e-4", betas=[0.5, 0.9], reg=1, clip_norm=1)
+    assert (m.schedule, m.optimiser) == (Schedule(16, 3), AdamSettings(2e-4, 1e-5, (0.5, 0.9)))
+    assert m.loss == SinkhornLoss(reg=1.0) and m.release == ImageGradientRelease(clip_norm=1.0)
+    assert isinstance(m.loss.reg, float) and m.loss.n_extra(20) == 8 == SinkhornLoss(debias="semi").n_extra(20)
+    assert SinkhornLoss(debias="full").n_extra(20) == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.release.clip_norm = 2.0
+
+
 # -- generators ------------------------------------------------------------------------------
 def test_generators_produce_images_of_the_data_shape_in_minus1_1():
     y = torch.arange(6) % 2
@@ -247,12 +266,12 @@ def test_presets_compose_with_the_spec_hyperparameters(exp):
 
     cfg = compose_cfg([f"experiment={exp}"])
     m = instantiate(cfg.model, _convert_="all")
-    assert m.ratio == 0.4 and m.embed_multiplier == 15.0
+    assert m.loss.debias_ratio == 0.4 and m.loss.embed_multiplier == 15.0
     expected = {"mnist_dpsinkhorn": (1.0, 1.1, 0.5, 0.05, 50), "fmnist_dpsinkhorn": (3.0, 0.9, 0.5, 0.05, 50),
                 "celeba32_dpsinkhorn": (1.0, 0.8, 0.1, 5.0, 200)}
     if exp in expected:
-        assert (m.ot.m, m.sigma, m.clip_norm, m.ot.reg, m.batch_size) == expected[exp]
-    assert m.private == (exp != "mnist_sinkhorn")
+        assert (m.loss.m, m.release.noise_multiplier, m.release.clip_norm, m.loss.reg, m.schedule.batch_size) == expected[exp]
+    assert m.release.private == (exp != "mnist_sinkhorn")
 
 
 # -- representation --------------------------------------------------------

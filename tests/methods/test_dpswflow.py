@@ -324,6 +324,23 @@ def test_digits_dpswflow_r_preset_writes_results(tmp_path):
     assert (out / "samples.png").exists() and (out / "autoencoder_public_reconstructions.png").exists()
 
 
+def test_the_flow_settings_check_their_own_values_and_name_the_setting():
+    from dpgen.methods.dpswflow import FlowSettings, OneShotSettings
+
+    for make, key in [(lambda: FlowSettings(n_particles=1), "model.n_particles"),
+                      (lambda: FlowSettings(step_size=0), "model.step_size"),
+                      (lambda: OneShotSettings(calibration="classic"), "model.calibration"),
+                      (lambda: OneShotSettings(block_slack=0), "model.block_slack"),
+                      (lambda: DPSWFlow(**COMMON, dp=ProjectionDP(31, bound="chernoff"), projections_per_step=32),
+                       "model.projections_per_step")]:
+        with pytest.raises(ValueError, match=key):
+            make()
+    m = DPSWFlow(**{**COMMON, "num_percentiles": "64"}, dp=ProjectionDP(31, bound="chernoff"),
+                 projections_per_step="25", step_size=2)
+    assert m.flow == FlowSettings(n_particles=64, step_size=2.0, num_percentiles=64)
+    assert m.one_shot_settings == OneShotSettings(projections_per_step=25) and isinstance(m.flow.step_size, float)
+
+
 @pytest.mark.slow  # train.py subprocess; make test-all
 def test_toy_dpswflow_preset_runs_and_plots_particles(tmp_path):
     from tests.helpers.runs import train

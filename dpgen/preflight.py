@@ -37,6 +37,7 @@ def preflight(argv: list[str], config_dir: Path = CONFIGS, nproc: int = 1) -> st
     """The one-line fault of the command line ``argv`` (overrides and flags of ``train.py``), or None.
     ``nproc``: the processes ``dpgen train --nproc`` is about to start (what cannot run on several is refused
     before they start)."""
+    CHECKED.clear()
     flags = [a for a in argv if a.startswith("-")]
     if any(f not in _RUN_FLAGS for f in flags):
         return None

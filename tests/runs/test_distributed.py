@@ -381,6 +381,7 @@ def test_the_preflight_of_rank_1_writes_nothing(monkeypatch, tmp_path):
         assert pf.CHECKED == [folder]  # the folder rank 0 claims, resolved on every rank
         assert probes == ([] if rank == "1" else [folder])
     assert list(tmp_path.iterdir()) == []
+    assert pf.preflight(["--cfg", "job"]) is None and pf.CHECKED == []  # Hydra answers: no folder to claim
 
 
 @pytest.mark.parametrize("gpus", [1, 2])

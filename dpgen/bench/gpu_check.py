@@ -16,6 +16,14 @@ What it runs, in this order (no new part starts after ``--budget-s``, 420 s; eac
 3. the default demo (``python train.py``, the whole run, evaluation included) on the device;
 4. with two or more CUDA devices: ``torchrun --nproc-per-node 2 train.py`` (NCCL) on DP-SGD beside
    the one-process run of the same settings (epsilon of both, steps/s of both); skipped with one device.
+5. DP-SGD beside Opacus on the same network, batch size, clip norm and noise multiplier (sigma = 1, Poisson
+   batches, random public inputs of the data's shape): steps/s of both on the device (``opacus`` is the
+   ``bench`` extra; without it the row says so).
+
+On CUDA every timed step runs under ``torch.cuda.set_sync_debug_mode("warn")``: the report gives the real
+syncs per step (device reads and blocking copies) beside the steps/s; with ``--data mnist`` it also gives
+each family's physical floor (an estimate, not a measurement) and the time DP-Sinkhorn's paper schedule
+(3.4 M steps to eps = 10 on MNIST) would take at the measured rate, beside the authors' 8.2 h.
 
 It writes ONE markdown report (``--out``, default docs/benchmarks-gpu.md) with the device, the versions
 and every figure, and exits 1 when anything failed (the failure is in the report).  The runs are of the
@@ -79,6 +87,13 @@ def composition(family: str, data: str = "digits") -> list[str]:
     return FAMILIES[family][1] if data == "digits" else MNIST_FAMILIES[family]
 
 
+# --data mnist: each family's physical floor per step (ms, an ESTIMATE from the bytes and FLOPs of one step on one
+# H200-class GPU, not a measurement), shown beside the measured steps/s
+FLOOR_MS = {"dpsgd_classifier": 2.0, "dpswd_generator": 0.15, "dpswd_adapter": 0.2, "dp_dann": 0.2, "dpsinkhorn": 0.5,
+            "dpswflow_r": 0.2, "dpswgen": 0.1}
+SINKHORN_PAPER_STEPS, SINKHORN_AUTHORS_H = 3.4e6, 8.2  # MNIST to eps = 10; the authors' code: 29,626 s on one GPU
+OPACUS_SIGMA = 1.0
+
 # (device kind, trainer.precision) of every family's runs; "device" is the --device
 SETTINGS = (("cpu", "32"), ("device", "32"), ("device", "bf16"))
 SHORT = ["logger=local", "evaluator=none", "trainer.progress=false", "trainer.checkpoint_every=1000000"]
@@ -107,7 +122,8 @@ def timed_steps(warmup: int, last: int, record: dict):
             if t == marks["first"]:
                 synchronize(ctx.device)
                 marks["t0"] = time.perf_counter()
-            out = step(t)
+            with count_syncs(ctx.device, record) if marks["first"] <= t < marks["end"] else contextlib.nullcontext():
+                out = step(t)
             if t + 1 == marks["end"]:
                 synchronize(ctx.device)
                 marks["t1"], marks["steps"] = time.perf_counter(), t + 1 - marks["first"]
@@ -126,6 +142,27 @@ def timed_steps(warmup: int, last: int, record: dict):
         yield record
     finally:
         loop.train = original
+
+
+@contextlib.contextmanager
+def count_syncs(device, record: dict):
+    """On CUDA: the body under ``torch.cuda.set_sync_debug_mode("warn")``; each synchronising call it makes (a
+    read of a device value, a blocking copy) adds one to ``record["syncs"]``.  Elsewhere: the body alone."""
+    import warnings
+
+    import torch
+
+    if getattr(device, "type", str(device)) != "cuda":
+        yield record
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield record
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    record["syncs"] = record.get("syncs", 0) + sum("synchroniz" in str(w.message) for w in caught)
 
 
 @contextlib.contextmanager
@@ -176,7 +213,55 @@ def measure(family: str, device: str, precision: str, steps: int, warmup: int, r
            "peak_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None}
     if rec.get("timed_steps"):
         out.update(timed_steps=rec["timed_steps"], steps_per_s=rec["timed_steps"] / rec["timed_s"])
+        if dev.type == "cuda":
+            out["syncs_per_step"] = rec.get("syncs", 0) / rec["timed_steps"]
     return out
+
+
+def opacus_beside(device: str, steps: int, warmup: int, run_dir: Path, data: str = "digits") -> dict:
+    """DP-SGD (dpgen, through the pipeline) and Opacus on the same network, batch size, clip norm and noise
+    multiplier ``OPACUS_SIGMA``; Opacus draws Poisson batches of random public inputs of the data's shape."""
+    import torch
+    from hydra.utils import instantiate
+
+    fixed = (f"model.noise_multiplier={OPACUS_SIGMA}", "accountant.data_dependent_reports=false")
+    out = {"sigma": OPACUS_SIGMA, "dpgen": _guarded(lambda: measure("dpsgd_classifier", device, "32", steps, warmup,
+                                                                    run_dir / "dpgen", data, fixed))}
+    try:
+        from opacus import PrivacyEngine
+    except ImportError:
+        return {**out, "opacus": {"skipped": "opacus is not installed (pip install -e .[bench])"}}
+
+    def opacus_rate() -> dict:
+        cfg = compose([*composition("dpsgd_classifier", data), *fixed, *SHORT], run_dir / "opacus")
+        m = instantiate(cfg.model)
+        shape, n = ((1, 28, 28), 60000) if data == "mnist" else ((1, 8, 8), 1347)
+        dev = torch.device(device)
+        net = m.make_network(in_channels=shape[0], image_size=shape[1], num_classes=10).to(dev)
+        g = torch.Generator().manual_seed(0)
+        ds = torch.utils.data.TensorDataset(torch.rand(n, *shape, generator=g).to(dev), torch.randint(10, (n,), generator=g).to(dev))
+        opt = torch.optim.SGD(net.parameters(), lr=m.lr)
+        net, opt, loader = PrivacyEngine().make_private(
+            module=net, optimizer=opt, data_loader=torch.utils.data.DataLoader(ds, batch_size=m.batch_size),
+            noise_multiplier=OPACUS_SIGMA, max_grad_norm=m.C, poisson_sampling=True)
+        done, t0 = 0, None
+        while done < steps:
+            for x, y in loader:
+                if done == warmup:
+                    synchronize(dev)
+                    t0 = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(net(m.normalize(x)), y).backward()
+                opt.step()
+                done += 1
+                if done == steps:
+                    break
+        synchronize(dev)
+        return {"steps_per_s": (steps - warmup) / (time.perf_counter() - t0), "batch_size": m.batch_size, "clip_norm": m.C}
+
+    from dpgen.utils.misc import synchronize
+
+    return {**out, "opacus": _guarded(opacus_rate)}
 
 
 def _guarded(fn: Callable[[], dict]) -> dict:
@@ -266,6 +351,16 @@ def plan(families: list[str], device: str, steps: int, warmup: int, data: str = 
             n = cpu_steps if dev == "cpu" and cpu_steps is not None else steps
             lines.append(f"{label} [{name}]: {dev} precision={precision}, {n} steps ({warmup} warm-up): "
                          f"{' '.join(comp)}")
+    if device.startswith("cuda"):
+        lines.append("real syncs per timed step of every run above: torch.cuda.set_sync_debug_mode('warn') counts")
+    if "dpsgd_classifier" in families:
+        lines.append(f"DP-SGD beside Opacus: {device}, same network / batch / clip, sigma={OPACUS_SIGMA}, {steps} steps "
+                     f"({warmup} warm-up): {' '.join(composition('dpsgd_classifier', data))}")
+    if data == "mnist":
+        lines.append("each family's steps/s beside its physical floor (estimate)")
+        if "dpsinkhorn" in families:
+            lines.append(f"DP-Sinkhorn's paper schedule ({SINKHORN_PAPER_STEPS / 1e6:.1f} M steps) at the measured "
+                         f"{device} rate, beside the authors' {SINKHORN_AUTHORS_H} h")
     lines.append(f"default demo: python train.py trainer.device={device}")
     lines.append(f"2-process NCCL (two or more CUDA devices, else skipped): torchrun --nproc-per-node 2 train.py "
                  f"{' '.join(NCCL_PRESET)} trainer.device=cuda")
@@ -349,6 +444,7 @@ def render(report: dict) -> str:
         if b16 and "error" not in b16 and "skipped" not in b16 and not b16.get("bf16_forwards"):
             no_bf16.append(label)
     out.append("")
+    out += gpu_side(report)
     if no_bf16:
         out.append(f"† `trainer.precision=bf16` ran, but no module forward produced bfloat16 in: {', '.join(no_bf16)}. "
                    "These families autocast no model forward: their steps are float32 whatever the setting, so no "
@@ -393,10 +489,54 @@ def render(report: dict) -> str:
     return "\n".join(out)
 
 
+def _cell(m: dict) -> str:
+    return f"failed: {m['error']}" if "error" in m else f"skipped: {m['skipped']}" if "skipped" in m \
+        else _num(m.get("steps_per_s"))
+
+
+def gpu_side(report: dict) -> list[str]:
+    """The device-side rows: real syncs per step and the floor (mnist) of each family, DP-SGD beside Opacus, the
+    DP-Sinkhorn paper schedule's projected time (mnist)."""
+    meta, dev = report["meta"], report["meta"]["device"]
+    mnist = meta.get("data", "digits") == "mnist"
+    rows = []
+    for name, runs in report["families"].items():
+        m = runs.get(f"{dev}/32") or {}
+        if "syncs_per_step" not in m and not (mnist and name in FLOOR_MS):
+            continue
+        floor = f"{1000 / FLOOR_MS[name]:.0f} (est.)" if mnist and name in FLOOR_MS else "—"
+        rows.append(f"| {FAMILIES[name][0] if name in FAMILIES else name} | {_num(m.get('syncs_per_step'))} | "
+                    f"{_rate(m)} | {floor} |")
+    out = []
+    if rows:
+        out += [f"Real syncs per timed step on {dev} (`torch.cuda.set_sync_debug_mode(\"warn\")`: device reads and "
+                "blocking copies) and the steps/s beside the physical floor (an estimate from one step's bytes and "
+                "FLOPs, not a measurement; MNIST presets only):\n",
+                f"| family | syncs / step | {dev} fp32 steps/s | floor steps/s |", "|---|---|---|---|", *rows, ""]
+    sk = report["families"].get("dpsinkhorn", {}).get(f"{dev}/32") or {}
+    if mnist and sk.get("steps_per_s"):
+        hours = SINKHORN_PAPER_STEPS / sk["steps_per_s"] / 3600
+        out.append(f"DP-Sinkhorn's paper schedule ({SINKHORN_PAPER_STEPS / 1e6:.1f} M steps to ε = 10 on MNIST) at "
+                   f"{sk['steps_per_s']:.1f} steps/s: **{hours:.1f} h** projected, beside the authors' code's "
+                   f"{SINKHORN_AUTHORS_H} h on one GPU.\n")
+    op = report.get("opacus")
+    if op is not None:
+        out.append("## DP-SGD beside Opacus\n")
+        if "skipped" in op:
+            out.append(f"Skipped: {op['skipped']}.\n")
+        else:
+            o, d = op.get("opacus", {}), op.get("dpgen", {})
+            out += [f"Same network, batch size, clip norm, σ = {op['sigma']}, Poisson batches, {dev}, fp32.\n",
+                    "| implementation | steps/s |", "|---|---|", f"| dpgen DP-SGD | {_cell(d)} |",
+                    f"| Opacus | {_cell(o)} |", ""]
+    return out
+
+
 def failed(report: dict) -> bool:
     nccl_ = report.get("nccl") or {}
     parts = [report.get("tests"), report.get("demo"), nccl_, *nccl_.values()]
     parts += [m for runs in report["families"].values() for m in runs.values()]
+    parts += [m for m in (report.get("opacus") or {}).values() if isinstance(m, dict)]
     return any(isinstance(p, dict) and "error" in p for p in parts)
 
 
@@ -457,6 +597,10 @@ def run_check(args) -> dict:
                 runs[key] = _guarded(lambda n=name, d=device, p=precision, r=run_dir: measure(
                     n, d, p, args.cpu_steps if d == "cpu" else args.steps, args.warmup, r, args.data, tuple(args.set)))
                 shutil.rmtree(run_dir, ignore_errors=True)
+        if "dpsgd_classifier" in args.families:
+            print("[gpu-check] DP-SGD beside Opacus", flush=True)
+            report["opacus"] = opacus_beside(args.device, args.steps, args.warmup, work / "opacus", args.data) \
+                if in_budget() else dict(over)
         if not args.skip_demo:
             print("[gpu-check] default demo", flush=True)
             report["demo"] = demo(args.device, work, timeout()) if in_budget() else \

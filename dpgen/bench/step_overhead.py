@@ -308,8 +308,12 @@ def _bool_index(name: str, args) -> bool:
     """Boolean-mask indexing (``x[mask]``, ``x[mask] = v``): a ``nonzero`` on the device first."""
     if name not in ("aten.index", "aten.index_put", "aten.index_put_", "aten._index_put_impl_"):
         return False
-    idx = args[1] if len(args) > 1 else []
-    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in idx or [])
+    idx = [i for i in (args[1] if len(args) > 1 else None) or [] if i is not None]
+    masks = [i for i in idx if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)]
+    if name != "aten.index" and len(idx) == len(masks) == 1 and len(args) > 2 and isinstance(args[2], torch.Tensor) \
+            and args[2].numel() == 1:
+        return False  # x[mask] = scalar: PyTorch's index_put_ runs it as masked_fill_ (no nonzero, no sync)
+    return bool(masks)
 
 
 # -- the families, through the real pipeline ------------------------------------------------------

@@ -57,7 +57,13 @@ import torch.nn.functional as F
 from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.bayesian import DEFAULT_CONF, BayesianAccountant, MomentsAccountant
-from ..privacy.dpsgd import assign_grads, per_sample_grads
+from ..privacy.dpsgd import (
+    CPU_MICROBATCH,
+    assign_grads,
+    auto_microbatch,
+    per_sample_grads,
+    poisson_capacity,
+)
 from ..privacy.mechanisms import NoisyGradientSum, UnnoisedAccess
 from ..privacy.noise import NoiseSettings
 from ..privacy.wdp import WassersteinAccountant, pairwise_distances
@@ -81,7 +87,7 @@ class DPSGDClassifier(Method):
                  lr: float = 0.01, momentum: float = 0.0, clip_norm: float = 1.0,
                  noise_multiplier: float | None = None, private: bool = True,
                  normalize_mean: Sequence[float] = (0.1307,), normalize_std: Sequence[float] = (0.3081,),
-                 microbatch: int = 16, pair_samples: int = 8, pair_mode: str = "add_remove",
+                 microbatch: int | str = "auto", pair_samples: int = 8, pair_mode: str = "add_remove",
                  pair_mask_keep: float = 1.0,
                  wa_order: float = 16.0, wa_beta: float = 32.0, ba_orders: Sequence[int] = (16,),
                  ba_conf: float = DEFAULT_CONF, ma_orders: Sequence[int] = (16,)) -> None:
@@ -98,7 +104,10 @@ class DPSGDClassifier(Method):
         self.std = torch.tensor(list(normalize_std), dtype=torch.float32).view(1, -1, 1, 1)
         if torch.any(self.std <= 0):
             raise ValueError(f"model.normalize_std must be > 0, got {list(normalize_std)}")
-        self.microbatch = int(microbatch)
+        if microbatch != "auto" and not (isinstance(microbatch, int) and microbatch >= 1):
+            raise ValueError(f"model.microbatch must be auto or an integer >= 1, got {microbatch!r}")
+        self.microbatch_setting = microbatch
+        self.microbatch = CPU_MICROBATCH if microbatch == "auto" else int(microbatch)
         if pair_samples < 3:
             raise ValueError(f"model.pair_samples must be >= 3 (the Bayesian accountant needs >= 3 pairs), "
                              f"got {pair_samples}")
@@ -123,7 +132,7 @@ class DPSGDClassifier(Method):
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """The network's input: ``(x - mean) / std`` with public per-channel constants (no statistic of the
         private data)."""
-        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+        return (x - self.mean) / self.std
 
     def noise_settings(self) -> NoiseSettings:
         return NoiseSettings(private=self.private, noise_multiplier=self.fixed_multiplier)
@@ -134,6 +143,7 @@ class DPSGDClassifier(Method):
         if self.mean.shape[1] not in (1, c) or self.std.shape[1] not in (1, c):
             raise ValueError(f"model.normalize_mean/std must have 1 or {c} entries for {data.name} images")
         self.net = self.make_network(in_channels=c, image_size=h, num_classes=data.num_classes).to(ctx.device)
+        self.mean, self.std = self.mean.to(ctx.device), self.std.to(ctx.device)  # public constants, on the device once
         if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.net.modules()):
             raise ValueError("the network has BatchNorm: per-sample gradients are undefined for it in training "
                              "mode; use model.network.norm=group or none")
@@ -146,12 +156,14 @@ class DPSGDClassifier(Method):
                              "accountant.data_dependent_reports=false")
         n_priv = len(data.private)
         # secret randomness for sampling, noise and pair selection (module docstring)
-        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx, 1))
+        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx, 1),
+                                      device=ctx.device)  # Poisson on an accelerator: privacy.sampler.poisson_indices
         q = self.sampler.sample_rate
         self._steps = self.steps_planned(n_priv)
         if self.private:  # lines 6-7: the one private release per step
             self.gradient_release = NoisyGradientSum(ledger, clip_norm=self.C, sample_rate=q, expected_batch_size=q * n_priv,
-                                                     noise=self.noise, steps=self._steps, seed=mechanism_seed(ctx, 2))
+                                                     noise=self.noise, steps=self._steps, seed=mechanism_seed(ctx, 2),
+                                                     device=ctx.device)
         else:  # plain SGD: an un-noised access per step (epsilon = inf)
             self.gradient_release = UnnoisedAccess(ledger, sample_rate=q)
         self.mechanisms = {"gradient": self.gradient_release}
@@ -164,6 +176,9 @@ class DPSGDClassifier(Method):
                 ledger.add_reported(acct)
         self.opt = torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum)
         self.net.train()
+        if self.microbatch_setting == "auto":  # one vmap for the whole batch where the device's memory allows
+            self.microbatch = auto_microbatch(self.net, _loss_one, (c, h, data.image_shape[2]), ctx.device,
+                                              capacity=poisson_capacity(n_priv, q))
         self._signature = {"n_private": n_priv, "dataset": data.name, "batch_size": self.batch_size,
                            "epochs": self.epochs, "private": self.private, "clip_norm": self.C,
                            "sampling": ledger.sampling, "data_dependent_reports": self.reports}

@@ -64,6 +64,7 @@ budget stop are ``methods.loop``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -71,12 +72,21 @@ import torch
 from ..data import DataSplits
 from ..data.representations import build_representation
 from ..errors import ConfigError
-from ..ot.sinkhorn import COSTS, DEBIAS, EntropicOT, embed, extra_rows, sinkhorn_generator_loss
+from ..ot.sinkhorn import (
+    COSTS,
+    DEBIAS,
+    EntropicOT,
+    embed,
+    extra_rows,
+    max_cost,
+    sinkhorn_generator_loss,
+)
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
 from ..privacy.noise import FixedMultiplier, FixedStd, NoisePolicy, NoiseSettings
 from ..utils import autocast
+from ..utils.misc import on_gpu
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start
 
@@ -146,15 +156,20 @@ class DPSinkhorn(GenerativeMethod):
         self.device, self.num_classes, self.precision = ctx.device, data.num_classes, ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
         # the released gradient couples the whole batch: several processes read the whole batch (split=False)
-        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx), split=False)
+        self.sampler = PrivateSampler(data.private, self.batch_size, ledger.sampling, seed=secret_seed(ctx), split=False,
+                                      device=ctx.device)  # Poisson on an accelerator: privacy.sampler.poisson_indices
         self.sanitiser = ImageGradientSanitiser(ledger, clip_norm=self.clip_norm, n_rows=self.batch_size,
                                                 sample_rate=self.sampler.sample_rate, clip=self.clip,
-                                                noise=self.noise, steps=self.steps, seed=mechanism_seed(ctx))
+                                                noise=self.noise, steps=self.steps, seed=mechanism_seed(ctx),
+                                                device=ctx.device)
         self.mechanisms = {"image_gradient": self.sanitiser}
         lo, hi = data.value_range
         self._range = (lo, hi)  # data range -> [-1, 1] (public constants)
         if self.rep_cfg is not None:
             self.basis, self.center = sinkhorn_representation(self.rep_cfg, data, ctx.device)
+        # ε-scaling starts at the largest cost the features can have (public: their declared box), so the
+        # Sinkhorn schedule is fixed before the step and nothing is read back from the device
+        self.ot.diameter = max(max_cost(self.ot.cost, self.ot.m, *self.feature_box(data.image_shape)), 10 * self.ot.reg)
         self._signature = {"n_private": len(data.private), "dataset": data.name, "batch_size": self.batch_size,
                            "steps": self.steps, "sigma": self.sanitiser.sigma, "clip": self.clip,
                            "clip_norm": self.clip_norm, "cost": self.ot.cost, "m": self.ot.m, "reg": self.ot.reg,
@@ -162,7 +177,9 @@ class DPSinkhorn(GenerativeMethod):
                            "private": self.private}
         if self.rep_cfg is not None:  # (absent for pixels: pixel-mode checkpoints keep their signature)
             self._signature["representation"] = dict(self.rep_cfg)
-        self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay)
+        # capturable on a GPU: Adam's step counts live on the device (no host read per step)
+        self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas, weight_decay=self.weight_decay,
+                                    capturable=on_gpu(ctx.device))
         self.G.train()
 
     @property
@@ -212,6 +229,16 @@ class DPSinkhorn(GenerativeMethod):
         # un-noised function of the private batch (logged for non-private runs only)
         out = {"released_grad_norm": released["g"].norm()}  # 0-d tensors: the loop syncs at its log cadence
         return out if self.private else {"loss": loss.detach(), **out}
+
+    def feature_box(self, image_shape: tuple[int, ...]) -> tuple[float, float]:
+        """``(largest squared L2, largest L1)`` distance between two feature rows ``[features(x) ‖ e·onehot(y)]``
+        of images in [−1, 1] (public constants).  Codes ``(x − c) V`` (orthonormal V) are no farther apart in L2
+        than the images (≤ 2√D), so their L1 distance is ≤ 2√(K D)."""
+        d = math.prod(image_shape)
+        sq, l1 = 4.0 * d, (2.0 * d if self.basis is None else 2.0 * math.sqrt(self.basis.shape[1] * d))
+        if self.num_classes:
+            sq, l1 = sq + 2.0 * self.embed_multiplier ** 2, l1 + 2.0 * self.embed_multiplier
+        return sq, l1
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         """Images in [−1, 1] ``(n, C, H, W)`` -> pixels (unchanged) or codes ``(x_flat − c) V: (n, K)``."""

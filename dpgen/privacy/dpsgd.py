@@ -16,16 +16,39 @@ with :func:`clip_per_sample`, sums, adds N(0, s^2) from its own generator and re
 sensitivity C under add/remove (Poisson), 2C under replace-one (sampling without replacement).
 Dividing by the *public* expected batch size q N (not the realised, private size) keeps it
 post-processing.  This module holds the pure functions only.
+
+On a GPU the step neither reads the device nor waits for a copy:
+
+* the batch's size is not read back.  A Poisson batch has a data-independent random size; the sampler
+  draws it on the host (``K ~ Binomial(N, q)``) and then a uniform K-subset on the device
+  (``privacy.sampler.poisson_indices``): exactly the Poisson distribution, so the accountant's
+  assumption and the guarantee are unchanged, with no padding, no truncation and no overflow case to
+  account for (a fixed-capacity batch with a validity mask would need one: a draw above the capacity is
+  either dropped, which adds its probability to delta, or read back, which is the sync).  The shapes
+  vary from step to step, which eager execution and vmap take as they come.
+* the per-sample gradients of the whole batch come from one vmap (``model.microbatch=auto``,
+  :func:`auto_microbatch`), so the kernels per step do not grow with the batch; on CPU, chunks of
+  :data:`CPU_MICROBATCH` measured faster.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 from torch.func import functional_call, grad, vmap
 
+from ..utils.misc import on_gpu
+from ..utils.threads import concurrent_jobs
+
 Grads = dict[str, torch.Tensor]
+
+# ``model.microbatch=auto`` off CUDA: per-sample gradients in chunks of 16 measured fastest on CPU (the
+# mnist_dpsgd CNN at batch 1024, one thread; docs/benchmarks.md), where a whole-batch vmap is slower
+CPU_MICROBATCH = 16
+# ``auto`` on CUDA: the share of the free device memory one chunk's per-sample gradients may take
+AUTO_MEMORY_SHARE = 0.5
 
 
 def per_sample_grads(model: torch.nn.Module, loss_one: Callable[..., torch.Tensor], *batch: torch.Tensor,
@@ -48,6 +71,44 @@ def per_sample_grads(model: torch.nn.Module, loss_one: Callable[..., torch.Tenso
 
     in_dims = (None,) + (0,) * len(batch)
     return vmap(grad(one), in_dims=in_dims, randomness="different")(params, *batch)
+
+
+def auto_microbatch(model: torch.nn.Module, loss_one: Callable[..., torch.Tensor], sample_shape: tuple[int, ...],
+                    device: torch.device, capacity: int, probe: int = 8) -> int:
+    """``model.microbatch=auto``: the chunk size of :func:`per_sample_grads`.
+
+    Off CUDA: :data:`CPU_MICROBATCH`.  On CUDA: the largest chunk whose per-sample gradients fit
+    :data:`AUTO_MEMORY_SHARE` of the free device memory, at most ``capacity`` (a batch that fits is one
+    vmap); the memory of one sample is measured once on a probe of ``probe`` all-zero inputs with label 0
+    (public constants: no private record is read, nothing is released); the runs of a joblib sweep share the
+    free memory (:func:`chunk_that_fits`).  Runs once, in setup."""
+    if not on_gpu(device):
+        return min(CPU_MICROBATCH, max(1, int(capacity)))
+    x = torch.zeros((probe, *sample_shape), device=device)
+    y = torch.zeros(probe, dtype=torch.long, device=device)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    grads = per_sample_grads(model, loss_one, x, y)
+    per_sample_norms(grads)
+    torch.cuda.synchronize(device)
+    per_row = max(1, (torch.cuda.max_memory_allocated(device) - base) // probe)
+    del grads
+    free, _ = torch.cuda.mem_get_info(device)
+    return chunk_that_fits(free, per_row, capacity, concurrent_jobs())
+
+
+def chunk_that_fits(free_bytes: int, bytes_per_row: int, capacity: int, jobs: int = 1) -> int:
+    """The largest chunk whose rows take at most :data:`AUTO_MEMORY_SHARE` of ``free_bytes`` split between the
+    ``jobs`` runs that share the device (a joblib sweep on one GPU), between 1 and ``capacity``."""
+    share = AUTO_MEMORY_SHARE * free_bytes / max(1, jobs)
+    return max(1, min(int(capacity), int(share // max(1, bytes_per_row))))
+
+
+def poisson_capacity(n: int, q: float, sds: float = 6.0) -> int:
+    """An upper size for chunking a Poisson(q) batch of ``n`` records: ``q n + sds·sqrt(q n (1 − q))``
+    rounded up (a larger draw is simply split in two chunks: this is memory sizing, not a truncation)."""
+    return min(int(n), math.ceil(q * n + sds * math.sqrt(q * n * (1.0 - q))) + 1)
 
 
 def per_sample_norms(grads: Grads) -> torch.Tensor:

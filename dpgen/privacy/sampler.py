@@ -20,6 +20,11 @@ checkpoint records the generator's device type with its state; a run resumed on 
 seeds its generator from a secret derived from the stored state (:func:`resumed_generator`): the
 batches keep their distribution, not their values.
 
+Variable-size Poisson batches of a sampler given a device (DP-SGD, DP-Sinkhorn) are drawn by
+:func:`poisson_indices`: their size on the host from a generator of its own (``size_generator``, checkpointed
+too), the records on the device, exactly the Poisson law, with nothing read back from the device (the same
+numbers on every device type; without a device, one inclusion mask on the host as before).
+
 Fixed-size releases (DP-SWD, DPSWflow-r, DPSWgen, the DP-SWD adapter) read the batch through
 :meth:`PrivateSampler.fixed_batch` / :meth:`PrivateSampler.class_batch`: exactly ``B`` (or ``C m``)
 records and a mask of the rows that are padding, formed on the device without a host sync (see
@@ -47,6 +52,19 @@ import torch
 from ..utils import dist
 from .accountants import check_sampling
 from .errors import PrivacySettingError
+
+
+def poisson_indices(n: int, q: float, size_generator: torch.Generator, generator: torch.Generator,
+                    device: torch.device) -> torch.Tensor:
+    """A Poisson(q) sample of ``range(n)`` drawn without reading the device (sorted indices on ``device``).
+
+    The probability of a set S under Poisson sampling, ``q^|S| (1 − q)^(n − |S|)``, depends on |S| only:
+    given its size K, the sample is uniform among the K-subsets.  So drawing ``K ~ Binomial(n, q)`` on the
+    host (``size_generator``, a CPU generator) and then a uniformly random K-subset on the device (the first
+    K of a random permutation from ``generator``) draws exactly the Poisson sample the accountant assumes.
+    K is a Python number when the device work is queued: no device read, no host-to-device copy."""
+    k = int(torch.binomial(torch.tensor(float(n)), torch.tensor(float(q)), generator=size_generator))
+    return torch.randperm(n, generator=generator, device=device)[:k].sort().values
 
 
 class PrivateSource(Protocol):
@@ -111,10 +129,17 @@ class PrivateSampler:
         self.batch_size = int(batch_size)
         self.sampling = check_sampling(sampling)
         # several processes: rank 0's seed on every rank (the same global batches, module docstring)
-        self.generator = device_generator(dist.broadcast_object(int(seed)), self.device)
+        seed = int(dist.broadcast_object(int(seed)))
+        self.generator = device_generator(seed, self.device)
+        # Poisson with a device: the batch's size from a host generator of its own (poisson_indices)
+        self.size_generator = device_generator(seed ^ 0x5DEECE66D)
         self.draws = 0
         # False: every rank reads the whole batch (a release that is not per record, e.g. DP-Sinkhorn's gradient)
         self.split = bool(split)
+
+    @property
+    def _sized_on_host(self) -> bool:
+        return self.sampling == "poisson" and self.device is not None
 
     @property
     def sample_rate(self) -> float:
@@ -124,9 +149,11 @@ class PrivateSampler:
     def global_indices(self) -> torch.Tensor:
         """Indices of one private batch of the whole run (LongTensor, shape (b,)): the single-process draw."""
         self.draws += 1
+        if self._sized_on_host:
+            return poisson_indices(self.n, self.sample_rate, self.size_generator, self.generator, self.device)
         if self.sampling == "poisson":
             mask = self._uniforms() < self.sample_rate
-            return mask.nonzero(as_tuple=False).flatten()  # a variable-size batch: its size is read by the host
+            return mask.nonzero(as_tuple=False).flatten()  # on the host: a variable-size batch, its size read there
         return torch.randperm(self.n, generator=self.generator, device=self.device)[: self.batch_size]
 
     def _uniforms(self) -> torch.Tensor:
@@ -213,7 +240,8 @@ class PrivateSampler:
         return self.source._gather(self.sample_indices())
 
     def state_dict(self) -> dict:
-        return {"generator": generator_state(self.generator), "draws": self.draws, "sampling": self.sampling}
+        return {"generator": generator_state(self.generator), "size_generator": generator_state(self.size_generator),
+                "draws": self.draws, "sampling": self.sampling}
 
     def load_state_dict(self, state: dict) -> None:
         if state["sampling"] != self.sampling:
@@ -221,4 +249,6 @@ class PrivateSampler:
                                                   f"{state['sampling']} sampling but this run uses {self.sampling}; "
                                                   "resume with the same sampling")
         resumed_generator(self.generator, state["generator"])  # another device type: reseeded (module docstring)
+        if "size_generator" in state:
+            resumed_generator(self.size_generator, state["size_generator"])
         self.draws = int(state["draws"])

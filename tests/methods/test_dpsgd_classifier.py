@@ -225,3 +225,26 @@ def test_default_private_run_publishes_no_data_dependent_accountant(tmp_path):
     assert "epsilon" in header.split(",") and not any(k in header for k in ("epsilon_wa", "epsilon_ba", "epsilon_ma"))
     assert "WA" not in r.stdout and "not DP" not in r.stdout
     assert "reported" not in load_checkpoint(out / "checkpoints" / "last.pt")["ledger"]
+
+
+def test_one_vmap_step_of_the_mnist_cnn_dispatches_at_most_500_kernels(tmp_path):
+    """The step of mnist_dpsgd with the whole batch in one vmap (``model.microbatch=auto`` on CUDA) launches at
+    most 500 kernels whatever the batch size (counted on the CPU: aten operators that are not views); chunks
+    of 2 need several times more."""
+    from dpgen.bench.op_count import OpCounter
+    from dpgen.data.base import DataSplits, PrivateSplit, TensorSplit
+    from dpgen.privacy import PrivacyLedger
+
+    x, y = torch.rand(200, 1, 28, 28), torch.randint(10, (200,))
+    data = DataSplits("t", PrivateSplit(x, y), TensorSplit(x[:4], y[:4]), None, 10, (1, 28, 28))
+    counts = {}
+    for mb in (64, 2):
+        m = DPSGDClassifier(network=mnist_convnet, batch_size=16, epochs=1, noise_multiplier=1.0, microbatch=mb)
+        m.setup(data, PrivacyLedger(None, 1e-5), train_context(tmp_path))
+        m.step(0)
+        with OpCounter() as c:
+            m.step(1)
+        counts[mb] = c.kernels
+    assert counts[64] <= 500 < counts[2]
+    with pytest.raises(ValueError, match="model.microbatch"):
+        DPSGDClassifier(network=mnist_convnet, microbatch="big")

@@ -343,3 +343,13 @@ def test_online_backend_runs_the_private_step(tmp_path, tmp_path_factory, data):
         assert all(bool(torch.isfinite(p).all()) for p in g.parameters())
     finally:
         pykeops.set_build_folder(old)
+
+
+def test_the_sinkhorn_schedule_starts_at_the_public_bound_of_the_features(tmp_path, data):
+    """ε-scaling starts at the largest cost of the features' declared box (pixels in [−1, 1] and the label
+    embedding), the same at every step whatever the private batch: the MNIST bound is 5184."""
+    m = DPSinkhorn(DCGANCondGenerator, batch_size=20, steps=3, noise_multiplier=1.0)
+    m.setup(data, PrivacyLedger(10.0, 1e-4), train_context(tmp_path))
+    d = math.prod(data.image_shape)
+    assert m.ot.diameter == 4.0 * d + 2 * 15.0 ** 2 + 1.0 * (2.0 * d + 2 * 15.0)
+    assert m.feature_box((1, 28, 28)) == (4.0 * 784 + 450, 2.0 * 784 + 30)

@@ -166,3 +166,42 @@ def test_online_backend_matches_tensorized(cost, m, tmp_path_factory):
         torch.testing.assert_close(go, gt, rtol=1e-5, atol=1e-6 * scale)
     finally:
         pykeops.set_build_folder(old)
+
+
+def test_the_paired_solve_equals_the_two_separate_ones():
+    """W(X, Y1) and W(X, Y2) of different sizes in one batched problem (the shorter padded with weight 0):
+    the values and the gradients w.r.t. X and Y2 of the separate solves, to float rounding."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(12, 6, generator=g, dtype=torch.float64).requires_grad_(True)
+    y1 = torch.rand(9, 6, generator=g, dtype=torch.float64)
+    y2 = torch.rand(5, 6, generator=g, dtype=torch.float64).requires_grad_(True)
+    w = EntropicOT(reg=0.1, scaling=0.9, diameter=30.0)
+    sep = w(x, y1), w(x, y2)
+    joint = w.pair(x, y1, y2)
+    for s, j in zip(sep, joint, strict=True):
+        torch.testing.assert_close(j, s, rtol=1e-9, atol=1e-9)
+    gs = torch.autograd.grad(2 * sep[0] - sep[1], (x, y2))
+    gj = torch.autograd.grad(2 * joint[0] - joint[1], (x, y2))
+    for s, j in zip(gs, gj, strict=True):
+        torch.testing.assert_close(j, s, rtol=1e-9, atol=1e-9)
+
+
+def test_the_semi_debiased_loss_with_a_public_diameter_reads_nothing_back_and_halves_the_kernels():
+    """A fixed ε-scaling start: no value of the inputs is read back (counted as any device would take it),
+    and the two terms share one Sinkhorn loop."""
+    from dpgen.bench.op_count import OpCounter
+    from dpgen.ot.sinkhorn import max_cost
+
+    g = torch.Generator().manual_seed(0)
+    xg, y = torch.rand(14, 8, generator=g).requires_grad_(True), torch.rand(9, 8, generator=g)
+    w = EntropicOT(reg=0.05, scaling=0.9, diameter=max_cost("l1+l2", 1.0, 8.0, 8.0))
+    with OpCounter() as joint:
+        sinkhorn_generator_loss(w, xg, y, 10, "semi", ratio=0.4).backward()
+    with OpCounter() as sep:
+        (2 * w(xg[:10], y) - w(xg[:10], xg[4:14])).backward()
+    assert joint.reads == 0 and sep.reads == 0
+    assert joint.kernels < 0.6 * sep.kernels
+    with OpCounter() as batch_scaled:  # without the constant, the start is read back from the inputs
+        EntropicOT(reg=0.05, scaling=0.9)(xg[:10], y)
+    assert batch_scaled.reads > 0
+    assert max_cost("l1+l2", 1.0, 4.0 * 784 + 2 * 15 ** 2, 2.0 * 784 + 2 * 15) == 5184.0

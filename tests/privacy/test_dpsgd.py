@@ -73,3 +73,55 @@ def test_noisy_gradient_sum_clips_inside_and_doubles_the_sensitivity_under_repla
         mech.release([{"w": big["w"][:0]}])  # an empty batch is a release too
         assert led.steps == 1 and led.entries[-1].noise_multiplier == 2.0
         assert led.entries[-1].relation == ("add_remove" if sampling == "poisson" else "replace_one")
+
+
+def test_poisson_indices_draw_the_poisson_sample_without_a_device_read():
+    """Size Binomial(n, q) on the host, then a uniform subset: every record in with probability q,
+    independently (pairs in with q^2), sizes of mean n q and variance n q (1 - q)."""
+    from dpgen.privacy.sampler import poisson_indices
+
+    n, q, draws = 20, 0.3, 4000
+    size_gen, gen = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
+    inc = torch.zeros(draws, n)
+    for t in range(draws):
+        idx = poisson_indices(n, q, size_gen, gen, torch.device("cpu"))
+        assert torch.equal(idx, idx.sort().values) and idx.unique().numel() == idx.numel()
+        inc[t, idx] = 1.0
+    sizes = inc.sum(1)
+    assert abs(float(sizes.mean()) - n * q) < 0.15 and abs(float(sizes.var()) / (n * q * (1 - q)) - 1) < 0.1
+    assert float((inc.mean(0) - q).abs().max()) < 0.04                       # each record: probability q
+    assert abs(float((inc[:, 0] * inc[:, 1]).mean()) - q * q) < 0.02         # independent inclusions
+
+
+def test_sampler_sized_on_the_host_resumes_its_batches(monkeypatch):
+    """The accelerator path (exercised here on the CPU): a restored state draws the same batches."""
+    from dpgen.data.base import PrivateSplit
+    from dpgen.privacy.sampler import PrivateSampler
+
+    monkeypatch.setattr(PrivateSampler, "_sized_on_host", property(lambda self: self.sampling == "poisson"))
+    src = PrivateSplit(torch.arange(50.0).view(50, 1), torch.zeros(50, dtype=torch.long))
+    a = PrivateSampler(src, 10, "poisson", seed=3)
+    a.sample()
+    state = {k: v.clone() if torch.is_tensor(v) else v for k, v in a.state_dict().items()}
+    first = [a.sample()[0] for _ in range(3)]
+    b = PrivateSampler(src, 10, "poisson", seed=99)
+    b.load_state_dict(state)
+    assert all(torch.equal(x, b.sample()[0]) for x in first)
+
+
+def test_auto_microbatch_is_the_cpu_chunk_off_cuda():
+    from dpgen.privacy.dpsgd import CPU_MICROBATCH, auto_microbatch, poisson_capacity
+
+    assert auto_microbatch(_model(), _loss_one, (5,), torch.device("cpu"), capacity=1000) == CPU_MICROBATCH
+    assert auto_microbatch(_model(), _loss_one, (5,), torch.device("cpu"), capacity=3) == 3
+    cap = poisson_capacity(60000, 1024 / 60000)
+    assert 1024 + 6 * 31 < cap < 1024 + 6 * 33 and poisson_capacity(10, 0.9) <= 10
+
+
+def test_the_auto_chunk_fits_half_the_free_memory_shared_by_the_sweeps_jobs():
+    from dpgen.privacy.dpsgd import chunk_that_fits
+
+    assert chunk_that_fits(8 * 2**30, 2**20, capacity=10**6) == 4096          # half of 8 GiB at 1 MiB a row
+    assert chunk_that_fits(8 * 2**30, 2**20, capacity=10**6, jobs=4) == 1024  # four runs on one GPU
+    assert chunk_that_fits(8 * 2**30, 2**20, capacity=1215) == 1215           # the whole batch: one vmap
+    assert chunk_that_fits(2**20, 2**30, capacity=1215) == 1

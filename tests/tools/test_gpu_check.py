@@ -145,3 +145,24 @@ def test_the_mnist_check_lists_the_mnist_presets_with_fewer_cpu_steps_and_the_re
     md = render(fake)
     assert "`python -m dpgen.bench.gpu_check --data mnist --set model.scaling=0.5`" in md
     assert "* DP-Sinkhorn: `experiment=mnist_dpsinkhorn model.scaling=0.5`" in md and "MNIST presets" in md
+
+
+def test_the_device_side_rows_syncs_floor_opacus_and_the_sinkhorn_projection():
+    rep = _fake()
+    rep["meta"]["data"] = "mnist"
+    rep["families"]["dpsgd_classifier"]["cuda/32"]["syncs_per_step"] = 1.0
+    rep["families"]["dpsinkhorn"]["cuda/32"] = {"steps": 40, "timed_steps": 35, "epsilon": 1.0, "steps_per_s": 118.0,
+                                                "syncs_per_step": 0.0}
+    rep["opacus"] = {"sigma": 1.0, "dpgen": {"steps_per_s": 150.0}, "opacus": {"steps_per_s": 90.0}}
+    md = render(rep)
+    assert "| DP-SGD classifier | 1.0 | 500.0 | 500 (est.) |" in md
+    assert "| DP-Sinkhorn | 0.0 | 118.0 | 2000 (est.) |" in md
+    assert f"**{3.4e6 / 118.0 / 3600:.1f} h** projected, beside the authors' code's 8.2 h" in md
+    assert "| dpgen DP-SGD | 150.0 |" in md and "| Opacus | 90.0 |" in md
+    rep["opacus"]["opacus"] = {"error": "RuntimeError: x"}
+    assert gpu_check.failed(rep)
+
+
+def test_opacus_beside_dpsgd_runs_on_cpu(tmp_path):
+    out = gpu_check.opacus_beside("cpu", steps=3, warmup=1, run_dir=tmp_path)
+    assert out["dpgen"]["steps_per_s"] > 0 and out["opacus"]["steps_per_s"] > 0, out

@@ -131,9 +131,13 @@ def run_app(argv: list[str]) -> int:
             print(f"error: {problem}", file=sys.stderr)
         return 2
     # imported only once the command line is known good: it imports torch (seconds), a refusal does not wait for it
+    from .preflight import CHECKED
+    from .runs import claim_new_folder
     from .utils.launch import run_dir_overrides
 
-    argv = [*argv, *run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml")]  # torchrun: one folder for all ranks
+    # a folder of this run's own, never that of a run started in the same second; torchrun: rank 0's for all ranks
+    claim = (lambda: claim_new_folder(CHECKED[0])) if CHECKED else None
+    argv = [*argv, *run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml", claim)]
     saved = sys.argv
     sys.argv = [saved[0], *argv]
     try:

@@ -9,7 +9,9 @@ the fault and the fix, or None when the run may start:
 * an unknown setting (``trainer.max_step=3``) -> the closest keys beside it;
 * a ``+key`` that only misspells an existing setting (``+accountant.epsilonn=3``: Hydra would add a
   new key that nothing reads) -> the setting it resembles;
-* a run folder (``hydra.run.dir`` / ``hydra.sweep.dir``) that cannot be created or written;
+* a run folder (``hydra.run.dir`` / ``hydra.sweep.dir``) that cannot be created or written (probed by rank 0
+  only: under torchrun the other ranks write nothing; the folder resolved here is the one the run claims,
+  :data:`CHECKED`);
 * a device this machine lacks (``trainer.device=cuda`` / ``evaluator.device=cuda`` without a GPU; with
   ``dpgen train --nproc N`` on GPUs, fewer than N of them).
 
@@ -27,6 +29,7 @@ from .paths import CONFIGS
 
 _RUN_FLAGS = {"-m", "--multirun", "-r", "--run"}  # anything else starting with "-" is Hydra's to answer
 CREATED: list[Path] = []  # the run folder and the parents it lacked when checked (removed again if left empty)
+CHECKED: list[Path] = []  # the run (or sweep) folder the last command line names, resolved (its clock included)
 PLUS_NOTE = "(Hydra's '+key=value' adds a NEW setting that nothing reads; use it only for that.)"
 
 
@@ -34,6 +37,7 @@ def preflight(argv: list[str], config_dir: Path = CONFIGS, nproc: int = 1) -> st
     """The one-line fault of the command line ``argv`` (overrides and flags of ``train.py``), or None.
     ``nproc``: the processes ``dpgen train --nproc`` is about to start (what cannot run on several is refused
     before they start)."""
+    CHECKED.clear()
     flags = [a for a in argv if a.startswith("-")]
     if any(f not in _RUN_FLAGS for f in flags):
         return None
@@ -245,9 +249,13 @@ def unwritable_run_dir(cfg, multirun: bool) -> str | None:
     from omegaconf import OmegaConf
 
     setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    CHECKED.clear()
     try:
         folder = Path(str(OmegaConf.select(cfg, setting, throw_on_resolution_failure=True)))
     except Exception:  # noqa: BLE001 - an interpolation only Hydra's app can resolve: Hydra will report it
+        return None
+    CHECKED.append(folder)
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 checks (and makes) the one folder; the others write nothing
         return None
     return writable_folder_problem(folder, setting)
 

@@ -183,6 +183,23 @@ def claim_run_folder(cfg: DictConfig, log: Callable[[str], None] = print) -> Run
     return folder
 
 
+def claim_new_folder(folder: Path) -> Path:
+    """A run folder named from the clock, made by this run alone: ``folder`` itself, or ``<folder>_2``,
+    ``<folder>_3`` ... when runs started in the same second name the same one.  Each name is claimed by one
+    ``mkdir``, which exactly one process wins, so a run never lands in (and never resumes, overwrites or
+    mixes with) the folder of another run."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        candidate = folder if n == 1 else folder.with_name(f"{folder.name}_{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        return candidate
+
+
 def run_locations(cfg: DictConfig) -> dict:
     """Where this run reads from, resolved: the data root and the folder it was started in (relative data
     paths start there).  Kept in the run folder only (``.dpgen/locations.json``), never in a release or card."""

@@ -1,18 +1,23 @@
 """Starting one run on several processes: ``dpgen train --nproc N`` (torchrun) and the one run folder.
 
 :func:`launch` runs ``torchrun --standalone --nproc-per-node N -m dpgen train ...`` and turns a lost
-process into one ``error:`` line; :func:`run_dir_overrides` makes every rank of one run write into ONE
-run folder.  The process group itself and the collectives are :mod:`dpgen.utils.dist`'s.
+process into one ``error:`` line; :func:`run_dir_overrides` gives a run a folder of its own (two
+runs started in the same second never share one) and every rank of one run ONE folder.  The process group
+itself and the collectives are :mod:`dpgen.utils.dist`'s.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -37,25 +42,47 @@ def resume_advice(argv: list[str]) -> str:
     return "it ended before its first checkpoint, so there is nothing to resume: run the same command again"
 
 
-def run_dir_overrides(argv: list[str], hydra_config: Path) -> list[str]:
-    """Extra Hydra overrides that make every rank of one run write into ONE run folder.
+def run_dir_overrides(argv: list[str], hydra_config: Path, claim: Callable[[], Path] | None = None) -> list[str]:
+    """Extra Hydra overrides that give this run a run folder of its own, and every rank of one run ONE folder.
 
-    Hydra names the folder from the clock when each process starts (``${now:...}`` in
-    ``hydra.run.dir``, or ``hydra.sweep.dir`` for a multirun, whose jobs then run one after the other on
-    all the processes), so the ranks could disagree by a second: rank 0's start time is used on every
-    rank.  Ranks > 0 also leave Hydra's ``.hydra/`` record to rank 0.  Nothing for one process or an
-    explicit folder."""
-    if not dist.requested():
-        return []
-    dist.init_from_env()
-    extra = [] if dist.is_main() else ["hydra.output_subdir=null"]
+    Hydra names the folder from the clock when each process starts (``${now:...}`` in ``hydra.run.dir``, or
+    ``hydra.sweep.dir`` for a multirun, whose jobs then run one after the other on all the processes), so two
+    runs started in the same second would share it and the ranks of one run could disagree by a second.
+    Rank 0 (or the only process) claims its folder (``claim``: :func:`dpgen.runs.claim_new_folder` of the
+    folder the preflight resolved, with a ``_2`` suffix ... when another run took that name) and every rank
+    uses it; an explicit folder is left as given.  Ranks > 0 write nothing there: they leave Hydra's ``.hydra/``
+    record to rank 0, and a sweep's ``multirun.yaml`` (which Hydra writes on every process) goes to a scratch
+    folder of theirs, removed at exit, while their jobs run in rank 0's job folders."""
+    several = dist.requested()
+    if several:
+        dist.init_from_env()
     key = "sweep" if any(a == "-m" or a.startswith("--multirun") for a in argv) else "run"
-    if any(a.startswith(f"hydra.{key}.dir=") for a in argv):
-        return extra
-    t0 = dist.broadcast_object(time.time())  # rank 0's clock on every rank
-    pattern = str(OmegaConf.to_container(OmegaConf.load(hydra_config), resolve=False)[key]["dir"])
-    now = datetime.fromtimestamp(t0)
-    return [f"hydra.{key}.dir={re.sub(r'[$][{]now:([^}]*)[}]', lambda m: now.strftime(m.group(1)), pattern)}", *extra]
+    given = [a.split("=", 1)[1] for a in argv if a.startswith(f"hydra.{key}.dir=")]
+    if given:
+        folder = given[-1]
+    elif claim is not None:  # every rank resolved the folder in its preflight (the same command line): rank 0 claims it
+        folder = str(claim()) if dist.is_main() else None
+        folder = dist.broadcast_object(folder) if several else folder
+    elif several:  # no folder resolved before Hydra: rank 0's clock on every rank
+        now = datetime.fromtimestamp(dist.broadcast_object(time.time()))
+        folder = re.sub(r"[$][{]now:([^}]*)[}]", lambda m: now.strftime(m.group(1)), _hydra_setting(hydra_config, key, "dir"))
+    else:
+        return []
+    out = [] if given else [f"hydra.{key}.dir={folder}"]
+    if not several or dist.is_main():
+        return out
+    if key == "sweep":  # Hydra writes multirun.yaml into hydra.sweep.dir on every process: here, into a scratch folder
+        scratch = tempfile.mkdtemp(prefix="dpgen-rank-")
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        subdir = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.sweep.subdir=")]
+        jobs = Path(folder).absolute() / (subdir[-1] if subdir else _hydra_setting(hydra_config, "sweep", "subdir"))
+        out = [f"hydra.sweep.dir={scratch}", f"hydra.sweep.subdir={jobs}"]
+    return [*out, "hydra.output_subdir=null"]  # and no .hydra/ record
+
+
+def _hydra_setting(hydra_config: Path, key: str, name: str) -> str:
+    """``hydra.<key>.<name>`` as ``configs/hydra/default.yaml`` writes it (interpolations unresolved)."""
+    return str(OmegaConf.to_container(OmegaConf.load(hydra_config), resolve=False)[key][name])
 
 
 def launch(argv: list[str], nproc: int) -> int:

@@ -335,27 +335,53 @@ def test_the_non_private_baselines_average_their_gradients(two_ranks_more, famil
 
 
 @pytest.mark.parametrize("multirun", [False, True])
-def test_every_rank_names_its_folder_from_rank_0s_clock(monkeypatch, multirun):
-    """torchrun: rank 1 started a second later, yet its run (or sweep) folder is rank 0's; a sweep's jobs
-    then run one after the other on all the processes, in ONE sweep folder."""
-    from datetime import datetime
-
+def test_every_rank_uses_the_folder_rank_0_claimed_and_claims_nothing(monkeypatch, tmp_path, multirun):
+    """torchrun: rank 1 started a second later, yet its run (or sweep) folder is the one rank 0 claimed (a sweep's
+    jobs then run one after the other on all the processes, in ONE sweep folder); rank 1 makes no folder."""
     from dpgen.paths import CONFIGS
     from dpgen.utils import dist as udist
     from dpgen.utils import launch
 
-    rank0_start = datetime(2026, 1, 2, 3, 4, 5).timestamp()
+    claimed = str(tmp_path / "outputs" / "digits_dpsgd" / "2026-01-02_03-04-05_2")  # rank 0's, broadcast
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(udist, "init_from_env", lambda: True)
-    monkeypatch.setattr(udist, "broadcast_object", lambda obj, src=0: rank0_start)
-    argv = ["-m", "accountant.epsilon=1,2"] if multirun else ["accountant.epsilon=1"]
-    key = "sweep" if multirun else "run"
-    out = launch.run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml")
-    assert out == [f"hydra.{key}.dir={'multirun' if multirun else 'outputs'}/${{experiment_name}}/2026-01-02_03-04-05",
-                   "hydra.output_subdir=null"]
-    assert launch.run_dir_overrides([*argv, f"hydra.{key}.dir=/x"], CONFIGS / "hydra" / "default.yaml") == \
-        ["hydra.output_subdir=null"]
+    monkeypatch.setattr(udist, "broadcast_object", lambda obj, src=0: claimed)
+
+    def claim():
+        raise AssertionError("rank 1 claimed a folder")
+
+    def overrides(argv):
+        out = launch.run_dir_overrides(argv, CONFIGS / "hydra" / "default.yaml", claim)
+        return dict(a.split("=", 1) for a in out)
+
+    if not multirun:
+        assert overrides(["accountant.epsilon=1"]) == {"hydra.run.dir": claimed, "hydra.output_subdir": "null"}
+        assert overrides(["accountant.epsilon=1", "hydra.run.dir=/x"]) == {"hydra.output_subdir": "null"}
+    else:  # Hydra's multirun.yaml goes to a scratch folder of rank 1's; the jobs run in rank 0's job folders
+        for argv, sweep in ((["-m", "accountant.epsilon=1,2"], claimed), (["-m", "hydra.sweep.dir=/x"], "/x")):
+            out = overrides(argv)
+            scratch = Path(out.pop("hydra.sweep.dir"))
+            assert scratch.is_dir() and not scratch.is_relative_to(tmp_path) and list(scratch.iterdir()) == []
+            assert out == {"hydra.sweep.subdir": f"{sweep}/${{hydra.job.num}}_${{hydra.job.override_dirname}}",
+                           "hydra.output_subdir": "null"}
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_the_preflight_of_rank_1_writes_nothing(monkeypatch, tmp_path):
+    """Every rank checks the command line, but only rank 0 probes (creates and writes) the run folder."""
+    from dpgen import preflight as pf
+
+    folder = tmp_path / "a" / "run"
+    probes: list = []
+    monkeypatch.setattr(pf, "_probe", lambda path, *a: probes.append(path))
+    for rank in ("1", "0"):
+        monkeypatch.setenv("RANK", rank)
+        assert pf.preflight(["experiment=digits_dpsgd", f"hydra.run.dir={folder}"]) is None
+        assert pf.CHECKED == [folder]  # the folder rank 0 claims, resolved on every rank
+        assert probes == ([] if rank == "1" else [folder])
+    assert list(tmp_path.iterdir()) == []
+    assert pf.preflight(["--cfg", "job"]) is None and pf.CHECKED == []  # Hydra answers: no folder to claim
 
 
 @pytest.mark.parametrize("gpus", [1, 2])

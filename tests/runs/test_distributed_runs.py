@@ -142,3 +142,52 @@ def test_the_ranks_die_with_their_launcher(tmp_path):
             time.sleep(0.5)
     finally:
         launcher.kill()
+
+
+GUIDE = ROOT / "docs" / "guides" / "distributed.md"
+SHORTEN = ["trainer.max_steps=2", "evaluator=none", "logger=local", "trainer.progress=false"]
+
+
+def guide_commands() -> list[pytest.param]:
+    """Every command of the distributed guide that starts several processes (``dpgen train --nproc``,
+    ``torchrun``), from its ``bash`` blocks; one that needs what a CPU machine lacks says so in a ``# needs ...``
+    comment on its line or the line above, and is skipped here."""
+    commands, block, above = [], False, ""
+    for line in GUIDE.read_text().splitlines():
+        if line.startswith("```"):
+            block, above = line.startswith("```bash"), ""
+            continue
+        text = line.strip()
+        if block and text.startswith(("dpgen train --nproc", "torchrun ")):
+            command, _, comment = text.partition(" #")
+            needs = next((c for c in (comment, above) if c.lstrip("# ").startswith("needs ")), None)
+            marks = [pytest.mark.skip(reason=needs.lstrip("# "))] if needs else []
+            commands.append(pytest.param(command.split(), marks=marks, id=command))
+        above = text if text.startswith("#") else ""
+    return commands
+
+
+def test_the_guide_shows_commands_of_several_processes():
+    assert {" ".join(p.values[0][:2]) for p in guide_commands()} == {"dpgen train", "torchrun --standalone"}
+
+
+@pytest.mark.parametrize("command", guide_commands())
+def test_every_command_of_the_guide_runs_as_written(tmp_path, command):
+    """The guide's command, shortened (2 steps, no evaluation), on two CPU processes (gloo): one run folder per
+    job, each of two processes; rank 1 leaves nothing behind (no scratch folder, no record of its own)."""
+    program = {"dpgen": DPGEN, "torchrun": [sys.executable, "-m", "torch.distributed.run"]}[command[0]]
+    args = [str(ROOT / "train.py") if a == "train.py" else a for a in command[1:]]
+    (tmp_path / "tmp").mkdir()
+    r = subprocess.run([*program, *args, *SHORTEN, "trainer.device=cpu"], cwd=tmp_path,
+                       env={**_env(), "TMPDIR": str(tmp_path / "tmp")}, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    sweep = "-m" in command
+    values = next((a for a in command if a.startswith("accountant.epsilon=")), "x=1").split("=", 1)[1].split(",")
+    results = sorted(tmp_path.rglob("results.json"))
+    assert len(results) == (len(values) if sweep else 1), results
+    assert all(_results(f.parent)["train"]["processes"]["world_size"] == 2 for f in results)
+    assert not list((tmp_path / "tmp").glob("dpgen-rank-*"))  # rank 1's scratch folder (its multirun.yaml) is gone
+    assert not list(tmp_path.rglob(".dpgen-probe-*"))
+    if sweep:  # Hydra's multirun.yaml, once: rank 0's (rank 1's command line adds hydra.output_subdir=null)
+        (record,) = tmp_path.rglob("multirun.yaml")
+        assert "hydra.output_subdir=null" not in record.read_text()

@@ -326,3 +326,27 @@ def test_two_commands_at_once_through_train_py(tmp_path):
     refused = subprocess.run([*commands[0], "accountant.epsilon=5"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert refused.returncode == 2 and "accountant.epsilon: 10.0 there, 5 now" in refused.stderr
     assert (out / ".hydra" / "config.yaml").read_text() == record  # the refused command's record is not kept
+
+
+def test_a_run_started_in_the_same_second_as_another_gets_a_folder_of_its_own(tmp_path):
+    """Hydra names the run folder from the clock; a folder of that name (another run's, started in the same
+    second) is never entered, resumed or overwritten: the new run gets ``<date>_<time>_2``."""
+    from datetime import datetime, timedelta
+
+    from tests.helpers.runs import train_here
+
+    now = datetime.now()
+    taken = [tmp_path / "outputs" / "collide" / (now + timedelta(seconds=s)).strftime("%Y-%m-%d_%H-%M-%S")
+             for s in range(-1, 120)]  # every name the clock can give this run: each holds a finished run
+    for folder in taken:
+        (folder / "checkpoints").mkdir(parents=True)
+        (folder / "checkpoints" / "last.pt").write_bytes(b"another run's checkpoint")
+        (folder / "results.json").write_text('{"train": {"train_steps": 3, "steps_planned": 3}}')
+    r = train_here(["experiment=digits_moments", "experiment_name=collide", "logger=local", "evaluator=none",
+                    "trainer.progress=false"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for folder in taken:  # untouched: no lock, no record, no log of the new run
+        assert sorted(p.name for p in folder.iterdir()) == ["checkpoints", "results.json"]
+        assert (folder / "checkpoints" / "last.pt").read_bytes() == b"another run's checkpoint"
+    (new,) = [p for p in (tmp_path / "outputs" / "collide").iterdir() if p not in taken]
+    assert new.name.endswith("_2") and (new / "results.json").is_file()

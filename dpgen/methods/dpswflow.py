@@ -108,21 +108,21 @@ class _ParticleFlow(LatentMethod):
     def _restore_state(self, state: dict) -> None:
         self.X = state["particles"].to(self.device)
         self.particle_labels = (torch.arange(self.X.shape[0]) % self.space.n_classes
-                                if self.label_mode == "partition" else None)
+                                if self.latent.label_mode == "partition" else None)
 
     def _init_particles(self, data: DataSplits) -> None:
         """``X_0 ~ mu_0 = N(0, I_D)`` (DPSWflow paper, the particle flow; not put on the sphere); quantile levels; the public test set
         for the toy's plot."""
         self.levels = quantile_levels(self.flow.num_percentiles, device=self.device)
         self.X = torch.randn(self.flow.n_particles, self.space.dim, device=self.device)
-        if self.label_mode == "partition" and self.flow.n_particles < self.space.n_classes:
+        if self.latent.label_mode == "partition" and self.flow.n_particles < self.space.n_classes:
             raise ValueError(f"model.label_mode=partition needs model.n_particles >= {self.space.n_classes} (classes)")
         # partition: particle i belongs to class i mod C for the whole run (public, fixed)
         self.particle_labels = (torch.arange(self.flow.n_particles) % self.space.n_classes
-                                if self.label_mode == "partition" else None)
+                                if self.latent.label_mode == "partition" else None)
         # the particles of each class (public indices, found once on the host: no sync in the steps)
         self._class_idx = [torch.arange(c, self.flow.n_particles, self.space.n_classes, device=self.device)
-                           for c in range(self.space.n_classes)] if self.label_mode == "partition" else None
+                           for c in range(self.space.n_classes)] if self.latent.label_mode == "partition" else None
         self._test_x = data.test.x
 
     def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int,
@@ -201,7 +201,7 @@ class _ParticleFlow(LatentMethod):
             pool_labels = pool_labels.cpu()
             # partition: padding rows put mass at the zero latent; prefer particles away from it (public)
             away = (self.X[:, :self.space.d].norm(dim=1) >= 0.5).cpu() \
-                if self.label_mode == "partition" and self.space.ae is not None \
+                if self.latent.label_mode == "partition" and self.space.ae is not None \
                 else torch.ones(self.X.shape[0], dtype=torch.bool)  # (unit latents: no record sits at 0)
             for c in labels.unique().tolist():
                 want = (labels == c).nonzero().flatten()
@@ -212,8 +212,8 @@ class _ParticleFlow(LatentMethod):
                     have = torch.arange(self.X.shape[0])
                 idx[want] = have[torch.randint(have.numel(), (want.numel(),), generator=self._pool_gen)]
         z = self.X[idx.to(self.X.device)]
-        if self.sample_jitter > 0 and n > self.X.shape[0]:
-            z = z + self.sample_jitter * torch.randn(z.shape, generator=self._pool_gen).to(z.device)
+        if self.latent.sample_jitter > 0 and n > self.X.shape[0]:
+            z = z + self.latent.sample_jitter * torch.randn(z.shape, generator=self._pool_gen).to(z.device)
         return self.space.decode(z, batch_size), labels.cpu()
 
 
@@ -258,7 +258,7 @@ class DPSWFlowR(_ParticleFlow):
             v = drift of X U_t + Z' toward F_t^{-1}   (Eq. 20)
             X <- X - h v + sqrt(2 lambda h) xi        (Euler-Maruyama)
         """
-        if self.label_mode == "partition":
+        if self.latent.label_mode == "partition":
             return self._partition_step(t)
         with torch.no_grad():
             rows = self._private_rows()                                       # Y_t: (B, D), norm <= 1
@@ -275,7 +275,7 @@ class DPSWFlowR(_ParticleFlow):
         the particles of class c flow toward block c's noisy quantiles.  Add/remove changes one row of one
         block by <= 2 (unit latents): the calibration of an unpartitioned batch of C m rows applies."""
         c_n = self.space.n_classes
-        m = math.ceil(self.batch_size / c_n)
+        m = math.ceil(self.schedule.batch_size / c_n)
         blocks = self._private_blocks(c_n, m)                               # (C m, D), norm <= 1, on the device
         u = self.projection.draw_directions(self.device)
         a = self.projection.release(blocks, u)                              # THE release of the step (recorded)
@@ -365,12 +365,13 @@ class DPSWFlow(_ParticleFlow):
                                 "block_slack": self.one_shot_settings.block_slack})
         self._steps = self.steps_planned(len(data.private))
         n_priv, c_n = len(data.private), data.num_classes
-        self.block_rows = math.ceil(self.one_shot_settings.block_slack * n_priv / c_n) if self.label_mode == "partition" else None
+        self.block_rows = (math.ceil(self.one_shot_settings.block_slack * n_priv / c_n)
+                           if self.latent.label_mode == "partition" else None)
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.one_shot_settings.calibration,
                                                  noise=self.release_noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
-                                                 class_blocks=self.label_mode == "partition", n_private=n_priv,
+                                                 class_blocks=self.latent.label_mode == "partition", n_private=n_priv,
                                                  device=ctx.device,  # noise and directions drawn on the device
-                                                 **self.dp.release_settings())
+                                                 **self.privacy.dp.release_settings())
         self.mechanisms = {"one_shot": self.one_shot}
         released = ctx.resume_state is not None and ctx.resume_state.get("quantiles") is not None
         self._encoded = None if released else self._encode_private(data, self._seed)  # read, not released
@@ -392,11 +393,11 @@ class DPSWFlow(_ParticleFlow):
                                  seed=self._seed).sample()  # q = 1: every private latent row
         self._encoded = None
         rows = rows.to(self.device)
-        if self.label_mode == "partition":
+        if self.latent.label_mode == "partition":
             rows = class_blocks(rows, y, self.space.n_classes, self.block_rows)  # (C m, D): public sizes
         self.u_all = self.one_shot.draw_directions(self.device)  # drawn once (random or orthonormal)
         a = self.one_shot.release(rows, self.u_all)  # THE private release (recorded)
-        if self.label_mode == "partition":
+        if self.latent.label_mode == "partition":
             c_n = self.space.n_classes  # every block's quantiles at once: (C, k, M)
             self.tq_all = empirical_quantiles(a.view(c_n, self.block_rows, -1).transpose(1, 2).contiguous(), self.levels)
         else:
@@ -410,7 +411,7 @@ class DPSWFlow(_ParticleFlow):
                 self._one_shot_release()
             idx = torch.randperm(self.k, device=self.device)[:self.one_shot_settings.projections_per_step]  # M_theta of the N_theta directions
             u, sigma = self.u_all[:, idx], self.one_shot.noise_std
-            if self.label_mode != "partition":
+            if self.latent.label_mode != "partition":
                 self._last_drift = self._move(u, self.tq_all[idx], sigma, t)
             elif self.flow.n_particles % self.space.n_classes == 0:  # every class at once (DPSWFlowR._partition_step)
                 self._last_drift = self._move_classes(u, self.tq_all[:, idx], sigma)
@@ -432,7 +433,7 @@ class DPSWFlow(_ParticleFlow):
 
     def train_summary(self) -> dict:
         out = super().train_summary()
-        if self.private:
+        if self.privacy.private:
             o = self.one_shot
             out.update({"one_shot_epsilon_exact": analytic_gaussian_epsilon(
                 o.noise_multiplier, o.ledger.delta - o.beta), "one_shot_calibration": self.one_shot_settings.calibration})

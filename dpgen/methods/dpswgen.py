@@ -17,6 +17,8 @@ from ..data import DataSplits
 from ..errors import ConfigError
 from ..ot.sliced import gaussian_projection_rows, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
+from ..privacy.conventions import PaperConvention
+from ..privacy.projection import ProjectionDP
 from ..utils import autocast, dist
 from .base import TrainContext
 from .latent import LatentMethod
@@ -39,9 +41,20 @@ class DPSWGen(LatentMethod):
     name = "DPSWgen"
 
     def __init__(self, generator: Callable[..., torch.nn.Module], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), d_code: int | None = None, sample_jitter: float = 0.0,
-                 **kw) -> None:
-        super().__init__(sample_jitter=sample_jitter, **kw)
+                 betas: tuple[float, float] = (0.9, 0.999), d_code: int | None = None,
+                 autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
+                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = "outputs/autoencoders",
+                 dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
+                 steps: int | None = None, private: bool = True, noise_std: float = 0.0,
+                 label_mode: str = "partition", label_weight: float = 1.0, latent_scale: float = 1.0,
+                 sample_jitter: float = 0.0, representation: dict | None = None,
+                 convention: PaperConvention | dict | None = None, warm_start: dict | None = None) -> None:
+        LatentMethod.__init__(self, autoencoder=autoencoder, ae_steps=ae_steps, ae_batch_size=ae_batch_size,
+                              ae_lr=ae_lr, autoencoder_cache=autoencoder_cache, dp=dp, batch_size=batch_size,
+                              epochs=epochs, steps=steps, private=private, noise_std=noise_std,
+                              label_mode=label_mode, label_weight=label_weight, latent_scale=latent_scale,
+                              sample_jitter=sample_jitter, representation=representation, convention=convention,
+                              warm_start=warm_start)
         self.make_generator, self.lr, self.betas, self.d_code = generator, float(lr), tuple(betas), d_code
         self.G: torch.nn.Module | None = None
 
@@ -49,7 +62,7 @@ class DPSWGen(LatentMethod):
         """The latent generator; partition: the label one-hot is appended to its Gaussian input."""
         d = self.space.dim
         self.noise_dim = self.d_code or d
-        extra = self.space.n_classes if self.label_mode == "partition" else 0
+        extra = self.space.n_classes if self.latent.label_mode == "partition" else 0
         return self.make_generator(d_code=self.noise_dim + extra, out_dim=d).to(self.device)
 
     def generate_latents(self, labels: torch.Tensor, part: tuple[int, int] | None = None) -> torch.Tensor:
@@ -58,14 +71,14 @@ class DPSWGen(LatentMethod):
         z = torch.randn(labels.shape[0], self.noise_dim, device=self.device)
         if part is not None:
             z, labels = z[part[0]:part[1]], labels[part[0]:part[1]]
-        if self.label_mode == "partition":
+        if self.latent.label_mode == "partition":
             z = torch.cat([z, F.one_hot(labels.to(self.device), self.space.n_classes).to(z.dtype)], dim=1)
         return self.G(z)
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self._setup_latent(data, ledger, ctx)
         self.G = dist.whole_batch_norm(self._make_g())  # several processes: BatchNorm over the whole generated batch
-        self.block_rows = math.ceil(self.batch_size / data.num_classes)
+        self.block_rows = math.ceil(self.schedule.batch_size / data.num_classes)
         self._secret_seed(ctx)
         self._per_step_release(data, ledger, ctx)
         self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
@@ -75,7 +88,7 @@ class DPSWGen(LatentMethod):
         """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
         c_n = self.space.n_classes
         # several processes: each rank generates its rows lo..hi of the generated batch (dist.shard_bounds)
-        if self.label_mode == "partition":
+        if self.latent.label_mode == "partition":
             rows = self._private_blocks(c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1, on the device
             y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
             lo, hi = dist.shard_bounds(rows.shape[0])
@@ -91,7 +104,7 @@ class DPSWGen(LatentMethod):
         p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
         p_s = gaussian_projection_rows(fake, u, self.projection.noise_std, lo, rows.shape[0])  # G(z) U_t + Z'_t
         p_s = dist.gather_shards(p_s, rows.shape[0])  # the whole P_s on every rank; gradients into this rank's rows
-        n_blocks = c_n if self.label_mode == "partition" else 1
+        n_blocks = c_n if self.latent.label_mode == "partition" else 1
         loss = sliced_wasserstein_blocks(p_s, p_t, n_blocks, 2.0)             # SW_2 (within class blocks)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -101,7 +114,7 @@ class DPSWGen(LatentMethod):
 
     def warm_target(self) -> WarmTarget:
         """The warm-up fits the latent generator to latent rows of samples of the released class Gaussians."""
-        if self.label_mode != "partition":
+        if self.latent.label_mode != "partition":
             raise ConfigError("model.warm_start for DPSWgen needs model.label_mode=partition (a conditional generator)")
         return WarmTarget(rows=self.space.rows, device=self.device, generate=self.generate_latents,
                           parameters=self.G.parameters())
@@ -135,7 +148,7 @@ class DPSWGen(LatentMethod):
         k = self.space.n_classes
         if labels is None:
             labels = torch.arange(n) % k
-        if self.label_mode == "partition":  # the conditional generator, label by label
+        if self.latent.label_mode == "partition":  # the conditional generator, label by label
             z = torch.cat([self.generate_latents(labels[i:i + batch_size]) for i in range(0, n, batch_size)])
             return self.space.decode(z, batch_size), labels.cpu()
         if self.space.label_mode != "concat":

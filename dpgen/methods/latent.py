@@ -40,6 +40,7 @@ import hashlib
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -59,7 +60,14 @@ from ..privacy.rows import clip_rows, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
 from ..runs import write_atomically
 from ..utils import dist, load_checkpoint
-from .base import GenerativeMethod, NonFiniteLossError, TrainContext, mechanism_seed, secret_seed
+from .base import (
+    GenerativeMethod,
+    NonFiniteLossError,
+    TrainContext,
+    mechanism_seed,
+    secret_seed,
+    settle,
+)
 from .warm_start import as_warm_start
 
 
@@ -152,9 +160,89 @@ def train_autoencoder(ae: torch.nn.Module, x_public: torch.Tensor, *, steps: int
     return sum(losses[-50:]) / max(len(losses[-50:]), 1)
 
 
+@dataclass(frozen=True)
+class AutoencoderSettings:
+    """The public autoencoder's training (``model.ae_steps``, ``ae_batch_size``, ``ae_lr``) and its cache folder
+    (``model.autoencoder_cache``; null: no cache)."""
+
+    steps: int = 5000
+    batch_size: int = 250
+    lr: float = 1e-3
+    cache: str | None = "outputs/autoencoders"
+
+    def __post_init__(self) -> None:
+        if int(self.steps) < 0 or int(self.batch_size) < 1 or not float(self.lr) > 0:
+            raise ValueError(f"model.ae_steps must be >= 0, model.ae_batch_size >= 1 and model.ae_lr > 0, got "
+                             f"{self.steps}, {self.batch_size}, {self.lr}")
+        settle(self, steps=int(self.steps), batch_size=int(self.batch_size), lr=float(self.lr))
+
+
+@dataclass(frozen=True)
+class LatentSchedule:
+    """The private batches (``model.batch_size`` (B)) and their number: ``model.steps`` if given, else
+    ``model.epochs * ceil(N / B)``."""
+
+    batch_size: int = 250
+    epochs: int = 35
+    steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if int(self.batch_size) < 1:
+            raise ValueError(f"model.batch_size must be >= 1, got {self.batch_size}")
+        if int(self.epochs) < 0 or (self.steps is not None and int(self.steps) < 0):
+            raise ValueError(f"model.epochs and model.steps must be >= 0, got {self.epochs}, {self.steps}")
+        settle(self, batch_size=int(self.batch_size), epochs=int(self.epochs),
+               steps=None if self.steps is None else int(self.steps))
+
+
+@dataclass(frozen=True)
+class LatentRows:
+    """How labels enter (``model.label_mode``: partition, concat or none; ``label_weight`` w of the one-hot
+    part), the scale of a latent without autoencoder (``model.latent_scale``) and the latent noise of a
+    drawn-again particle (``model.sample_jitter``)."""
+
+    label_mode: str = "partition"
+    label_weight: float = 1.0
+    latent_scale: float = 1.0
+    sample_jitter: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.label_mode not in ("partition", "concat", "none"):
+            raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {self.label_mode!r}")
+        if not float(self.latent_scale) > 0:
+            raise ValueError(f"model.latent_scale must be > 0, got {self.latent_scale}")
+        if float(self.sample_jitter) < 0:
+            raise ValueError(f"model.sample_jitter must be >= 0, got {self.sample_jitter}")
+        settle(self, label_weight=float(self.label_weight), latent_scale=float(self.latent_scale),
+               sample_jitter=float(self.sample_jitter))
+
+
+@dataclass(frozen=True)
+class LatentPrivacy:
+    """``model.private`` (false: epsilon = infinity, ``model.noise_std`` then only smooths), ``model.dp`` (the
+    projection release's k, bound, directions, delta share) and ``privacy.convention=paper`` (the released code's
+    noise, labelled)."""
+
+    private: bool = True
+    noise_std: float = 0.0
+    dp: ProjectionDP | None = None
+    convention: PaperConvention | None = None
+
+    def __post_init__(self) -> None:
+        if float(self.noise_std) < 0:
+            raise ValueError(f"model.noise_std must be >= 0, got {self.noise_std}")
+        if self.convention is not None and not self.private:
+            raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
+        settle(self, private=bool(self.private), noise_std=float(self.noise_std))
+
+
 # ---------------------------------------------------------------------------------------------
 class LatentMethod(GenerativeMethod):
-    """Autoencoder set-up, latent rows, private batches, the per-step release and sampling shared by all three."""
+    """Autoencoder set-up, latent rows, private batches, the per-step release and sampling shared by all three.
+
+    The flat ``model.<key>`` settings are held in four checked groups: ``ae_settings`` (:class:`AutoencoderSettings`),
+    ``schedule`` (:class:`LatentSchedule`), ``latent`` (:class:`LatentRows`) and ``privacy`` (:class:`LatentPrivacy`).
+    """
 
     kind = "latent"
     default_dp = ProjectionDP(num_projections=70, bound="chernoff")  # model.dp when none is given
@@ -167,29 +255,24 @@ class LatentMethod(GenerativeMethod):
                  representation: dict | None = None, convention: PaperConvention | dict | None = None,
                  warm_start: dict | None = None) -> None:
         # privacy.convention=paper: the released code's noise (CLT sensitivity at delta/2), labelled, epsilon_true
-        self.convention = as_convention(convention)
+        self.privacy = LatentPrivacy(private=private, noise_std=noise_std,
+                                     dp=as_projection_dp(dp, self.default_dp),  # k, bound, directions, delta share
+                                     convention=as_convention(convention))
         self.warm_start = as_warm_start(warm_start)  # methods.warm_start: run by the loop
-        if self.warm_start is not None and (self.convention is not None or not private):
+        if self.warm_start is not None and (self.privacy.convention is not None or not self.privacy.private):
             raise ConfigError("model.warm_start spends a share of an honest private budget: drop "
                               "privacy.convention=paper / model.private=false, or model/warm_start=null")
-        if self.convention is not None and not private:
-            raise ValueError("privacy.convention=paper reproduces a private run: drop model.private=false")
-        self.dp = as_projection_dp(dp, self.default_dp)  # k, bound, directions, delta share (validated there)
         self.make_ae = autoencoder
         if representation is not None and autoencoder is not None:
             raise ValueError("model.representation (a public linear map: pca / dct) replaces the autoencoder: set "
                              "model.autoencoder=null")
         self.rep_cfg = None if representation is None else dict(representation)
-        self.ae_steps, self.ae_batch_size, self.ae_lr = int(ae_steps), int(ae_batch_size), float(ae_lr)
-        self.ae_cache = autoencoder_cache
-        self.k, self.batch_size, self.epochs = self.dp.num_projections, int(batch_size), int(epochs)
-        self.steps = None if steps is None else int(steps)
-        self.private = bool(private)
-        self.noise_std = float(noise_std)  # a non-private run's smoothing (noise_settings)
-        if label_mode not in ("partition", "concat", "none"):
-            raise ValueError(f"model.label_mode must be 'partition', 'concat' or 'none', got {label_mode!r}")
-        self.label_mode, self.label_weight, self.latent_scale = label_mode, float(label_weight), float(latent_scale)
-        self.sample_jitter = float(sample_jitter)
+        self.ae_settings = AutoencoderSettings(steps=ae_steps, batch_size=ae_batch_size, lr=ae_lr,
+                                               cache=autoencoder_cache)
+        self.schedule = LatentSchedule(batch_size=batch_size, epochs=epochs, steps=steps)
+        self.latent = LatentRows(label_mode=label_mode, label_weight=label_weight, latent_scale=latent_scale,
+                                 sample_jitter=sample_jitter)
+        self.k = self.privacy.dp.num_projections
         self.space: LatentSpace | None = None
         self.device, self.precision = torch.device("cpu"), "32"
         self.ae_info: dict = {}
@@ -197,7 +280,8 @@ class LatentMethod(GenerativeMethod):
     # -- schedule ------------------------------------------------------------------------
     def steps_planned(self, n_private: int) -> int:
         """``steps`` if given, else ``epochs * ceil(N / B)`` private batches."""
-        return self.steps if self.steps is not None else self.epochs * math.ceil(n_private / self.batch_size)
+        s = self.schedule
+        return s.steps if s.steps is not None else s.epochs * math.ceil(n_private / s.batch_size)
 
     @property
     def total_steps(self) -> int:
@@ -206,17 +290,17 @@ class LatentMethod(GenerativeMethod):
     # -- autoencoder ---------------------------------------------------------------------
     def _ae_key(self, data: DataSplits, ae: torch.nn.Module, seed: int) -> str:
         pub = data.public
-        fp = (data.name, len(pub), round(float(pub.x.double().sum()), 4), repr(ae), self.ae_steps, self.ae_batch_size,
-              self.ae_lr, seed)
+        a = self.ae_settings
+        fp = (data.name, len(pub), round(float(pub.x.double().sum()), 4), repr(ae), a.steps, a.batch_size, a.lr, seed)
         return hashlib.sha1(repr(fp).encode()).hexdigest()[:16]
 
     def _setup_latent(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         """The frozen public AE (trained, cached, or from the resume checkpoint) and the latent space."""
         self.device, self.precision = ctx.device, ctx.precision
         self._signature = {"n_private": len(data.private), "dataset": data.name,
-                           "n_public": 0 if data.public is None else len(data.public), "batch_size": self.batch_size,
-                           "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.dp.bound,
-                           "label_mode": self.label_mode, "sampling": ledger.sampling, "private": self.private}
+                           "n_public": 0 if data.public is None else len(data.public), "batch_size": self.schedule.batch_size,
+                           "k": self.k, "steps": self.steps_planned(len(data.private)), "bound": self.privacy.dp.bound,
+                           "label_mode": self.latent.label_mode, "sampling": ledger.sampling, "private": self.privacy.private}
         ae_state = (ctx.resume_state or {}).get("autoencoder")
         ae = None
         if self.make_ae is not None:
@@ -230,19 +314,19 @@ class LatentMethod(GenerativeMethod):
                 self.ae_info = {"ae_source": "checkpoint"}
             elif dist.is_main():  # several processes: rank 0 reads or trains (and caches) it, the others receive it
                 key = self._ae_key(data, ae, ctx.seed)
-                cache = Path(self.ae_cache) / f"ae_{data.name}_{key}.pt" if self.ae_cache else None
+                cache = Path(self.ae_settings.cache) / f"ae_{data.name}_{key}.pt" if self.ae_settings.cache else None
                 if cache is not None and cache.exists():
                     ck = load_checkpoint(cache)
                     ae.load_state_dict(ck["state_dict"])
                     self.ae_info = {"ae_source": f"cache {cache}", "ae_mse": ck["mse"], "ae_steps": ck["steps"]}
                 else:
                     t0 = time.time()
-                    mse = train_autoencoder(ae, data.public.x, steps=self.ae_steps, batch_size=self.ae_batch_size,
-                                            lr=self.ae_lr, device=ctx.device, seed=ctx.seed, ctx=ctx)
-                    self.ae_info = {"ae_source": "trained", "ae_mse": mse, "ae_steps": self.ae_steps,
+                    mse = train_autoencoder(ae, data.public.x, steps=self.ae_settings.steps, batch_size=self.ae_settings.batch_size,
+                                            lr=self.ae_settings.lr, device=ctx.device, seed=ctx.seed, ctx=ctx)
+                    self.ae_info = {"ae_source": "trained", "ae_mse": mse, "ae_steps": self.ae_settings.steps,
                                     "ae_train_time_s": time.time() - t0}
                     if cache is not None:
-                        write_atomically({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_steps},
+                        write_atomically({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_settings.steps},
                                          cache)  # PUBLIC: trained on public images only
             if ae_state is None and dist.active():  # rank 0's autoencoder on every rank; only rank 0 writes
                 got = dist.broadcast_object(({k: v.cpu() for k, v in ae.state_dict().items()}, self.ae_info)
@@ -258,8 +342,9 @@ class LatentMethod(GenerativeMethod):
                 ctx.logger.log_images("autoencoder_public_reconstructions", torch.cat([xp, ae(xp)]).cpu(), nrow=16)
                 self.ae_info["ae_test_mse"] = float(F.mse_loss(ae(data.test.x[:1000].to(ctx.device)),
                                                                data.test.x[:1000].to(ctx.device)))
-        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
-                                 self.latent_scale, clip=self.private or ae is not None, rep=self._representation(data))
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(),
+                                 self.latent.label_weight, self.latent.latent_scale,
+                                 clip=self.privacy.private or ae is not None, rep=self._representation(data))
 
     def _representation(self, data: DataSplits):
         """The public linear representation (``model.representation``), built from the PUBLIC split only."""
@@ -273,7 +358,7 @@ class LatentMethod(GenerativeMethod):
 
     def _row_label_mode(self) -> str:
         """Rows carry no label with ``partition`` (the label decides the block instead)."""
-        return "none" if self.label_mode == "partition" else self.label_mode
+        return "none" if self.latent.label_mode == "partition" else self.latent.label_mode
 
     def _secret_seed(self, ctx: TrainContext) -> None:
         if ctx.deterministic:
@@ -293,8 +378,8 @@ class LatentMethod(GenerativeMethod):
             ae = self.make_ae(image_shape=data.image_shape).to(self.device)
             ae.load_state_dict(state["autoencoder"])
             ae.eval()
-        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(), self.label_weight,
-                                 self.latent_scale, clip=self.private or ae is not None,
+        self.space = LatentSpace(ae, data.image_shape, data.num_classes, self._row_label_mode(),
+                                 self.latent.label_weight, self.latent.latent_scale, clip=self.privacy.private or ae is not None,
                                  rep=self._representation(data) if representation is None else representation)
         self._restore_state(state)
 
@@ -323,7 +408,7 @@ class LatentMethod(GenerativeMethod):
     def _private_rows(self) -> torch.Tensor:
         """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release,
         formed there by ``PrivateSampler.fixed_batch``: the law of ``rows.fixed_size``, rows shuffled)."""
-        rows, _, valid = self.sampler.fixed_batch(self.batch_size)
+        rows, _, valid = self.sampler.fixed_batch(self.schedule.batch_size)
         return torch.where(valid[:, None], rows, 0.0)  # padding rows are public zeros (distance <= 1)
 
     def _private_blocks(self, n_classes: int, block: int) -> torch.Tensor:
@@ -335,34 +420,35 @@ class LatentMethod(GenerativeMethod):
     def _per_step_release(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         """Sampler of latent rows and the per-step subsampled release (DPSWflow-r, DPSWgen; DPSWflow paper, Algorithm 1):
         unit-norm rows (row diameter 2), union-bound delta split, N + 1 partners under Poisson."""
-        if self.label_mode == "partition" and ledger.sampling != "poisson":
+        if self.latent.label_mode == "partition" and ledger.sampling != "poisson":
             raise ValueError("model.label_mode=partition of a per-step release is accounted under add/remove "
                              "neighbours: use accountant.sampling=poisson (or model.label_mode=concat)")
-        if self.label_mode == "partition" and self.batch_size < self.space.n_classes:
+        if self.latent.label_mode == "partition" and self.schedule.batch_size < self.space.n_classes:
             raise ValueError(f"model.label_mode=partition needs model.batch_size >= {self.space.n_classes} (classes)")
         n_priv = len(data.private)
-        self.sampler = PrivateSampler(self._encode_private(data, self._seed + 1), self.batch_size, ledger.sampling,
+        self.sampler = PrivateSampler(self._encode_private(data, self._seed + 1), self.schedule.batch_size, ledger.sampling,
                                       seed=self._seed, device=ctx.device)  # the encoded private set on the device, once
         self._steps = self.steps_planned(n_priv)
         self.projection = GaussianProjectionRelease(
             ledger, dim=self.space.dim, steps=self._steps, sample_rate=self.sampler.sample_rate, n_private=n_priv,
             row_diameter=ROW_DIAMETER, noise=self.release_noise(ledger), seed=mechanism_seed(ctx),
-            device=ctx.device, **self.dp.release_settings())  # noise and directions drawn on the run's device
+            device=ctx.device, **self.privacy.dp.release_settings())  # noise and directions drawn on the run's device
         self.mechanisms = {"projection": self.projection}
 
     def noise_settings(self) -> NoiseSettings:
         """Calibrated, or a non-private run's smoothing (the paper convention's std: ``release_noise``)."""
-        return NoiseSettings(private=self.private, noise_std=self.noise_std, history=self.warm_start is not None)
+        return NoiseSettings(private=self.privacy.private, noise_std=self.privacy.noise_std,
+                             history=self.warm_start is not None)
 
     def release_noise(self, ledger: PrivacyLedger, one_shot: bool = False) -> NoisePolicy:
         """The noise policy of the method's release (``one_shot``: DPSWflow's one release of the whole set); ``privacy.convention=paper``: the released code's std against the CLT
         sensitivity it states (at ``privacy.paper_sensitivity_dim`` when given: DPSWgen's C·W² = 1024, not d)."""
-        if self.convention is None:
+        if self.privacy.convention is None:
             return self.noise
-        k, delta, stated = self.k, ledger.delta, self.convention.sensitivity_dim
+        k, delta, stated = self.k, ledger.delta, self.privacy.convention.sensitivity_dim
         d = stated or self.space.dim
-        std = (paper_one_shot_sigma(self.convention.epsilon, delta, d, k) if one_shot  # c S / eps (§4.3)
-               else paper_flow_noise_std(self.convention.sigma, d, k, delta))          # sigma 2 sqrt(w_CLT)
+        std = (paper_one_shot_sigma(self.privacy.convention.epsilon, delta, d, k) if one_shot  # c S / eps (§4.3)
+               else paper_flow_noise_std(self.privacy.convention.sigma, d, k, delta))          # sigma 2 sqrt(w_CLT)
         return PaperNoise(std, stated_dim=stated)
 
     def signature(self) -> dict:
@@ -375,23 +461,23 @@ class LatentMethod(GenerativeMethod):
     def convention_report(self) -> dict | None:
         """``privacy.convention=paper``: the same noise under the RIGOROUS (Chernoff) bound for the same unit
         latents (diameter 2, same beta and partners): the CLT bound the paper's sigma assumes is asymptotic."""
-        if self.convention is None:
+        if self.privacy.convention is None:
             return None
         mech = self._main_mechanism()
         s_true = l2_sensitivity(mech.k, mech.dim, mech.beta / mech.partners(mech.relation), "chernoff", ROW_DIAMETER)
         true = true_epsilon(mech.noise_std, s_true, sample_rate=mech.sample_rate, steps=mech.releases,
                             delta=mech.ledger.delta, sampling=mech.ledger.sampling, delta_per_step=mech.beta,
                             relation=mech.relation, calibrate_with=mech.ledger.calibrate_with)
-        return {"convention": "paper", "paper_epsilon": self.convention.epsilon, "paper_sigma": self.convention.sigma,
-                **({"paper_sensitivity_dim": self.convention.sensitivity_dim} if self.convention.sensitivity_dim else {}),
+        return {"convention": "paper", "paper_epsilon": self.privacy.convention.epsilon, "paper_sigma": self.privacy.convention.sigma,
+                **({"paper_sensitivity_dim": self.privacy.convention.sensitivity_dim} if self.privacy.convention.sensitivity_dim else {}),
                 "sensitivity_stated": mech.sensitivity, **true,
                 "epsilon_true_note": f"the released code's noise (std {mech.noise_std:.4g}) under the rigorous Chernoff "
-                                     f"sensitivity of unit latents in d = {mech.dim} (stated: {self.dp.bound} bound"
-                                     + (f" at dim {self.convention.sensitivity_dim}, as the released code evaluates it"
-                                        if self.convention.sensitivity_dim else "") + ")"}
+                                     f"sensitivity of unit latents in d = {mech.dim} (stated: {self.privacy.dp.bound} bound"
+                                     + (f" at dim {self.privacy.convention.sensitivity_dim}, as the released code evaluates it"
+                                        if self.privacy.convention.sensitivity_dim else "") + ")"}
 
     def _summary(self, mech) -> dict:
         return {"noise_std": mech.noise_std, "noise_multiplier": mech.noise_multiplier, "sensitivity": mech.sensitivity,
-                "sensitivity_bound": mech.bound if self.private else None, "guarantee": mech.guarantee,
+                "sensitivity_bound": mech.bound if self.privacy.private else None, "guarantee": mech.guarantee,
                 "latent_dim": self.space.d, "row_dim": self.space.dim, "num_projections": self.k, **self.ae_info}
 

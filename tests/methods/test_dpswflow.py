@@ -341,6 +341,30 @@ def test_the_flow_settings_check_their_own_values_and_name_the_setting():
     assert m.one_shot_settings == OneShotSettings(projections_per_step=25) and isinstance(m.flow.step_size, float)
 
 
+
+def test_the_shared_latent_settings_check_their_own_values_and_name_the_setting():
+    from dpgen.methods.latent import AutoencoderSettings, LatentPrivacy, LatentRows, LatentSchedule
+
+    latent = {k: v for k, v in COMMON.items() if k not in ("num_percentiles", "n_particles")}
+    for make, key in [(lambda: AutoencoderSettings(batch_size=0), "model.ae_batch_size"),
+                      (lambda: AutoencoderSettings(lr=0), "model.ae_lr"),
+                      (lambda: LatentSchedule(batch_size=0), "model.batch_size"),
+                      (lambda: LatentSchedule(steps=-1), "model.steps"),
+                      (lambda: LatentRows(label_mode="onehot"), "model.label_mode"),
+                      (lambda: LatentRows(sample_jitter=-0.1), "model.sample_jitter"),
+                      (lambda: LatentPrivacy(noise_std=-1.0), "model.noise_std"),
+                      (lambda: DPSWGen(generator=LatentMLPGen, **{**latent, "ae_batch_size": 0}), "model.ae_batch_size"),
+                      (lambda: DPSWFlowR(**COMMON, batch_size=0), "model.batch_size")]:
+        with pytest.raises(ValueError, match=key):
+            make()
+    # the config keys stay flat; each method holds its groups, with the values converted once
+    m = DPSWGen(generator=LatentMLPGen, **{**latent, "ae_steps": "20"}, batch_size="40", epochs=1, sample_jitter=0,
+                private=False, noise_std=1)
+    assert m.ae_settings == AutoencoderSettings(steps=20, batch_size=32, cache=None)
+    assert m.schedule == LatentSchedule(batch_size=40, epochs=1) and m.latent == LatentRows(sample_jitter=0.0)
+    assert (m.privacy.private, m.privacy.noise_std, m.privacy.convention) == (False, 1.0, None)
+    assert isinstance(m.privacy.noise_std, float) and m.k == m.privacy.dp.num_projections
+
 @pytest.mark.slow  # train.py subprocess; make test-all
 def test_toy_dpswflow_preset_runs_and_plots_particles(tmp_path):
     from tests.helpers.runs import train

@@ -184,7 +184,7 @@ def test_dpswflow_r_partition_moves_each_class_toward_its_own_block(tmp_path, re
     assert m.projection.sensitivity == pytest.approx(2.0 * math.sqrt(2.0)) and ledger.delta_reserved == 0.0
     x, y = m.sample(30)
     assert x.shape[0] == 30 and torch.equal(y, torch.arange(30) % 10)
-    assert DPSWFlow(**common).label_mode == "partition"  # the default of every projection method
+    assert DPSWFlow(**common).latent.label_mode == "partition"  # the default of every projection method
 
 
 def test_dpswflow_r_partition_needs_the_add_remove_relation(tmp_path):
@@ -337,7 +337,7 @@ def test_dpswgen_partition_releases_class_blocks_and_needs_poisson(tmp_path, rel
     released = release_spy()
     gen = partial(LatentMLPGen, hidden=(16, 16, 16))
     m = DPSWGen(generator=gen, **_latent_common(), batch_size=40, epochs=1, dp=ProjectionDP(8, bound="chernoff", directions="orthogonal"))
-    assert m.label_mode == "partition"
+    assert m.latent.label_mode == "partition"
     ledger = PrivacyLedger(10.0, 1e-4, "poisson")
     loop.train(m, digits(public_fraction=0.5), ledger, train_context(tmp_path, max_steps=3))
     assert len(released) == 3 and all(r.rows.shape == (40, 4) for r in released)  # 10 blocks of 4 unit latents

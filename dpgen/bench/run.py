@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dpgen.config import require_checkout
 from dpgen.ot import dp_sliced_wasserstein, random_directions  # noqa: E402
 from dpgen.privacy import dpswd_noise  # noqa: E402
 from dpgen.utils.misc import device_name, synchronize
@@ -169,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                     "those, without the core rows, merged into the existing --out file (their marked sections are "
                     "replaced, everything else is kept)")
     args = ap.parse_args(argv)
+    require_checkout("dpgen bench")  # its rows run train.py and scripts of the checkout, and merge into docs/
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     only = {n.replace("-", "_") for n in args.only.split(",")} if args.only else None  # step-overhead: step_overhead

@@ -75,7 +75,8 @@ def test_the_wheel_trains_the_default_and_samples_from_it(installed):
     assert (work / "synth.npz").is_file() and (work / "synth.card.json").is_file()
 
 
-@pytest.mark.parametrize("command", [["presets", "status"], ["reproduce", "render"]], ids=" ".join)
+@pytest.mark.parametrize("command", [["presets", "status"], ["reproduce", "render"], ["bench", "--only", "commands"]],
+                         ids=" ".join)
 def test_checkout_only_commands_refuse_in_one_line_from_the_wheel(installed, command):
     python, work = installed
     r = _run([python.with_name("dpgen"), *command], work)

@@ -11,7 +11,7 @@ modules only, and ``dpgen.privacy.guarantee`` (the labels the command line print
 
 from __future__ import annotations
 
-import importlib
+from ..utils.lazy import lazy_exports
 
 _WHERE = {  # name -> the module of this package that defines it (imported on first use)
     "PLDAccountant": "accountants", "RDPAccountant": "accountants", "Release": "accountants", "SAMPLING_SCHEMES": "accountants", "calibrating_accountant": "accountants", "check_epsilon_delta": "accountants",
@@ -44,14 +44,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """``dpgen.privacy.<name>``: the name from its module, imported now (the package's face loads lazily)."""
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -4,7 +4,7 @@ The names load on first use (PEP 562), so a command that needs only ``with_prog`
 
 from __future__ import annotations
 
-import importlib
+from .lazy import lazy_exports
 
 _WHERE = {  # name -> the module of this package that defines it
     "atomic_save": "checkpoint", "load_checkpoint": "checkpoint", "rng_state": "checkpoint", "set_rng_state": "checkpoint",
@@ -16,14 +16,4 @@ __all__ = ["atomic_save", "autocast", "check_precision", "json_safe", "load_chec
            "set_rng_state", "unavailable_device", "with_prog", "without_keys"]
 
 
-def __getattr__(name: str):
-    """``dpgen.utils.<name>``: the name from its module, imported now."""
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

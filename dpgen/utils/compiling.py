@@ -1,0 +1,82 @@
+"""``trainer.compile``: ``torch.compile`` of the public, static parts of a private step.
+
+``trainer.compile=on`` compiles, in every family that builds its step from them:
+
+* the model's forward in the step (generator, feature extractor, classifier): a compiled view of the module that
+  shares its parameters (the eager module stays the one saved, sampled and warm-started: checkpoints and releases
+  are unchanged), in mode ``"reduce-overhead"`` on CUDA (its kernels replayed as CUDA graphs) and in the default
+  mode elsewhere;
+* the public loss computed from released quantities (the sorted 1-D transport of the projections);
+* the optimiser's step (PyTorch's "compiling the optimizer" recipe: ``torch.compile`` of ``opt.step``), with
+  ``capturable=True`` for Adam on CUDA (its step counts on the device, as a CUDA graph of the step needs).
+
+What stays eager, and why.  The private release -- the sampler, the directions, the mechanism's noise and the
+clipping -- runs eagerly whatever the setting:
+
+* its randomness comes from explicit ``torch.Generator`` objects (the sampler's and each mechanism's), seeded
+  secretly, saved in checkpoints and restored on resume.  A compiled region draws random numbers by its own
+  rules (inductor's Philox seeds, or a generator's draw hoisted out of the graph), so the numbers drawn and the
+  generator states saved would no longer be the ones the eager code defines;
+* a mechanism records each release in the privacy ledger, once (a Python side effect): a graph replay that
+  skipped or repeated it would make the printed (epsilon, delta) disagree with what ran.
+
+The noise distribution, the calibration and the accounting are therefore the same with the setting on or off;
+only how the public arithmetic is launched changes.  The compiled parts run the same operations, so a compiled
+step equals the eager one up to floating-point reassociation (``tests/runs/test_compile.py``: 1e-6).
+
+Cost and default: compiling takes seconds to minutes at a run's first steps (and once more per new input
+shape).  On the CPU the compiled step is no faster at the presets' sizes (docs/benchmarks.md, step overhead),
+so the default is ``off``; on a GPU the CUDA graphs remove the launch overhead of the model's forward and
+backward, measured by ``make gpu-check`` (its ``trainer.compile`` row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import torch
+
+from .misc import on_gpu
+
+SETTINGS = ("off", "on")
+F = TypeVar("F", bound=Callable)
+
+
+def check_compile(value) -> bool:
+    """``trainer.compile`` (off | on; a YAML boolean is taken as such) -> whether to compile."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in SETTINGS:
+        raise ValueError(f"trainer.compile={value!r} is unknown; choose off (eager steps, the default) or on "
+                         "(torch.compile of the model, the public loss and the optimiser step)")
+    return text == "on"
+
+
+def mode(device: torch.device) -> str | None:
+    """``torch.compile``'s mode on ``device``: CUDA graphs on CUDA, the default elsewhere."""
+    return "reduce-overhead" if on_gpu(device) else None
+
+
+def compile_module(module: torch.nn.Module, on: bool, device: torch.device) -> torch.nn.Module:
+    """What the step calls for ``module``: ``module`` itself, or (``on``) a compiled view of it sharing its
+    parameters and buffers (the caller keeps ``module`` for its state, sampling and everything outside the step)."""
+    return torch.compile(module, mode=mode(device), dynamic=False) if on else module
+
+
+def compile_function(fn: F, on: bool, device: torch.device) -> F:
+    """``fn`` (a pure function of public or released tensors), compiled when ``on``."""
+    return torch.compile(fn, mode=mode(device), dynamic=False) if on else fn
+
+
+def adam(params: Iterable, on: bool, device: torch.device, **settings) -> torch.optim.Adam:
+    """``torch.optim.Adam(params, **settings)``; compiled (``on``): ``capturable`` on CUDA and a compiled step."""
+    return compile_step(torch.optim.Adam(params, capturable=on and on_gpu(device), **settings), on)
+
+
+def compile_step(opt: torch.optim.Optimizer, on: bool) -> torch.optim.Optimizer:
+    """``opt`` whose ``step`` is compiled when ``on`` (its state, ``state_dict`` and hyper-parameters unchanged)."""
+    if on:
+        opt.step = torch.compile(opt.step, dynamic=False)
+    return opt

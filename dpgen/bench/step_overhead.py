@@ -524,6 +524,7 @@ def compile_rows(families: tuple[str, ...] = COMPILED, rounds: int = 6, block: i
             off, on = statistics.median(times["off"]), statistics.median(times["on"])
             rows.append(f"| {FAMILIES[family][0]} | {off:.2f} | {on:.2f} | ×{off / on:.2f} | {run_eager:.0f} | "
                         f"{run_compiled:.0f} |")
+            print(f"[bench] {rows[-1]}", flush=True)
     finally:
         torch.set_num_threads(threads)
     return ["| family | CPU ms / step, compile off | compile on | off / on | short run wall s, off | on |",

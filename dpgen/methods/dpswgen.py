@@ -76,7 +76,7 @@ class DPSWGen(LatentMethod):
             z, labels = z[part[0]:part[1]], labels[part[0]:part[1]]
         if self.latent.label_mode == "partition":
             z = torch.cat([z, F.one_hot(labels.to(self.device), self.space.n_classes).to(z.dtype)], dim=1)
-        return (model or self.G)(z)
+        return (self.G if model is None else model)(z)
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self._setup_latent(data, ledger, ctx)

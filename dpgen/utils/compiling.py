@@ -14,11 +14,13 @@ What stays eager, and why.  The private release -- the sampler, the directions, 
 clipping -- runs eagerly whatever the setting:
 
 * its randomness comes from explicit ``torch.Generator`` objects (the sampler's and each mechanism's), seeded
-  secretly, saved in checkpoints and restored on resume.  A compiled region draws random numbers by its own
-  rules (inductor's Philox seeds, or a generator's draw hoisted out of the graph), so the numbers drawn and the
-  generator states saved would no longer be the ones the eager code defines;
-* a mechanism records each release in the privacy ledger, once (a Python side effect): a graph replay that
-  skipped or repeated it would make the printed (epsilon, delta) disagree with what ran.
+  secretly, saved in checkpoints and restored on resume.  Dynamo does not put a draw from an explicit generator
+  into a graph (it runs the draw eagerly between graphs), so compiling the release would gain nothing; left eager,
+  the numbers drawn and the generator states saved are by construction those of the eager code, whatever a
+  later compiler does with random operations (inductor draws its own by Philox seeds);
+* a mechanism records each release in the privacy ledger, once (a Python side effect that a compiled graph or a
+  CUDA graph replay does not run): the printed (epsilon, delta) must follow from releases that ran;
+* the clipping is the code the sensitivity bound is argued from: it stays as written, not fused or reassociated.
 
 The noise distribution, the calibration and the accounting are therefore the same with the setting on or off;
 only how the public arithmetic is launched changes.  The compiled parts run the same operations, so a compiled

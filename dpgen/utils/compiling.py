@@ -27,9 +27,9 @@ only how the public arithmetic is launched changes.  The compiled parts run the 
 step equals the eager one up to floating-point reassociation (``tests/runs/test_compile.py``: 1e-6).
 
 Cost and default: compiling takes seconds to minutes at a run's first steps (and once more per new input
-shape).  On the CPU the compiled step is no faster at the presets' sizes (docs/benchmarks.md, step overhead),
-so the default is ``off``; on a GPU the CUDA graphs remove the launch overhead of the model's forward and
-backward, measured by ``make gpu-check`` (its ``trainer.compile`` row).
+shape).  On the CPU the compiled step is no faster at the presets' sizes (docs/benchmarks.md, "trainer.compile
+on the CPU"), so the default is ``off``.  On a GPU, CUDA graphs remove the launch overhead of the model's forward
+and backward; ``make gpu-check`` measures it (its ``trainer.compile`` row).
 """
 
 from __future__ import annotations

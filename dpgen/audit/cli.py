@@ -28,6 +28,7 @@ from dpgen.audit.conventions import batch_max_worst_case, raw_pixel_worst_case  
 from dpgen.privacy.sensitivity import l2_sensitivity  # noqa: E402
 
 from ..config import require_checkout
+from ..errors import ConfigError
 from ..paths import ROOT
 
 DEFAULT_OUT = Path("outputs/audit")
@@ -107,6 +108,9 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
 
     cfg = compose(overrides)
     preset = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "default")
+    if not cfg.model.get("private", True):
+        raise ConfigError(f"{preset}: model.private=false: the run adds no calibrated noise and claims no ε, so there "
+                          "is nothing private to audit; audit a private preset (`dpgen presets` lists them)")
     data = instantiate(cfg.dataset)
     n_priv = len(data.private)
     ledger = instantiate(cfg.accountant, _convert_="all")  # a scratch ledger: the audit's releases go here

@@ -245,10 +245,12 @@ class DPSinkhorn(GenerativeMethod):
                            "private": release.private}
         if self.rep_cfg is not None:  # (absent for pixels: pixel-mode checkpoints keep their signature)
             self._signature["representation"] = dict(self.rep_cfg)
-        # capturable on a GPU: Adam's step counts live on the device (no host read per step)
+        # capturable on a GPU: Adam's step counts live on the device (no host read per step); foreach: one
+        # multi-tensor kernel per update term for all the parameters (PyTorch's default on a GPU, asked for
+        # everywhere so that a CPU run takes the same path)
         adam = self.optimiser
         self.opt = torch.optim.Adam(self.G.parameters(), lr=adam.lr, betas=adam.betas, weight_decay=adam.weight_decay,
-                                    capturable=on_gpu(ctx.device))
+                                    capturable=on_gpu(ctx.device), foreach=True)
         self.G.train()
 
     @property

@@ -227,6 +227,26 @@ def test_the_batched_sinkhorn_iteration_equals_geomloss(n, m1, scaling):
             torch.testing.assert_close(g_new, g_ref, rtol=1e-10, atol=1e-10 * float(g_ref.abs().max()))
 
 
+def test_one_sinkhorn_iteration_of_the_paired_solve_dispatches_six_kernels():
+    """Both potentials of both loss terms take one soft-C-transform per temperature: the solve's kernels grow by
+    6 per ε-scaling iteration (swap, log-weights + potentials, the scaled cost, log-sum-exp, the averaged update);
+    GeomLoss' separate updates dispatched ~18."""
+    from dpgen.bench.op_count import OpCounter
+    from dpgen.ot.sinkhorn import epsilon_schedule
+
+    g = torch.Generator().manual_seed(0)
+    x, y1, y2 = torch.rand(10, 8, generator=g).requires_grad_(True), torch.rand(13, 8, generator=g), \
+        torch.rand(10, 8, generator=g)
+    counts = {}
+    for scaling in (0.5, 0.9):
+        w = EntropicOT(reg=0.05, scaling=scaling, diameter=100.0)
+        with OpCounter() as c:
+            torch.autograd.grad(sum(w.pair(x, y1, y2)), x)
+        counts[len(epsilon_schedule(w.diameter, w.reg, scaling))] = c.kernels
+    (short, k_short), (long, k_long) = sorted(counts.items())
+    assert (k_long - k_short) == 6 * (long - short), counts
+
+
 def test_the_semi_debiased_loss_with_a_public_diameter_reads_nothing_back_and_halves_the_kernels():
     """A fixed ε-scaling start: no value of the inputs is read back (counted as any device would take it),
     and the two terms share one Sinkhorn loop."""

@@ -19,8 +19,8 @@ Settings (dpgen, all explicit):
   device, and the step's work does not depend on the private batch.  ``diameter=None`` (generic use on
   public point clouds) takes the largest entry of the inputs' cost matrices instead, read back.
 * ``scaling``: one Sinkhorn iteration per ε value, as GeomLoss does: ~18 iterations at 0.5 (GeomLoss'
-  default, the DP-Sinkhorn authors' code and dpgen's ``model.scaling``) from the MNIST features' bound 5184
-  down to λ = 0.05, ~112 at 0.9 (this class's default for generic use).
+  default, the DP-Sinkhorn authors' code, dpgen's digits presets) from the MNIST features' bound 5184 down
+  to λ = 0.05, ~112 at 0.9 (this class's and ``model.scaling``'s default).
 * :meth:`EntropicOT.pair` solves ``W(X, Y1)`` and ``W(X, Y2)`` (the semi-debiased loss' two terms) as
   one batched problem (``tensorized``, :func:`paired_sinkhorn`): GeomLoss' tensorized iteration written
   out so that both potentials of both problems take one soft-C-transform (one log-sum-exp) per ε; the

@@ -71,8 +71,8 @@ def jobs_per_hour(n_jobs: int, device: str, sweep_dir: Path, timeout_s: int = 18
 
 
 def rows(device: torch.device) -> list[tuple[str, str]]:
-    dev = "cuda" if device.type == "cuda" else "cpu"
-    many = 4 if dev == "cuda" else 2
+    dev = device.type  # the sweep's trainer.device
+    many = 2 if dev == "cpu" else 4
     load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPU threads at the start"
     name = (f"{len(SEEDS)}-job sweep (`{PRESET}`, {STEPS} steps, `trainer.threads=1`) on {dev}: jobs per hour, "
             f"`hydra.launcher.n_jobs=1` vs `{many}`")

@@ -303,6 +303,10 @@ def test_class_blocks_gathers_the_same_rows_as_a_boolean_mask():
 # copied to the device.  Every private family must take neither.
 SYNC_FREE_PENDING = {
 }
+# device kernels per steady-state step at the family's preset (its own scaling, iterations, ...): counts, asserted
+KERNEL_BOUNDS = {
+    "dpsinkhorn": 400,  # ε-scaling 0.5: 17 Sinkhorn iterations of 6 kernels (both loss terms batched) + the step
+}
 
 
 # (the pending ones are also `slow`: the fast suite counts their Python-level syncs above)
@@ -320,6 +324,8 @@ def test_a_steady_state_private_step_reads_nothing_from_the_device_and_copies_no
         f"{family}: {fs.worst('reads')} device reads and {fs.worst('copies')} host-to-device copies in a "
         f"steady-state step:\n{where}")
     assert fs.worst("host_random") == 0, f"{family}: random numbers drawn on the host in a steady-state step"
+    if family in KERNEL_BOUNDS:
+        assert fs.worst("kernels") <= KERNEL_BOUNDS[family], f"{family}: {fs.worst('kernels')} device kernels per step"
 
 
 def test_the_step_counter_sees_what_a_cuda_run_would_wait_for():

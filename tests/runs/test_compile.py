@@ -126,12 +126,15 @@ def test_every_compiled_family_runs_its_preset_with_the_eager_release(family, tm
     assert torch.equal(eager.sampler.generator.get_state(), comp.sampler.generator.get_state())
 
 
-def test_the_gpu_check_prepares_a_compile_row_beside_the_eager_run(capsys):
+def test_the_gpu_check_prepares_a_compile_row_beside_the_eager_run(monkeypatch):
+    from types import SimpleNamespace
+
     from dpgen.bench import gpu_check
     from tests.tools.test_gpu_check import _fake
 
-    assert gpu_check.main(["--dry-run"]) == 0
-    assert "trainer.compile=on beside off, DP-SWD generator: cuda precision=32" in capsys.readouterr().out
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout="", stderr=""))  # gpu-bench
+    assert "trainer.compile=on beside off, DP-SWD generator: cuda precision=32, 40 steps (5 warm-up, compiling)" in \
+        gpu_check.plan(list(gpu_check.FAMILIES), "cuda", 40, 5)
     rep = _fake()
     rep["compile"] = {"dpswd_generator": {"steps": 40, "timed_steps": 35, "epsilon": 1.25, "steps_per_s": 500.0,
                                           "run_s": 61.0}}

@@ -43,6 +43,7 @@ from .privacy.errors import PrivacySettingError
 from .privacy.noise import build_policy
 from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, dist, pick_device, seed_everything, unavailable_device
+from .utils.compiling import check_compile
 from .utils.threads import apply_threads
 
 
@@ -174,7 +175,8 @@ def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
                         resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps,
                         progress=bool(cfg.trainer.progress) and dist.is_main(),
                         deterministic=bool(cfg.trainer.get("deterministic", False)),
-                        precision=check_precision(cfg.trainer.get("precision", 32)))
+                        precision=check_precision(cfg.trainer.get("precision", 32)),
+                        compile=check_compile(cfg.trainer.get("compile", "off")))
     ctx.release_extra = lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), parts.data, parts.method,
                                                  led, code_version(), folder.path, processes=ctx.processes)
     return ctx

@@ -87,7 +87,7 @@ def _compose(overrides: list[str], config_dir: Path):
     try:
         choices, keys = _split(overrides, config_dir)
         if keys:
-            hints = _hints(keys, compose(choices, config_dir=config_dir))
+            hints = _hints(keys, compose(choices, config_dir=config_dir), _groups(config_dir))
             if hints:
                 return None, _line(hints)
         return compose(overrides, config_dir=config_dir, hydra_node=True), None
@@ -137,11 +137,16 @@ def _close_keys(key: str, known: list[str]) -> tuple[list[str], list[str]]:
     return did_you_mean(key, [k for k in known if k != key], n=2), []
 
 
-def _split(overrides: list[str], config_dir: Path) -> tuple[list[str], list[str]]:
-    """(the group choices, e.g. ``dataset=mnist``, first value of a sweep; the plain keys ``a.b=1``);
-    ``+``/``~`` overrides, ``hydra.*`` keys and flags are left out."""
-    groups = {p.name for p in config_dir.iterdir() if p.is_dir()}
-    choices, keys = [], []
+def _groups(config_dir: Path) -> set[str]:
+    """The config groups (``experiment``, ``dataset``, ...): the folders of ``config_dir``."""
+    return {p.name for p in config_dir.iterdir() if p.is_dir() and not p.name.startswith("_")}
+
+
+def _split(overrides: list[str], config_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """(the group choices, e.g. ``dataset=mnist``, first value of a sweep; the plain keys ``a.b=1`` with their
+    values); ``+``/``~`` overrides, ``hydra.*`` keys and flags are left out."""
+    groups = _groups(config_dir)
+    choices, keys = [], {}
     for arg in overrides:
         if arg.startswith("-") or "=" not in arg:
             continue
@@ -151,19 +156,23 @@ def _split(overrides: list[str], config_dir: Path) -> tuple[list[str], list[str]
         if key in groups or "/" in key:
             choices.append(f"{key}={value.split(',')[0]}")
         else:
-            keys.append(key)
+            keys[key] = value
     return choices, keys
 
 
-def _hints(keys: list[str], cfg) -> list[str]:
-    """A did-you-mean phrase for each of ``keys`` that ``cfg`` does not have."""
+def _hints(keys: dict[str, str], cfg, groups: set[str] = frozenset()) -> list[str]:
+    """A did-you-mean phrase for each of ``keys`` (key -> value) that ``cfg`` does not have; a top-level key
+    closest to a config group (``experimnt=x``) is pointed at the group (``experiment=x``)."""
     known = _flat_keys(cfg)
     hints = []
-    for key in keys:
+    for key, value in keys.items():
         if key in known:
             continue
         close, siblings = _close_keys(key, known)
-        if close:
+        group = did_you_mean(key, [*groups, *close], n=1) if "." not in key else []
+        if group and group[0] in groups:
+            hints.append(f"'{key}' is not a setting; did you mean {group[0]}={value}?")
+        elif close:
             hints.append(f"'{key}' is not a setting; did you mean {' or '.join(repr(c) for c in close)}?")
         elif siblings:
             hints.append(f"'{key}' is not a setting; {key.rpartition('.')[0]} has: {', '.join(siblings)}")
@@ -193,7 +202,7 @@ def unknown_key_hints(overrides: list[str], config_dir: Path = CONFIGS) -> list[
         return []
     finally:
         GlobalHydra.instance().clear()
-    return _hints(keys, cfg)
+    return _hints(keys, cfg, _groups(config_dir))
 
 
 def unknown_keys(overrides: list[str], config_dir: Path = CONFIGS) -> str | None:

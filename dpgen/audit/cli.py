@@ -9,6 +9,7 @@ The preset is composed with Hydra's compose API here (dpgen.audit has no Hydra).
 is instantiated from the preset (no training) and its own schedule / calibration gives the noise,
 sensitivity and beta a run would use; the audit then runs that release R times per side.
 Every audit writes only its numbers (``AuditResult.asdict``): never a canary, an output or a record.
+torch and the audit's maths are imported by the functions that run an audit (``--help`` needs neither).
 """
 
 from __future__ import annotations
@@ -21,13 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-from dpgen.audit import audit_noisy_sum, audit_projection_release  # noqa: E402
-from dpgen.audit.conventions import batch_max_worst_case, raw_pixel_worst_case  # noqa: E402
-from dpgen.privacy.sensitivity import l2_sensitivity  # noqa: E402
-
 from ..config import require_checkout
+from ..errors import ConfigError
 from ..paths import ROOT
 
 DEFAULT_OUT = Path("outputs/audit")
@@ -48,6 +44,8 @@ def _scratch(fn, seed: int):
     """``fn(ctx)`` with a TrainContext whose run folder is a scratch folder, deleted afterwards."""
     import shutil
     import tempfile
+
+    import torch
 
     from dpgen.logging import RunLogger
     from dpgen.methods.base import TrainContext
@@ -100,6 +98,7 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
     """Audit every private release of one preset with the run's own mechanism objects: one release at
     the per-step noise (q = 1), and for the Gaussian releases also ``steps`` composed releases with the
     canary in every one (and, for DP-SGD, Poisson-sampled at the preset's q)."""
+    import torch
     from hydra.utils import instantiate
 
     from dpgen.audit import audit_projection_mechanism, audit_sanitiser_mechanism
@@ -107,6 +106,9 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
 
     cfg = compose(overrides)
     preset = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "default")
+    if not cfg.model.get("private", True):
+        raise ConfigError(f"{preset}: model.private=false: the run adds no calibrated noise and claims no ε, so there "
+                          "is nothing private to audit; audit a private preset (`dpgen presets` lists them)")
     data = instantiate(cfg.dataset)
     n_priv = len(data.private)
     ledger = instantiate(cfg.accountant, _convert_="all")  # a scratch ledger: the audit's releases go here
@@ -205,6 +207,12 @@ def audit_conventions(runs: int, seed: int, only: tuple[str, ...] = CONVENTIONS)
     """The paper conventions (DP-SWD paper), each at the paper's own noise and sensitivity bound.
 
     One release (q = 1); claimed: the paper's accounting corrected to reserve beta = delta/2 (2023 fix)."""
+    import torch
+
+    from dpgen.audit import audit_noisy_sum, audit_projection_release
+    from dpgen.audit.conventions import batch_max_worst_case, raw_pixel_worst_case
+    from dpgen.privacy.sensitivity import l2_sensitivity
+
     delta = 1e-5
     res = []
     # DA M-U (Table 2.2): B = 128, k = 200, 320-dim Sigmoid features, accountant with d = 784 at delta/2
@@ -261,6 +269,7 @@ def audit_blackbox(overrides: list[str], runs: int, n_samples: int = 2000) -> li
     import shutil
     import tempfile
 
+    import torch
     from hydra.utils import instantiate
 
     from dpgen.audit.blackbox import blackbox_generator_audit
@@ -424,6 +433,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--results", type=Path, default=None, help="a run's results.json to add the audit block to")
     ap.add_argument("--report", type=Path, nargs="+", default=None, help="audit JSON files -> docs table + plot")
     a = ap.parse_args(argv)
+    import torch
+
     torch.set_num_threads(1)
     if a.report:
         require_checkout("dpgen audit --report")  # writes docs/privacy/audit.md and its figure

@@ -19,6 +19,9 @@ What it runs, in this order (no new part starts after ``--budget-s``, 420 s; eac
 5. DP-SGD beside Opacus on the same network, batch size, clip norm and noise multiplier (sigma = 1, Poisson
    batches, random public inputs of the data's shape): steps/s of both on the device (``opacus`` is the
    ``bench`` extra; without it the row says so).
+6. ``trainer.compile=on`` beside ``off`` (``dpgen.utils.compiling``: the model as CUDA graphs, the loss and the
+   Adam step compiled) for the families of :data:`COMPILE_FAMILIES`, on the device in float32: steps/s of both
+   (the compiled run's warm-up steps compile, untimed) and the epsilon of both (the same release runs).
 
 On CUDA every timed step runs under ``torch.cuda.set_sync_debug_mode("warn")``: the report gives the real
 syncs per step (device reads and blocking copies) beside the steps/s; with ``--data mnist`` it also gives
@@ -98,6 +101,8 @@ OPACUS_SIGMA = 1.0
 SETTINGS = (("cpu", "32"), ("device", "32"), ("device", "bf16"))
 SHORT = ["logger=local", "evaluator=none", "trainer.progress=false", "trainer.checkpoint_every=1000000"]
 NCCL_PRESET = ["experiment=digits_dpsgd"]
+# trainer.compile=on beside off on the device (a CUDA run compiles for tens of seconds: one family by default)
+COMPILE_FAMILIES = ("dpswd_generator",)
 
 
 # -- one measured run ---------------------------------------------------------------------------
@@ -356,6 +361,9 @@ def plan(families: list[str], device: str, steps: int, warmup: int, data: str = 
     if "dpsgd_classifier" in families:
         lines.append(f"DP-SGD beside Opacus: {device}, same network / batch / clip, sigma={OPACUS_SIGMA}, {steps} steps "
                      f"({warmup} warm-up): {' '.join(composition('dpsgd_classifier', data))}")
+    if device.startswith("cuda"):
+        lines += [f"trainer.compile=on beside off, {FAMILIES[n][0]}: {device} precision=32, {steps} steps ({warmup} "
+                  "warm-up, compiling)" for n in COMPILE_FAMILIES if n in families]
     if data == "mnist":
         lines.append("each family's steps/s beside its physical floor (estimate)")
         if "dpsinkhorn" in families:
@@ -519,6 +527,20 @@ def gpu_side(report: dict) -> list[str]:
         out.append(f"DP-Sinkhorn's paper schedule ({SINKHORN_PAPER_STEPS / 1e6:.1f} M steps to ε = 10 on MNIST) at "
                    f"{sk['steps_per_s']:.1f} steps/s: **{hours:.1f} h** projected, beside the authors' code's "
                    f"{SINKHORN_AUTHORS_H} h on one GPU.\n")
+    comp = report.get("compile")
+    if comp:
+        out += [f"`trainer.compile=on` beside `off` on {dev}, fp32 (`dpgen.utils.compiling`: the model as CUDA graphs, "
+                "the loss and the Adam step compiled; the release eager). The compiled run's warm-up steps compile; "
+                "run s: the whole short run, compilation included.\n",
+                "| family | off steps/s | on steps/s | on / off | ε spent (off / on) | run s (off / on) |",
+                "|---|---|---|---|---|---|"]
+        for name, on in comp.items():
+            off = report["families"].get(name, {}).get(f"{dev}/32") or {}
+            eps = " / ".join("—" if not m or "epsilon" not in m else f"{m['epsilon']:.4f}" for m in (off, on))
+            secs = " / ".join(_num(m.get("run_s"), "{:.0f}") for m in (off, on))
+            out.append(f"| {FAMILIES[name][0] if name in FAMILIES else name} | {_rate(off or None)} | {_rate(on)} | "
+                       f"{_speedup(off, on)} | {eps} | {secs} |")
+        out.append("")
     op = report.get("opacus")
     if op is not None:
         out.append("## DP-SGD beside Opacus\n")
@@ -537,6 +559,7 @@ def failed(report: dict) -> bool:
     parts = [report.get("tests"), report.get("demo"), nccl_, *nccl_.values()]
     parts += [m for runs in report["families"].values() for m in runs.values()]
     parts += [m for m in (report.get("opacus") or {}).values() if isinstance(m, dict)]
+    parts += list((report.get("compile") or {}).values())
     return any(isinstance(p, dict) and "error" in p for p in parts)
 
 
@@ -597,6 +620,14 @@ def run_check(args) -> dict:
                 runs[key] = _guarded(lambda n=name, d=device, p=precision, r=run_dir: measure(
                     n, d, p, args.cpu_steps if d == "cpu" else args.steps, args.warmup, r, args.data, tuple(args.set)))
                 shutil.rmtree(run_dir, ignore_errors=True)
+        if dev.type == "cuda":
+            report["compile"] = {}
+            for name in (n for n in COMPILE_FAMILIES if n in args.families):
+                print(f"[gpu-check] {FAMILIES[name][0]} with trainer.compile=on", flush=True)
+                run_dir = work / f"{name}-compiled"
+                report["compile"][name] = _guarded(lambda n=name, r=run_dir: measure(
+                    n, args.device, "32", args.steps, args.warmup, r, args.data, (*args.set, "trainer.compile=on"))) \
+                    if in_budget() else dict(over)
         if "dpsgd_classifier" in args.families:
             print("[gpu-check] DP-SGD beside Opacus", flush=True)
             report["opacus"] = opacus_beside(args.device, args.steps, args.warmup, work / "opacus", args.data) \

@@ -40,6 +40,8 @@ the bench:
 :func:`family_steps` runs a family's short preset through the real pipeline under :class:`StepOps`
 and returns the counts of every step interval (step t's ``method.step`` plus the loop's work up to step
 t + 1); :func:`section` is the bench's table, with the CPU milliseconds of the same minimal step.
+:func:`compile_rows` (``python -m dpgen.bench.step_overhead --compile``) times the same minimal step with
+``trainer.compile`` off and on, in one process, in alternating blocks of steps.
 """
 
 from __future__ import annotations
@@ -474,5 +476,65 @@ def section(device: torch.device) -> str:
         "|---|---|---|---|---|---|---|", *rows]) + "\n"
 
 
+# the families whose step trainer.compile changes (dpgen.utils.compiling); the flows have no model or optimiser step
+COMPILED = ("dpswd_generator", "dpswd_adapter", "dp_dann", "dpswgen", "dpsgd_classifier")
+
+
+def set_up(family: str, run_dir: Path, extra: list[str] | tuple[str, ...] = ()) -> tuple[object, float]:
+    """``family``'s short preset run through the real pipeline (no counting); its method, and the wall seconds
+    of the run (set-up and the :data:`STEPS` steps: with ``trainer.compile=on``, the compilation, whose C++ builds
+    run in worker processes)."""
+    from dpgen.methods import loop
+    from dpgen.pipeline import run
+
+    cfg, seen, original = compose([*FAMILIES[family][1], *RUN, *extra], run_dir), {}, loop.train
+
+    def train(method, data, ledger, ctx):
+        seen["method"] = method
+        return original(method, data, ledger, ctx)
+
+    loop.train = train
+    t0 = time.perf_counter()
+    try:
+        run(cfg)
+    finally:
+        loop.train = original
+    return seen["method"], time.perf_counter() - t0
+
+
+def compile_rows(families: tuple[str, ...] = COMPILED, rounds: int = 6, block: int = 15) -> list[str]:
+    """Per family, the median CPU ms of the minimal step with ``trainer.compile=off`` and ``on`` (both methods
+    set up in this process, timed in ``rounds`` alternating blocks of ``block`` steps, one torch thread), and the
+    wall seconds of each short run (the compiled one compiles)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = []
+    try:
+        for family in families:
+            print(f"[bench] compile: {FAMILIES[family][0]} ...", flush=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                eager, run_eager = set_up(family, Path(tmp) / "eager")
+                compiled, run_compiled = set_up(family, Path(tmp) / "compiled", ["trainer.compile=on"])
+                times: dict[str, list[float]] = {"off": [], "on": []}
+                t = STEPS
+                for _ in range(rounds):
+                    for key, method in (("off", eager), ("on", compiled)):
+                        times[key].append(step_ms(method, t, block))
+                    t += block
+            off, on = statistics.median(times["off"]), statistics.median(times["on"])
+            rows.append(f"| {FAMILIES[family][0]} | {off:.2f} | {on:.2f} | ×{off / on:.2f} | {run_eager:.0f} | "
+                        f"{run_compiled:.0f} |")
+            print(f"[bench] {rows[-1]}", flush=True)
+    finally:
+        torch.set_num_threads(threads)
+    return ["| family | CPU ms / step, compile off | compile on | off / on | short run wall s, off | on |",
+            "|---|---|---|---|---|---|", *rows]
+
+
 if __name__ == "__main__":
-    print(section(torch.device("cpu")))
+    import sys
+
+    if "--compile" in sys.argv[1:]:
+        print("\n".join(compile_rows()))
+    else:
+        print(section(torch.device("cpu")))

@@ -54,6 +54,7 @@ class TrainContext:
     deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable
     resume_state: dict | None = None  # the method's state from the checkpoint (set by the loop before setup)
     precision: str = "32"  # "bf16": bfloat16 autocast around model forwards (utils.autocast), never the privacy maths
+    compile: bool = False  # trainer.compile=on: torch.compile of the model, public loss and optimiser step (utils.compiling)
     # ledger -> public entries added to the release (config, public facts, privacy card: dpgen.export.release)
     release_extra: Callable[[PrivacyLedger], dict] | None = None
     processes: dict | None = None  # how the run is spread over processes (``utils.dist.processes``; set by the loop)

@@ -78,6 +78,7 @@ from ..privacy.rows import fixed_size, scale_and_clip
 from ..privacy.sampler import device_generator, generator_state, resumed_generator
 from ..privacy.sensitivity import l2_sensitivity
 from ..utils import autocast, dist
+from ..utils.compiling import adam, compile_module
 from .base import Method, NoiseHolder, TrainContext, mechanism_seed, secret_seed
 
 SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (DP-SWD paper, domain-adaptation baselines)
@@ -469,7 +470,10 @@ class DomainAdaptation(Method):
         # private gradients (DP-DANN) are keyed by the names of the alignment's g+D module
         self._path_params = dict(getattr(self.alignment, "_path", nn.Module()).named_parameters())
         self._params = params = [*self.g.parameters(), *self.h.parameters(), *self.extra.parameters()]
-        self.opt = torch.optim.Adam(params, lr=self.lr, betas=self.betas)
+        # trainer.compile=on: the PUBLIC source forward (g, h) and the Adam step compiled (utils.compiling); the
+        # alignment (the private target's rows or gradients, clipping, noise) runs eagerly on g itself
+        self._g_source, self._h_source = (compile_module(m, ctx.compile, ctx.device) for m in (self.g, self.h))
+        self.opt = adam(params, ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
         # source batches: public randomness, drawn on the device from the source split moved there once
         self.pub_gen = device_generator(ctx.seed + 2, ctx.device)
         self._source_xy = (data.public.x.to(ctx.device), data.public.y.to(ctx.device))
@@ -501,8 +505,8 @@ class DomainAdaptation(Method):
         idx = idx[lo:hi]
         x_s, y_s = self._source_xy[0][idx], self._source_xy[1][idx]
         with autocast(self.device, self.precision), dist.own_rng():  # bf16: the PUBLIC source forward only
-            f_s = self.g(x_s)
-            logits_s = self.h(f_s)
+            f_s = self._g_source(x_s)  # g and h, or their compiled views (the same parameters)
+            logits_s = self._h_source(f_s)
         f_s = f_s.float()  # the alignment (rows, clipping, noise, private gradients) runs in float32
         # the mean over this rank's part, counted for its share: the ranks' gradients add up to the batch mean's
         loss_c = F.cross_entropy(logits_s.float(), y_s) * ((hi - lo) / self.batch_size)     # 2. L_c (line 7)

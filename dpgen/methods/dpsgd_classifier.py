@@ -68,6 +68,7 @@ from ..privacy.mechanisms import NoisyGradientSum, UnnoisedAccess
 from ..privacy.noise import NoiseSettings
 from ..privacy.wdp import WassersteinAccountant, pairwise_distances
 from ..utils import dist
+from ..utils.compiling import compile_step
 from .base import Method, TrainContext, mechanism_seed, secret_seed
 
 Grads = dict[str, torch.Tensor]
@@ -174,7 +175,9 @@ class DPSGDClassifier(Method):
             self.ma = MomentsAccountant(self.ma_orders)
             for acct in (self.wa, self.ba, self.ma):
                 ledger.add_reported(acct)
-        self.opt = torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum)
+        # trainer.compile=on: the SGD step on the released gradient compiled (utils.compiling); the per-sample
+        # gradients, clipping and noise (the release) stay eager
+        self.opt = compile_step(torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum), ctx.compile)
         self.net.train()
         if self.microbatch_setting == "auto":  # one vmap for the whole batch where the device's memory allows
             self.microbatch = auto_microbatch(self.net, _loss_one, (c, h, data.image_shape[2]), ctx.device,

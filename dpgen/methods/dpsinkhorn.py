@@ -34,7 +34,8 @@ would be a one-bit release of private data); the loop checks released and public
   of the same mechanism and is recorded.
 
 Loss (DP-Sinkhorn paper, semi-debiased Sinkhorn loss): features ``[x ‖ 15·onehot(y)]`` with images in [−1, 1]; cost ‖x−y‖² + m‖x−y‖₁;
-entropic OT with λ = ``reg`` via GeomLoss (:mod:`dpgen.ot.sinkhorn`); semi-debiased estimator
+entropic OT with λ = ``reg`` by GeomLoss' Sinkhorn iteration, both terms in one batched solve
+(:mod:`dpgen.ot.sinkhorn`); semi-debiased estimator
 2·W(X[0:n], Y) − W(X[0:n], X[n':n+n']), n' = floor(p·n).  The generated batch size n is fixed
 (= the expected private batch size B); the reference code uses the drawn size instead, which does
 not change privacy.
@@ -245,10 +246,12 @@ class DPSinkhorn(GenerativeMethod):
                            "private": release.private}
         if self.rep_cfg is not None:  # (absent for pixels: pixel-mode checkpoints keep their signature)
             self._signature["representation"] = dict(self.rep_cfg)
-        # capturable on a GPU: Adam's step counts live on the device (no host read per step)
+        # capturable on a GPU: Adam's step counts live on the device (no host read per step); foreach: one
+        # multi-tensor kernel per update term for all the parameters (PyTorch's default on a GPU, asked for
+        # everywhere so that a CPU run takes the same path)
         adam = self.optimiser
         self.opt = torch.optim.Adam(self.G.parameters(), lr=adam.lr, betas=adam.betas, weight_decay=adam.weight_decay,
-                                    capturable=on_gpu(ctx.device))
+                                    capturable=on_gpu(ctx.device), foreach=True)
         self.G.train()
 
     @property

@@ -82,6 +82,7 @@ from ..privacy.noise import NoiseSettings
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import RowMap
 from ..utils import autocast, dist
+from ..utils.compiling import adam, compile_function, compile_module
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start
 
@@ -176,7 +177,11 @@ class DPSWDGenerator(GenerativeMethod):
             seed=mechanism_seed(ctx), device=ctx.device,  # noise and directions drawn on the run's device
             **self.dp.release_settings())  # a paper's sigma: against diameter 1 (stated)
         self.mechanisms = {"projection": self.projection}
-        self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
+        # trainer.compile=on: the generator's forward, the loss and the Adam step compiled (utils.compiling); the
+        # release (sampler, directions, noise) stays eager
+        self._generate = compile_module(self.G, ctx.compile, ctx.device)
+        self._loss = compile_function(sliced_wasserstein_blocks, ctx.compile, ctx.device)
+        self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
         self.opt_f = torch.optim.Adam(self.fmap.parameters(), lr=self.feature_lr, betas=(0.5, 0.999)) \
             if self.fmap is not None else None
         self.pub_gen = torch.Generator().manual_seed(ctx.seed + 2)
@@ -210,13 +215,13 @@ class DPSWDGenerator(GenerativeMethod):
         lo, hi = dist.shard_bounds(b)
         codes, y_g = torch.randn(b, self.G.d_code, device=self.device)[lo:hi], y_g[lo:hi]
         with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-            x_g = self.G(codes, y_g)
+            x_g = self._generate(codes, y_g)                                   # G itself, or its compiled view
         x_g = x_g.float()  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
         p_t = self.projection.release(rows_t, u)                              # 4. P_t = r(X_t) U + Z_t (recorded)
         p_s = gaussian_projection_rows(self.rows(x_g, y_g), u, self.projection.noise_std, lo, b)  # 5. P_s = r(G) U + Z_s
         p_s = dist.gather_shards(p_s, b)  # the whole P_s on every rank; gradients flow into this rank's rows only
-        loss = sliced_wasserstein_blocks(p_s, p_t, self.n_blocks, self.power)  # 6. SW_2, within blocks
+        loss = self._loss(p_s, p_t, self.n_blocks, self.power)                # 6. SW_2, within blocks
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         dist.sum_gradients(self.G.parameters())  # each rank's part of the gradient, added in one all-reduce

@@ -20,6 +20,7 @@ from ..privacy import PrivacyLedger
 from ..privacy.conventions import PaperConvention
 from ..privacy.projection import ProjectionDP
 from ..utils import autocast, dist
+from ..utils.compiling import adam, compile_function, compile_module
 from .base import TrainContext
 from .latent import LatentMethod
 from .warm_start import WarmTarget
@@ -65,15 +66,17 @@ class DPSWGen(LatentMethod):
         extra = self.space.n_classes if self.latent.label_mode == "partition" else 0
         return self.make_generator(d_code=self.noise_dim + extra, out_dim=d).to(self.device)
 
-    def generate_latents(self, labels: torch.Tensor, part: tuple[int, int] | None = None) -> torch.Tensor:
+    def generate_latents(self, labels: torch.Tensor, part: tuple[int, int] | None = None,
+                         model: torch.nn.Module | None = None) -> torch.Tensor:
         """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``; ``part = (lo,
-        hi)``: rows lo..hi only (the codes of all n drawn, as one process draws them)."""
+        hi)``: rows lo..hi only (the codes of all n drawn, as one process draws them); ``model``: G's compiled view
+        (the step's, ``trainer.compile=on``) instead of G."""
         z = torch.randn(labels.shape[0], self.noise_dim, device=self.device)
         if part is not None:
             z, labels = z[part[0]:part[1]], labels[part[0]:part[1]]
         if self.latent.label_mode == "partition":
             z = torch.cat([z, F.one_hot(labels.to(self.device), self.space.n_classes).to(z.dtype)], dim=1)
-        return self.G(z)
+        return (self.G if model is None else model)(z)
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self._setup_latent(data, ledger, ctx)
@@ -81,7 +84,11 @@ class DPSWGen(LatentMethod):
         self.block_rows = math.ceil(self.schedule.batch_size / data.num_classes)
         self._secret_seed(ctx)
         self._per_step_release(data, ledger, ctx)
-        self.opt = torch.optim.Adam(self.G.parameters(), lr=self.lr, betas=self.betas)
+        # trainer.compile=on: the generator's forward, the loss and the Adam step compiled (utils.compiling); the
+        # release (sampler, directions, noise) stays eager
+        self._generate = compile_module(self.G, ctx.compile, ctx.device)
+        self._loss = compile_function(sliced_wasserstein_blocks, ctx.compile, ctx.device)
+        self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
         self.G.train()
 
     def step(self, t: int) -> dict:
@@ -93,19 +100,19 @@ class DPSWGen(LatentMethod):
             y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
             lo, hi = dist.shard_bounds(rows.shape[0])
             with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-                fake = self.generate_latents(y_g, (lo, hi))
+                fake = self.generate_latents(y_g, (lo, hi), self._generate)
         else:
             rows = self._private_rows()                                        # Y_t: (B, D), norm <= 1
             lo, hi = dist.shard_bounds(rows.shape[0])
             with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-                fake = self.G(torch.randn(rows.shape[0], self.G.d_code, device=self.device)[lo:hi])
+                fake = self._generate(torch.randn(rows.shape[0], self.G.d_code, device=self.device)[lo:hi])
         fake = fake.float()  # projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
         p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
         p_s = gaussian_projection_rows(fake, u, self.projection.noise_std, lo, rows.shape[0])  # G(z) U_t + Z'_t
         p_s = dist.gather_shards(p_s, rows.shape[0])  # the whole P_s on every rank; gradients into this rank's rows
         n_blocks = c_n if self.latent.label_mode == "partition" else 1
-        loss = sliced_wasserstein_blocks(p_s, p_t, n_blocks, 2.0)             # SW_2 (within class blocks)
+        loss = self._loss(p_s, p_t, n_blocks, 2.0)                            # SW_2 (within class blocks)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         dist.sum_gradients(self.G.parameters())  # each rank's part of the gradient, added in one all-reduce

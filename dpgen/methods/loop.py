@@ -19,7 +19,9 @@
    python floats at once, tensors on the device without a host sync (the first bad step is kept
    on the device and raised at the next log / checkpoint step);
    ``_log`` cadence (values + epsilon, the calibrating accountant's + opt-in reported accountants; no timings:
-   they depend on the private batch sizes); atomic checkpoint cadence; progress bar;
+   they depend on the private batch sizes): the values are copied to the host without blocking
+   (``PendingLog``) and written once the next step has been queued (at a checkpoint step, at once);
+   atomic checkpoint cadence; progress bar;
 6. ``_publish``: final checkpoint (a failed write is one error line, the previous checkpoint intact); the
    weights-only release artefact ``ctx.run_dir / method.release_name`` (``method.release_state()`` + the
    signature); ``method.finish(ctx)``.
@@ -28,7 +30,8 @@
 ``method.train_summary()``).
 
 Host syncs: ``step`` may return 0-d tensors (e.g. ``loss.detach()``); the loop copies them to the
-host only at the log cadence and at the end, so a step on an accelerator never waits for the device
+host only at the log cadence (a non-blocking copy, read after the next step is queued: the device is
+never left idle by a log) and at the end, so a step on an accelerator never waits for the device
 (``tests/runs/test_device.py`` counts the syncs per step).
 
 Checkpoint ``checkpoints/last.pt`` = {step, signature, method, ledger, mechanisms, sampler, rng, values}: it
@@ -142,6 +145,40 @@ class FiniteWatch:
         bad = [(s, k) for s, k in zip(steps, keys, strict=True) if s >= 0]
         if bad:
             raise NonFiniteLossError(*min(bad))
+
+
+class PendingLog:
+    """A log row in flight: the values and the first non-finite steps of a log step, copied to the host with
+    ``non_blocking=True`` (an event recorded after the copies on an accelerator), and epsilon, computed at once
+    (host arithmetic on the ledger as it stands after the step).  ``write`` waits for the copies, raises a
+    non-finite value, and logs the row: the loop calls it after the next step has been queued, so the device
+    keeps working while the copies land."""
+
+    def __init__(self, values: dict, done: int, watch: FiniteWatch, ledger: PrivacyLedger) -> None:
+        self.done, self.eps = done, ledger.epsilon()  # the calibrating accountant's: it set the noise and stops the run
+        self.accountant = ledger.calibrating_accountant.upper()
+        # reported-only accountants exist only on the accountant.data_dependent_reports opt-in
+        self.reported = {f"epsilon_{k}_reported_only": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
+        tensors = [v for v in [*values.values(), *watch.first_bad.values()] if isinstance(v, torch.Tensor)]
+        self.values = {k: v.detach().to("cpu", non_blocking=True) if isinstance(v, torch.Tensor) else v
+                       for k, v in values.items()}
+        self.first_bad = {k: v.to("cpu", non_blocking=True) for k, v in watch.first_bad.items()}
+        device = next((t.device for t in tensors if t.device.type != "cpu"), None)
+        self.event = None
+        if device is not None:
+            self.event = torch.Event(device=device)
+            self.event.record()
+
+    def write(self, method: Method, ctx: TrainContext, bar, task) -> None:
+        """The row (values + epsilon; no timings: they depend on the private batch sizes), once the copies landed."""
+        if self.event is not None:
+            self.event.synchronize()
+        bad = [(int(s), k) for k, s in self.first_bad.items() if int(s) >= 0]
+        if bad:
+            raise NonFiniteLossError(*min(bad))
+        shown = host_values(self.values)
+        ctx.logger.log_metrics({**shown, "epsilon": self.eps, **self.reported}, step=self.done)  # no timings: private
+        bar.update(task, info=f"{method.progress_info(shown)}  eps({self.accountant}) {self.eps:.3f}")
 
 
 def _to_cpu(obj):
@@ -277,21 +314,12 @@ def _plan(method: Method, budget: Budget, start: int, ctx: TrainContext) -> _Pla
     return _Plan(start, end, planned, budget_end)
 
 
-def _log(method: Method, ledger: PrivacyLedger, values: dict, done: int, ctx: TrainContext, bar, task) -> None:
-    """The log cadence: values + epsilon (the calibrating accountant's + opt-in reported ones); no timings."""
-    shown = host_values(values)
-    eps = ledger.epsilon()  # the calibrating accountant's: the one that set the noise and stops the run
-    # reported-only accountants exist only on the accountant.data_dependent_reports opt-in
-    reported = {f"epsilon_{k}_reported_only": a.epsilon(ledger.delta) for k, a in ledger.reported.items()}
-    ctx.logger.log_metrics({**shown, "epsilon": eps, **reported}, step=done)  # no timings: private
-    bar.update(task, info=f"{method.progress_info(shown)}  eps({ledger.calibrating_accountant.upper()}) {eps:.3f}")
-
-
 def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, values: dict, signature: dict,
            ctx: TrainContext) -> tuple[int, dict, bool]:
     """Phase 5: steps ``plan.start .. plan.end`` (budget check, step, finite check, log and checkpoint
     cadence).  Returns (steps done, the last step's values, stopped by the budget)."""
     done, stopped, watch = plan.start, False, FiniteWatch()
+    pending: PendingLog | None = None  # the last log step's row, in flight to the host
     bar = progress_bar(method.name, enabled=ctx.progress, transient=True)  # it times private steps: never logged
     with bar:
         task = bar.add_task("train", total=plan.end, completed=plan.start, info="")
@@ -302,16 +330,23 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
                 break
             values = method.step(t)
             budget.spent(mechs)
+            if pending is not None:  # the previous log step's row: step t is queued, the copies have had its time
+                pending, row = None, pending
+                row.write(method, ctx, bar, task)
             _check_finite(values, t)
             watch.update(values, t)
             done = t + 1
             if (done % ctx.log_every == 0 or done == plan.end) and dist.is_main():
-                watch.check()
-                _log(method, ledger, values, done, ctx, bar, task)
+                pending = PendingLog(values, done, watch, ledger)
             if done % ctx.checkpoint_every == 0:
+                if pending is not None:  # the row before the checkpoint: a resume from it never logs this step again
+                    pending, row = None, pending
+                    row.write(method, ctx, bar, task)
                 watch.check()  # never checkpoint weights trained on a NaN
                 _checkpoint(method, ledger, signature, done, values, ctx)
             bar.update(task, completed=done)
+        if pending is not None:
+            pending.write(method, ctx, bar, task)
     if plan.budget_end is not None and done == plan.budget_end and any(m.private for m in method.step_mechanisms(done)):
         stopped = True  # the run was planned to end at the budget
     watch.check()

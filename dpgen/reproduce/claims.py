@@ -45,14 +45,14 @@ class Claim:
 
 def config_drift(claim: Claim, recorded: dict, now: dict) -> dict:
     """``{key: (recorded, now)}`` for every setting whose recorded value differs from the current composition:
-    a changed value, a removed key, or a new key whose default is not null (a new setting that is off by
-    default changes nothing a run did).  Keys in ``claim.not_read`` and bookkeeping keys
+    a changed value, a removed key, or a new key whose default is not off (null, false or ``off``: a new
+    setting that is off by default changes nothing a run did).  Keys in ``claim.not_read`` and bookkeeping keys
     (:func:`~dpgen.reproduce.store.neutral`: where a run writes or computes, e.g. ``evaluator.workers``) are skipped."""
     out = {}
     for k in sorted(set(recorded) | set(now)):
         if neutral(k) or any(fnmatch.fnmatch(k, p) for p in claim.not_read):
             continue
-        if k not in recorded and now[k] is None:
+        if k not in recorded and now[k] in (None, False, "off"):
             continue
         a, b = recorded.get(k, "<absent>"), now.get(k, "<absent>")
         if str(a) != str(b):

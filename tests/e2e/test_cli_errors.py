@@ -55,6 +55,13 @@ def test_typo_in_a_key_suggests_the_setting():
     assert "model has:" in far and "_target_" in far  # the keys of the composed default model
 
 
+def test_a_misspelt_group_suggests_the_group_not_a_key_that_looks_alike():
+    assert unknown_key_hints(["experimnt=digits_dpswd"]) == [
+        "'experimnt' is not a setting; did you mean experiment=digits_dpswd?"]  # not 'experiment_name'
+    assert unknown_key_hints(["experiment_nam=x"]) == ["'experiment_nam' is not a setting; did you mean "
+                                                       "'experiment_name'?"]
+
+
 def test_typo_through_train_py_is_one_error_line_with_did_you_mean(tmp_path):
     r = train_here(["trainer.max_step=3", f"hydra.run.dir={tmp_path / 'run'}"])
     assert_user_error(r, tmp_path / "run", "did you mean 'trainer.max_steps'?")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import ot as pot
@@ -184,6 +185,66 @@ def test_the_paired_solve_equals_the_two_separate_ones():
     gj = torch.autograd.grad(2 * joint[0] - joint[1], (x, y2))
     for s, j in zip(gs, gj, strict=True):
         torch.testing.assert_close(j, s, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("n,m1,scaling", [(10, 7, 0.9), (10, 14, 0.5), (12, 12, 0.9)])
+def test_the_batched_sinkhorn_iteration_equals_geomloss(n, m1, scaling):
+    """The paired solve (one soft-C-transform per iteration, every cloud padded to a square) gives GeomLoss'
+    batched tensorized Sinkhorn on the same padded problem: the values and the gradients w.r.t. X and Y2 to
+    float64 rounding, the float32 values to 1e-6."""
+    from geomloss import SamplesLoss
+
+    from dpgen.ot.sinkhorn import max_cost
+
+    def geomloss_pair(w, x, y1, y2):
+        rows = max(y1.shape[0], y2.shape[0])
+        ws, ys = [], []
+        for y in (y1, y2):
+            b = torch.zeros(rows, dtype=y.dtype)
+            b[:y.shape[0]] = 1.0 / y.shape[0]
+            ws.append(b)
+            ys.append(torch.cat([y, y.new_zeros(rows - y.shape[0], y.shape[1])]))
+        a = torch.full((2, x.shape[0]), 1.0 / x.shape[0], dtype=x.dtype)
+        loss = SamplesLoss("sinkhorn", p=1, blur=w.reg, scaling=w.scaling, diameter=w.diameter, debias=False,
+                           cost=w._cost, backend="tensorized", reach=None)
+        out = loss(a, x.expand(2, *x.shape), torch.stack(ws), torch.stack(ys))
+        return out[0], out[1]
+
+    d = 24
+    w = EntropicOT(reg=0.05, scaling=scaling, diameter=max_cost("l1+l2", 1.0, 4.0 * d, 2.0 * d))
+    g = torch.Generator().manual_seed(n + m1)
+    rows, real = 2 * torch.rand(n + n // 2, d, generator=g, dtype=torch.float64) - 1, \
+        2 * torch.rand(m1, d, generator=g, dtype=torch.float64) - 1
+    for dtype, rtol in ((torch.float64, 1e-10), (torch.float32, 1e-6)):
+        got = []
+        for solve in (w.pair, partial(geomloss_pair, w)):
+            xg, y = rows.to(dtype).requires_grad_(True), real.to(dtype)
+            v = solve(xg[:n], y, xg[n // 2:n // 2 + n])
+            got.append((torch.stack(v).detach(), torch.autograd.grad(2 * v[0] - v[1], xg)[0]))
+        (v_new, g_new), (v_ref, g_ref) = got
+        torch.testing.assert_close(v_new, v_ref, rtol=rtol, atol=0.0)
+        if dtype == torch.float64:
+            torch.testing.assert_close(g_new, g_ref, rtol=1e-10, atol=1e-10 * float(g_ref.abs().max()))
+
+
+def test_one_sinkhorn_iteration_of_the_paired_solve_dispatches_six_kernels():
+    """Both potentials of both loss terms take one soft-C-transform per temperature: the solve's kernels grow by
+    6 per ε-scaling iteration (swap, log-weights + potentials, the scaled cost, log-sum-exp, the averaged update);
+    GeomLoss' separate updates dispatched ~18."""
+    from dpgen.bench.op_count import OpCounter
+    from dpgen.ot.sinkhorn import epsilon_schedule
+
+    g = torch.Generator().manual_seed(0)
+    x, y1, y2 = torch.rand(10, 8, generator=g).requires_grad_(True), torch.rand(13, 8, generator=g), \
+        torch.rand(10, 8, generator=g)
+    counts = {}
+    for scaling in (0.5, 0.9):
+        w = EntropicOT(reg=0.05, scaling=scaling, diameter=100.0)
+        with OpCounter() as c:
+            torch.autograd.grad(sum(w.pair(x, y1, y2)), x)
+        counts[len(epsilon_schedule(w.diameter, w.reg, scaling))] = c.kernels
+    (short, k_short), (long, k_long) = sorted(counts.items())
+    assert (k_long - k_short) == 6 * (long - short), counts
 
 
 def test_the_semi_debiased_loss_with_a_public_diameter_reads_nothing_back_and_halves_the_kernels():

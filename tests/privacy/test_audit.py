@@ -309,3 +309,13 @@ def test_a_warm_started_preset_is_audited_on_the_runs_whole_ledger():
     assert two["mechanism"].endswith("(warm start, phase 2)") and two["extra"]["directions"] == "orthogonal"
     assert two["noise_multiplier_claimed"] > cold[0]["noise_multiplier_claimed"]
     assert all(r["extra"]["fidelity"]["ok"] and r["epsilon_lower"] <= r["epsilon_claimed"] for r in warm)
+
+
+@pytest.mark.parametrize("overrides", [["experiment=toy_dpswflow"], ["experiment=digits_dpswd", "model.private=false",
+                                                                        "accountant.epsilon=null"]])
+def test_a_non_private_preset_has_nothing_to_audit_in_one_line(overrides):
+    from dpgen.audit import cli as mod
+    from dpgen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.private=false.*nothing private to audit"):
+        mod.audit_preset(overrides, runs=200, seed=0, steps=2, compose_runs=200)

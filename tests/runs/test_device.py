@@ -303,6 +303,10 @@ def test_class_blocks_gathers_the_same_rows_as_a_boolean_mask():
 # copied to the device.  Every private family must take neither.
 SYNC_FREE_PENDING = {
 }
+# device kernels per steady-state step at the family's preset (its own scaling, iterations, ...): counts, asserted
+KERNEL_BOUNDS = {
+    "dpsinkhorn": 400,  # ε-scaling 0.5: 17 Sinkhorn iterations of 6 kernels (both loss terms batched) + the step
+}
 
 
 # (the pending ones are also `slow`: the fast suite counts their Python-level syncs above)
@@ -320,6 +324,8 @@ def test_a_steady_state_private_step_reads_nothing_from_the_device_and_copies_no
         f"{family}: {fs.worst('reads')} device reads and {fs.worst('copies')} host-to-device copies in a "
         f"steady-state step:\n{where}")
     assert fs.worst("host_random") == 0, f"{family}: random numbers drawn on the host in a steady-state step"
+    if family in KERNEL_BOUNDS:
+        assert fs.worst("kernels") <= KERNEL_BOUNDS[family], f"{family}: {fs.worst('kernels')} device kernels per step"
 
 
 def test_the_step_counter_sees_what_a_cuda_run_would_wait_for():
@@ -358,3 +364,17 @@ def test_the_counter_fails_a_step_that_draws_its_noise_on_the_host(tmp_path, mon
     monkeypatch.setattr(Mechanism, "noise", host_noise)
     fs = family_steps("dpswd_generator", tmp_path / "run")
     assert fs.worst("copies") >= 1 and fs.worst("host_random") > 0
+
+
+def test_a_log_step_reads_nothing_from_the_device_and_every_row_is_logged(tmp_path):
+    """The log cadence copies the values to the host without blocking (``loop.PendingLog``): a log step takes no
+    device read (its row is written once the next step is queued; the last row at the run's end)."""
+    import csv
+
+    from dpgen.bench.step_overhead import family_steps
+
+    fs = family_steps("dpswd_generator", tmp_path / "run", ["trainer.log_every=2"])
+    assert len(fs.intervals) == 6  # steps 1, 3 and 5 log (the last one ends the run: its syncs are allowed)
+    assert max(c.reads for c in fs.intervals[:-1]) == 0, [w for c in fs.intervals for w in c.where]
+    with open(tmp_path / "run" / "metrics.csv") as fh:
+        assert [int(r["step"]) for r in csv.DictReader(fh)] == [2, 4, 6]

@@ -31,6 +31,12 @@ def test_a_refusal_and_the_preset_list_import_nothing_heavy(argv):
     assert not {n for n in names if n.split(".")[0] in HEAVY or n in HEAVY}
 
 
+def test_audit_help_imports_nothing_heavy():
+    r, names = _imported("-m", "dpgen", "audit", "--help")
+    assert r.returncode == 0 and "--conventions" in r.stdout, r.stderr[-2000:]
+    assert not {n for n in names if n.split(".")[0] in HEAVY or n in HEAVY}
+
+
 def test_a_misspelt_key_is_refused_after_one_composition(monkeypatch):
     import dpgen.preflight as preflight
 

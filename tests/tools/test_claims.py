@@ -70,6 +70,8 @@ def test_a_changed_default_is_caught():
     assert now["model.shrinkage"] == "auto"
     assert config_drift(claim, now, {**now, "model.new_setting": 1}) == {"model.new_setting": ("<absent>", 1)}
     assert config_drift(claim, now, {**now, "model.new_off_setting": None}) == {}
+    assert config_drift(claim, now, {**now, "trainer.new_switch": "off"}) == {}  # a new switch, off by default
+    assert config_drift(claim, now, {**now, "trainer.new_switch": "on"}) == {"trainer.new_switch": ("<absent>", "on")}
     # where a fit runs is not what it computes: a run recorded before evaluator.workers existed still counts
     assert "evaluator.workers" not in now and config_drift(claim, now, {**now, "evaluator.workers": 2}) == {}
     assert config_drift(claim, now, {**now, "evaluator.n_synthetic": 60000}) == {

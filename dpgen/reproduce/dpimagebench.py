@@ -144,12 +144,12 @@ def _where(ev: dict) -> str:
 
 def _fid_text(m: dict) -> str:
     """``FID 260.0 (floor 3.1)``: every FID beside the real-vs-real FID of its reference set (runs stored before
-    the floor was measured show the FID alone)."""
+    the floor was measured say ``floor not measured``)."""
     fid = stored_number(m.get("fid"))
     if fid is None:
         return ""
     floor = stored_number(m.get("fid_real_vs_real"))
-    return f"; FID {fid:.1f}" + (f" (floor {floor:.1f})" if floor is not None else "")
+    return f"; FID {fid:.1f}" + (f" (floor {floor:.1f})" if floor is not None else " (floor not measured)")
 
 
 def _cell_text(ev: dict, ref: str) -> str:

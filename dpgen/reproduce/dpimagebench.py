@@ -144,12 +144,12 @@ def _where(ev: dict) -> str:
 
 def _fid_text(m: dict) -> str:
     """``FID 260.0 (floor 3.1)``: every FID beside the real-vs-real FID of its reference set (runs stored before
-    the floor was measured say ``floor not measured``)."""
+    the floor was measured are marked ``†``: floor not measured)."""
     fid = stored_number(m.get("fid"))
     if fid is None:
         return ""
     floor = stored_number(m.get("fid_real_vs_real"))
-    return f"; FID {fid:.1f}" + (f" (floor {floor:.1f})" if floor is not None else " (floor not measured)")
+    return f"; FID {fid:.1f}" + (f" (floor {floor:.1f})" if floor is not None else "†")
 
 
 def _cell_text(ev: dict, ref: str) -> str:
@@ -193,7 +193,8 @@ def render_block(evidence: list[dict]) -> str:
                   "split — not covered by the privacy guarantee** (as the benchmark reports it) / selected on the "
                   "**held-out synthetic images — covered** (post-processing); FID against the sensitive training "
                   "images (**reads sensitive data**); *full* or *shortened* protocol (the run's label below says "
-                  "what was shortened); [bN] is the run below. Shortened numbers are not comparable with the "
+                  "what was shortened); [bN] is the run below; a FID marked † was stored before its real-vs-real floor "
+                  "was measured (floor not measured). Shortened numbers are not comparable with the "
                   "published rows."), "",
               "| family | public data | MNIST ε = 1 | MNIST ε = 10 | F-MNIST ε = 1 | F-MNIST ε = 10 |",
               "|---|---|---|---|---|---|"]

@@ -57,7 +57,7 @@ def test_a_collected_run_fills_its_cell_with_its_label_and_command(tmp_path, mon
     row = next(line for line in text.splitlines() if line.startswith("| DP class-Gaussian"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4] == "not run"  # F-MNIST ε = 1: the generative-evaluator run is no cell
-    assert cells[5] == "81.2 ± 1.0 / 80.1 ± 2.0; FID 41.2 (floor not measured) (shortened, [b1])"  # stored before the floor
+    assert cells[5] == "81.2 ± 1.0 / 80.1 ± 2.0; FID 41.2† (shortened, [b1])"  # stored before the floor
     assert "schedule: shortened protocol: 2 epoch(s) (benchmark: 50)" in text and "run time 30 min" in text
     assert "overrides beyond the cell's command: `evaluator.epochs=2`" in text
     fill = page.FAMILIES[0].command("fashion_mnist", 10.0)

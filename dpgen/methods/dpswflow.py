@@ -32,7 +32,6 @@ unit sphere (the decoder's training domain) before decoding.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -49,7 +48,6 @@ from ..ot.flows import (
 )
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.accountants import analytic_gaussian_epsilon
-from ..privacy.conventions import PaperConvention
 from ..privacy.mechanisms import OneShotProjectionRelease
 from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks
@@ -223,21 +221,9 @@ class DPSWFlowR(_ParticleFlow):
 
     name = "DPSWflow-r"
 
-    def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
-                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = "outputs/autoencoders",
-                 dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
-                 steps: int | None = None, private: bool = True, noise_std: float = 0.0,
-                 label_mode: str = "partition", label_weight: float = 1.0, latent_scale: float = 1.0,
-                 sample_jitter: float = 0.02, representation: dict | None = None,
-                 convention: PaperConvention | dict | None = None, warm_start: dict | None = None,
-                 n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
-                 num_percentiles: int = 30000) -> None:
-        LatentMethod.__init__(self, autoencoder=autoencoder, ae_steps=ae_steps, ae_batch_size=ae_batch_size,
-                              ae_lr=ae_lr, autoencoder_cache=autoencoder_cache, dp=dp, batch_size=batch_size,
-                              epochs=epochs, steps=steps, private=private, noise_std=noise_std,
-                              label_mode=label_mode, label_weight=label_weight, latent_scale=latent_scale,
-                              sample_jitter=sample_jitter, representation=representation, convention=convention,
-                              warm_start=warm_start)
+    def __init__(self, n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
+                 num_percentiles: int = 30000, **latent) -> None:
+        LatentMethod.__init__(self, **latent)  # the autoencoder, privacy and schedule settings (LatentMethod)
         self.flow = FlowSettings(n_particles=n_particles, step_size=step_size, reg=reg,
                                  num_percentiles=num_percentiles)
         self._start_flow()
@@ -327,22 +313,10 @@ class DPSWFlow(_ParticleFlow):
     name = "DPSWflow"
     default_dp = ProjectionDP(num_projections=31, bound="chernoff")
 
-    def __init__(self, autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
-                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = "outputs/autoencoders",
-                 dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
-                 steps: int | None = 1500, private: bool = True, noise_std: float = 0.0,
-                 label_mode: str = "partition", label_weight: float = 1.0, latent_scale: float = 1.0,
-                 sample_jitter: float = 0.02, representation: dict | None = None,
-                 convention: PaperConvention | dict | None = None, warm_start: dict | None = None,
-                 n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
-                 num_percentiles: int = 30000, projections_per_step: int = 25,
-                 calibration: str = "rdp", block_slack: float = 1.0) -> None:
-        LatentMethod.__init__(self, autoencoder=autoencoder, ae_steps=ae_steps, ae_batch_size=ae_batch_size,
-                              ae_lr=ae_lr, autoencoder_cache=autoencoder_cache, dp=dp, batch_size=batch_size,
-                              epochs=epochs, steps=steps, private=private, noise_std=noise_std,
-                              label_mode=label_mode, label_weight=label_weight, latent_scale=latent_scale,
-                              sample_jitter=sample_jitter, representation=representation, convention=convention,
-                              warm_start=warm_start)
+    def __init__(self, n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
+                 num_percentiles: int = 30000, projections_per_step: int = 25, calibration: str = "rdp",
+                 block_slack: float = 1.0, steps: int | None = 1500, **latent) -> None:
+        LatentMethod.__init__(self, steps=steps, **latent)  # the autoencoder, privacy and schedule settings
         self.flow = FlowSettings(n_particles=n_particles, step_size=step_size, reg=reg,
                                  num_percentiles=num_percentiles)
         if self.warm_start is not None:

@@ -17,8 +17,6 @@ from ..data import DataSplits
 from ..errors import ConfigError
 from ..ot.sliced import gaussian_projection_rows, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
-from ..privacy.conventions import PaperConvention
-from ..privacy.projection import ProjectionDP
 from ..utils import autocast, dist
 from ..utils.compiling import adam, compile_function, compile_module
 from .base import TrainContext
@@ -42,20 +40,10 @@ class DPSWGen(LatentMethod):
     name = "DPSWgen"
 
     def __init__(self, generator: Callable[..., torch.nn.Module], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), d_code: int | None = None,
-                 autoencoder: Callable[..., torch.nn.Module] | None = None, ae_steps: int = 5000,
-                 ae_batch_size: int = 250, ae_lr: float = 1e-3, autoencoder_cache: str | None = "outputs/autoencoders",
-                 dp: ProjectionDP | dict | None = None, batch_size: int = 250, epochs: int = 35,
-                 steps: int | None = None, private: bool = True, noise_std: float = 0.0,
-                 label_mode: str = "partition", label_weight: float = 1.0, latent_scale: float = 1.0,
-                 sample_jitter: float = 0.0, representation: dict | None = None,
-                 convention: PaperConvention | dict | None = None, warm_start: dict | None = None) -> None:
-        LatentMethod.__init__(self, autoencoder=autoencoder, ae_steps=ae_steps, ae_batch_size=ae_batch_size,
-                              ae_lr=ae_lr, autoencoder_cache=autoencoder_cache, dp=dp, batch_size=batch_size,
-                              epochs=epochs, steps=steps, private=private, noise_std=noise_std,
-                              label_mode=label_mode, label_weight=label_weight, latent_scale=latent_scale,
-                              sample_jitter=sample_jitter, representation=representation, convention=convention,
-                              warm_start=warm_start)
+                 betas: tuple[float, float] = (0.9, 0.999), d_code: int | None = None, sample_jitter: float = 0.0,
+                 **latent) -> None:
+        # the autoencoder, privacy and schedule settings (LatentMethod); no sampling jitter by default
+        LatentMethod.__init__(self, sample_jitter=sample_jitter, **latent)
         self.make_generator, self.lr, self.betas, self.d_code = generator, float(lr), tuple(betas), d_code
         self.G: torch.nn.Module | None = None
 

@@ -150,8 +150,9 @@ def _train(family: str, out: Path, noise: bool, steps: int) -> dict:
         Mechanism.noise = lambda self, shape, like: None
     # test-only: the updates through plain SGD. Adam divides each entry by the root of its own second moment, so
     # an entry whose gradient is zero up to rounding (the bias of a layer before a BatchNorm) moves by anything in
-    # (-lr, lr) depending on the order of a sum; SGD's step is lr times the gradient, which is compared
-    torch.optim.Adam = lambda params, lr, **_: torch.optim.SGD(params, lr=lr)
+    # (-lr, lr) depending on the order of a sum; SGD's step is lr times the gradient, which is compared. With the
+    # noise off the step is the gradient itself (lr 1), so a gradient that differs shows at the tolerance
+    torch.optim.Adam = lambda params, lr, **_: torch.optim.SGD(params, lr=lr if noise else 1.0)
     try:
         summary = loop.train(method, data, ledger, ctx)
     finally:

@@ -115,8 +115,11 @@ def _projection_release(rows: torch.Tensor, labels: torch.Tensor) -> dict:
     batch = fixed_size(rows, 16)
     blocks = class_blocks(rows, labels, 3, 4)
     u = mech.draw_directions()
-    return {"batch": batch, "blocks": blocks, "u": u, "released": mech.release(batch, u),
-            "released_blocks": mech.release(blocks, u)}
+    out = {"batch": batch, "blocks": blocks, "u": u, "released": mech.release(batch, u),
+           "released_blocks": mech.release(blocks, u)}
+    part = distributed.block_bounds(3, 4)  # this process's whole blocks: its rows of the release, nothing gathered
+    out["block_part"], out["released_part"] = part, mech.release(blocks, u, part=part)
+    return out
 
 
 def _moment_release(z: torch.Tensor, y: torch.Tensor) -> dict:
@@ -265,8 +268,12 @@ def test_projection_and_moment_releases_equal_the_single_process_ones(two_ranks)
     for r in ranks:
         for key in ("batch", "blocks", "u", "released", "released_blocks"):
             torch.testing.assert_close(r["projection"][key], single["projection"][key], rtol=0, atol=1e-6)
+        lo, hi = r["projection"]["block_part"]  # a release of this process's blocks: its rows of the one release
+        torch.testing.assert_close(r["projection"]["released_part"], single["projection"]["released_part"][lo:hi],
+                                   rtol=0, atol=1e-6)
         for key in ("counts", "means", "covariances"):
             torch.testing.assert_close(r["moments"][key], single["moments"][key], rtol=0, atol=1e-9)
+    assert [r["projection"]["block_part"] for r in ranks] == [(0, 8), (8, 12)] and single["projection"]["block_part"] == (0, 12)
 
 
 # ---------------------------------------------------------------------------- training

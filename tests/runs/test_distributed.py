@@ -119,6 +119,7 @@ def _projection_release(rows: torch.Tensor, labels: torch.Tensor) -> dict:
            "released_blocks": mech.release(blocks, u)}
     part = distributed.block_bounds(3, 4)  # this process's whole blocks: its rows of the release, nothing gathered
     out["block_part"], out["released_part"] = part, mech.release(blocks, u, part=part)
+    out["released_after"] = mech.release(batch, u)  # the noise generator stayed in step with one process's
     return out
 
 
@@ -266,7 +267,7 @@ def test_a_sum_is_noised_once_with_the_single_process_noise(two_ranks):
 def test_projection_and_moment_releases_equal_the_single_process_ones(two_ranks):
     ranks, single = two_ranks
     for r in ranks:
-        for key in ("batch", "blocks", "u", "released", "released_blocks"):
+        for key in ("batch", "blocks", "u", "released", "released_blocks", "released_after"):
             torch.testing.assert_close(r["projection"][key], single["projection"][key], rtol=0, atol=1e-6)
         lo, hi = r["projection"]["block_part"]  # a release of this process's blocks: its rows of the one release
         torch.testing.assert_close(r["projection"]["released_part"], single["projection"]["released_part"][lo:hi],

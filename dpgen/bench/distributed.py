@@ -87,6 +87,28 @@ def compare(preset: str, steps: int, device: str, nproc: int, tmp: Path, extra: 
     return statistics.median(rates[1]), statistics.median(rates[nproc])
 
 
+def collective_latency(device: str, nproc: int) -> dict:
+    """The JSON line of :mod:`dpgen.bench.collectives` on ``nproc`` processes (what one collective costs here)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), "-m",
+           "dpgen.bench.collectives", device]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(failure_line(r))
+    return json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])
+
+
+def latency_row(device: str, nproc: int, backend: str) -> tuple[str, str]:
+    """One row: the median µs of each collective a private step makes, between ``nproc`` processes."""
+    name = f"one collective between {nproc} processes on {device} ({backend}; `python -m dpgen.bench.collectives`)"
+    try:
+        got = collective_latency(device, nproc)
+    except (RuntimeError, OSError, KeyError, ValueError, IndexError, subprocess.SubprocessError) as err:
+        return name, f"not measured: {err}"
+    return name, "; ".join(f"{k}: {v:,.0f} µs" for k, v in got["us"].items()) + " (median of 10 blocks of 30)"
+
+
 def rows(device: torch.device, only: str | None = None) -> list[tuple[str, str]]:
     """One row per case (``only``: the cases whose preset contains it) and device count."""
     if device.type == "cuda":
@@ -98,6 +120,7 @@ def rows(device: torch.device, only: str | None = None) -> list[tuple[str, str]]
     if not counts:
         return [(f"1 vs N processes on {dev}", f"not measured: {torch.cuda.device_count()} CUDA device visible, "
                  "two or more needed")]
+    out += [latency_row(dev, n, backend) for n in counts]
     with tempfile.TemporaryDirectory() as d:
         for label, preset, steps, extra, target in CASES:
             if only and only not in preset:

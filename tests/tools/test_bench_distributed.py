@@ -28,7 +28,10 @@ def test_rows_give_the_ratio_in_one_run_and_say_why_a_side_was_not_measured(monk
         return 10.0 if calls[-1] == "1" else 18.0
 
     monkeypatch.setattr(distributed, "steps_per_s", fake)
+    monkeypatch.setattr(distributed, "collective_latency", lambda device, n: {"us": {"all-reduce of 1 number": 250.0}})
     rows = dict(distributed.rows(torch.device("cpu")))
+    latency = rows.pop(next(k for k in rows if k.startswith("one collective between 2 processes on cpu (gloo")))
+    assert latency == "all-reduce of 1 number: 250 µs (median of 10 blocks of 30)"
     sgd = next(v for k, v in rows.items() if "`mnist_dpsgd`" in k)
     swd = next(v for k, v in rows.items() if "`digits_dpswd`" in k)
     assert sgd.startswith("10.0 vs 18.0 steps/s: ×1.80 (median of") and "load average" in sgd and "target ×1.8" in sgd
@@ -48,3 +51,12 @@ def test_a_failed_run_is_told_by_its_error_line_not_torchrun_s_banner():
     assert distributed.failure_line(r) == "exit 1: RuntimeError: gloo: connection closed by peer"
     r = subprocess.CompletedProcess([], 2, stdout="", stderr="error: trainer.device=cuda but no CUDA device\n" + banner)
     assert distributed.failure_line(r) == "exit 2: error: trainer.device=cuda but no CUDA device"
+
+
+def test_the_collectives_bench_times_every_collective_on_two_gloo_processes():
+    """The real module on 2 gloo processes: one median per collective, positive (no time is asserted)."""
+    got = distributed.collective_latency("cpu", 2)
+    assert got["backend"] == "gloo" and got["processes"] == 2
+    assert set(got["us"]) == {"all-reduce of 1 number", "all-reduce of 100,000 numbers",
+                              "all-gather of 100 x 1,000 rows", "broadcast of 100 numbers"}
+    assert all(v > 0 for v in got["us"].values())

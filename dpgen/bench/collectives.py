@@ -1,0 +1,72 @@
+"""What one collective costs between the processes of a run: the floor under any data-parallel step.
+
+``torchrun --standalone --nproc-per-node N -m dpgen.bench.collectives [cpu|cuda]`` times, on the backend a run of
+that device uses (gloo for CPU tensors, NCCL for CUDA ones), the collectives a private step makes: an all-reduce
+of one number (a share of a loss), of 100,000 numbers (a small model's gradients), an all-gather of 100 rows of
+1,000 (projected rows) and a broadcast of 100 numbers.  Each is run 30 times to warm up and then 300 times; rank 0
+prints the median microseconds of blocks of 30 as one JSON line.  :mod:`dpgen.bench.distributed` runs it beside
+its 1 vs N rows (``dpgen bench --only distributed``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as tdist
+
+WARMUP, BLOCKS, PER_BLOCK = 30, 10, 30
+
+
+def _median_us(fn, device: torch.device) -> float:
+    """Median over :data:`BLOCKS` blocks of the mean microseconds of one call (the device synchronised)."""
+    for _ in range(WARMUP):
+        fn()
+    times = []
+    for _ in range(BLOCKS):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(PER_BLOCK):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / PER_BLOCK * 1e6)
+    return statistics.median(times)
+
+
+def measure(device: torch.device) -> dict[str, float]:
+    """``{collective: median µs}`` on this process group (every rank calls it)."""
+    w = tdist.get_world_size()
+    one, grads = torch.zeros(1, device=device), torch.zeros(100_000, device=device)
+    rows, small = torch.zeros(100, 1000, device=device), torch.zeros(100, device=device)
+    parts = [torch.empty_like(rows) for _ in range(w)]
+    return {
+        "all-reduce of 1 number": _median_us(lambda: tdist.all_reduce(one), device),
+        "all-reduce of 100,000 numbers": _median_us(lambda: tdist.all_reduce(grads), device),
+        "all-gather of 100 x 1,000 rows": _median_us(lambda: tdist.all_gather(parts, rows), device),
+        "broadcast of 100 numbers": _median_us(lambda: tdist.broadcast(small, 0), device),
+    }
+
+
+def main(device_type: str = "cpu") -> None:
+    torch.set_num_threads(1)
+    cuda = device_type == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(__import__("os").environ.get("LOCAL_RANK", "0")))
+    tdist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=120))
+    try:
+        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+        out = measure(device)
+        if tdist.get_rank() == 0:
+            print(json.dumps({"backend": tdist.get_backend(), "processes": tdist.get_world_size(), "us": out}))
+    finally:
+        tdist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "cpu")

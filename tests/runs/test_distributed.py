@@ -115,8 +115,12 @@ def _projection_release(rows: torch.Tensor, labels: torch.Tensor) -> dict:
     batch = fixed_size(rows, 16)
     blocks = class_blocks(rows, labels, 3, 4)
     u = mech.draw_directions()
-    return {"batch": batch, "blocks": blocks, "u": u, "released": mech.release(batch, u),
-            "released_blocks": mech.release(blocks, u)}
+    out = {"batch": batch, "blocks": blocks, "u": u, "released": mech.release(batch, u),
+           "released_blocks": mech.release(blocks, u)}
+    part = distributed.block_bounds(3, 4)  # this process's whole blocks: its rows of the release, nothing gathered
+    out["block_part"], out["released_part"] = part, mech.release(blocks, u, part=part)
+    out["released_after"] = mech.release(batch, u)  # the noise generator stayed in step with one process's
+    return out
 
 
 def _moment_release(z: torch.Tensor, y: torch.Tensor) -> dict:
@@ -150,8 +154,9 @@ def _train(family: str, out: Path, noise: bool, steps: int) -> dict:
         Mechanism.noise = lambda self, shape, like: None
     # test-only: the updates through plain SGD. Adam divides each entry by the root of its own second moment, so
     # an entry whose gradient is zero up to rounding (the bias of a layer before a BatchNorm) moves by anything in
-    # (-lr, lr) depending on the order of a sum; SGD's step is lr times the gradient, which is compared
-    torch.optim.Adam = lambda params, lr, **_: torch.optim.SGD(params, lr=lr)
+    # (-lr, lr) depending on the order of a sum; SGD's step is lr times the gradient, which is compared. With the
+    # noise off the step is the gradient itself (lr 1), so a gradient that differs shows at the tolerance
+    torch.optim.Adam = lambda params, lr, **_: torch.optim.SGD(params, lr=lr if noise else 1.0)
     try:
         summary = loop.train(method, data, ledger, ctx)
     finally:
@@ -262,10 +267,14 @@ def test_a_sum_is_noised_once_with_the_single_process_noise(two_ranks):
 def test_projection_and_moment_releases_equal_the_single_process_ones(two_ranks):
     ranks, single = two_ranks
     for r in ranks:
-        for key in ("batch", "blocks", "u", "released", "released_blocks"):
+        for key in ("batch", "blocks", "u", "released", "released_blocks", "released_after"):
             torch.testing.assert_close(r["projection"][key], single["projection"][key], rtol=0, atol=1e-6)
+        lo, hi = r["projection"]["block_part"]  # a release of this process's blocks: its rows of the one release
+        torch.testing.assert_close(r["projection"]["released_part"], single["projection"]["released_part"][lo:hi],
+                                   rtol=0, atol=1e-6)
         for key in ("counts", "means", "covariances"):
             torch.testing.assert_close(r["moments"][key], single["moments"][key], rtol=0, atol=1e-9)
+    assert [r["projection"]["block_part"] for r in ranks] == [(0, 8), (8, 12)] and single["projection"]["block_part"] == (0, 12)
 
 
 # ---------------------------------------------------------------------------- training

@@ -27,6 +27,11 @@ Generation (``sample``): the decoded final particles.  For ``n`` larger than the
 particles are drawn with replacement (among those of the requested class) and perturbed by
 ``sample_jitter`` Gaussian noise in latent space; the image part of every latent is put back on the
 unit sphere (the decoder's training domain) before decoding.
+
+Several processes: the release is the single-process one (the whole released batch on every rank, noised
+once); each rank computes the particle flow on its contiguous part of the step's directions (the quantile
+functions, sorts and lookups: nearly all of a step) and the parts of the drift are added in one all-reduce,
+so every rank moves every particle alike (``_ParticleFlow._own_directions``).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from ..privacy.accountants import analytic_gaussian_epsilon
 from ..privacy.mechanisms import OneShotProjectionRelease
 from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks
+from ..utils import dist
 from .base import TrainContext, mechanism_seed, settle
 from .latent import LatentMethod
 from .warm_start import WarmTarget
@@ -123,13 +129,36 @@ class _ParticleFlow(LatentMethod):
                            for c in range(self.space.n_classes)] if self.latent.label_mode == "partition" else None
         self._test_x = data.test.x
 
+    @staticmethod
+    def _own_directions(k: int) -> slice:
+        """This rank's contiguous part of the ``k`` directions of a step (all of them on one process).
+
+        Several processes split the particle flow by DIRECTION: every 1-D problem (the target's and the
+        particles' quantile functions at the M levels, the sort, the lookups) belongs to one direction, and
+        these are nearly all of a step's work at any particle count, while the particle CDF of a direction
+        needs every particle's projection on it (a split by particle would exchange all projections and
+        still sort them all).  Each rank computes its directions' part of the drift sum (Eq. 20); the parts
+        are added over the ranks (one all-reduce of ``(n, D)``) and every rank moves every particle alike,
+        so the particles stay the same on every rank.  The public draws (directions, smoothing and
+        diffusion noise) are made in full on every rank from generators in the same state, so one and N
+        processes draw the same numbers; the private release is the single-process one."""
+        return slice(*dist.shard_bounds(k))
+
+    def _drift(self, proj: torch.Tensor, tq: torch.Tensor, u: torch.Tensor, own: slice) -> torch.Tensor:
+        """Eq. 20 from this rank's directions ``own`` of ``u``, the ranks' parts added: each part summed in float64
+        and the sum rounded once, so N processes give one process's drift (not another order of float32 sums)."""
+        part = sliced_flow_drift(proj, tq, self.levels, u[:, own], u.shape[1], sum_dtype=torch.float64)
+        return dist.all_reduce_sum(part).to(proj.dtype)
+
     def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int,
               idx: torch.Tensor | None = None) -> torch.Tensor:
-        """Particle update (Algorithms 1-2, last lines) of all particles or of ``idx``; returns the mean drift
-        norm (0-d tensor, NaN when a moved particle is not finite: the loop raises at its next check)."""
+        """Particle update (Algorithms 1-2, last lines) of all particles or of ``idx``; ``tq``: the target
+        quantiles of this rank's directions (:meth:`_own_directions` of ``u``'s columns).  Returns the mean
+        drift norm (0-d tensor, NaN when a moved particle is not finite: the loop raises at its next check)."""
         x = self.X if idx is None else self.X[idx]
-        proj = smoothed_projections(x, u, sigma)                      # X U + Z (particles re-noised, public)
-        v = sliced_flow_drift(proj, tq, self.levels, u)               # Eq. 20
+        own = self._own_directions(u.shape[1])
+        proj = smoothed_projections(x, u, sigma)[own]  # X U + Z (particles re-noised, public: drawn in full)
+        v = self._drift(proj, tq, u, own)                                   # Eq. 20
         x_new = euler_maruyama_step(x, v, self.flow.step_size, self.flow.reg)           # X - h v + sqrt(2 lambda h) Z
         if idx is None:
             self.X = x_new
@@ -142,13 +171,14 @@ class _ParticleFlow(LatentMethod):
 
     def _move_classes(self, u: torch.Tensor, tq: torch.Tensor, sigma: float) -> torch.Tensor:
         """:meth:`_move` of every class at once (``n`` divisible by C; particle i is of class ``i mod C``):
-        ``tq: (C, k, M)`` the target quantiles of each block; returns the mean over classes of the mean drift
-        norm, NaN when a particle is not finite.  The same update as C calls of :meth:`_move` (the smoothing and
-        diffusion noise are public draws of the same law)."""
+        ``tq: (C, k_r, M)`` the target quantiles of each block on this rank's directions (:meth:`_own_directions`);
+        returns the mean over classes of the mean drift norm, NaN when a particle is not finite.  The same update
+        as C calls of :meth:`_move` (the smoothing and diffusion noise are public draws of the same law)."""
         c_n, d = tq.shape[0], self.X.shape[1]
+        own = self._own_directions(u.shape[1])
         x = self.X.view(-1, c_n, d).transpose(0, 1)                        # (C, n / C, D)
-        proj = smoothed_projections(x, u, sigma)                           # (C, k, n / C)
-        v = sliced_flow_drift(proj, tq, self.levels, u)                    # Eq. 20, every class
+        proj = smoothed_projections(x, u, sigma)[:, own]                   # (C, k_r, n / C)
+        v = self._drift(proj, tq, u, own)                                   # Eq. 20
         x_new = euler_maruyama_step(x, v, self.flow.step_size, self.flow.reg)
         self.X = x_new.transpose(0, 1).reshape(-1, d)
         finite = torch.isfinite(x_new).all()
@@ -250,7 +280,8 @@ class DPSWFlowR(_ParticleFlow):
             rows = self._private_rows()                                       # Y_t: (B, D), norm <= 1
             u = self.projection.draw_directions(self.device)  # U_t: fresh directions (random or orthonormal)
             a = self.projection.release(rows, u)                             # A_t = Y_t U_t + Z_t (recorded)
-            tq = empirical_quantiles(a.transpose(0, 1).contiguous(), self.levels)  # target inverse CDF (Eq. 21)
+            own = self._own_directions(self.k)  # this rank's directions (all on one process)
+            tq = empirical_quantiles(a.transpose(0, 1)[own].contiguous(), self.levels)  # target inverse CDF (Eq. 21)
             self._last_drift = self._move(u, tq, self.projection.noise_std, t)
         return {"drift_norm": self._last_drift}
 
@@ -265,13 +296,14 @@ class DPSWFlowR(_ParticleFlow):
         blocks = self._private_blocks(c_n, m)                               # (C m, D), norm <= 1, on the device
         u = self.projection.draw_directions(self.device)
         a = self.projection.release(blocks, u)                              # THE release of the step (recorded)
+        own = self._own_directions(self.k)  # this rank's directions (all on one process)
         if self.flow.n_particles % c_n == 0:  # every class has n / C particles (i mod C): all classes in one set of ops
-            tq = empirical_quantiles(a.view(c_n, m, -1).transpose(1, 2).contiguous(), self.levels)  # (C, k, M)
+            tq = empirical_quantiles(a.view(c_n, m, -1).transpose(1, 2)[:, own].contiguous(), self.levels)  # (C, k_r, M)
             self._last_drift = self._move_classes(u, tq, self.projection.noise_std)
             return {"drift_norm": self._last_drift}
         drifts = []
         for c in range(c_n):
-            tq = empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1).contiguous(), self.levels)
+            tq = empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1)[own].contiguous(), self.levels)
             drifts.append(self._move(u, tq, self.projection.noise_std, t, self._class_idx[c]))
         self._last_drift = torch.stack(drifts).mean()
         return {"drift_norm": self._last_drift}
@@ -385,12 +417,13 @@ class DPSWFlow(_ParticleFlow):
                 self._one_shot_release()
             idx = torch.randperm(self.k, device=self.device)[:self.one_shot_settings.projections_per_step]  # M_theta of the N_theta directions
             u, sigma = self.u_all[:, idx], self.one_shot.noise_std
+            own = idx[self._own_directions(idx.shape[0])]  # this rank's directions of the step (all on one process)
             if self.latent.label_mode != "partition":
-                self._last_drift = self._move(u, self.tq_all[idx], sigma, t)
+                self._last_drift = self._move(u, self.tq_all[own], sigma, t)
             elif self.flow.n_particles % self.space.n_classes == 0:  # every class at once (DPSWFlowR._partition_step)
-                self._last_drift = self._move_classes(u, self.tq_all[:, idx], sigma)
+                self._last_drift = self._move_classes(u, self.tq_all[:, own], sigma)
             else:
-                drifts = [self._move(u, self.tq_all[c][idx], sigma, t, self._class_idx[c])
+                drifts = [self._move(u, self.tq_all[c][own], sigma, t, self._class_idx[c])
                           for c in range(self.space.n_classes)]
                 self._last_drift = torch.stack(drifts).mean()
         return {"drift_norm": self._last_drift}

@@ -177,15 +177,23 @@ def transport_map_reference(proj: torch.Tensor, target_quantiles: torch.Tensor,
 
 
 def sliced_flow_drift(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: torch.Tensor,
-                      u: torch.Tensor) -> torch.Tensor:
+                      u: torch.Tensor, n_directions: int | None = None,
+                      sum_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Particle drift ``v_i = (1/k) sum_j (P_ji - T_ji) u_j`` (Eq. 20; DPSWflow paper, the particle flow step 6).
 
     ``proj: (k, n)``, ``target_quantiles: (k, m)``, ``levels: (m,)``, ``u: (d, k)`` -> ``v: (n, d)``.
     With sigma = 0 and equal-size point sets this is ``n`` times the Euclidean gradient of
     ``1/2 SW_2^2`` with respect to the particle positions (the Wasserstein gradient).
+    ``n_directions``: the k of ``1/k`` when ``u`` holds only some of the directions (a part of the sum over
+    j; the parts add up to the drift); default ``u``'s columns.  ``sum_dtype``: the sum over j in that dtype
+    (float64: parts added later give the drift of one sum, rounded once), returned in it.
     """
     t = transport_map(proj, target_quantiles, levels)
-    return (proj - t).transpose(-2, -1) @ u.transpose(0, 1) / u.shape[1]  # a batch (..., k, n) -> (..., n, d)
+    k = u.shape[1] if n_directions is None else n_directions
+    diff = (proj - t).transpose(-2, -1)  # a batch (..., k, n) -> (..., n, k)
+    if sum_dtype is not None:
+        diff, u = diff.to(sum_dtype), u.to(sum_dtype)
+    return diff @ u.transpose(0, 1) / k  # (..., n, d)
 
 
 def smoothed_projections(x: torch.Tensor, u: torch.Tensor, sigma: float,

@@ -331,6 +331,22 @@ def test_one_step_of_every_other_family_without_noise_equals_the_single_process_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("family", ["dpswflow_r", "dpswflow"])
+def test_the_particle_flows_split_by_direction_move_the_single_process_particles(two_ranks_more, family):
+    """Each rank computes the drift on its part of a step's directions; the parts added over the ranks, every rank
+    moves every particle as one process does: one step with the noise off to 1e-6, the ranks exactly alike, and a
+    few steps with the noise on (the same draws) to float rounding."""
+    ranks, single = two_ranks_more
+    one = single[f"{family}_noise_off"]["release"]["particles"]
+    for r in ranks:
+        torch.testing.assert_close(r[f"{family}_noise_off"]["release"]["particles"], one, rtol=0, atol=1e-6)
+        torch.testing.assert_close(r[family]["release"]["particles"], ranks[0][family]["release"]["particles"],
+                                   rtol=0, atol=0)
+    torch.testing.assert_close(ranks[0][family]["release"]["particles"], single[family]["release"]["particles"],
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("family", list(BASELINES))
 def test_the_non_private_baselines_average_their_gradients(two_ranks_more, family):
     """Every rank holds the same model (the gradients are averaged over the ranks), epsilon is infinite."""

@@ -80,36 +80,99 @@ def _is_uniform_grid(levels: torch.Tensor) -> bool:
     return on_host(levels) and bool(torch.equal(levels, torch.linspace(0.0, 1.0, m, dtype=levels.dtype)))
 
 
-def _interp_uniform_x(y: torch.Tensor, levels: torch.Tensor, x_new: torch.Tensor) -> torch.Tensor:
-    """:func:`interp1d` with ``x = levels = linspace(0, 1, m)`` on every row: the segment index is
-    ``floor(x_new (m - 1))`` (no search), corrected by one where float rounding of the grid puts
-    ``x_new`` on the other side of a knot, so the segment is exactly the one ``searchsorted`` finds.
+def _knots(levels: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`empirical_quantiles`' knots of ``n`` sorted values at ``levels: (m,)`` (already in the values'
+    dtype): entry j interpolates sorted values ``lo_j`` and ``lo_j + 1`` with weight ``frac_j`` (``n >= 2``)."""
+    pos = levels * (n - 1)
+    lo = pos.floor().long().clamp(0, n - 2)
+    return lo, pos - lo.to(levels.dtype)
 
-    ``y: (k, m)``, ``levels: (m,)``, ``x_new: (k, n)`` -> ``(k, n)``.
+
+def _quantile_entries(s: torch.Tensor, lo: torch.Tensor, frac: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """Entries ``j`` of the quantile grid of the sorted rows ``s`` (``empirical_quantiles(s, levels)[..., j]``),
+    the others never built: the same arithmetic per entry, so the same values bit for bit.
+
+    ``s: (..., n)`` sorted, ``lo, frac`` of :func:`_knots`, ``j: (..., q)`` indices in [0, m) -> ``(..., q)``."""
+    lo_j = lo.take(j)
+    lo_v = s.gather(-1, lo_j)
+    return lo_v + frac.take(j) * (s.gather(-1, lo_j + 1) - lo_v)
+
+
+# the particle side reads its quantile grid only where needed (:func:`_grid_search`) when the grid holds at least
+# this many levels per gap between two particles (a public size: more rounds of the search, fewer entries to build)
+_SEARCH_LEVELS_PER_GAP = 16
+
+
+def _levels_per_gap(n: int, m: int, dtype: torch.dtype) -> int:
+    """A bound on how many of the ``m`` grid entries share one gap of ``n`` sorted values (:func:`_knots`' ``lo``):
+    ``(m - 1) / (n - 1)`` of them in exact arithmetic, widened by the rounding of the levels and positions."""
+    slack = 8 * (m - 1) * max(torch.finfo(dtype).eps, torch.finfo(torch.float32).eps)
+    return math.floor((m - 1) / (n - 1) + slack) + 1
+
+
+def _grid_search(s: torch.Tensor, lo: torch.Tensor, frac: torch.Tensor, m: int) -> torch.Tensor:
+    """``torch.searchsorted(grid, s)`` (left) for ``grid`` = the m-level quantile grid of the sorted rows ``s``
+    (:func:`_knots`), reading about ``log2(m / n)`` entries per value instead of building the grid.
+
+    Why it equals the full-grid search: entry j is ``s_l + frac_j (s_{l+1} - s_l)`` with ``l = lo_j``, rounded;
+    ``frac_j >= 0`` puts it at or above ``s_l``, and ``frac_j <= 1 - 2 eps`` (every position >= 1 has a
+    fraction that far from 1) keeps it at or below ``s_{l+1}`` after rounding.  For the i-th value, let ``g`` be
+    the first index of its ties (``s_g = s_i``, ``s_{g-1} < s_i``): every entry of a gap ``l <= g - 2`` is
+    ``<= s_{g-1} < s_i`` (counted), every entry of a gap ``l >= g`` is ``>= s_g = s_i`` (not counted), and the
+    entries of gap ``g - 1`` rise with ``frac``: a binary search over them (a public number of rounds, every
+    value searched alike, no data-dependent exit: nothing is read back) counts the ones ``< s_i``.  The answer
+    is the first entry of gap ``g - 1`` plus that count, the index the full-grid search finds.
+
+    ``s: (..., n)`` sorted, ``n >= 2`` -> ``(..., n)`` integer in [0, m].
     """
+    n, dev = s.shape[-1], s.device
+    rounds = _levels_per_gap(n, m, s.dtype).bit_length()
+    w = 1 << rounds  # > the entries of any gap: row r of the table holds gap r - 1 (row 0: none), padded
+    r = torch.arange(n, device=dev)
+    first = torch.searchsorted(lo, r - 1)  # the first entry of gap r - 1 (r = 0: 0)
+    slot = first[:, None] + torch.arange(w, device=dev)
+    inside = slot < torch.searchsorted(lo, r)[:, None]
+    table = torch.where(inside, frac.take(slot.clamp_(max=m - 1)), math.inf).flatten()  # +inf: never < s
+    g = torch.searchsorted(s, s).clamp_(max=n - 1)  # the first of each value's ties
+    base = s.gather(-1, (g - 1).clamp_(min=0))  # s_{g-1} (g = 0: s_g itself, then d = 0 and inf * 0 is NaN)
+    d = s - base
+    p = g * w - 1  # the table slot of the last entry counted so far (none yet)
+    for k in range(rounds - 1, -1, -1):  # lower bound over the gap's entries, halving steps
+        q = p + (1 << k)
+        p = torch.where(base + table.take(q) * d < s, q, p)
+    return p + (first + 1 - r * w).take(g)
+
+
+def _level_segment(levels: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``searchsorted(levels, x) - 1`` clamped to ``[0, m - 2]``: the segment of the levels each ``x`` falls in.
+
+    On the uniform grid of :func:`quantile_levels` the index is ``floor(x (m - 1))`` (no search), corrected by
+    one where float rounding of the grid puts ``x`` on the other side of a knot, so the segment is exactly
+    the one ``searchsorted`` finds."""
     m = levels.shape[0]
-    i = (x_new * (m - 1)).floor_().clamp_(0, m - 2).long()
-    x0, x1 = torch.take(levels, i), torch.take(levels, i + 1)
+    if not _is_uniform_grid(levels):
+        return (torch.searchsorted(levels, x.contiguous()) - 1).clamp_(0, m - 2)
+    i = (x * (m - 1)).floor_().clamp_(0, m - 2).long()
     # searchsorted(levels, x) - 1 = (number of knots < x) - 1, clamped: fix the rare one-off guesses
-    fix = ((x0 >= x_new) & (i > 0)).long() - ((x1 < x_new) & (i < m - 2)).long()
+    fix = ((levels.take(i) >= x) & (i > 0)).long() - ((levels.take(i + 1) < x) & (i < m - 2)).long()
     if not on_host(fix) or bool(fix.any()):  # on an accelerator: always (no host sync)
         i = i - fix
-        x0, x1 = torch.take(levels, i), torch.take(levels, i + 1)
-    y0, y1 = y.gather(-1, i), y.gather(-1, i + 1)
-    return y0 + (y1 - y0) / (x1 - x0 + _EPS) * (x_new - x0)
+    return i
 
 
-def _searchsorted_with_guess(x: torch.Tensor, q: torch.Tensor, guess: torch.Tensor, rounds: int = 3) -> torch.Tensor:
-    """``torch.searchsorted(x, q)`` (left) from a close guess: up to ``rounds`` local moves of one
-    slot towards the defining property ``x[g - 1] < q <= x[g]``, then a real search in the rows
-    where it still fails somewhere (so the result is always exact).
+def _searchsorted_with_guess(x: torch.Tensor, q: torch.Tensor, rounds: int = 3) -> torch.Tensor:
+    """``torch.searchsorted(x, q)`` (left) for ``x`` the quantile grid of the sorted rows ``q`` (``n >= 2``): the
+    i-th value sits after the knots at positions ``p (n - 1) < i``, so the index is known up to ties (a guess);
+    up to ``rounds`` local moves of one slot towards the defining property ``x[g - 1] < q <= x[g]``, then a
+    real search in the rows where it still fails somewhere (so the result is always exact).
 
-    ``x: (k, m)`` sorted rows, ``q: (k, n)``, ``guess: (k, n)`` integer in [0, m] -> ``(k, n)``.
+    ``x: (k, m)`` sorted rows, ``q: (k, n)`` -> ``(k, n)``.
     """
-    m = x.shape[-1]
+    m, n = x.shape[-1], q.shape[-1]
     if not on_host(x):  # the early exits below read values (host syncs): on an accelerator search directly
         return torch.searchsorted(x.contiguous(), q.contiguous())
-    g = guess.clamp(0, m)
+    rank = torch.arange(n, device=q.device, dtype=q.dtype) * ((m - 1) / (n - 1))
+    g = rank.ceil().long().expand_as(q).clamp(0, m)
     for _ in range(rounds):
         too_left = (g < m) & (x.gather(-1, g.clamp(max=m - 1)) < q)  # x[g] < q: the slot is further right
         too_right = (g > 0) & (x.gather(-1, (g - 1).clamp(min=0)) >= q)  # x[g-1] >= q: further left
@@ -124,47 +187,58 @@ def _searchsorted_with_guess(x: torch.Tensor, q: torch.Tensor, guess: torch.Tens
     return g
 
 
-def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: torch.Tensor, *,
+                  target_sample: bool = False) -> torch.Tensor:
     """``T(z) = F^{-1}_target(F_particles(z))`` at every particle projection (Eq. 20-21).
 
     ``proj: (k, n)`` (noisy) particle projections, ``target_quantiles: (k, m)`` the target's inverse
     CDF at ``levels: (m,)`` -> ``(k, n)``.  The particle CDF is read off the particles' own
-    quantiles at the same levels (DPSWflow paper, the particle flow steps 4-5).
+    quantiles at the same levels (DPSWflow paper, the particle flow steps 4-5).  ``target_sample``:
+    ``target_quantiles`` holds instead the target's projections ``(k, n_t)`` themselves, and the map is the
+    one given ``empirical_quantiles(target, levels)``, bit for bit, without building that ``(k, m)`` grid.
 
-    Same values as :func:`transport_map_reference` (the literal three-call form), computed faster:
-    the particles are sorted once — that sort gives their quantiles AND sorted queries for the CDF
-    lookup (``searchsorted`` with sorted queries walks memory in order: ~2x faster) — and on the
-    uniform grid of :func:`quantile_levels` the target lookup is arithmetic; one scatter puts the
-    result back in particle order.
+    Same values as :func:`transport_map_reference` (the literal three-call form), computed faster: the
+    particles are sorted once — that sort gives their quantiles AND sorted queries for the CDF lookup — and
+    one scatter puts the result back in particle order.  Each particle needs two entries of each grid (the
+    knots around it), so no M-level grid is built where it would be large: the target's entries are computed
+    where the map reads them, and the particles' grid, once it holds >= ``_SEARCH_LEVELS_PER_GAP`` levels per
+    gap between particles on the uniform levels of :func:`quantile_levels`, is searched without being built
+    (:func:`_grid_search`).  On those levels the target lookup is arithmetic (:func:`_level_segment`).
     """
     n = proj.shape[-1]
     lv = levels.to(proj.dtype)
-    s, perm = torch.sort(proj, dim=-1)
-    if n == 1:
-        xq = s.expand(*s.shape[:-1], lv.shape[0]).contiguous()
-    else:
-        pos = lv * (n - 1)
-        lo = pos.floor().long().clamp(0, n - 2)
-        frac = pos - lo.to(proj.dtype)
-        lo_v = s[..., lo]
-        xq = lo_v + frac * (s[..., lo + 1] - lo_v)  # == empirical_quantiles(proj, levels)
-    # F_mu at the sorted particles (Eq. 21) = interp1d(xq, lv, s): the i-th smallest particle sits
-    # after the knots at positions pos_j < i, so the search index is known up to ties (checked)
     m = lv.shape[0]
-    if n > 1:
-        rank = torch.arange(n, device=proj.device, dtype=proj.dtype) * ((m - 1) / (n - 1))
-        guess = rank.ceil().long().expand_as(s)
-        idx = _searchsorted_with_guess(xq, s, guess)
+    s, perm = torch.sort(proj, dim=-1)
+    # F_mu at the sorted particles (Eq. 21) = interp1d(xq, lv, s), xq = empirical_quantiles(proj, levels)
+    if n > 1 and _is_uniform_grid(lv) and _levels_per_gap(n, m, proj.dtype) >= _SEARCH_LEVELS_PER_GAP:
+        lo, frac = _knots(lv, n)
+        i = (_grid_search(s, lo, frac, m) - 1).clamp_(0, m - 2)
+        x0, x1 = _quantile_entries(s, lo, frac, torch.cat([i, i + 1], dim=-1)).chunk(2, dim=-1)
     else:
-        idx = torch.searchsorted(xq.contiguous(), s.contiguous())
-    i = (idx - 1).clamp_(0, m - 2)
-    x0, x1 = xq.gather(-1, i), xq.gather(-1, i + 1)
-    l0 = torch.take(lv, i)
-    cdf = l0 + (torch.take(lv, i + 1) - l0) / (x1 - x0 + _EPS) * (s - x0)
-    if _is_uniform_grid(lv):
-        t_sorted = _interp_uniform_x(target_quantiles, lv, cdf)
+        if n == 1:
+            xq = s.expand(*s.shape[:-1], m).contiguous()
+            idx = torch.searchsorted(xq, s.contiguous())
+        else:
+            lo, frac = _knots(lv, n)
+            lo_v = s[..., lo]
+            xq = lo_v + frac * (s[..., lo + 1] - lo_v)  # == empirical_quantiles(proj, levels)
+            idx = _searchsorted_with_guess(xq, s)
+        i = (idx - 1).clamp_(0, m - 2)
+        x0, x1 = xq.gather(-1, i), xq.gather(-1, i + 1)
+    l0 = lv.take(i)
+    cdf = l0 + (lv.take(i + 1) - l0) / (x1 - x0 + _EPS) * (s - x0)
+    # F_nu^{-1} at the CDF values = interp1d(lv, target quantiles, cdf)
+    j = _level_segment(lv, cdf)
+    c0, c1 = lv.take(j), lv.take(j + 1)
+    if not target_sample:
+        y0, y1 = target_quantiles.gather(-1, j), target_quantiles.gather(-1, j + 1)
     else:
-        t_sorted = interp1d(lv.expand_as(target_quantiles), target_quantiles, cdf)
+        t, _ = torch.sort(target_quantiles, dim=-1)
+        if t.shape[-1] == 1:
+            y0 = y1 = t.expand_as(j)
+        else:
+            y0, y1 = _quantile_entries(t, *_knots(lv, t.shape[-1]), torch.cat([j, j + 1], dim=-1)).chunk(2, dim=-1)
+    t_sorted = y0 + (y1 - y0) / (c1 - c0 + _EPS) * (cdf - c0)
     return torch.empty_like(t_sorted).scatter_(-1, perm, t_sorted)  # back to particle order
 
 

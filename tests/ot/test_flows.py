@@ -122,3 +122,44 @@ def test_fast_transport_map_equals_the_literal_form(n, m, ties):
     assert torch.equal(transport_map(proj, tq, levels), transport_map_reference(proj, tq, levels))
     uneven = torch.cat([torch.zeros(1), torch.sort(torch.rand(m - 2, generator=g)).values, torch.ones(1)])
     assert torch.equal(transport_map(proj, tq, uneven), transport_map_reference(proj, tq, uneven))
+
+
+def _rows_with_ties(g: torch.Generator, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """Random rows, half of them rounded (ties), one constant and one with a long run of equal values."""
+    x = torch.randn(*shape, generator=g, dtype=dtype)
+    x[::2] = (x[::2] * 2).round() / 2
+    x[0, 0] = 0.7
+    x[1, -1, : shape[-1] // 2] = x[1, -1, -1]
+    return x
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_grid_search_finds_the_index_searchsorted_finds_in_the_built_grid(seed):
+    """The particles' grid searched without being built: the same integer index as ``torch.searchsorted``
+    over ``empirical_quantiles`` at every value (an off-by-one anywhere fails), with ties and constant rows."""
+    from dpgen.ot.flows import _grid_search, _knots, _levels_per_gap
+
+    g = torch.Generator().manual_seed(seed)
+    n, m = int(torch.randint(2, 60, (1,), generator=g)), int(torch.randint(2, 3000, (1,), generator=g))
+    dtype = torch.float64 if seed % 4 == 0 else torch.float32
+    s = torch.sort(_rows_with_ties(g, (3, 4, n), dtype), dim=-1).values
+    levels = quantile_levels(m, dtype=dtype)
+    lo, frac = _knots(levels, n)
+    assert int(torch.bincount(lo).max()) <= _levels_per_gap(n, m, dtype)  # the search's public bound holds
+    full = torch.searchsorted(empirical_quantiles(s, levels).contiguous(), s.contiguous())
+    assert torch.equal(_grid_search(s, lo, frac, m), full)
+
+
+@pytest.mark.parametrize("n,m,n_target", [(40, 3000, 25), (2, 500, 1), (3, 64, 7), (1000, 30000, 25)])
+def test_the_map_without_m_level_grids_equals_the_full_grid_form(n, m, n_target):
+    """Bit for bit: the target's quantiles read where needed (``target_sample``) and the particles' grid searched
+    without being built give the literal three-call map, on random rows with ties and constant rows."""
+    from dpgen.ot.flows import transport_map_reference
+
+    g = torch.Generator().manual_seed(n + m)
+    proj = _rows_with_ties(g, (2, 5, n), torch.float32)
+    target = _rows_with_ties(g, (2, 5, n_target), torch.float32)
+    levels = quantile_levels(m)
+    ref = transport_map_reference(proj.reshape(10, n), empirical_quantiles(target.reshape(10, -1), levels), levels)
+    assert torch.equal(transport_map(proj, empirical_quantiles(target, levels), levels), ref.view_as(proj))
+    assert torch.equal(transport_map(proj, target, levels, target_sample=True), ref.view_as(proj))

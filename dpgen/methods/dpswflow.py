@@ -104,6 +104,10 @@ class OneShotSettings:
 class _ParticleFlow(LatentMethod):
     """Particles, their update and the sampling of decoded particles (shared by both flows)."""
 
+    # the target a step hands to :meth:`_move`: its quantiles at the M levels (False) or its released
+    # projections, whose quantiles the transport map reads only where it needs them (True)
+    target_sample = False
+
     def _start_flow(self) -> None:
         """The flow's state before ``setup`` (no particles yet; the public generator that draws from them)."""
         self.X: torch.Tensor | None = None
@@ -147,13 +151,15 @@ class _ParticleFlow(LatentMethod):
     def _drift(self, proj: torch.Tensor, tq: torch.Tensor, u: torch.Tensor, own: slice) -> torch.Tensor:
         """Eq. 20 from this rank's directions ``own`` of ``u``, the ranks' parts added: each part summed in float64
         and the sum rounded once, so N processes give one process's drift (not another order of float32 sums)."""
-        part = sliced_flow_drift(proj, tq, self.levels, u[:, own], u.shape[1], sum_dtype=torch.float64)
+        part = sliced_flow_drift(proj, tq, self.levels, u[:, own], u.shape[1], sum_dtype=torch.float64,
+                                 target_sample=self.target_sample)
         return dist.all_reduce_sum(part).to(proj.dtype)
 
     def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int,
               idx: torch.Tensor | None = None) -> torch.Tensor:
         """Particle update (Algorithms 1-2, last lines) of all particles or of ``idx``; ``tq``: the target
-        quantiles of this rank's directions (:meth:`_own_directions` of ``u``'s columns).  Returns the mean
+        on this rank's directions (:meth:`_own_directions` of ``u``'s columns): its quantiles, or its projections
+        (:attr:`target_sample`).  Returns the mean
         drift norm (0-d tensor, NaN when a moved particle is not finite: the loop raises at its next check)."""
         x = self.X if idx is None else self.X[idx]
         own = self._own_directions(u.shape[1])
@@ -171,7 +177,8 @@ class _ParticleFlow(LatentMethod):
 
     def _move_classes(self, u: torch.Tensor, tq: torch.Tensor, sigma: float) -> torch.Tensor:
         """:meth:`_move` of every class at once (``n`` divisible by C; particle i is of class ``i mod C``):
-        ``tq: (C, k_r, M)`` the target quantiles of each block on this rank's directions (:meth:`_own_directions`);
+        ``tq: (C, k_r, M)`` the target quantiles of each block on this rank's directions (:meth:`_own_directions`;
+        ``(C, k_r, m)`` its projections with :attr:`target_sample`);
         returns the mean over classes of the mean drift norm, NaN when a particle is not finite.  The same update
         as C calls of :meth:`_move` (the smoothing and diffusion noise are public draws of the same law)."""
         c_n, d = tq.shape[0], self.X.shape[1]
@@ -250,6 +257,7 @@ class DPSWFlowR(_ParticleFlow):
     """DPSWflow-r (Algorithm 1): fresh directions and a fresh private batch every step."""
 
     name = "DPSWflow-r"
+    target_sample = True  # the step's released projections (their M-level quantiles are never built)
 
     def __init__(self, n_particles: int = 10000, step_size: float = 3.0, reg: float = 0.0,
                  num_percentiles: int = 30000, **latent) -> None:
@@ -281,7 +289,7 @@ class DPSWFlowR(_ParticleFlow):
             u = self.projection.draw_directions(self.device)  # U_t: fresh directions (random or orthonormal)
             a = self.projection.release(rows, u)                             # A_t = Y_t U_t + Z_t (recorded)
             own = self._own_directions(self.k)  # this rank's directions (all on one process)
-            tq = empirical_quantiles(a.transpose(0, 1)[own].contiguous(), self.levels)  # target inverse CDF (Eq. 21)
+            tq = a.transpose(0, 1)[own]  # the target: its inverse CDF at the levels (Eq. 21), read where needed
             self._last_drift = self._move(u, tq, self.projection.noise_std, t)
         return {"drift_norm": self._last_drift}
 
@@ -298,12 +306,12 @@ class DPSWFlowR(_ParticleFlow):
         a = self.projection.release(blocks, u)                              # THE release of the step (recorded)
         own = self._own_directions(self.k)  # this rank's directions (all on one process)
         if self.flow.n_particles % c_n == 0:  # every class has n / C particles (i mod C): all classes in one set of ops
-            tq = empirical_quantiles(a.view(c_n, m, -1).transpose(1, 2)[:, own].contiguous(), self.levels)  # (C, k_r, M)
+            tq = a.view(c_n, m, -1).transpose(1, 2)[:, own]  # (C, k_r, m): each block's inverse CDF (Eq. 21)
             self._last_drift = self._move_classes(u, tq, self.projection.noise_std)
             return {"drift_norm": self._last_drift}
         drifts = []
         for c in range(c_n):
-            tq = empirical_quantiles(a[c * m:(c + 1) * m].transpose(0, 1)[own].contiguous(), self.levels)
+            tq = a[c * m:(c + 1) * m].transpose(0, 1)[own]
             drifts.append(self._move(u, tq, self.projection.noise_std, t, self._class_idx[c]))
         self._last_drift = torch.stack(drifts).mean()
         return {"drift_norm": self._last_drift}

@@ -213,7 +213,8 @@ def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: to
     if n > 1 and _is_uniform_grid(lv) and _levels_per_gap(n, m, proj.dtype) >= _SEARCH_LEVELS_PER_GAP:
         lo, frac = _knots(lv, n)
         i = (_grid_search(s, lo, frac, m) - 1).clamp_(0, m - 2)
-        x0, x1 = _quantile_entries(s, lo, frac, torch.cat([i, i + 1], dim=-1)).chunk(2, dim=-1)
+        i1 = i + 1
+        x0, x1 = _quantile_entries(s, lo, frac, torch.cat([i, i1], dim=-1)).chunk(2, dim=-1)
     else:
         if n == 1:
             xq = s.expand(*s.shape[:-1], m).contiguous()
@@ -224,20 +225,22 @@ def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: to
             xq = lo_v + frac * (s[..., lo + 1] - lo_v)  # == empirical_quantiles(proj, levels)
             idx = _searchsorted_with_guess(xq, s)
         i = (idx - 1).clamp_(0, m - 2)
-        x0, x1 = xq.gather(-1, i), xq.gather(-1, i + 1)
+        i1 = i + 1
+        x0, x1 = xq.gather(-1, i), xq.gather(-1, i1)
     l0 = lv.take(i)
-    cdf = l0 + (lv.take(i + 1) - l0) / (x1 - x0 + _EPS) * (s - x0)
+    cdf = l0 + (lv.take(i1) - l0) / (x1 - x0 + _EPS) * (s - x0)
     # F_nu^{-1} at the CDF values = interp1d(lv, target quantiles, cdf)
     j = _level_segment(lv, cdf)
-    c0, c1 = lv.take(j), lv.take(j + 1)
+    j1 = j + 1
+    c0, c1 = lv.take(j), lv.take(j1)
     if not target_sample:
-        y0, y1 = target_quantiles.gather(-1, j), target_quantiles.gather(-1, j + 1)
+        y0, y1 = target_quantiles.gather(-1, j), target_quantiles.gather(-1, j1)
     else:
         t, _ = torch.sort(target_quantiles, dim=-1)
         if t.shape[-1] == 1:
             y0 = y1 = t.expand_as(j)
         else:
-            y0, y1 = _quantile_entries(t, *_knots(lv, t.shape[-1]), torch.cat([j, j + 1], dim=-1)).chunk(2, dim=-1)
+            y0, y1 = _quantile_entries(t, *_knots(lv, t.shape[-1]), torch.cat([j, j1], dim=-1)).chunk(2, dim=-1)
     t_sorted = y0 + (y1 - y0) / (c1 - c0 + _EPS) * (cdf - c0)
     return torch.empty_like(t_sorted).scatter_(-1, perm, t_sorted)  # back to particle order
 
@@ -252,7 +255,7 @@ def transport_map_reference(proj: torch.Tensor, target_quantiles: torch.Tensor,
 
 def sliced_flow_drift(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: torch.Tensor,
                       u: torch.Tensor, n_directions: int | None = None,
-                      sum_dtype: torch.dtype | None = None) -> torch.Tensor:
+                      sum_dtype: torch.dtype | None = None, target_sample: bool = False) -> torch.Tensor:
     """Particle drift ``v_i = (1/k) sum_j (P_ji - T_ji) u_j`` (Eq. 20; DPSWflow paper, the particle flow step 6).
 
     ``proj: (k, n)``, ``target_quantiles: (k, m)``, ``levels: (m,)``, ``u: (d, k)`` -> ``v: (n, d)``.
@@ -260,9 +263,10 @@ def sliced_flow_drift(proj: torch.Tensor, target_quantiles: torch.Tensor, levels
     ``1/2 SW_2^2`` with respect to the particle positions (the Wasserstein gradient).
     ``n_directions``: the k of ``1/k`` when ``u`` holds only some of the directions (a part of the sum over
     j; the parts add up to the drift); default ``u``'s columns.  ``sum_dtype``: the sum over j in that dtype
-    (float64: parts added later give the drift of one sum, rounded once), returned in it.
+    (float64: parts added later give the drift of one sum, rounded once), returned in it.  ``target_sample``:
+    ``target_quantiles`` is the target's projections ``(k, n_t)`` (:func:`transport_map`).
     """
-    t = transport_map(proj, target_quantiles, levels)
+    t = transport_map(proj, target_quantiles, levels, target_sample=target_sample)
     k = u.shape[1] if n_directions is None else n_directions
     diff = (proj - t).transpose(-2, -1)  # a batch (..., k, n) -> (..., n, k)
     if sum_dtype is not None:

@@ -80,6 +80,12 @@ def _is_uniform_grid(levels: torch.Tensor) -> bool:
     return on_host(levels) and bool(torch.equal(levels, torch.linspace(0.0, 1.0, m, dtype=levels.dtype)))
 
 
+def _at(v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``v[idx]`` for a 1-D ``v`` and an index tensor of any shape (``index_select``: several times faster
+    than ``take`` or advanced indexing on a CPU)."""
+    return v.index_select(0, idx.reshape(-1)).view(idx.shape)
+
+
 def _knots(levels: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`empirical_quantiles`' knots of ``n`` sorted values at ``levels: (m,)`` (already in the values'
     dtype): entry j interpolates sorted values ``lo_j`` and ``lo_j + 1`` with weight ``frac_j`` (``n >= 2``)."""
@@ -93,9 +99,9 @@ def _quantile_entries(s: torch.Tensor, lo: torch.Tensor, frac: torch.Tensor, j: 
     the others never built: the same arithmetic per entry, so the same values bit for bit.
 
     ``s: (..., n)`` sorted, ``lo, frac`` of :func:`_knots`, ``j: (..., q)`` indices in [0, m) -> ``(..., q)``."""
-    lo_j = lo.take(j)
+    lo_j = _at(lo, j)
     lo_v = s.gather(-1, lo_j)
-    return lo_v + frac.take(j) * (s.gather(-1, lo_j + 1) - lo_v)
+    return lo_v + _at(frac, j) * (s.gather(-1, lo_j + 1) - lo_v)
 
 
 # the particle side reads its quantile grid only where needed (:func:`_grid_search`) when the grid holds at least
@@ -115,9 +121,11 @@ def _grid_search(s: torch.Tensor, lo: torch.Tensor, frac: torch.Tensor, m: int) 
     (:func:`_knots`), reading about ``log2(m / n)`` entries per value instead of building the grid.
 
     Why it equals the full-grid search: entry j is ``s_l + frac_j (s_{l+1} - s_l)`` with ``l = lo_j``, rounded;
-    ``frac_j >= 0`` puts it at or above ``s_l``, and ``frac_j <= 1 - 2 eps`` (every position >= 1 has a
-    fraction that far from 1) keeps it at or below ``s_{l+1}`` after rounding.  For the i-th value, let ``g`` be
-    the first index of its ties (``s_g = s_i``, ``s_{g-1} < s_i``): every entry of a gap ``l <= g - 2`` is
+    ``frac_j >= 0`` puts it at or above ``s_l``, and ``frac_j <= 1 - eps`` (the dtype's machine epsilon: a
+    position >= 1 is a multiple of eps, so its fraction is that far from 1) keeps it at or below ``s_{l+1}``
+    after rounding (only a position in ``(1 - eps, 1)``, a level less than ``eps / (n - 1)`` below
+    ``1 / (n - 1)``, could leave an entry of gap 0 one ulp above ``s_1``).  For the i-th value, let ``g`` be the
+    first index of its ties (``s_g = s_i``, ``s_{g-1} < s_i``): every entry of a gap ``l <= g - 2`` is
     ``<= s_{g-1} < s_i`` (counted), every entry of a gap ``l >= g`` is ``>= s_g = s_i`` (not counted), and the
     entries of gap ``g - 1`` rise with ``frac``: a binary search over them (a public number of rounds, every
     value searched alike, no data-dependent exit: nothing is read back) counts the ones ``< s_i``.  The answer
@@ -132,15 +140,15 @@ def _grid_search(s: torch.Tensor, lo: torch.Tensor, frac: torch.Tensor, m: int) 
     first = torch.searchsorted(lo, r - 1)  # the first entry of gap r - 1 (r = 0: 0)
     slot = first[:, None] + torch.arange(w, device=dev)
     inside = slot < torch.searchsorted(lo, r)[:, None]
-    table = torch.where(inside, frac.take(slot.clamp_(max=m - 1)), math.inf).flatten()  # +inf: never < s
+    table = torch.where(inside, _at(frac, slot.clamp_(max=m - 1)), math.inf).flatten()  # +inf: never < s
     g = torch.searchsorted(s, s).clamp_(max=n - 1)  # the first of each value's ties
     base = s.gather(-1, (g - 1).clamp_(min=0))  # s_{g-1} (g = 0: s_g itself, then d = 0 and inf * 0 is NaN)
     d = s - base
     p = g * w - 1  # the table slot of the last entry counted so far (none yet)
     for k in range(rounds - 1, -1, -1):  # lower bound over the gap's entries, halving steps
         q = p + (1 << k)
-        p = torch.where(base + table.take(q) * d < s, q, p)
-    return p + (first + 1 - r * w).take(g)
+        p = torch.where(base + _at(table, q) * d < s, q, p)
+    return p + _at(first + 1 - r * w, g)
 
 
 def _level_segment(levels: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -154,7 +162,7 @@ def _level_segment(levels: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return (torch.searchsorted(levels, x.contiguous()) - 1).clamp_(0, m - 2)
     i = (x * (m - 1)).floor_().clamp_(0, m - 2).long()
     # searchsorted(levels, x) - 1 = (number of knots < x) - 1, clamped: fix the rare one-off guesses
-    fix = ((levels.take(i) >= x) & (i > 0)).long() - ((levels.take(i + 1) < x) & (i < m - 2)).long()
+    fix = ((_at(levels, i) >= x) & (i > 0)).long() - ((_at(levels, i + 1) < x) & (i < m - 2)).long()
     if not on_host(fix) or bool(fix.any()):  # on an accelerator: always (no host sync)
         i = i - fix
     return i
@@ -227,12 +235,12 @@ def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: to
         i = (idx - 1).clamp_(0, m - 2)
         i1 = i + 1
         x0, x1 = xq.gather(-1, i), xq.gather(-1, i1)
-    l0 = lv.take(i)
-    cdf = l0 + (lv.take(i1) - l0) / (x1 - x0 + _EPS) * (s - x0)
+    l0 = _at(lv, i)
+    cdf = l0 + (_at(lv, i1) - l0) / (x1 - x0 + _EPS) * (s - x0)
     # F_nu^{-1} at the CDF values = interp1d(lv, target quantiles, cdf)
     j = _level_segment(lv, cdf)
     j1 = j + 1
-    c0, c1 = lv.take(j), lv.take(j1)
+    c0, c1 = _at(lv, j), _at(lv, j1)
     if not target_sample:
         y0, y1 = target_quantiles.gather(-1, j), target_quantiles.gather(-1, j1)
     else:

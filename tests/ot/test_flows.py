@@ -163,3 +163,21 @@ def test_the_map_without_m_level_grids_equals_the_full_grid_form(n, m, n_target)
     ref = transport_map_reference(proj.reshape(10, n), empirical_quantiles(target.reshape(10, -1), levels), levels)
     assert torch.equal(transport_map(proj, empirical_quantiles(target, levels), levels), ref.view_as(proj))
     assert torch.equal(transport_map(proj, target, levels, target_sample=True), ref.view_as(proj))
+
+
+def test_the_map_without_m_level_grids_reads_nothing_from_the_device(monkeypatch):
+    """On an accelerator neither search reads a device value (a host sync): counted as a CUDA run takes them."""
+    import dpgen.ot.flows as flows
+    from dpgen.bench.step_overhead import StepOps
+
+    monkeypatch.setattr(flows, "on_host", lambda t: False)  # the accelerator's paths, on the CPU
+    dev = torch.device("cpu")  # a torch.device: the run's device for the counter
+    with StepOps() as ops:
+        levels = quantile_levels(30000, device=dev)  # a class block of mnist_dpswflow_r on 5 directions
+        proj, target = torch.randn(2, 5, 1000, device=dev), torch.randn(2, 5, 25, device=dev)
+        ops.mark()
+        flows.transport_map(proj, target, levels, target_sample=True)
+        ops.stop()
+    (c,) = ops.intervals
+    assert (c.reads, c.copies) == (0, 0), c.where
+    assert c.kernels <= 150, c.kernels  # 127: 5 rounds of 6 in the grid search (31 levels per particle gap)

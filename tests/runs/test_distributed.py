@@ -9,11 +9,11 @@ single-process reference with the same seeds and compares:
 * a sum release is noised once: over repeated releases of a fixed sum the released variance is
   sigma^2 Delta^2 (not ~2 sigma^2 Delta^2), and the released tensor equals the single-process one;
 * a projection release and a class-moment release equal the single-process ones (same noise draws);
-* training (DP-SGD, the class-Gaussian default, DP-SWD; trainer.deterministic=true): epsilon, delta,
+* training (DP-SGD, the class-Gaussian default, DP-SWD, DP-Sinkhorn; trainer.deterministic=true): epsilon, delta,
   sigma and the ledger equal the single-process run's to 1e-9; with the noise switched off one step's
   parameters equal the single-process step's to 1e-6 (each rank generating and back-propagating its part
   of the batch), and every rank holds the same parameters;
-* the other private families (DP-Sinkhorn, DPSWflow-r, DPSWgen, DPSWflow, the DP-SWD adapter, DP-DANN)
+* the other private families (DPSWflow-r, DPSWgen, DPSWflow, the DP-SWD adapter, DP-DANN)
   the same way, and the non-private baselines (SGD, SWD, DANN) hold one model on every rank, in one more
   pair of processes (slow suite).
 
@@ -52,10 +52,11 @@ PRESETS = {  # family -> (experiment, overrides): a few steps of each on the bun
                                "model.network.hidden=[8,8]"]),
     "class_gaussian": ("digits_moments", []),
     "dpswd": ("digits_dpswd", ["model.dp.num_projections=20", "model.epochs=1"]),
+    # the generated batch split, the image-gradient release computed on the gathered whole batch
+    "dpsinkhorn": ("digits_dpsinkhorn", ["model.steps=20", "model.generator.hidden=8"]),
 }
 NO_DROPOUT = ["++model.feature_extractor.dropout=0.0", "++model.classifier.dropout=0.0"]
 MORE_PRESETS = {  # the other private families (slow suite: one more pair of processes)
-    "dpsinkhorn": ("digits_dpsinkhorn", ["model.steps=20", "model.generator.hidden=8"]),
     "dpswflow_r": ("digits_dpswflow_r", ["model.ae_steps=5", "model.epochs=1", "model.dp.num_projections=20"]),
     # dropout 0 in g and h: each rank draws the masks of its own samples (the same law as one process, other values)
     "dpswd_adapter": ("digits_shift_dpswd", ["model.epochs=1", "model.start_align=0", *NO_DROPOUT]),

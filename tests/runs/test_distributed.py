@@ -132,6 +132,34 @@ def _moment_rows() -> tuple[torch.Tensor, torch.Tensor]:
     return z, torch.arange(50) % 3
 
 
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "broadcast_object_list",
+               "all_gather_object", "reduce_scatter", "reduce_scatter_tensor", "barrier")
+
+
+def _count_collectives(method) -> list[dict]:
+    """The collectives of each of ``method``'s steps, counted by name (filled as the steps run)."""
+    counts, step = [], method.step
+
+    def counted(t: int) -> dict:
+        calls, saved = {}, {name: getattr(dist, name) for name in COLLECTIVES}
+
+        def counting(name):
+            def call(*args, **kwargs):
+                calls[name] = calls.get(name, 0) + 1
+                return saved[name](*args, **kwargs)
+            return call
+        for name in COLLECTIVES:
+            setattr(dist, name, counting(name))
+        try:
+            return step(t)
+        finally:
+            for name, fn in saved.items():
+                setattr(dist, name, fn)
+            counts.append(calls)
+    method.step = counted
+    return counts
+
+
 def _train(family: str, out: Path, noise: bool, steps: int) -> dict:
     """A few deterministic steps of a preset through the training loop; what a rank holds at the end."""
     from hydra.utils import instantiate
@@ -153,13 +181,15 @@ def _train(family: str, out: Path, noise: bool, steps: int) -> dict:
     # an entry whose gradient is zero up to rounding (the bias of a layer before a BatchNorm) moves by anything in
     # (-lr, lr) depending on the order of a sum; SGD's step is lr times the gradient, which is compared
     torch.optim.Adam = lambda params, lr, **_: torch.optim.SGD(params, lr=lr)
+    collectives = _count_collectives(method)
     try:
         summary = loop.train(method, data, ledger, ctx)
     finally:
         Mechanism.noise, torch.optim.Adam = saved, adam
     # epsilon under every accountant is a function of the ledger's entries and delta (compared below)
     return {"release": method.release_state(), "ledger": ledger.state_dict(), "epsilon": ledger.epsilon(), "delta": ledger.delta,
-            "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "steps": summary["train_steps"]}
+            "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "steps": summary["train_steps"],
+            "collectives": collectives}
 
 
 def _checks(rank: int, out: Path) -> dict:
@@ -314,6 +344,18 @@ def _same_step(ranks: list[dict], single: dict, family: str) -> None:
 @pytest.mark.parametrize("family", list(PRESETS))
 def test_one_step_without_noise_equals_the_single_process_step(two_ranks, family):
     _same_step(*two_ranks, family)
+
+
+def test_a_dp_sinkhorn_step_gathers_the_images_once_and_adds_the_gradients_once(two_ranks):
+    """Per step on two processes: one all-gather (the generated images), one all-reduce per BatchNorm layer each
+    way (the whole batch's statistics and their gradients) and one of the parameters' gradients; nothing else
+    (no broadcast, no pickled state).  One process: none."""
+    ranks, single = two_ranks
+    n_batch_norms = 3  # DCGANCondGenerator
+    for r in ranks:
+        for run in ("dpsinkhorn", "dpsinkhorn_noise_off"):
+            assert r[run]["collectives"] == [{"all_gather": 1, "all_reduce": 2 * n_batch_norms + 1}] * r[run]["steps"]
+    assert single["dpsinkhorn"]["collectives"] == [{}] * single["dpsinkhorn"]["steps"]
 
 
 @pytest.mark.slow

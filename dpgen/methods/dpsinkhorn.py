@@ -352,8 +352,9 @@ class DPSinkhorn(GenerativeMethod):
         def rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return ((x - lo) / (hi - lo) * 2.0 - 1.0).flatten(1)
 
-        def generate(y: torch.Tensor) -> torch.Tensor:
-            return self.G(self.G.latent(y.shape[0], device=self.device), y).float().flatten(1)
+        def generate(y: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
+            z = self.G.latent(y.shape[0], device=self.device)  # all the codes, as one process draws them
+            return self.G(z[part[0]:part[1]], y[part[0]:part[1]]).float().flatten(1)
         return WarmTarget(rows=rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     def progress_info(self, values: dict) -> str:

@@ -65,6 +65,10 @@ MORE_PRESETS = {  # the other private families (slow suite: one more pair of pro
                          "model.representation={kind:dct,n_components:8}", "model.dp.num_projections=20"]),
     "dpswflow": (None, ["dataset=digits", "model=dpswflow", "model.autoencoder=null", "model.steps=5",
                           "model.representation={kind:dct,n_components:8}"]),
+    # the warm-up splits its generated batch the same way (BatchNorm over the whole batch, running statistics included)
+    "dpsinkhorn_warm": ("digits_dpsinkhorn", [*PRESETS["dpsinkhorn"][1], "model/warm_start=class_gaussian",
+                                              "model.warm_start.steps=5", "model.warm_start.batch_size=100",
+                                              "model.warm_start.num_projections=20"]),
 }
 BASELINES = {  # the non-private baselines: every rank's gradients are averaged, so the ranks hold one model
     "sgd": ("digits_dpsgd", [*PRESETS["dpsgd"][1], "model.private=false"]),

@@ -59,15 +59,15 @@ forward and backward on its contiguous share of the n + n' rows only (BatchNorm 
 batch, ``dist.whole_batch_norm``).  One all-gather of the generated images gives every rank the whole X, so
 every rank computes the same loss and the hook sees the WHOLE dL/dX[0:n]: the release (one clip of the
 whole matrix, one noise draw from the sanitiser's generator, seeded alike on every rank) is the
-single-process release, noised once and recorded once.  The gradient then flows into each rank's own rows;
-the generator's parameter gradients (partial sums over the ranks' rows, post-processing of the release)
-are added in one all-reduce before the Adam step.  What crosses between the processes each step: the
-generated images and BatchNorm's batch sums (functions of public codes and of the model), and on the way
-back BatchNorm's statistic gradients and the parameter gradients' partial sums, which are computed from
-G~ (the hook runs on every rank before the backward reaches the gather) and the debiasing rows' clipped,
-data-independent gradient: post-processing of the release, never the un-noised dL/dX.  The seeds of the
-sampler and of the noise generator are shared once at the start, as for every family (the interconnect is
-inside the run's trust boundary).  One process: the share is everything and the gather is the identity.
+single-process release, noised once and recorded once.  The gradient then flows into each rank's own rows,
+and the generator's parameter gradients (each rank's partial sum) are added in one all-reduce before the
+Adam step.  What crosses between the processes each step: the generated images and BatchNorm's batch sums
+(functions of public codes and of the model), and on the way back BatchNorm's statistic gradients and the
+parameter gradients' partial sums, computed from G~ (the hook runs on every rank before the backward
+reaches the gather) and the debiasing rows' clipped, data-independent gradient: post-processing of the
+release, never the un-noised dL/dX.  The seeds of the sampler and of the noise generator are shared once
+at the start, as for every family (the interconnect is inside the run's trust boundary).  One process: the
+share is everything and the gather is the identity (bit for bit the single-process step).
 
 Schedule: σ fixed (``noise_multiplier``) and training runs until the next step would exceed the
 target ε (``ledger.allowance``) or ``steps`` (if set), whichever comes first.  With

@@ -239,7 +239,7 @@ class DPSinkhorn(GenerativeMethod):
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device, self.num_classes, self.precision = ctx.device, data.num_classes, ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
-        dist.whole_batch_norm(self.G)  # several processes: each rank generates a part of the batch (see step)
+        dist.whole_batch_norm(self.G)  # several processes: each rank generates a part of the batch (dist.generated_rows)
         # the released gradient couples the whole batch: several processes read the whole batch (split=False)
         release, schedule = self.release, self.schedule
         self.sampler = PrivateSampler(data.private, schedule.batch_size, ledger.sampling, seed=secret_seed(ctx),
@@ -295,9 +295,9 @@ class DPSinkhorn(GenerativeMethod):
         # as one process: every rank draws them all from identically seeded generators), then ONE all-gather
         # gives every rank the whole X; the backward keeps this rank's rows (dist.gather_shards)
         lo, hi = dist.shard_bounds(n + n_extra)
-        z = self.G.latent(n + n_extra, device=dev)[lo:hi]
+        z = self.G.latent(n + n_extra, device=dev)
         with autocast(dev, self.precision):  # trainer.precision=bf16: the generator forward only
-            x_part = self.G(z, y_all[lo:hi])                                      # X = G(z), this rank's rows
+            x_part = dist.generated_rows(self.G, z, y_all, lo, hi)               # X = G(z), this rank's rows
         x_all = dist.gather_shards(x_part.float(), n + n_extra)  # (n + n', C, H, W); the released dL/dX is float32
         x_cross, x_debias = x_all[:n], x_all[n:]
         released = {}
@@ -354,7 +354,7 @@ class DPSinkhorn(GenerativeMethod):
 
         def generate(y: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
             z = self.G.latent(y.shape[0], device=self.device)  # all the codes, as one process draws them
-            return self.G(z[part[0]:part[1]], y[part[0]:part[1]]).float().flatten(1)
+            return dist.generated_rows(self.G, z, y, *part).float().flatten(1)
         return WarmTarget(rows=rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     def progress_info(self, values: dict) -> str:

@@ -68,7 +68,7 @@ import torch.nn.functional as F
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..ot.sliced import gaussian_projection_rows, sliced_wasserstein_blocks
+from ..ot.sliced import gaussian_projection_rows, sliced_cost_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import (
     PaperConvention,
@@ -85,6 +85,27 @@ from ..utils import autocast, dist
 from ..utils.compiling import adam, compile_function, compile_module
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start
+
+
+def released_sliced_wasserstein(projection: GaussianProjectionRelease, rows_t: torch.Tensor, u: torch.Tensor,
+                                p_s: torch.Tensor, n_blocks: int, blocks: tuple[int, int] | None, q: float,
+                                cost: Callable = sliced_cost_blocks) -> torch.Tensor:
+    """Steps 4 and 6 of a DP-SWD step: the release ``P_t = rows_t U + Z_t`` and ``SW_q(P_s, P_t)`` within the
+    ``n_blocks`` class blocks, where ``p_s`` holds this process's rows of ``P_s``.
+
+    ``blocks = (lo, hi)`` (:func:`~dpgen.utils.dist.block_bounds`): ``p_s`` is this process's whole blocks; it
+    takes its rows of the release and its blocks' share of the cost, and the shares are added over the processes
+    (one all-reduce of a number).  ``None`` (fewer blocks than processes): ``p_s`` is this process's contiguous
+    rows; the whole ``P_s`` is gathered (one all-gather; gradients flow into this process's rows) and every
+    process computes the whole cost.  One process: the whole release and the whole cost either way."""
+    b, k = rows_t.shape[0], u.shape[1]
+    if blocks is not None:
+        p_t = projection.release(rows_t, u, part=blocks)
+        total = dist.sum_over_ranks(cost(p_s, p_t, n_blocks * (blocks[1] - blocks[0]) // b, q))
+    else:
+        p_t = projection.release(rows_t, u)
+        total = cost(dist.gather_shards(p_s, b), p_t, n_blocks, q)
+    return (total / (b * k)).pow(1.0 / q)
 
 
 class DPSWDGenerator(GenerativeMethod):
@@ -136,7 +157,7 @@ class DPSWDGenerator(GenerativeMethod):
         self.precision = ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes
                                      if self.label_mode != "none" else 0).to(ctx.device)
-        dist.whole_batch_norm(self.G)  # several processes: each rank generates a part of the batch (see step)
+        dist.whole_batch_norm(self.G)  # several processes: each rank generates a part of the batch (dist.generated_rows)
         if self.label_mode != "none" and not getattr(self.G, "conditional", False):
             raise ValueError(f"model.label_mode={self.label_mode} needs a conditional generator, but "
                              f"{type(self.G).__name__} ignores labels; set model.label_mode=none")
@@ -180,7 +201,7 @@ class DPSWDGenerator(GenerativeMethod):
         # trainer.compile=on: the generator's forward, the loss and the Adam step compiled (utils.compiling); the
         # release (sampler, directions, noise) stays eager
         self._generate = compile_module(self.G, ctx.compile, ctx.device)
-        self._loss = compile_function(sliced_wasserstein_blocks, ctx.compile, ctx.device)
+        self._cost = compile_function(sliced_cost_blocks, ctx.compile, ctx.device)
         self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
         self.opt_f = torch.optim.Adam(self.fmap.parameters(), lr=self.feature_lr, betas=(0.5, 0.999)) \
             if self.fmap is not None else None
@@ -210,18 +231,19 @@ class DPSWDGenerator(GenerativeMethod):
             y_g = self._block_labels
         else:
             y_g = torch.randint(self.num_classes, (b,), device=self.device)
-        # several processes: each rank generates its rows lo..hi of the generated batch (the same codes and
-        # labels as one process: every rank draws them all from identically seeded generators)
-        lo, hi = dist.shard_bounds(b)
-        codes, y_g = torch.randn(b, self.G.d_code, device=self.device)[lo:hi], y_g[lo:hi]
+        codes = torch.randn(b, self.G.d_code, device=self.device)
+        # several processes: each rank generates and transports its own whole class blocks, rows lo..hi (one block
+        # for every rank or more), else its contiguous rows; every rank draws all codes and labels from identically
+        # seeded generators, as one process draws them
+        blocks = dist.block_bounds(self.n_blocks, self.block_rows)
+        lo, hi = blocks or dist.shard_bounds(b)
         with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-            x_g = self._generate(codes, y_g)                                   # G itself, or its compiled view
-        x_g = x_g.float()  # rows, projections and noise stay float32
+            x_g = dist.generated_rows(self.G, codes, y_g, lo, hi, self._generate)  # G(z) rows lo..hi
+        x_g, y_g = x_g.float(), y_g[lo:hi]  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
-        p_t = self.projection.release(rows_t, u)                              # 4. P_t = r(X_t) U + Z_t (recorded)
         p_s = gaussian_projection_rows(self.rows(x_g, y_g), u, self.projection.noise_std, lo, b)  # 5. P_s = r(G) U + Z_s
-        p_s = dist.gather_shards(p_s, b)  # the whole P_s on every rank; gradients flow into this rank's rows only
-        loss = self._loss(p_s, p_t, self.n_blocks, self.power)                # 6. SW_2, within blocks
+        # 4. P_t = r(X_t) U + Z_t (THE release, recorded), 6. SW_q within blocks
+        loss = released_sliced_wasserstein(self.projection, rows_t, u, p_s, self.n_blocks, blocks, self.power, self._cost)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         dist.sum_gradients(self.G.parameters())  # each rank's part of the gradient, added in one all-reduce
@@ -269,8 +291,8 @@ class DPSWDGenerator(GenerativeMethod):
     def warm_target(self) -> WarmTarget:
         """The warm-up fits ``G`` in the rows of the release (``_rows``: public normalisation)."""
         def generate(y: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
-            z, y = torch.randn(y.shape[0], self.G.d_code, device=self.device)[part[0]:part[1]], y[part[0]:part[1]]
-            return self.rows(self.G(z, y).float(), y)
+            z = torch.randn(y.shape[0], self.G.d_code, device=self.device)  # all the codes, as one process draws them
+            return self.rows(dist.generated_rows(self.G, z, y, *part).float(), y[part[0]:part[1]])
         return WarmTarget(rows=self.rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     # -- state ------------------------------------------------------------------------------

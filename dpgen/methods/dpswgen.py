@@ -15,11 +15,12 @@ import torch.nn.functional as F
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..ot.sliced import gaussian_projection_rows, sliced_wasserstein_blocks
+from ..ot.sliced import gaussian_projection_rows, sliced_cost_blocks
 from ..privacy import PrivacyLedger
 from ..utils import autocast, dist
 from ..utils.compiling import adam, compile_function, compile_module
 from .base import TrainContext
+from .dpswd_generator import released_sliced_wasserstein
 from .latent import LatentMethod
 from .warm_start import WarmTarget
 
@@ -75,32 +76,33 @@ class DPSWGen(LatentMethod):
         # trainer.compile=on: the generator's forward, the loss and the Adam step compiled (utils.compiling); the
         # release (sampler, directions, noise) stays eager
         self._generate = compile_module(self.G, ctx.compile, ctx.device)
-        self._loss = compile_function(sliced_wasserstein_blocks, ctx.compile, ctx.device)
+        self._cost = compile_function(sliced_cost_blocks, ctx.compile, ctx.device)
         self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
         self.G.train()
 
     def step(self, t: int) -> dict:
         """DP-SWD in latent space (as ``DPSWDGenerator.step``): one release of the private batch per step."""
         c_n = self.space.n_classes
-        # several processes: each rank generates its rows lo..hi of the generated batch (dist.shard_bounds)
         if self.latent.label_mode == "partition":
             rows = self._private_blocks(c_n, self.block_rows)  # Y_t: (C m, D), norm <= 1, on the device
             y_g = torch.arange(c_n, device=self.device).repeat_interleave(self.block_rows)  # m rows per label
-            lo, hi = dist.shard_bounds(rows.shape[0])
-            with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-                fake = self.generate_latents(y_g, (lo, hi), self._generate)
+            n_blocks = c_n
         else:
-            rows = self._private_rows()                                        # Y_t: (B, D), norm <= 1
-            lo, hi = dist.shard_bounds(rows.shape[0])
-            with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-                fake = self._generate(torch.randn(rows.shape[0], self.G.d_code, device=self.device)[lo:hi])
+            rows, n_blocks = self._private_rows(), 1                            # Y_t: (B, D), norm <= 1
+        # several processes: each rank generates its own whole class blocks, rows lo..hi (as DPSWDGenerator.step)
+        b = rows.shape[0]
+        blocks = dist.block_bounds(n_blocks, b // n_blocks)
+        lo, hi = blocks or dist.shard_bounds(b)
+        with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
+            if self.latent.label_mode == "partition":
+                fake = self.generate_latents(y_g, (lo, hi), self._generate)
+            else:
+                fake = self._generate(torch.randn(b, self.G.d_code, device=self.device)[lo:hi])
         fake = fake.float()  # projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
-        p_t = self.projection.release(rows, u)                                # Y_t U_t + Z_t (recorded)
-        p_s = gaussian_projection_rows(fake, u, self.projection.noise_std, lo, rows.shape[0])  # G(z) U_t + Z'_t
-        p_s = dist.gather_shards(p_s, rows.shape[0])  # the whole P_s on every rank; gradients into this rank's rows
-        n_blocks = c_n if self.latent.label_mode == "partition" else 1
-        loss = self._loss(p_s, p_t, n_blocks, 2.0)                            # SW_2 (within class blocks)
+        p_s = gaussian_projection_rows(fake, u, self.projection.noise_std, lo, b)  # G(z) U_t + Z'_t, rows lo..hi
+        # Y_t U_t + Z_t (recorded) and SW_2 within class blocks
+        loss = released_sliced_wasserstein(self.projection, rows, u, p_s, n_blocks, blocks, 2.0, self._cost)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         dist.sum_gradients(self.G.parameters())  # each rank's part of the gradient, added in one all-reduce

@@ -48,9 +48,19 @@ class ConvCondGen(nn.Module):
         return self.n_labels > 0
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        """``z: (n, d_code)``, ``y: (n,)`` long -> ``(n, C, H, W)``."""
+        """``z: (n, d_code)``, ``y: (n,)`` long -> ``(n, C, H, W)``: ``tail(head(z, y))``."""
+        return self.tail(self.head(z, y))
+
+    def head(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """The layers that mix the rows of a batch (both BatchNorms) and are cheap: ``(n, C0 H/4 W/4)``.  On
+        several processes every rank runs the head on the whole batch and the tail on its own rows only
+        (``utils.dist.generated_rows``), so no BatchNorm statistic crosses the processes."""
         x = F.relu(self.bn1(self.fc1(with_label(z, y, self.n_labels))))
-        x = self.bn2(self.fc2(x)).view(-1, self.c0, self.h0, self.w0)
+        return self.bn2(self.fc2(x))
+
+    def tail(self, h: torch.Tensor) -> torch.Tensor:
+        """The row-wise layers (upsampling and convolutions, the step's costly part): ``(n, C, H, W)``."""
+        x = h.view(-1, self.c0, self.h0, self.w0)
         # channels-last layout (same values): oneDNN's convolutions with these few channels run ~2x faster
         # in it on CPU, above all the backward of conv2 (8 -> 1 channel); the layout carries through
         # interpolate and both convolutions (dpgen/bench/steps.py)

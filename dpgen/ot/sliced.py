@@ -127,9 +127,16 @@ def sliced_wasserstein_blocks(p_s: torch.Tensor, p_t: torch.Tensor, n_blocks: in
     ``(mean_{c, i, j} |sort_i(p_t^c)[i, j] - sort_i(p_s^c)[i, j]|^q)^{1/q}``: 1-D transport within each
     block only (block c of the generated side carries label c), i.e. ``(mean_c SW_q^q(block_c))^{1/q}``.
     """
+    return (sliced_cost_blocks(p_s, p_t, n_blocks, q) / p_s.numel()).pow(1.0 / q)
+
+
+def sliced_cost_blocks(p_s: torch.Tensor, p_t: torch.Tensor, n_blocks: int, q: float = 2.0) -> torch.Tensor:
+    """``sum_{c, i, j} |sort_i(p_t^c)[i, j] - sort_i(p_s^c)[i, j]|^q`` over C blocks of m rows: the sum that
+    :func:`sliced_wasserstein_blocks` averages.  Sums over disjoint sets of whole blocks add up to the whole
+    batch's (several processes: each rank's blocks, :func:`dpgen.utils.dist.sum_over_ranks`)."""
     if p_s.shape != p_t.shape or p_s.shape[0] % n_blocks:
         raise ValueError(f"projections must have the same shape (C m, k) with C = {n_blocks}, got "
                          f"{tuple(p_s.shape)} and {tuple(p_t.shape)}")
     s = torch.sort(p_s.reshape(n_blocks, -1, p_s.shape[1]), dim=1)[0]
     t = torch.sort(p_t.reshape(n_blocks, -1, p_t.shape[1]), dim=1)[0]
-    return (s - t).abs().pow(q).mean().pow(1.0 / q)
+    return (s - t).abs().pow(q).sum()

@@ -404,7 +404,7 @@ class GaussianProjectionRelease(Mechanism):
             u = random_directions(self.dim, self.k, generator=self.directions_generator, device=device)
         return u
 
-    def release(self, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    def release(self, rows: torch.Tensor, u: torch.Tensor, part: tuple[int, int] | None = None) -> torch.Tensor:
         """``rows: (B, D)`` (already bounded by a row map), ``u: (D, k)`` -> ``(B, k) = rows @ u + N(0, s^2)``.
 
         The only way private rows leave: noised, and recorded in the ledger in the same call.
@@ -414,13 +414,22 @@ class GaussianProjectionRelease(Mechanism):
         layout is the single-process one); rank r projects its contiguous part of the rows, the parts are
         gathered (``reduce = "rows"``: one all-gather) and every rank adds the same draw of the whole noise
         matrix, so the released ``(B, k)`` matrix, its sensitivity (one record moves one row) and the
-        ledger entry are the single-process ones.
+        ledger entry are the single-process ones.  ``part = (lo, hi)``: this rank uses only rows lo..hi of the
+        release (its whole class blocks of a data-parallel step), so nothing is gathered: it projects those rows
+        and adds rows lo..hi of the whole noise matrix, drawn whole as one process draws it.  The ranks' parts
+        together are the single-process release, recorded once.
         """
         if rows.shape[1] != self.dim or u.shape != (self.dim, self.k):
             raise ValueError(f"projection release expects rows (B, {self.dim}) and directions ({self.dim}, {self.k}), "
                              f"got {tuple(rows.shape)} and {tuple(u.shape)}")
-        lo, hi = dist.shard_bounds(rows.shape[0])
-        (out,) = self.noised(self.combine([rows.detach()[lo:hi] @ u], rows=rows.shape[0]))
+        if part is None:
+            lo, hi = dist.shard_bounds(rows.shape[0])
+            (out,) = self.noised(self.combine([rows.detach()[lo:hi] @ u], rows=rows.shape[0]))
+        else:
+            lo, hi = part
+            out = rows.detach()[lo:hi] @ u
+            z = self.noise((rows.shape[0], self.k), out)  # the whole draw: every rank's generator stays in step
+            out = out if z is None else out + z[lo:hi]
         self._record()
         return out
 

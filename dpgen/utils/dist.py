@@ -301,6 +301,60 @@ def gather_shards(part: torch.Tensor, n: int) -> torch.Tensor:
     return _GatherShards.apply(part, n)
 
 
+class _SumOverRanks(torch.autograd.Function):
+    """All-reduce sum of each rank's partial value; the backward pass hands every rank the gradient as it is.
+
+    Every rank computes the same function of the sum (the loss), so the gradient w.r.t. the sum is the same on
+    every rank, and it is exactly the gradient w.r.t. this rank's own term (d sum / d part = 1): nothing needs to
+    cross the processes on the way back (``torch.distributed.nn.functional.all_reduce`` would add W equal
+    copies)."""
+
+    @staticmethod
+    def forward(ctx, part: torch.Tensor) -> torch.Tensor:
+        return all_reduce_sum(part.detach().clone())
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad
+
+
+def sum_over_ranks(part: torch.Tensor) -> torch.Tensor:
+    """The sum over the ranks of each rank's ``part`` (e.g. its terms of a loss), on every rank: ONE all-reduce.
+    Differentiable: the gradient reaches each rank's own ``part`` (:class:`_SumOverRanks`).  One process: ``part``."""
+    return _SumOverRanks.apply(part) if active() else part
+
+
+def block_bounds(n_blocks: int, block_rows: int) -> tuple[int, int] | None:
+    """``[lo, hi)``: the rows of this rank's whole blocks when ``n_blocks`` blocks of ``block_rows`` rows are
+    shared out as :func:`shard_bounds` shares items (at least one block per rank); None when the blocks are
+    fewer than the ranks.  One process: every row."""
+    if world_size() > n_blocks:
+        return None
+    lo, hi = shard_bounds(n_blocks)
+    return lo * block_rows, hi * block_rows
+
+
+def generated_rows(G: torch.nn.Module, z: torch.Tensor, y: torch.Tensor | None, lo: int, hi: int,
+                   forward=None) -> torch.Tensor:
+    """Rows ``lo..hi`` of ``G(z, y)``, where ``z, y`` are the whole batch (the same on every rank).
+
+    A generator whose layers that mix rows (BatchNorm) all sit in a cheap ``head`` (``G(z, y) =
+    G.tail(G.head(z, y))``, the tail row-wise) runs the head on the whole batch on every rank and the costly
+    tail on these rows only: no collective, and the rows equal the single-process ones.  Any other generator
+    runs on these rows, its BatchNorm layers normalising over the whole batch (:func:`whole_batch_norm`: one
+    all-reduce per layer, forward and backward).  One process: ``forward(z, y)`` (``forward``: G's compiled
+    view, else G)."""
+    if not active():
+        return (G if forward is None else forward)(z, y)
+    if _has_head(G):
+        return G.tail(G.head(z, y)[lo:hi])
+    return (G if forward is None else forward)(z[lo:hi], None if y is None else y[lo:hi])
+
+
+def _has_head(module: torch.nn.Module) -> bool:
+    return callable(getattr(module, "head", None)) and callable(getattr(module, "tail", None))
+
+
 def sum_gradients(params) -> None:
     """Add the ``.grad`` of ``params`` over the ranks in place, in ONE all-reduce of one flat buffer (a
     single bucket): each rank's gradient is the part from its own samples, the sum is the whole batch's.
@@ -341,8 +395,9 @@ def whole_batch_norm(module: torch.nn.Module) -> torch.nn.Module:
     """Several processes: every BatchNorm layer of ``module`` normalises (in training) by the statistics of the
     WHOLE batch, the ranks' parts together, as one process would (torch's ``SyncBatchNorm`` runs on GPUs only);
     its running statistics follow the whole batch too.  The layers keep their parameters and buffers (the same
-    state dict); evaluation is unchanged.  One process: ``module`` as it is."""
-    if active():
+    state dict); evaluation is unchanged.  One process, or a module with a ``head`` and a ``tail``
+    (:func:`generated_rows` runs its BatchNorm layers on the whole batch on every rank): ``module`` as it is."""
+    if active() and not _has_head(module):
         for m in module.modules():
             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
                 m.forward = types.MethodType(_whole_batch_forward, m)

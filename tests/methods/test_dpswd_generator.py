@@ -127,7 +127,7 @@ def test_checkpoint_holds_no_private_record(tmp_path):
 def test_nan_loss_raises_a_clear_error(tmp_path, monkeypatch):
     import dpgen.methods.dpswd_generator as mod
 
-    monkeypatch.setattr(mod, "sliced_wasserstein_blocks",
+    monkeypatch.setattr(mod, "sliced_cost_blocks",
                         lambda *a, **k: torch.tensor(float("nan"), requires_grad=True))
     with pytest.raises(NonFiniteLossError, match="NaN"):
         loop.train(_method(), digits(), PrivacyLedger(5.0, 1e-4), train_context(tmp_path, max_steps=3))

@@ -14,10 +14,12 @@ import json
 import statistics
 import sys
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as tdist
+
+from ..utils import dist
+from ..utils.misc import pick_device, synchronize
 
 WARMUP, BLOCKS, PER_BLOCK = 30, 10, 30
 
@@ -28,13 +30,11 @@ def _median_us(fn, device: torch.device) -> float:
         fn()
     times = []
     for _ in range(BLOCKS):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(PER_BLOCK):
             fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         times.append((time.perf_counter() - t0) / PER_BLOCK * 1e6)
     return statistics.median(times)
 
@@ -54,18 +54,18 @@ def measure(device: torch.device) -> dict[str, float]:
 
 
 def main(device_type: str = "cpu") -> None:
+    """Join the launcher's group as a run does (:func:`dpgen.utils.dist.init_from_env`: gloo for the CPU, NCCL
+    with a GPU per process) and print rank 0's medians."""
     torch.set_num_threads(1)
-    cuda = device_type == "cuda"
-    if cuda:
-        torch.cuda.set_device(int(__import__("os").environ.get("LOCAL_RANK", "0")))
-    tdist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=120))
+    device = pick_device(device_type, "the device argument")
+    if not dist.init_from_env():
+        raise SystemExit("error: run it under torchrun --nproc-per-node N (N >= 2)")
     try:
-        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-        out = measure(device)
-        if tdist.get_rank() == 0:
-            print(json.dumps({"backend": tdist.get_backend(), "processes": tdist.get_world_size(), "us": out}))
+        out = measure(dist.device_of_rank(device))
+        if dist.is_main():
+            print(json.dumps({"backend": tdist.get_backend(), "processes": dist.world_size(), "us": out}))
     finally:
-        tdist.destroy_process_group()
+        dist.shutdown()
 
 
 if __name__ == "__main__":

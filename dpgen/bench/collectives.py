@@ -1,9 +1,9 @@
 """What one collective costs between the processes of a run: the floor under any data-parallel step.
 
 ``torchrun --standalone --nproc-per-node N -m dpgen.bench.collectives [cpu|cuda]`` times, on the backend a run of
-that device uses (gloo for CPU tensors, NCCL for CUDA ones), the collectives a private step makes: an all-reduce
-of one number (a share of a loss), of 100,000 numbers (a small model's gradients), an all-gather of 100 rows of
-1,000 (projected rows) and a broadcast of 100 numbers.  Each is run 30 times to warm up and then 300 times; rank 0
+that device uses (gloo for CPU tensors, NCCL for CUDA ones), the collectives of :mod:`dpgen.utils.dist` that a
+private step makes: an all-reduce of one number (a share of a loss), of 100,000 numbers (a small model's
+gradients), an all-gather of 100 rows of 1,000 (projected rows) and a broadcast of 100 numbers.  Each is run 30 times to warm up and then 300 times; rank 0
 prints the median microseconds of blocks of 30 as one JSON line.  :mod:`dpgen.bench.distributed` runs it beside
 its 1 vs N rows (``dpgen bench --only distributed``).
 """
@@ -16,7 +16,6 @@ import sys
 import time
 
 import torch
-import torch.distributed as tdist
 
 from ..utils import dist
 from ..utils.misc import pick_device, synchronize
@@ -40,16 +39,15 @@ def _median_us(fn, device: torch.device) -> float:
 
 
 def measure(device: torch.device) -> dict[str, float]:
-    """``{collective: median µs}`` on this process group (every rank calls it)."""
-    w = tdist.get_world_size()
+    """``{collective: median µs}`` as :mod:`dpgen.utils.dist` makes them in a step (every rank calls it)."""
     one, grads = torch.zeros(1, device=device), torch.zeros(100_000, device=device)
-    rows, small = torch.zeros(100, 1000, device=device), torch.zeros(100, device=device)
-    parts = [torch.empty_like(rows) for _ in range(w)]
+    lo, hi = dist.shard_bounds(100)
+    rows, small = torch.zeros(hi - lo, 1000, device=device), torch.zeros(100, device=device)
     return {
-        "all-reduce of 1 number": _median_us(lambda: tdist.all_reduce(one), device),
-        "all-reduce of 100,000 numbers": _median_us(lambda: tdist.all_reduce(grads), device),
-        "all-gather of 100 x 1,000 rows": _median_us(lambda: tdist.all_gather(parts, rows), device),
-        "broadcast of 100 numbers": _median_us(lambda: tdist.broadcast(small, 0), device),
+        "all-reduce of 1 number": _median_us(lambda: dist.all_reduce_sum(one), device),
+        "all-reduce of 100,000 numbers": _median_us(lambda: dist.all_reduce_sum(grads), device),
+        "all-gather of 100 x 1,000 rows": _median_us(lambda: dist.gather_shards(rows, 100), device),
+        "broadcast of 100 numbers": _median_us(lambda: dist.broadcast(small), device),
     }
 
 
@@ -63,7 +61,7 @@ def main(device_type: str = "cpu") -> None:
     try:
         out = measure(dist.device_of_rank(device))
         if dist.is_main():
-            print(json.dumps({"backend": tdist.get_backend(), "processes": dist.world_size(), "us": out}))
+            print(json.dumps({**dist.processes(), "us": out}))
     finally:
         dist.shutdown()
 

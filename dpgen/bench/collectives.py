@@ -1,9 +1,9 @@
 """What one collective costs between the processes of a run: the floor under any data-parallel step.
 
 ``torchrun --standalone --nproc-per-node N -m dpgen.bench.collectives [cpu|cuda]`` times, on the backend a run of
-that device uses (gloo for CPU tensors, NCCL for CUDA ones), the collectives a private step makes: an all-reduce
-of one number (a share of a loss), of 100,000 numbers (a small model's gradients), an all-gather of 100 rows of
-1,000 (projected rows) and a broadcast of 100 numbers.  Each is run 30 times to warm up and then 300 times; rank 0
+that device uses (gloo for CPU tensors, NCCL for CUDA ones), the collectives of :mod:`dpgen.utils.dist` that a
+private step makes: an all-reduce of one number (a share of a loss), of 100,000 numbers (a small model's
+gradients), an all-gather of 100 rows of 1,000 (projected rows) and a broadcast of 100 numbers.  Each is run 30 times to warm up and then 300 times; rank 0
 prints the median microseconds of blocks of 30 as one JSON line.  :mod:`dpgen.bench.distributed` runs it beside
 its 1 vs N rows (``dpgen bench --only distributed``).
 """
@@ -14,10 +14,11 @@ import json
 import statistics
 import sys
 import time
-from datetime import timedelta
 
 import torch
-import torch.distributed as tdist
+
+from ..utils import dist
+from ..utils.misc import pick_device, synchronize
 
 WARMUP, BLOCKS, PER_BLOCK = 30, 10, 30
 
@@ -28,44 +29,41 @@ def _median_us(fn, device: torch.device) -> float:
         fn()
     times = []
     for _ in range(BLOCKS):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(PER_BLOCK):
             fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         times.append((time.perf_counter() - t0) / PER_BLOCK * 1e6)
     return statistics.median(times)
 
 
 def measure(device: torch.device) -> dict[str, float]:
-    """``{collective: median µs}`` on this process group (every rank calls it)."""
-    w = tdist.get_world_size()
+    """``{collective: median µs}`` as :mod:`dpgen.utils.dist` makes them in a step (every rank calls it)."""
     one, grads = torch.zeros(1, device=device), torch.zeros(100_000, device=device)
-    rows, small = torch.zeros(100, 1000, device=device), torch.zeros(100, device=device)
-    parts = [torch.empty_like(rows) for _ in range(w)]
+    lo, hi = dist.shard_bounds(100)
+    rows, small = torch.zeros(hi - lo, 1000, device=device), torch.zeros(100, device=device)
     return {
-        "all-reduce of 1 number": _median_us(lambda: tdist.all_reduce(one), device),
-        "all-reduce of 100,000 numbers": _median_us(lambda: tdist.all_reduce(grads), device),
-        "all-gather of 100 x 1,000 rows": _median_us(lambda: tdist.all_gather(parts, rows), device),
-        "broadcast of 100 numbers": _median_us(lambda: tdist.broadcast(small, 0), device),
+        "all-reduce of 1 number": _median_us(lambda: dist.all_reduce_sum(one), device),
+        "all-reduce of 100,000 numbers": _median_us(lambda: dist.all_reduce_sum(grads), device),
+        "all-gather of 100 x 1,000 rows": _median_us(lambda: dist.gather_shards(rows, 100), device),
+        "broadcast of 100 numbers": _median_us(lambda: dist.broadcast(small), device),
     }
 
 
 def main(device_type: str = "cpu") -> None:
+    """Join the launcher's group as a run does (:func:`dpgen.utils.dist.init_from_env`: gloo for the CPU, NCCL
+    with a GPU per process) and print rank 0's medians."""
     torch.set_num_threads(1)
-    cuda = device_type == "cuda"
-    if cuda:
-        torch.cuda.set_device(int(__import__("os").environ.get("LOCAL_RANK", "0")))
-    tdist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=120))
+    device = pick_device(device_type, "the device argument")
+    if not dist.init_from_env():
+        raise SystemExit("error: run it under torchrun --nproc-per-node N (N >= 2)")
     try:
-        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-        out = measure(device)
-        if tdist.get_rank() == 0:
-            print(json.dumps({"backend": tdist.get_backend(), "processes": tdist.get_world_size(), "us": out}))
+        out = measure(dist.device_of_rank(device))
+        if dist.is_main():
+            print(json.dumps({**dist.processes(), "us": out}))
     finally:
-        tdist.destroy_process_group()
+        dist.shutdown()
 
 
 if __name__ == "__main__":

@@ -290,8 +290,9 @@ class DPSWDGenerator(GenerativeMethod):
 
     def warm_target(self) -> WarmTarget:
         """The warm-up fits ``G`` in the rows of the release (``_rows``: public normalisation)."""
-        def generate(y: torch.Tensor) -> torch.Tensor:
-            return self.rows(self.G(torch.randn(y.shape[0], self.G.d_code, device=self.device), y).float(), y)
+        def generate(y: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
+            z = torch.randn(y.shape[0], self.G.d_code, device=self.device)  # all the codes, as one process draws them
+            return self.rows(dist.generated_rows(self.G, z, y, *part).float(), y[part[0]:part[1]])
         return WarmTarget(rows=self.rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     # -- state ------------------------------------------------------------------------------

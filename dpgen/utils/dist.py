@@ -404,11 +404,23 @@ def whole_batch_norm(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+class _AddedOverRanks(torch.autograd.Function):
+    """All-reduce sum whose backward pass is the all-reduce sum of the gradients: each rank's statistics feed
+    every rank's rows, so the gradient w.r.t. a rank's part adds the gradients of every rank's use of the sum
+    (what ``torch.distributed.nn.functional.all_reduce`` did before its deprecation)."""
+
+    @staticmethod
+    def forward(ctx, part: torch.Tensor) -> torch.Tensor:
+        return all_reduce_sum(part.detach().clone())
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return all_reduce_sum(grad.contiguous())
+
+
 def _whole_batch_forward(bn: torch.nn.modules.batchnorm._BatchNorm, x: torch.Tensor) -> torch.Tensor:
     """BatchNorm in training from the sums over every rank's rows (one differentiable all-reduce: the gradient
     w.r.t. the statistics is added over the ranks on the way back)."""
-    from torch.distributed.nn.functional import all_reduce
-
     if not bn.training:
         return type(bn).forward(bn, x)
     c, dims = x.shape[1], [0, *range(2, x.dim())]
@@ -417,7 +429,7 @@ def _whole_batch_forward(bn: torch.nn.modules.batchnorm._BatchNorm, x: torch.Ten
     # E[(x-k)^2] - E[x-k]^2 from cancelling when the mean is large against the spread
     k = bn.running_mean.detach().clone().view(shape) if bn.running_mean is not None else x.new_zeros(shape)
     d = x - k
-    total = all_reduce(torch.cat([d.sum(dims), d.square().sum(dims), x.new_full((1,), x.numel() / c)]))
+    total = _AddedOverRanks.apply(torch.cat([d.sum(dims), d.square().sum(dims), x.new_full((1,), x.numel() / c)]))
     n = total[-1]
     shift = total[:c] / n
     mean = shift + k.view(-1)

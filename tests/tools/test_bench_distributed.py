@@ -56,7 +56,7 @@ def test_a_failed_run_is_told_by_its_error_line_not_torchrun_s_banner():
 def test_the_collectives_bench_times_every_collective_on_two_gloo_processes():
     """The real module on 2 gloo processes: one median per collective, positive (no time is asserted)."""
     got = distributed.collective_latency("cpu", 2)
-    assert got["backend"] == "gloo" and got["processes"] == 2
+    assert got["backend"] == "gloo" and got["world_size"] == 2
     assert set(got["us"]) == {"all-reduce of 1 number", "all-reduce of 100,000 numbers",
                               "all-gather of 100 x 1,000 rows", "broadcast of 100 numbers"}
     assert all(v > 0 for v in got["us"].values())

@@ -104,9 +104,11 @@ def _quantile_entries(s: torch.Tensor, lo: torch.Tensor, frac: torch.Tensor, j: 
     return lo_v + _at(frac, j) * (s.gather(-1, lo_j + 1) - lo_v)
 
 
-# the particle side reads its quantile grid only where needed (:func:`_grid_search`) when the grid holds at least
-# this many levels per gap between two particles (a public size: more rounds of the search, fewer entries to build)
-_SEARCH_LEVELS_PER_GAP = 16
+# the particle side searches its quantile grid without building it (:func:`_grid_search`) when the grid is large (at
+# least _SEARCH_MIN_LEVELS levels) and holds at least _SEARCH_LEVELS_PER_GAP levels per gap between particles: then the
+# search is cheaper; below, building the grid is as cheap and takes fewer kernels (a decision on public sizes)
+_SEARCH_MIN_LEVELS = 4096
+_SEARCH_LEVELS_PER_GAP = 4
 
 
 def _levels_per_gap(n: int, m: int, dtype: torch.dtype) -> int:
@@ -209,8 +211,8 @@ def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: to
     particles are sorted once — that sort gives their quantiles AND sorted queries for the CDF lookup — and
     one scatter puts the result back in particle order.  Each particle needs two entries of each grid (the
     knots around it), so no M-level grid is built where it would be large: the target's entries are computed
-    where the map reads them, and the particles' grid, once it holds >= ``_SEARCH_LEVELS_PER_GAP`` levels per
-    gap between particles on the uniform levels of :func:`quantile_levels`, is searched without being built
+    where the map reads them, and the particles' grid, when it is large (``_SEARCH_MIN_LEVELS``,
+    ``_SEARCH_LEVELS_PER_GAP``) on the uniform levels of :func:`quantile_levels`, is searched without being built
     (:func:`_grid_search`).  On those levels the target lookup is arithmetic (:func:`_level_segment`).
     """
     n = proj.shape[-1]
@@ -218,7 +220,8 @@ def transport_map(proj: torch.Tensor, target_quantiles: torch.Tensor, levels: to
     m = lv.shape[0]
     s, perm = torch.sort(proj, dim=-1)
     # F_mu at the sorted particles (Eq. 21) = interp1d(xq, lv, s), xq = empirical_quantiles(proj, levels)
-    if n > 1 and _is_uniform_grid(lv) and _levels_per_gap(n, m, proj.dtype) >= _SEARCH_LEVELS_PER_GAP:
+    if (n > 1 and m >= _SEARCH_MIN_LEVELS and _levels_per_gap(n, m, proj.dtype) >= _SEARCH_LEVELS_PER_GAP
+            and _is_uniform_grid(lv)):
         lo, frac = _knots(lv, n)
         i = (_grid_search(s, lo, frac, m) - 1).clamp_(0, m - 2)
         i1 = i + 1

@@ -150,12 +150,17 @@ def test_the_grid_search_finds_the_index_searchsorted_finds_in_the_built_grid(se
     assert torch.equal(_grid_search(s, lo, frac, m), full)
 
 
-@pytest.mark.parametrize("n,m,n_target", [(40, 3000, 25), (2, 500, 1), (3, 64, 7), (1000, 30000, 25)])
-def test_the_map_without_m_level_grids_equals_the_full_grid_form(n, m, n_target):
+@pytest.mark.parametrize("n,m,n_target", [(40, 5000, 25), (2, 4096, 1), (3, 4500, 7), (900, 4096, 2),
+                                          (1000, 30000, 25), (40, 300, 25)])
+def test_the_map_without_m_level_grids_equals_the_full_grid_form(n, m, n_target, monkeypatch):
     """Bit for bit: the target's quantiles read where needed (``target_sample``) and the particles' grid searched
-    without being built give the literal three-call map, on random rows with ties and constant rows."""
+    without being built (on the large grids; the last case builds it) give the literal three-call map, on random
+    rows with ties and constant rows."""
+    import dpgen.ot.flows as flows
     from dpgen.ot.flows import transport_map_reference
 
+    search, searched = flows._grid_search, []
+    monkeypatch.setattr(flows, "_grid_search", lambda *a: searched.append(1) or search(*a))
     g = torch.Generator().manual_seed(n + m)
     proj = _rows_with_ties(g, (2, 5, n), torch.float32)
     target = _rows_with_ties(g, (2, 5, n_target), torch.float32)
@@ -163,6 +168,7 @@ def test_the_map_without_m_level_grids_equals_the_full_grid_form(n, m, n_target)
     ref = transport_map_reference(proj.reshape(10, n), empirical_quantiles(target.reshape(10, -1), levels), levels)
     assert torch.equal(transport_map(proj, empirical_quantiles(target, levels), levels), ref.view_as(proj))
     assert torch.equal(transport_map(proj, target, levels, target_sample=True), ref.view_as(proj))
+    assert bool(searched) == (m >= flows._SEARCH_MIN_LEVELS)  # the path each case is meant to take
 
 
 def test_the_map_without_m_level_grids_reads_nothing_from_the_device(monkeypatch):

@@ -81,6 +81,8 @@ WARM = {  # a warm start's generator fit, split like the step (slow suite; noise
     "dpsinkhorn_warm": ("digits_dpsinkhorn", [*PRESETS["dpsinkhorn"][1], "model/warm_start=class_gaussian",
                                               "model.warm_start.steps=5", "model.warm_start.batch_size=100",
                                               "model.warm_start.num_projections=20"]),
+    "dpswd_warm": ("digits_dpswd", [*PRESETS["dpswd"][1], "model/warm_start=class_gaussian", "model.warm_start.steps=5",
+                                    "model.warm_start.batch_size=100", "model.warm_start.num_projections=20"]),
 }
 
 

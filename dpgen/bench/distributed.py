@@ -2,9 +2,10 @@
 
 For each private family at the MNIST presets' sizes (the embedded digits beside), the same ``train.py`` command
 (``trainer.max_steps`` private steps, no evaluation) runs as one process and through
-``torchrun --standalone --nproc-per-node N`` (the ranks share the global batch: one run).  Steps/s =
-private steps / the training loop's time, read from the run folder's ``private_timings.json`` (the
-runs are of the embedded digits, a public benchmark).  The commands alternate (1, N, 1, N, ...),
+``torchrun --standalone --nproc-per-node N`` (the ranks share the global batch: one run).  Steps/s = the
+steady steps / their wall time (from the end of the first step, which holds the lazy state and the budget's one
+accountant evaluation, to the end of the last; the final checkpoint is outside), read from the run folder's
+``results.json`` and ``private_timings.json`` (the runs are of public benchmark data).  The commands alternate (1, N, 1, N, ...),
 ``REPEATS`` times each; the figure is the median.  CPU: N = 2 (gloo).  GPU: every device count from
 1 to the visible ones (NCCL), each as a ratio to one device.
 
@@ -66,7 +67,7 @@ def command(preset: str, steps: int, device: str, nproc: int, run_dir: Path, ext
 
 
 def steps_per_s(cmd: list[str], run_dir: Path, timeout_s: int = 600) -> float:
-    """Run ``cmd``; private steps / training-loop seconds of its run folder.  A failure raises with its last lines."""
+    """Run ``cmd``; steady steps / their wall seconds in its run folder.  A failure raises with its last lines."""
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -74,7 +75,7 @@ def steps_per_s(cmd: list[str], run_dir: Path, timeout_s: int = 600) -> float:
         raise RuntimeError(failure_line(r))
     res = json.loads((run_dir / "results.json").read_text())
     timings = json.loads((run_dir / "private_timings.json").read_text())
-    return res["train"]["train_steps"] / timings["train.train_time_s"]
+    return res["train"]["steady_steps"] / timings["train.steady_time_s"]
 
 
 def failure_line(r: subprocess.CompletedProcess) -> str:
@@ -144,7 +145,7 @@ def rows(device: torch.device, only: str | None = None) -> list[tuple[str, str]]
                     continue
                 goal = f"; target ×{target}" if target and dev == "cpu" and n == 2 else ""
                 out.append((name, f"{one:.1f} vs {many:.1f} steps/s: ×{many / one:.2f} (median of {REPEATS}, "
-                                  f"alternating; training loop only{goal}; {load})"))
+                                  f"alternating; steady steps only{goal}; {load})"))
     return out
 
 

@@ -315,9 +315,11 @@ def _plan(method: Method, budget: Budget, start: int, ctx: TrainContext) -> _Pla
 
 
 def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, values: dict, signature: dict,
-           ctx: TrainContext) -> tuple[int, dict, bool]:
+           ctx: TrainContext, clock: dict) -> tuple[int, dict, bool]:
     """Phase 5: steps ``plan.start .. plan.end`` (budget check, step, finite check, log and checkpoint
-    cadence).  Returns (steps done, the last step's values, stopped by the budget)."""
+    cadence).  Returns (steps done, the last step's values, stopped by the budget).  ``clock`` receives the wall
+    seconds of the steady steps: from the end of the first step (lazy state, the budget's accountant evaluation)
+    to the end of the last (``steady_time_s``, a private timing) and their number (``steady_steps``)."""
     done, stopped, watch = plan.start, False, FiniteWatch()
     pending: PendingLog | None = None  # the last log step's row, in flight to the host
     bar = progress_bar(method.name, enabled=ctx.progress, transient=True)  # it times private steps: never logged
@@ -345,6 +347,10 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
                 watch.check()  # never checkpoint weights trained on a NaN
                 _checkpoint(method, ledger, signature, done, values, ctx)
             bar.update(task, completed=done)
+            if t == plan.start:
+                clock["first_end"] = time.time()
+        if "first_end" in clock:
+            clock.update(steady_time_s=time.time() - clock.pop("first_end"), steady_steps=done - plan.start - 1)
         if pending is not None:
             pending.write(method, ctx, bar, task)
     if plan.budget_end is not None and done == plan.budget_end and any(m.private for m in method.step_mechanisms(done)):
@@ -399,12 +405,12 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     ctx.logger.rewind(start)  # metrics.csv: each step once, whatever a killed run logged after the checkpoint
     budget = Budget(ledger)
     plan = _plan(method, budget, start, ctx)
-    t0 = time.time()
+    t0, clock = time.time(), {}
     values = {} if ck is None or "method" not in ck else ck.get("values", {})  # a run resumed at its end reports them
-    done, values, stopped = _steps(method, ledger, budget, plan, values, signature, ctx)
+    done, values, stopped = _steps(method, ledger, budget, plan, values, signature, ctx, clock)
     _publish(method, ledger, signature, done, values, ctx)
     return {"train_steps": done, "steps_planned": plan.planned, "stopped_by_budget": stopped,
-            "train_time_s": time.time() - t0,
+            "train_time_s": time.time() - t0, **clock,
             **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
             "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "processes": ctx.processes,
             **({} if warm is None else {"mechanisms_warm_start": {"moments": warm.method.mech.describe()}}),

@@ -84,7 +84,10 @@ def failure_line(r: subprocess.CompletedProcess) -> str:
     lines = [ln.strip() for ln in (r.stderr + "\n" + r.stdout).splitlines() if ln.strip()]
     picked = ([ln for ln in lines if ln.startswith("error:")][:1] or
               [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception)\b", ln)][-1:] or lines[-1:] or [""])
-    return f"exit {r.returncode}: {picked[0][:300]}"
+    # torchrun's report of a rank that died without a word: which rank, and its exit code (a signal when negative)
+    died = [ln for ln in lines if re.match(r"^(rank|exitcode)\s*:", ln)][:2]
+    extra = f" ({'; '.join(' '.join(d.split()) for d in died)})" if died and "ChildFailedError" in picked[0] else ""
+    return f"exit {r.returncode}: {picked[0][:300]}{extra}"
 
 
 def compare(preset: str, steps: int, device: str, nproc: int, tmp: Path, extra: list[str] = ()) -> tuple[float, float]:

@@ -51,6 +51,12 @@ def test_a_failed_run_is_told_by_its_error_line_not_torchrun_s_banner():
     assert distributed.failure_line(r) == "exit 1: RuntimeError: gloo: connection closed by peer"
     r = subprocess.CompletedProcess([], 2, stdout="", stderr="error: trainer.device=cuda but no CUDA device\n" + banner)
     assert distributed.failure_line(r) == "exit 2: error: trainer.device=cuda but no CUDA device"
+    died = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 60 + "\nFailures:\n"
+            "  <NO_OTHER_FAILURES>\nRoot Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n"
+            "  exitcode  : -6 (pid: 123)\n" + "=" * 60)
+    r = subprocess.CompletedProcess([], 1, stdout="", stderr=died)
+    assert distributed.failure_line(r) == ("exit 1: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+                                           "(rank : 1 (local_rank: 1); exitcode : -6 (pid: 123))")
 
 
 def test_the_collectives_bench_times_every_collective_on_two_gloo_processes():

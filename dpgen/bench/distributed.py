@@ -75,7 +75,7 @@ def steps_per_s(cmd: list[str], run_dir: Path, timeout_s: int = 600) -> float:
         raise RuntimeError(failure_line(r))
     res = json.loads((run_dir / "results.json").read_text())
     timings = json.loads((run_dir / "private_timings.json").read_text())
-    return res["train"]["steady_steps"] / timings["train.steady_time_s"]
+    return (res["train"]["train_steps"] - 1) / timings["train.steady_time_s"]  # a fresh run: all steps but the first
 
 
 def failure_line(r: subprocess.CompletedProcess) -> str:

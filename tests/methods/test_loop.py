@@ -95,7 +95,7 @@ def test_loop_trains_checkpoints_and_writes_the_release_artefact(tmp_path):
     out = loop.train(_Toy(), _data(), led, train_context(tmp_path))
     assert out["train_steps"] == 10 == led.steps and not out["stopped_by_budget"]
     # the steady steps (all but the first) and their wall time, a private timing of the bench's steps/s
-    assert out["steady_steps"] == 9 and 0 < out["steady_time_s"] <= out["train_time_s"]
+    assert 0 < out["steady_time_s"] <= out["train_time_s"]
     assert out["mechanisms"]["projection"]["relation"] == "add_remove" and out["mechanisms"]["projection"]["releases"] == 10
     art = torch.load(tmp_path / "release.pt", weights_only=False)
     assert set(art) == {"w", "signature"}

@@ -238,9 +238,14 @@ class DPSWDAlignment(Alignment):
     def __call__(self, g, x_s, f_s, x_t, valid: torch.Tensor | None = None):
         if self.convention is not None:
             return self._paper_call(g, x_s, x_t)
-        rows_t = self._target_rows(g, x_t, valid)                                    # lines 10-11, target
+        # several processes: each maps and projects its own rows lo..hi of the B target rows (the release gathers)
+        lo, hi = dist.shard_bounds(self.batch_size)
+        if valid is None:  # a variable-size batch, cut or padded to B as a whole
+            own = self._target_rows(g, x_t, None)[lo:hi]
+        else:
+            own = self._target_rows(g, x_t[lo:hi], valid[lo:hi])                   # lines 10-11, target
         u = self.mechanism.draw_directions(f_s.device)                              # fresh directions (DP-SWD paper, Alg. 1)
-        p_t = self.mechanism.release(rows_t, u)                                      # P_t = r(x_t) U + Z_t
+        p_t = self.mechanism.release_shard(own, u, self.batch_size)                 # P_t = r(x_t) U + Z_t
         # the source side through the same (eval-mode) map, smoothed with noise of the same std (line 12)
         rows_s = self.rows(self._eval_features(g, x_s))
         p_s = self._source_projections(rows_s, u)                                  # P_s = r(x_s) U + Z_s

@@ -424,12 +424,23 @@ class GaussianProjectionRelease(Mechanism):
                              f"got {tuple(rows.shape)} and {tuple(u.shape)}")
         if part is None:
             lo, hi = dist.shard_bounds(rows.shape[0])
-            (out,) = self.noised(self.combine([rows.detach()[lo:hi] @ u], rows=rows.shape[0]))
-        else:
-            lo, hi = part
-            out = rows.detach()[lo:hi] @ u
-            z = self.noise((rows.shape[0], self.k), out)  # the whole draw: every rank's generator stays in step
-            out = out if z is None else out + z[lo:hi]
+            return self.release_shard(rows[lo:hi], u, rows.shape[0])
+        lo, hi = part
+        out = rows.detach()[lo:hi] @ u
+        z = self.noise((rows.shape[0], self.k), out)  # the whole draw: every rank's generator stays in step
+        out = out if z is None else out + z[lo:hi]
+        self._record()
+        return out
+
+    def release_shard(self, own: torch.Tensor, u: torch.Tensor, n: int) -> torch.Tensor:
+        """:meth:`release` of an ``n``-row batch from this process's rows of it alone (rows ``dist.shard_bounds(n)``;
+        one process: all n): those rows projected, the processes' parts gathered (one all-gather), the one noise
+        draw added: the whole single-process release on every rank, recorded once.  A process need not map the
+        other processes' rows at all."""
+        if own.shape[1] != self.dim or u.shape != (self.dim, self.k):
+            raise ValueError(f"projection release expects rows (b, {self.dim}) and directions ({self.dim}, {self.k}), "
+                             f"got {tuple(own.shape)} and {tuple(u.shape)}")
+        (out,) = self.noised(self.combine([own.detach() @ u], rows=n))
         self._record()
         return out
 

@@ -320,7 +320,7 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
     cadence).  Returns (steps done, the last step's values, stopped by the budget).  ``clock`` receives the wall
     seconds of the steady steps: from the end of the first step (lazy state, the budget's accountant evaluation)
     to the end of the last (``steady_time_s``, a private timing; a fresh run's steady steps are all but the first)."""
-    done, stopped, watch = plan.start, False, FiniteWatch()
+    done, stopped, watch, first_end = plan.start, False, FiniteWatch(), None
     pending: PendingLog | None = None  # the last log step's row, in flight to the host
     bar = progress_bar(method.name, enabled=ctx.progress, transient=True)  # it times private steps: never logged
     with bar:
@@ -348,9 +348,9 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
                 _checkpoint(method, ledger, signature, done, values, ctx)
             bar.update(task, completed=done)
             if t == plan.start:
-                clock["first_end"] = time.time()
-        if "first_end" in clock:
-            clock["steady_time_s"] = time.time() - clock.pop("first_end")
+                first_end = time.time()
+        if first_end is not None:
+            clock["steady_time_s"] = time.time() - first_end
         if pending is not None:
             pending.write(method, ctx, bar, task)
     if plan.budget_end is not None and done == plan.budget_end and any(m.private for m in method.step_mechanisms(done)):

@@ -27,9 +27,10 @@ numbers on every device type; without a device, one inclusion mask on the host a
 
 Fixed-size releases (DP-SWD, DPSWflow-r, DPSWgen, the DP-SWD adapter) read the batch through
 :meth:`PrivateSampler.fixed_batch` / :meth:`PrivateSampler.class_batch`: exactly ``B`` (or ``C m``)
-records and a mask of the rows that are padding, formed on the device without a host sync (see
-those methods for the argument that the released rows have the law of ``privacy.rows.fixed_size`` /
-``class_blocks``, followed by a uniform shuffle of the rows).
+records and a mask of the rows that are padding, formed on the device without a host sync: the records
+with the ``B`` smallest Poisson uniforms (the ``m`` smallest of each class for class blocks; one selection,
+no sort of the private set), then the rows in a uniformly random order (see those methods for the argument that the released rows
+have the law of ``privacy.rows.fixed_size`` / ``class_blocks``, followed by a uniform shuffle of the rows).
 
 Several processes (``torchrun``, :mod:`dpgen.utils.dist`): the generator's seed is rank 0's,
 so every rank draws the SAME global batch, exactly the single-process one, and keeps its own contiguous
@@ -136,6 +137,7 @@ class PrivateSampler:
         self.draws = 0
         # False: every rank reads the whole batch (a release that is not per record, e.g. DP-Sinkhorn's gradient)
         self.split = bool(split)
+        self._class_layout: torch.Tensor | None = None  # class_batch's (C, W) record indices, built at its first draw
 
     @property
     def _sized_on_host(self) -> bool:
@@ -156,18 +158,9 @@ class PrivateSampler:
             return mask.nonzero(as_tuple=False).flatten()  # on the host: a variable-size batch, its size read there
         return torch.randperm(self.n, generator=self.generator, device=self.device)[: self.batch_size]
 
-    def _uniforms(self) -> torch.Tensor:
+    def _uniforms(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``u_i ~ U[0, 1)``, one per record, on the device: record i is in the Poisson batch iff ``u_i < q``."""
-        return torch.rand(self.n, generator=self.generator, device=self.device)
-
-    def _included_first(self, keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Poisson draw (``mask``: record i is in the batch iff ``u_i < q``, the draw of :meth:`global_indices`)
-        and every record index ordered by ``(keys, not in the batch, a uniform permutation)``: one stable sort of
-        integer keys after a uniform permutation, so the order among equal keys is exactly uniform."""
-        mask = self._uniforms() < self.sample_rate
-        perm = torch.randperm(self.n, generator=self.generator, device=self.device)
-        key = (~mask[perm]).long() if keys is None else 2 * keys[perm] + (~mask[perm]).long()
-        return mask, perm[key.argsort(stable=True)]
+        return torch.rand(self.n, generator=self.generator, device=self.device, dtype=dtype)
 
     def _shuffle(self, idx: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``idx, valid: (..., m)`` with each last-axis block in a uniformly random order (the ranks of a uniform
@@ -180,11 +173,13 @@ class PrivateSampler:
         """Exactly ``size`` records ``(x, y)`` and ``valid: (size,)`` bool (False: a padding row, which the caller
         replaces by the zero row), drawn on the device without a host sync.
 
-        Poisson: record i is in the batch iff ``u_i < q`` (the draw of :meth:`global_indices`).  The records are
-        ordered batch first, each part in the order of a uniform permutation (one stable sort), so the first
-        ``size`` positions are a uniform ``size``-subset of the batch when it is larger, else the whole batch
-        followed by ``size - |batch|`` padding positions; the ``size`` rows are then put in a uniformly random
-        order.  So the released rows are, in law, exactly ``rows.fixed_size`` of the batch (a uniform subset, or
+        Poisson: record i is in the batch iff ``u_i < q`` (``u`` in float64).  Given the batch S, the ``u_i`` of its
+        records are i.i.d. uniform on ``[0, q)`` and all smaller than the others, so the ``size`` smallest ``u_i``
+        (one selection, ``topk``) are a uniform ``size``-subset of S when S is larger, else all of S followed by
+        ``size - |S|`` records outside it (padding).  The uniforms are float64 so that a tie at the cut, which
+        ``topk`` would settle by position rather than uniformly, is negligible (about ``N 2^-53`` a draw; float32
+        ones lie on a grid of ``2^-24`` on the CPU and tie there about once in a thousand draws at N = 60,000).
+        The ``size`` rows are then put in a uniformly random order.  So the released rows are, in law, exactly ``rows.fixed_size`` of the batch (a uniform subset, or
         the batch and zero rows) followed by a uniform shuffle of the rows: a post-processing of that release
         (its noise is i.i.d. per entry, so shuffling noised rows is noising shuffled rows), and the exchangeable
         form under which adding or removing one record changes one released row (the ``partners`` argument of
@@ -193,40 +188,53 @@ class PrivateSampler:
         """
         self.draws += 1
         if self.sampling == "poisson":
-            mask, order = self._included_first()
-            idx = order[:size]
-            idx, valid = self._shuffle(idx, mask[idx])
+            u = self._uniforms(torch.float64)
+            idx = u.topk(size, largest=False, sorted=False).indices
+            idx, valid = self._shuffle(idx, u[idx] < self.sample_rate)
         else:
             idx = torch.randperm(self.n, generator=self.generator, device=self.device)[:size]
             valid = torch.ones(size, dtype=torch.bool, device=self.device)
         x, y = self.source._gather(idx)
         return x, y, valid
 
+    def _by_class(self, n_classes: int, block: int) -> torch.Tensor:
+        """``(C, W)`` record indices, row c the records of class c (in index order), the other cells the sentinel
+        ``N``; ``W`` = the largest class size, at least ``block``.  Built once, on the device; the largest class size
+        is read once, as a shape (like N itself: never logged)."""
+        layout = self._class_layout
+        if layout is None or layout.shape[0] != n_classes or layout.shape[1] < block:
+            labels = self.source._labels().long()
+            counts = torch.zeros(n_classes, dtype=torch.long, device=self.device).index_add_(
+                0, labels, torch.ones_like(labels))
+            order = labels.argsort(stable=True)  # by class; the rank within its class is the column
+            col = torch.arange(self.n, device=self.device) - (counts.cumsum(0) - counts)[labels[order]]
+            width = max(int(counts.max()), block)
+            layout = torch.full((n_classes, width), self.n, dtype=torch.long, device=self.device)
+            self._class_layout = layout.index_put_((labels[order], col), order)
+        return self._class_layout
+
     def class_batch(self, n_classes: int, block: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``C`` blocks of exactly ``m = block`` records, block c of class c, stacked: ``(x, y)`` of ``C m`` records and
         ``valid: (C m,)`` (False: padding), drawn on the device without a host sync (Poisson sampling only).
 
-        The Poisson draw of :meth:`fixed_batch`, and the records ordered by ``(label, batch first, a uniform
-        permutation)`` with one stable sort: the first m positions of class c's segment are a uniform m-subset of
-        class c's batch when it is larger, else all of it and padding.  Each block is then put in a uniformly
-        random order.  In law: ``rows.class_blocks`` of the Poisson batch followed by a uniform shuffle within
-        each block (a post-processing of that release, as in :meth:`fixed_batch`).  The class sizes of the
-        private set are counted once, on the device, and never leave it.
+        The Poisson draw of :meth:`fixed_batch`, and per class the m smallest ``u_i`` (one selection over the
+        ``(C, W)`` class layout, its empty cells keyed 2 > any uniform): given the batch, they are a uniform
+        m-subset of class c's batch when it is larger, else all of it and padding (the argument of
+        :meth:`fixed_batch`, class by class).  Each block is then put in a uniformly random order.  In law:
+        ``rows.class_blocks`` of the Poisson batch followed by a uniform shuffle within each block (a
+        post-processing of that release, as in :meth:`fixed_batch`).  The class layout of the private set is built
+        once, on the device, and never leaves it (only its width is read, once, as a shape).
         """
         if self.sampling != "poisson":
             raise PrivacySettingError("sampling", "class blocks are accounted under Poisson sampling (add/remove); "
                                                   "use Poisson sampling")
         self.draws += 1
-        if getattr(self, "_class_layout", None) is None or self._class_layout[0] != n_classes:
-            labels = self.source._labels().long()
-            counts = torch.zeros(n_classes, dtype=torch.long, device=self.device).index_add_(
-                0, labels, torch.ones_like(labels))
-            self._class_layout = (n_classes, labels, counts.cumsum(0) - counts, counts)
-        _, labels, starts, counts = self._class_layout
-        mask, order = self._included_first(labels)
-        pos = torch.arange(block, device=self.device)
-        idx = order[(starts[:, None] + pos).clamp(max=self.n - 1)]  # (C, m): the first m of each class segment
-        idx, valid = self._shuffle(idx, (pos < counts[:, None]) & mask[idx])
+        layout = self._by_class(n_classes, block)
+        u = self._uniforms(torch.float64)
+        keys = torch.cat([u, u.new_full((1,), 2.0)]).index_select(0, layout.view(-1)).view(layout.shape)
+        idx = layout.gather(1, keys.topk(block, dim=1, largest=False, sorted=False).indices)  # (C, m)
+        valid = (idx < self.n) & (u[idx.clamp(max=self.n - 1)] < self.sample_rate)
+        idx, valid = self._shuffle(idx.clamp(max=self.n - 1), valid)
         x, y = self.source._gather(idx.reshape(-1))
         return x, y, valid.reshape(-1)
 

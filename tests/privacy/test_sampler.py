@@ -99,7 +99,7 @@ def _shuffled(rows: torch.Tensor, g: torch.Generator, block: int) -> list[int]:
 
 
 def test_fixed_batch_has_the_law_of_fixed_size_followed_by_a_row_shuffle():
-    """The one-sort draw releases, in law, today's cut-or-pad construction (``rows.fixed_size`` of the Poisson
+    """The selection draw releases, in law, today's cut-or-pad construction (``rows.fixed_size`` of the Poisson
     batch) with its rows shuffled: every ordered tuple of record ids / padding has the same frequency (a batch
     larger than B and one smaller both occur at N = 6, B = 3, q = 1/2)."""
     from dpgen.privacy.rows import fixed_size
@@ -124,14 +124,18 @@ def test_fixed_batch_has_the_law_of_fixed_size_followed_by_a_row_shuffle():
     assert _same_law_p(p_unshuffled, p_old) < 1e-9
 
 
-def test_class_batch_has_the_law_of_class_blocks_followed_by_a_shuffle_within_each_block():
+@pytest.mark.parametrize("m", [2, 5])
+def test_class_batch_has_the_law_of_class_blocks_followed_by_a_shuffle_within_each_block(m):
+    """Per class, a batch larger than m (cut to a uniform m-subset) and one smaller (padded) both occur at m = 2;
+    m = 5 is wider than every class (the class layout is m wide, every block padded)."""
     from dpgen.privacy.rows import class_blocks
 
     labels = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2])
-    n, c, m, reps = 8, 3, 2, 3000
+    n, c, reps = 8, 3, 3000
     src = PrivateSplit(torch.arange(1, n + 1, dtype=torch.float32)[:, None], labels)
     new = PrivateSampler(src, 4, "poisson", seed=1, device="cpu")
     old, g = PrivateSampler(src, 4, "poisson", seed=2), torch.Generator().manual_seed(3)
+    sizes = []
 
     def draw_new():
         x, y, valid = new.class_batch(c, m)
@@ -140,10 +144,13 @@ def test_class_batch_has_the_law_of_class_blocks_followed_by_a_shuffle_within_ea
 
     def draw_old():
         x, y = old.sample()
+        sizes.append(torch.bincount(y, minlength=c))
         return _shuffled(class_blocks(x, y, c, m, g)[:, 0].long(), g, m)
 
     p_new, p_old = _law(draw_new, reps), _law(draw_old, reps)
     assert _same_law_p(p_new, p_old) > 1e-3
+    sizes = torch.stack(sizes)
+    assert (sizes < m).any() and (sizes > m).any() == (m < labels.bincount().max())  # both cases where they can be
 
 
 def test_fixed_batch_without_replacement_is_the_cpu_draw_of_before():

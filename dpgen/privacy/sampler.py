@@ -115,6 +115,10 @@ class PrivateSampler:
                  device: torch.device | str | None = None) -> None:
         # None: the host (torch's default device), where the private split stays
         self.device = None if device is None else torch.device(device)
+        # the largest class's size, counted where the labels are before they move: the width of class_batch's
+        # layout (a shape, like N itself; never logged)
+        labels = source._labels().long()
+        self._widest_class = int(torch.bincount(labels - labels.min()).max()) if len(labels) else 0
         if self.device is not None:
             source = source._on(self.device)  # the private split (or its encoding) on the run's device, once
         self.source = source
@@ -199,8 +203,8 @@ class PrivateSampler:
 
     def _by_class(self, n_classes: int, block: int) -> torch.Tensor:
         """``(C, W)`` record indices, row c the records of class c (in index order), the other cells the sentinel
-        ``N``; ``W`` = the largest class size, at least ``block``.  Built once, on the device; the largest class size
-        is read once, as a shape (like N itself: never logged)."""
+        ``N``; ``W`` = the largest class size (counted when the sampler was built), at least ``block``.  Built once,
+        on the device, without reading it."""
         layout = self._class_layout
         if layout is None or layout.shape[0] != n_classes or layout.shape[1] < block:
             labels = self.source._labels().long()
@@ -208,8 +212,8 @@ class PrivateSampler:
                 0, labels, torch.ones_like(labels))
             order = labels.argsort(stable=True)  # by class; the rank within its class is the column
             col = torch.arange(self.n, device=self.device) - (counts.cumsum(0) - counts)[labels[order]]
-            width = max(int(counts.max()), block)
-            layout = torch.full((n_classes, width), self.n, dtype=torch.long, device=self.device)
+            layout = torch.full((n_classes, max(self._widest_class, block)), self.n, dtype=torch.long,
+                                device=self.device)
             self._class_layout = layout.index_put_((labels[order], col), order)
         return self._class_layout
 
@@ -223,7 +227,7 @@ class PrivateSampler:
         :meth:`fixed_batch`, class by class).  Each block is then put in a uniformly random order.  In law:
         ``rows.class_blocks`` of the Poisson batch followed by a uniform shuffle within each block (a
         post-processing of that release, as in :meth:`fixed_batch`).  The class layout of the private set is built
-        once, on the device, and never leaves it (only its width is read, once, as a shape).
+        once, on the device, and never leaves it.
         """
         if self.sampling != "poisson":
             raise PrivacySettingError("sampling", "class blocks are accounted under Poisson sampling (add/remove); "
@@ -233,8 +237,8 @@ class PrivateSampler:
         u = self._uniforms(torch.float64)
         keys = torch.cat([u, u.new_full((1,), 2.0)]).index_select(0, layout.view(-1)).view(layout.shape)
         idx = layout.gather(1, keys.topk(block, dim=1, largest=False, sorted=False).indices)  # (C, m)
-        valid = (idx < self.n) & (u[idx.clamp(max=self.n - 1)] < self.sample_rate)
-        idx, valid = self._shuffle(idx.clamp(max=self.n - 1), valid)
+        real, idx = idx < self.n, idx.clamp(max=self.n - 1)  # a sentinel reads some record, a padding row
+        idx, valid = self._shuffle(idx, real & (u[idx] < self.sample_rate))
         x, y = self.source._gather(idx.reshape(-1))
         return x, y, valid.reshape(-1)
 

@@ -98,6 +98,9 @@ class _Rows:
     def _gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x[idx], self.y[idx]
 
+    def _labels(self) -> torch.Tensor:
+        return self.y
+
 
 def _contributions(rank: int) -> torch.Tensor:
     """Per-record gradients of this rank (3 records each, norms above and below C)."""

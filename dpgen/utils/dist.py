@@ -33,7 +33,7 @@ import os
 import secrets
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -301,27 +301,21 @@ def gather_shards(part: torch.Tensor, n: int) -> torch.Tensor:
     return _GatherShards.apply(part, n)
 
 
-class _SumOverRanks(torch.autograd.Function):
-    """All-reduce sum of each rank's partial value; the backward pass hands every rank the gradient as it is.
-
-    Every rank computes the same function of the sum (the loss), so the gradient w.r.t. the sum is the same on
-    every rank, and it is exactly the gradient w.r.t. this rank's own term (d sum / d part = 1): nothing needs to
-    cross the processes on the way back (``torch.distributed.nn.functional.all_reduce`` would add W equal
-    copies)."""
-
-    @staticmethod
-    def forward(ctx, part: torch.Tensor) -> torch.Tensor:
-        return all_reduce_sum(part.detach().clone())
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return grad
-
-
-def sum_over_ranks(part: torch.Tensor) -> torch.Tensor:
-    """The sum over the ranks of each rank's ``part`` (e.g. its terms of a loss), on every rank: ONE all-reduce.
-    Differentiable: the gradient reaches each rank's own ``part`` (:class:`_SumOverRanks`).  One process: ``part``."""
-    return _SumOverRanks.apply(part) if active() else part
+def backward_of_sum(part: torch.Tensor, outer: Callable[[torch.Tensor], torch.Tensor], params) -> torch.Tensor:
+    """``outer(Σ_r part_r)`` of the ranks' scalar ``part``s, with its gradient w.r.t. ``params`` left in their
+    ``.grad``, in ONE all-reduce: each rank back-propagates its own part, the parts travel with the parameter
+    gradients (:func:`sum_gradients`), and the chain rule's scalar factor scales the sum:
+    ``∇ outer(Σ_r part_r) = outer'(Σ_r part_r) · Σ_r ∇ part_r``.  One process: ``outer(part)`` and its gradient."""
+    params = [p for p in params if p.requires_grad]
+    part.backward()
+    total = sum_gradients(params, also=part.detach().reshape(1))[0].clone().requires_grad_(True)
+    with torch.enable_grad():
+        value = outer(total)
+    (scale,) = torch.autograd.grad(value, total)
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(scale)
+    return value.detach()
 
 
 def block_bounds(n_blocks: int, block_rows: int) -> tuple[int, int] | None:
@@ -355,22 +349,26 @@ def _has_head(module: torch.nn.Module) -> bool:
     return callable(getattr(module, "head", None)) and callable(getattr(module, "tail", None))
 
 
-def sum_gradients(params) -> None:
+def sum_gradients(params, also: torch.Tensor | None = None) -> torch.Tensor | None:
     """Add the ``.grad`` of ``params`` over the ranks in place, in ONE all-reduce of one flat buffer (a
     single bucket): each rank's gradient is the part from its own samples, the sum is the whole batch's.
-    One process: nothing."""
+    ``also``: a flat tensor added over the ranks in the same all-reduce, returned summed.  One process: the
+    gradients as they are, and ``also``."""
     if not active():
-        return
+        return also
     params = [p for p in params if p.requires_grad]
     for p in params:  # the same buffer layout on every rank, whichever parameters this rank's samples reached
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     grads = [p.grad for p in params]
-    if not grads:
-        return
-    flat = all_reduce_sum(torch.cat([g.reshape(-1) for g in grads]))
-    for g, chunk in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+    extra = [] if also is None else [also.reshape(-1).to(grads[0].dtype if grads else also.dtype)]
+    if not grads and not extra:
+        return also
+    flat = all_reduce_sum(torch.cat([g.reshape(-1) for g in grads] + extra))
+    chunks = flat.split([g.numel() for g in grads] + [e.numel() for e in extra])
+    for g, chunk in zip(grads, chunks, strict=False):
         g.copy_(chunk.view_as(g))
+    return None if also is None else chunks[-1].view_as(also).to(also.dtype)
 
 
 @contextmanager

@@ -87,25 +87,39 @@ from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start
 
 
-def released_sliced_wasserstein(projection: GaussianProjectionRelease, rows_t: torch.Tensor, u: torch.Tensor,
-                                p_s: torch.Tensor, n_blocks: int, blocks: tuple[int, int] | None, q: float,
-                                cost: Callable = sliced_cost_blocks) -> torch.Tensor:
-    """Steps 4 and 6 of a DP-SWD step: the release ``P_t = rows_t U + Z_t`` and ``SW_q(P_s, P_t)`` within the
-    ``n_blocks`` class blocks, where ``p_s`` holds this process's rows of ``P_s``.
+def released_sliced_cost(projection: GaussianProjectionRelease, rows_t: torch.Tensor, u: torch.Tensor,
+                         p_s: torch.Tensor, n_blocks: int, blocks: tuple[int, int] | None, q: float,
+                         cost: Callable = sliced_cost_blocks) -> tuple[torch.Tensor, bool]:
+    """Steps 4 and 6 of a DP-SWD step: the release ``P_t = rows_t U + Z_t`` and the sum of
+    ``|sort(P_s) − sort(P_t)|^q`` within the ``n_blocks`` class blocks (``SW_q`` is its mean to the power 1/q,
+    :func:`sliced_wasserstein_step`), where ``p_s`` holds this process's rows of ``P_s``.  Returns
+    ``(cost, shared)``.
 
     ``blocks = (lo, hi)`` (:func:`~dpgen.utils.dist.block_bounds`): ``p_s`` is this process's whole blocks; it
-    takes its rows of the release and its blocks' share of the cost, and the shares are added over the processes
-    (one all-reduce of a number).  ``None`` (fewer blocks than processes): ``p_s`` is this process's contiguous
-    rows; the whole ``P_s`` is gathered (one all-gather; gradients flow into this process's rows) and every
-    process computes the whole cost.  One process: the whole release and the whole cost either way."""
-    b, k = rows_t.shape[0], u.shape[1]
+    takes its rows of the release and returns its blocks' share of the cost (``shared``: the shares add up over
+    the processes).  ``None`` (fewer blocks than processes): ``p_s`` is this process's contiguous rows; the whole
+    ``P_s`` is gathered (one all-gather; gradients flow into this process's rows) and every process returns the
+    whole cost.  One process: the whole release and the whole cost either way."""
+    b = rows_t.shape[0]
     if blocks is not None:
         p_t = projection.release(rows_t, u, part=blocks)
-        total = dist.sum_over_ranks(cost(p_s, p_t, n_blocks * (blocks[1] - blocks[0]) // b, q))
-    else:
-        p_t = projection.release(rows_t, u)
-        total = cost(dist.gather_shards(p_s, b), p_t, n_blocks, q)
-    return (total / (b * k)).pow(1.0 / q)
+        return cost(p_s, p_t, n_blocks * (blocks[1] - blocks[0]) // b, q), True
+    p_t = projection.release(rows_t, u)
+    return cost(dist.gather_shards(p_s, b), p_t, n_blocks, q), False
+
+
+def sliced_wasserstein_step(cost: torch.Tensor, shared: bool, n_terms: int, q: float, params) -> torch.Tensor:
+    """``SW_q = (cost / n_terms)^(1/q)`` (``n_terms = b k``: rows times directions) and its gradient w.r.t.
+    ``params`` in their ``.grad``, added over the processes in ONE all-reduce: a ``shared`` cost's shares travel
+    with the gradients (:func:`~dpgen.utils.dist.backward_of_sum`), a whole cost is the same on every process."""
+    def sw(total: torch.Tensor) -> torch.Tensor:
+        return (total / n_terms).pow(1.0 / q)
+    if shared:
+        return dist.backward_of_sum(cost, sw, params)
+    loss = sw(cost)
+    loss.backward()
+    dist.sum_gradients(params)
+    return loss.detach()
 
 
 class DPSWDGenerator(GenerativeMethod):
@@ -242,13 +256,13 @@ class DPSWDGenerator(GenerativeMethod):
         x_g, y_g = x_g.float(), y_g[lo:hi]  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
         p_s = gaussian_projection_rows(self.rows(x_g, y_g), u, self.projection.noise_std, lo, b)  # 5. P_s = r(G) U + Z_s
-        # 4. P_t = r(X_t) U + Z_t (THE release, recorded), 6. SW_q within blocks
-        loss = released_sliced_wasserstein(self.projection, rows_t, u, p_s, self.n_blocks, blocks, self.power, self._cost)
+        # 4. P_t = r(X_t) U + Z_t (THE release, recorded), 6. SW_q within blocks and its gradient (the processes'
+        # shares of the cost and of the gradient added in one all-reduce)
+        cost, shared = released_sliced_cost(self.projection, rows_t, u, p_s, self.n_blocks, blocks, self.power, self._cost)
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        dist.sum_gradients(self.G.parameters())  # each rank's part of the gradient, added in one all-reduce
+        loss = sliced_wasserstein_step(cost, shared, b * u.shape[1], self.power, self.G.parameters())
         self.opt.step()
-        return {"loss": loss.detach()}  # a function of the release P_t and public P_s (synced at log cadence)
+        return {"loss": loss}  # a function of the release P_t and public P_s (synced at log cadence)
 
     def rows(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The rows the projection release sees, of norm <= 1/2 (so neighbours differ by at most 1):

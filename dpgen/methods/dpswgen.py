@@ -20,7 +20,7 @@ from ..privacy import PrivacyLedger
 from ..utils import autocast, dist
 from ..utils.compiling import adam, compile_function, compile_module
 from .base import TrainContext
-from .dpswd_generator import released_sliced_wasserstein
+from .dpswd_generator import released_sliced_cost, sliced_wasserstein_step
 from .latent import LatentMethod
 from .warm_start import WarmTarget
 
@@ -102,12 +102,11 @@ class DPSWGen(LatentMethod):
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
         p_s = gaussian_projection_rows(fake, u, self.projection.noise_std, lo, b)  # G(z) U_t + Z'_t, rows lo..hi
         # Y_t U_t + Z_t (recorded) and SW_2 within class blocks
-        loss = released_sliced_wasserstein(self.projection, rows, u, p_s, n_blocks, blocks, 2.0, self._cost)
+        cost, shared = released_sliced_cost(self.projection, rows, u, p_s, n_blocks, blocks, 2.0, self._cost)
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        dist.sum_gradients(self.G.parameters())  # each rank's part of the gradient, added in one all-reduce
+        loss = sliced_wasserstein_step(cost, shared, b * u.shape[1], 2.0, self.G.parameters())
         self.opt.step()
-        return {"loss": loss.detach()}  # a function of the release and public samples (synced at log cadence)
+        return {"loss": loss}  # a function of the release and public samples (synced at log cadence)
 
     def warm_target(self) -> WarmTarget:
         """The warm-up fits the latent generator to latent rows of samples of the released class Gaussians."""

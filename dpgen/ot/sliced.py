@@ -133,7 +133,7 @@ def sliced_wasserstein_blocks(p_s: torch.Tensor, p_t: torch.Tensor, n_blocks: in
 def sliced_cost_blocks(p_s: torch.Tensor, p_t: torch.Tensor, n_blocks: int, q: float = 2.0) -> torch.Tensor:
     """``sum_{c, i, j} |sort_i(p_t^c)[i, j] - sort_i(p_s^c)[i, j]|^q`` over C blocks of m rows: the sum that
     :func:`sliced_wasserstein_blocks` averages.  Sums over disjoint sets of whole blocks add up to the whole
-    batch's (several processes: each rank's blocks, :func:`dpgen.utils.dist.sum_over_ranks`)."""
+    batch's (several processes: each rank's blocks, :func:`dpgen.utils.dist.backward_of_sum`)."""
     if p_s.shape != p_t.shape or p_s.shape[0] % n_blocks:
         raise ValueError(f"projections must have the same shape (C m, k) with C = {n_blocks}, got "
                          f"{tuple(p_s.shape)} and {tuple(p_t.shape)}")

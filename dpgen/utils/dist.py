@@ -33,7 +33,7 @@ import os
 import secrets
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -301,27 +301,21 @@ def gather_shards(part: torch.Tensor, n: int) -> torch.Tensor:
     return _GatherShards.apply(part, n)
 
 
-class _SumOverRanks(torch.autograd.Function):
-    """All-reduce sum of each rank's partial value; the backward pass hands every rank the gradient as it is.
-
-    Every rank computes the same function of the sum (the loss), so the gradient w.r.t. the sum is the same on
-    every rank, and it is exactly the gradient w.r.t. this rank's own term (d sum / d part = 1): nothing needs to
-    cross the processes on the way back (``torch.distributed.nn.functional.all_reduce`` would add W equal
-    copies)."""
-
-    @staticmethod
-    def forward(ctx, part: torch.Tensor) -> torch.Tensor:
-        return all_reduce_sum(part.detach().clone())
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return grad
-
-
-def sum_over_ranks(part: torch.Tensor) -> torch.Tensor:
-    """The sum over the ranks of each rank's ``part`` (e.g. its terms of a loss), on every rank: ONE all-reduce.
-    Differentiable: the gradient reaches each rank's own ``part`` (:class:`_SumOverRanks`).  One process: ``part``."""
-    return _SumOverRanks.apply(part) if active() else part
+def backward_of_sum(part: torch.Tensor, outer: Callable[[torch.Tensor], torch.Tensor], params) -> torch.Tensor:
+    """``outer(Σ_r part_r)`` of the ranks' scalar ``part``s, with its gradient w.r.t. ``params`` left in their
+    ``.grad``, in ONE all-reduce: each rank back-propagates its own part, the parts travel with the parameter
+    gradients (:func:`sum_gradients`), and the chain rule's scalar factor scales the sum:
+    ``∇ outer(Σ_r part_r) = outer'(Σ_r part_r) · Σ_r ∇ part_r``.  One process: ``outer(part)`` and its gradient."""
+    params = [p for p in params if p.requires_grad]
+    part.backward()
+    total = sum_gradients(params, also=part.detach().reshape(1))[0].clone().requires_grad_(True)
+    with torch.enable_grad():
+        value = outer(total)
+    (scale,) = torch.autograd.grad(value, total)
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(scale)
+    return value.detach()
 
 
 def block_bounds(n_blocks: int, block_rows: int) -> tuple[int, int] | None:
@@ -355,22 +349,26 @@ def _has_head(module: torch.nn.Module) -> bool:
     return callable(getattr(module, "head", None)) and callable(getattr(module, "tail", None))
 
 
-def sum_gradients(params) -> None:
+def sum_gradients(params, also: torch.Tensor | None = None) -> torch.Tensor | None:
     """Add the ``.grad`` of ``params`` over the ranks in place, in ONE all-reduce of one flat buffer (a
     single bucket): each rank's gradient is the part from its own samples, the sum is the whole batch's.
-    One process: nothing."""
+    ``also``: a flat tensor added over the ranks in the same all-reduce, returned summed.  One process: the
+    gradients as they are, and ``also``."""
     if not active():
-        return
+        return also
     params = [p for p in params if p.requires_grad]
     for p in params:  # the same buffer layout on every rank, whichever parameters this rank's samples reached
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     grads = [p.grad for p in params]
-    if not grads:
-        return
-    flat = all_reduce_sum(torch.cat([g.reshape(-1) for g in grads]))
-    for g, chunk in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+    extra = [] if also is None else [also.reshape(-1).to(grads[0].dtype if grads else also.dtype)]
+    if not grads and not extra:
+        return also
+    flat = all_reduce_sum(torch.cat([g.reshape(-1) for g in grads] + extra))
+    chunks = flat.split([g.numel() for g in grads] + [e.numel() for e in extra])
+    for g, chunk in zip(grads, chunks, strict=False):
         g.copy_(chunk.view_as(g))
+    return None if also is None else chunks[-1].view_as(also).to(also.dtype)
 
 
 @contextmanager
@@ -404,45 +402,72 @@ def whole_batch_norm(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-class _AddedOverRanks(torch.autograd.Function):
-    """All-reduce sum whose backward pass is the all-reduce sum of the gradients: each rank's statistics feed
-    every rank's rows, so the gradient w.r.t. a rank's part adds the gradients of every rank's use of the sum
-    (what ``torch.distributed.nn.functional.all_reduce`` did before its deprecation)."""
+class _WholeBatchNorm(torch.autograd.Function):
+    """BatchNorm of this rank's rows by the whole batch's ``mean`` and ``var`` (SyncBatchNorm's algorithm, on any
+    device): the forward is one fused normalisation; the backward adds the two per-channel sums that the input
+    gradient needs (``Σ dy`` and ``Σ dy·x̂`` over every rank's rows) in ONE all-reduce, so the gradient w.r.t. a
+    rank's rows is the one-process gradient.  The weight and bias get this rank's partial sums, which the
+    method's gradient all-reduce adds like every other parameter's."""
 
     @staticmethod
-    def forward(ctx, part: torch.Tensor) -> torch.Tensor:
-        return all_reduce_sum(part.detach().clone())
+    def forward(ctx, x, weight, bias, mean, var, count, eps):
+        ctx.save_for_backward(x, weight, mean, var)
+        ctx.count, ctx.eps = count, eps
+        return torch.nn.functional.batch_norm(x, mean, var, weight, bias, training=False, eps=eps)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return all_reduce_sum(grad.contiguous())
+    def backward(ctx, dy):
+        x, weight, mean, var = ctx.saved_tensors
+        w = weight if weight is not None else torch.ones_like(mean)
+        # fused, with the statistics as constants: dy·w·invstd, and this rank's Σ dy·x̂ and Σ dy per channel
+        dy = dy.contiguous(memory_format=_layout(x))  # the input's layout (a mixed pair takes a slow kernel)
+        dx, dw, db = torch.ops.aten.native_batch_norm_backward(dy, x, w, mean, var, None, None, False, ctx.eps,
+                                                             [True, True, True])
+        sums = all_reduce_sum(torch.cat([db, dw]).float())  # Σ dy, Σ dy·x̂ over the whole batch
+        c = mean.numel()
+        invstd = torch.rsqrt(var + ctx.eps)
+        scale = w * invstd / ctx.count
+        a = scale * invstd * sums[c:]                     # the part of the statistics' gradient that grows with x
+        b = scale * (sums[:c] - mean * invstd * sums[c:])
+        shape = [1, c] + [1] * (x.dim() - 2)
+        dx = dx - torch.addcmul(b.view(shape).to(dx.dtype), x, a.view(shape).to(dx.dtype))
+        return dx, (dw if weight is not None and ctx.needs_input_grad[1] else None), \
+            (db if ctx.needs_input_grad[2] else None), None, None, None, None
+
+
+def _layout(x: torch.Tensor) -> torch.memory_format:
+    """``x``'s memory layout: channels-last (a convolution's output on a CPU) or contiguous."""
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
 
 
 def _whole_batch_forward(bn: torch.nn.modules.batchnorm._BatchNorm, x: torch.Tensor) -> torch.Tensor:
-    """BatchNorm in training from the sums over every rank's rows (one differentiable all-reduce: the gradient
-    w.r.t. the statistics is added over the ranks on the way back)."""
+    """BatchNorm in training by the statistics of every rank's rows: each rank's per-channel sums are added in
+    ONE all-reduce, then :class:`_WholeBatchNorm` normalises and, on the way back, adds the statistics' gradient
+    over the ranks."""
     if not bn.training:
         return type(bn).forward(bn, x)
     c, dims = x.shape[1], [0, *range(2, x.dim())]
     shape = [1, c] + [1] * (x.dim() - 2)
-    # sums of x - k and its square in ONE all-reduce; k (the running mean, the same on every rank) keeps
-    # E[(x-k)^2] - E[x-k]^2 from cancelling when the mean is large against the spread
-    k = bn.running_mean.detach().clone().view(shape) if bn.running_mean is not None else x.new_zeros(shape)
-    d = x - k
-    total = _AddedOverRanks.apply(torch.cat([d.sum(dims), d.square().sum(dims), x.new_full((1,), x.numel() / c)]))
-    n = total[-1]
-    shift = total[:c] / n
-    mean = shift + k.view(-1)
-    var = (total[c:2 * c] / n - shift * shift).clamp_min(0.0)
-    y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + bn.eps)
-    if bn.affine:
-        y = y * bn.weight.view(shape) + bn.bias.view(shape)
+    with torch.no_grad():
+        # sums of x - k and of its square (plain reductions: the fastest pass on a CPU), in ONE all-reduce; k (the
+        # running mean, the same on every rank) keeps E[(x-k)^2] - E[x-k]^2 from cancelling when the mean is
+        # large against the spread
+        k = bn.running_mean.detach().float() if bn.running_mean is not None else x.new_zeros(c, dtype=torch.float32)
+        d = x.float() - k.view(shape)
+        total = all_reduce_sum(torch.cat([d.sum(dims), d.square().sum(dims), d.new_full((1,), x.numel() / c)]))
+        n = total[-1]
+        shift = total[:c] / n
+        mean = shift + k
+        var = (total[c:2 * c] / n - shift * shift).clamp_min(0.0)
+    y = _WholeBatchNorm.apply(x, bn.weight, bn.bias, mean, var, n, bn.eps)
     if bn.track_running_stats:
         with torch.no_grad():
             bn.num_batches_tracked.add_(1)
             mom = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
-            bn.running_mean.mul_(1 - mom).add_(mom * mean)
-            bn.running_var.mul_(1 - mom).add_(mom * var * n / (n - 1).clamp_min(1.0))
+            bn.running_mean.mul_(1 - mom).add_(mom * mean.to(bn.running_mean.dtype))
+            bn.running_var.mul_(1 - mom).add_((mom * var * n / (n - 1).clamp_min(1.0)).to(bn.running_var.dtype))
     return y
 
 

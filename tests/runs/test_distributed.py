@@ -350,6 +350,17 @@ def test_epsilon_delta_sigma_and_ledger_equal_the_single_process_run(two_ranks, 
     _same_run(*two_ranks, family)
 
 
+def test_a_dp_swd_generator_step_makes_one_all_reduce(two_ranks):
+    """Per step on two processes, the class blocks shared out (``label_mode=partition``, the default): ONE
+    all-reduce. The processes' shares of the sliced cost travel with the parameter gradients; nothing is gathered
+    (the BatchNorm layers run in the generator's head on the whole batch in every process).  One process: none."""
+    ranks, single = two_ranks
+    for r in ranks:
+        for run in ("dpswd", "dpswd_noise_off"):
+            assert r[run]["collectives"] == [{"all_reduce": 1}] * r[run]["steps"]
+    assert single["dpswd"]["collectives"] == [{}] * single["dpswd"]["steps"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(MORE_PRESETS))
 def test_every_other_private_family_is_the_single_process_run(two_ranks_more, family):

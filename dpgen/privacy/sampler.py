@@ -115,13 +115,6 @@ class PrivateSampler:
                  device: torch.device | str | None = None) -> None:
         # None: the host (torch's default device), where the private split stays
         self.device = None if device is None else torch.device(device)
-        # the largest class's size, counted where the labels are before they move: the width of class_batch's
-        # layout (a shape, like N itself; never logged)
-        labels = source._labels().long()
-        self._widest_class = int(torch.bincount(labels - labels.min()).max()) if len(labels) else 0
-        if self.device is not None:
-            source = source._on(self.device)  # the private split (or its encoding) on the run's device, once
-        self.source = source
         self.n = len(source)
         if batch_size < 1:
             raise PrivacySettingError("batch_size", f"a batch needs at least one record, got a batch size of {batch_size}; "
@@ -132,6 +125,13 @@ class PrivateSampler:
                                                     "is not printed: it is private data); fix: a smaller batch size, or "
                                                     "more training records")
         self.batch_size = int(batch_size)
+        # the largest class's size, counted where the labels are before they move: the width of class_batch's
+        # layout (a shape, like N itself; never logged)
+        labels = source._labels().long()
+        self._widest_class = int(torch.bincount(labels - labels.min()).max())
+        if self.device is not None:
+            source = source._on(self.device)  # the private split (or its encoding) on the run's device, once
+        self.source = source
         self.sampling = check_sampling(sampling)
         # several processes: rank 0's seed on every rank (the same global batches, module docstring)
         seed = int(dist.broadcast_object(int(seed)))

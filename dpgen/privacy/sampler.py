@@ -29,8 +29,9 @@ Fixed-size releases (DP-SWD, DPSWflow-r, DPSWgen, the DP-SWD adapter) read the b
 :meth:`PrivateSampler.fixed_batch` / :meth:`PrivateSampler.class_batch`: exactly ``B`` (or ``C m``)
 records and a mask of the rows that are padding, formed on the device without a host sync: the records
 with the ``B`` smallest Poisson uniforms (the ``m`` smallest of each class for class blocks; one selection,
-no sort of the private set), then the rows in a uniformly random order (see those methods for the argument that the released rows
-have the law of ``privacy.rows.fixed_size`` / ``class_blocks``, followed by a uniform shuffle of the rows).
+no sort of the private set), then the rows in a uniformly random order (see those methods for the argument
+that the released rows have the law of ``privacy.rows.fixed_size`` / ``class_blocks``, followed by a
+uniform shuffle of the rows).
 
 Several processes (``torchrun``, :mod:`dpgen.utils.dist`): the generator's seed is rank 0's,
 so every rank draws the SAME global batch, exactly the single-process one, and keeps its own contiguous
@@ -182,13 +183,14 @@ class PrivateSampler:
         (one selection, ``topk``) are a uniform ``size``-subset of S when S is larger, else all of S followed by
         ``size - |S|`` records outside it (padding).  The uniforms are float64 so that a tie at the cut, which
         ``topk`` would settle by position rather than uniformly, is negligible (about ``N 2^-53`` a draw; float32
-        ones lie on a grid of ``2^-24`` on the CPU and tie there about once in a thousand draws at N = 60,000).
-        The ``size`` rows are then put in a uniformly random order.  So the released rows are, in law, exactly ``rows.fixed_size`` of the batch (a uniform subset, or
-        the batch and zero rows) followed by a uniform shuffle of the rows: a post-processing of that release
-        (its noise is i.i.d. per entry, so shuffling noised rows is noising shuffled rows), and the exchangeable
-        form under which adding or removing one record changes one released row (the ``partners`` argument of
-        ``GaussianProjectionRelease``).  Without replacement: ``size`` distinct records (:meth:`global_indices`),
-        none padding.  Several processes: every rank draws the same, whole batch (rank 0's generator).
+        ones lie on a grid of ``2^-24`` on the CPU and tie there about once in a thousand draws at N = 60,000).  The
+        ``size`` rows are then put in a uniformly random order.  So the released rows are, in law, exactly
+        ``rows.fixed_size`` of the batch (a uniform subset, or the batch and zero rows) followed by a uniform
+        shuffle of the rows: a post-processing of that release (its noise is i.i.d. per entry, so shuffling noised
+        rows is noising shuffled rows), and the exchangeable form under which adding or removing one record changes
+        one released row (the ``partners`` argument of ``GaussianProjectionRelease``).  Without replacement:
+        ``size`` distinct records (:meth:`global_indices`), none padding.  Several processes: every rank draws the
+        same, whole batch (rank 0's generator).
         """
         self.draws += 1
         if self.sampling == "poisson":

@@ -242,6 +242,7 @@ def opacus_beside(device: str, steps: int, warmup: int, run_dir: Path, data: str
         m = instantiate(cfg.model)
         shape, n = ((1, 28, 28), 60000) if data == "mnist" else ((1, 8, 8), 1347)
         dev = torch.device(device)
+        m.mean, m.std = m.mean.to(dev), m.std.to(dev)  # the normalisation's public constants (setup moves them)
         net = m.make_network(in_channels=shape[0], image_size=shape[1], num_classes=10).to(dev)
         g = torch.Generator().manual_seed(0)
         ds = torch.utils.data.TensorDataset(torch.rand(n, *shape, generator=g).to(dev), torch.randint(10, (n,), generator=g).to(dev))

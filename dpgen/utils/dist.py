@@ -312,9 +312,9 @@ def backward_of_sum(part: torch.Tensor, outer: Callable[[torch.Tensor], torch.Te
     with torch.enable_grad():
         value = outer(total)
     (scale,) = torch.autograd.grad(value, total)
-    for p in params:
-        if p.grad is not None:
-            p.grad.mul_(scale)
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads:
+        torch._foreach_mul_(grads, scale)  # one multi-tensor kernel on a GPU
     return value.detach()
 
 

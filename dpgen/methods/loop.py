@@ -325,6 +325,13 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
     bar = progress_bar(method.name, enabled=ctx.progress, transient=True)  # it times private steps: never logged
     with bar:
         task = bar.add_task("train", total=plan.end, completed=plan.start, info="")
+
+        def write_pending() -> None:  # the last log step's row, if one is in flight: written, once
+            nonlocal pending
+            if pending is not None:
+                row, pending = pending, None
+                row.write(method, ctx, bar, task)
+
         for t in range(plan.start, plan.end):
             mechs = method.step_mechanisms(t)
             if not budget.allows(mechs, plan.end - t):
@@ -332,18 +339,14 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
                 break
             values = method.step(t)
             budget.spent(mechs)
-            if pending is not None:  # the previous log step's row: step t is queued, the copies have had its time
-                pending, row = None, pending
-                row.write(method, ctx, bar, task)
+            write_pending()  # the previous log step's row: step t is queued, the copies have had its time
             _check_finite(values, t)
             watch.update(values, t)
             done = t + 1
             if (done % ctx.log_every == 0 or done == plan.end) and dist.is_main():
                 pending = PendingLog(values, done, watch, ledger)
             if done % ctx.checkpoint_every == 0:
-                if pending is not None:  # the row before the checkpoint: a resume from it never logs this step again
-                    pending, row = None, pending
-                    row.write(method, ctx, bar, task)
+                write_pending()  # the row before the checkpoint: a resume from it never logs this step again
                 watch.check()  # never checkpoint weights trained on a NaN
                 _checkpoint(method, ledger, signature, done, values, ctx)
             bar.update(task, completed=done)
@@ -351,8 +354,7 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
                 first_end = time.time()
         if first_end is not None:
             clock["steady_time_s"] = time.time() - first_end
-        if pending is not None:
-            pending.write(method, ctx, bar, task)
+        write_pending()
     if plan.budget_end is not None and done == plan.budget_end and any(m.private for m in method.step_mechanisms(done)):
         stopped = True  # the run was planned to end at the budget
     watch.check()

@@ -24,8 +24,8 @@ What it runs, in this order (no new part starts after ``--budget-s``, 420 s; eac
    (the compiled run's warm-up steps compile, untimed) and the epsilon of both (the same release runs).
 
 On CUDA every timed step runs under ``torch.cuda.set_sync_debug_mode("warn")``: the report gives the real
-syncs per step (device reads and blocking copies) beside the steps/s; with ``--data mnist`` it also gives
-each family's physical floor (an estimate, not a measurement) and the time DP-Sinkhorn's paper schedule
+syncs per step (device reads and blocking copies) beside the steps/s, and the Python lines that made them;
+with ``--data mnist`` it also gives each family's physical floor (an estimate, not a measurement) and the time DP-Sinkhorn's paper schedule
 (3.4 M steps to eps = 10 on MNIST) would take at the measured rate, beside the authors' 8.2 h.
 
 It writes ONE markdown report (``--out``, default docs/benchmarks-gpu.md) with the device, the versions
@@ -167,7 +167,21 @@ def count_syncs(device, record: dict):
             yield record
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    record["syncs"] = record.get("syncs", 0) + sum("synchroniz" in str(w.message) for w in caught)
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    record["syncs"] = record.get("syncs", 0) + len(syncs)
+    sites = record.setdefault("sync_sites", {})
+    for w in syncs:  # the Python line that made the synchronising call
+        site = f"{_source(w.filename)}:{w.lineno}"
+        sites[site] = sites.get(site, 0) + 1
+
+
+def _source(filename: str) -> str:
+    """A source file as a reader finds it: relative to the checkout, else to its installed package's folder."""
+    path = Path(filename)
+    if path.is_relative_to(ROOT):
+        return path.relative_to(ROOT).as_posix()
+    parts = path.parts
+    return "/".join(parts[parts.index("site-packages") + 1:]) if "site-packages" in parts else path.name
 
 
 @contextlib.contextmanager
@@ -220,6 +234,8 @@ def measure(family: str, device: str, precision: str, steps: int, warmup: int, r
         out.update(timed_steps=rec["timed_steps"], steps_per_s=rec["timed_steps"] / rec["timed_s"])
         if dev.type == "cuda":
             out["syncs_per_step"] = rec.get("syncs", 0) / rec["timed_steps"]
+            top = sorted(rec.get("sync_sites", {}).items(), key=lambda kv: -kv[1])[:3]
+            out["sync_sites"] = dict(top)  # the lines that synchronised most often in the timed steps
     return out
 
 
@@ -522,6 +538,11 @@ def gpu_side(report: dict) -> list[str]:
                 "blocking copies) and the steps/s beside the physical floor (an estimate from one step's bytes and "
                 "FLOPs, not a measurement; MNIST presets only):\n",
                 f"| family | syncs / step | {dev} fp32 steps/s | floor steps/s |", "|---|---|---|---|", *rows, ""]
+        sites = [(FAMILIES[name][0] if name in FAMILIES else name, runs[f"{dev}/32"]["sync_sites"])
+                 for name, runs in report["families"].items() if (runs.get(f"{dev}/32") or {}).get("sync_sites")]
+        if sites:
+            out += ["Where the syncs were made (the Python lines, with their count over the timed steps):\n",
+                    *(f"* {label}: " + "; ".join(f"`{k}` ×{v}" for k, v in where.items()) for label, where in sites), ""]
     sk = report["families"].get("dpsinkhorn", {}).get(f"{dev}/32") or {}
     if mnist and sk.get("steps_per_s"):
         hours = SINKHORN_PAPER_STEPS / sk["steps_per_s"] / 3600

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -154,8 +155,10 @@ def test_the_device_side_rows_syncs_floor_opacus_and_the_sinkhorn_projection():
     rep["families"]["dpsinkhorn"]["cuda/32"] = {"steps": 40, "timed_steps": 35, "epsilon": 1.0, "steps_per_s": 118.0,
                                                 "syncs_per_step": 0.0}
     rep["opacus"] = {"sigma": 1.0, "dpgen": {"steps_per_s": 150.0}, "opacus": {"steps_per_s": 90.0}}
+    rep["families"]["dpsgd_classifier"]["cuda/32"]["sync_sites"] = {"dpgen/methods/dpsgd_classifier.py:250": 35}
     md = render(rep)
     assert "| DP-SGD classifier | 1.0 | 500.0 | 500 (est.) |" in md
+    assert "* DP-SGD classifier: `dpgen/methods/dpsgd_classifier.py:250` ×35" in md
     assert "| DP-Sinkhorn | 0.0 | 118.0 | 2000 (est.) |" in md
     assert f"**{3.4e6 / 118.0 / 3600:.1f} h** projected, beside the authors' code's 8.2 h" in md
     assert "| dpgen DP-SGD | 150.0 |" in md and "| Opacus | 90.0 |" in md
@@ -166,3 +169,20 @@ def test_the_device_side_rows_syncs_floor_opacus_and_the_sinkhorn_projection():
 def test_opacus_beside_dpsgd_runs_on_cpu(tmp_path):
     out = gpu_check.opacus_beside("cpu", steps=3, warmup=1, run_dir=tmp_path)
     assert out["dpgen"]["steps_per_s"] > 0 and out["opacus"]["steps_per_s"] > 0, out
+
+
+def test_count_syncs_names_the_line_that_synchronised(monkeypatch):
+    """On CUDA each synchronising call's warning is counted and its Python line recorded (here a simulated warning:
+    the debug mode is switched by a stand-in, so the test runs without a GPU)."""
+    import warnings
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+    rec: dict = {}
+    with gpu_check.count_syncs(torch.device("cuda"), rec):
+        for _ in range(2):
+            warnings.warn("called a synchronizing CUDA operation", UserWarning)  # the line recorded
+        warnings.warn("something else", UserWarning)
+    line = next(ln for ln, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# the line recorded" in text)
+    assert rec["syncs"] == 2 and rec["sync_sites"] == {f"tests/tools/test_gpu_check.py:{line}": 2}

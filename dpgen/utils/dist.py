@@ -366,7 +366,7 @@ def sum_gradients(params, also: torch.Tensor | None = None) -> torch.Tensor | No
         return also
     flat = all_reduce_sum(torch.cat([g.reshape(-1) for g in grads] + extra))
     chunks = flat.split([g.numel() for g in grads] + [e.numel() for e in extra])
-    for g, chunk in zip(grads, chunks, strict=False):
+    for g, chunk in zip(grads, chunks[:len(grads)], strict=True):
         g.copy_(chunk.view_as(g))
     return None if also is None else chunks[-1].view_as(also).to(also.dtype)
 

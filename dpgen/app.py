@@ -122,7 +122,7 @@ def run_app(argv: list[str]) -> int:
 
     problem = slurm_tasks_problem()
     if problem is not None:
-        if os.environ.get("SLURM_PROCID", "0") == "0":  # every task finds it, the first says it
+        if os.environ.get("SLURM_PROCID", "0") == "0" and os.environ.get("RANK", "0") == "0":  # every task finds it, the first says it
             print(f"error: {problem}", file=sys.stderr)
         return 2
     problem = preflight(argv)

@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import Mechanism
 from ..privacy.noise import NoisePolicy, NoiseSettings, build_policy, check_policy
-from ..utils import dist, load_checkpoint
+from ..utils import dist
 
 
 @dataclass
@@ -86,13 +86,6 @@ def settle(settings: object, **values: object) -> None:
     the dataclass's ``__post_init__`` only, after the checks."""
     for key, value in values.items():
         object.__setattr__(settings, key, value)
-
-
-def load_resume_checkpoint(path: Path, signature: dict) -> dict:
-    """Load a checkpoint to resume from, refusing one written by a run with other settings."""
-    ck = load_checkpoint(path)
-    check_signature(ck.get("signature", {}), signature)
-    return ck
 
 
 def check_signature(old: dict, signature: dict) -> None:

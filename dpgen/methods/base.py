@@ -142,6 +142,10 @@ class Method(NoiseHolder):
     name: str = "method"  # progress-bar label
     release_name: str = "release.pt"  # weights-only artefact in the run folder
     min_steps: int = 0  # steps before there is a model to release (1: the model IS the first step's release)
+    # how several processes share a step's own work (``methods.parallel``): "rows" (each rank its contiguous rows
+    # of the batch), "blocks" (whole class blocks), "directions" (a part of the step's projection directions) or
+    # "whole" (every rank all of it); the private side is shared by the sampler and the mechanisms
+    split: str = "whole"
     sampler: PrivateSampler | None = None
     mechanisms: dict[str, Mechanism]
 

@@ -384,7 +384,7 @@ class DPSWFlow(_ParticleFlow):
         self.block_rows = (math.ceil(self.one_shot_settings.block_slack * n_priv / c_n)
                            if self.latent.label_mode == "partition" else None)
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.one_shot_settings.calibration,
-                                                 noise=self.release_noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
+                                                 noise=self.noise, seed=mechanism_seed(ctx),
                                                  class_blocks=self.latent.label_mode == "partition", n_private=n_priv,
                                                  device=ctx.device,  # noise and directions drawn on the device
                                                  **self.privacy.dp.release_settings())

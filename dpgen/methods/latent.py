@@ -52,9 +52,9 @@ from ..errors import ConfigError
 from ..logging.progress import progress_bar
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
-from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
+from ..privacy.dpswflow import ROW_DIAMETER
 from ..privacy.mechanisms import GaussianProjectionRelease
-from ..privacy.noise import NoisePolicy, NoiseSettings, PaperNoise
+from ..privacy.noise import NoiseSettings, PaperProjectionNoise
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import clip_rows, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
@@ -433,25 +433,19 @@ class LatentMethod(GenerativeMethod):
         self._steps = self.steps_planned(n_priv)
         self.projection = GaussianProjectionRelease(
             ledger, dim=self.space.dim, steps=self._steps, sample_rate=self.sampler.sample_rate, n_private=n_priv,
-            row_diameter=ROW_DIAMETER, noise=self.release_noise(ledger), seed=mechanism_seed(ctx),
+            row_diameter=ROW_DIAMETER, noise=self.noise, seed=mechanism_seed(ctx),
             device=ctx.device, **self.privacy.dp.release_settings())  # noise and directions drawn on the run's device
         self.mechanisms = {"projection": self.projection}
 
     def noise_settings(self) -> NoiseSettings:
-        """Calibrated, or a non-private run's smoothing (the paper convention's std: ``release_noise``)."""
+        """Calibrated, a non-private run's smoothing, or (``privacy.convention=paper``) the released code's std
+        against the CLT sensitivity it states (at ``privacy.paper_sensitivity_dim`` when given: DPSWgen's
+        C·W² = 1024, not d), which the projection release computes at its k, d and δ."""
+        conv = self.privacy.convention
+        paper = None if conv is None else PaperProjectionNoise(sigma=conv.sigma, epsilon=conv.epsilon,
+                                                               stated_dim=conv.sensitivity_dim)
         return NoiseSettings(private=self.privacy.private, noise_std=self.privacy.noise_std,
-                             history=self.warm_start is not None)
-
-    def release_noise(self, ledger: PrivacyLedger, one_shot: bool = False) -> NoisePolicy:
-        """The noise policy of the method's release (``one_shot``: DPSWflow's one release of the whole set); ``privacy.convention=paper``: the released code's std against the CLT
-        sensitivity it states (at ``privacy.paper_sensitivity_dim`` when given: DPSWgen's C·W² = 1024, not d)."""
-        if self.privacy.convention is None:
-            return self.noise
-        k, delta, stated = self.k, ledger.delta, self.privacy.convention.sensitivity_dim
-        d = stated or self.space.dim
-        std = (paper_one_shot_sigma(self.privacy.convention.epsilon, delta, d, k) if one_shot  # c S / eps (§4.3)
-               else paper_flow_noise_std(self.privacy.convention.sigma, d, k, delta))          # sigma 2 sqrt(w_CLT)
-        return PaperNoise(std, stated_dim=stated)
+                             history=self.warm_start is not None, paper_projection=paper)
 
     def signature(self) -> dict:
         return self._signature

@@ -122,6 +122,7 @@ class Alignment(NoiseHolder, ABC):
         """Build extra networks and the mechanism (calibrated); return what to report in the results.
         Non-private variants: an ``UnnoisedAccess`` (epsilon = inf)."""
         self.mechanism = UnnoisedAccess(actx.ledger, sample_rate=actx.sample_rate)
+        self.batch_size = actx.batch_size  # the source batch (public)
         return {}
 
     def modules(self) -> nn.ModuleDict:
@@ -316,7 +317,6 @@ class DANNAlignment(Alignment):
 
     def setup(self, actx):
         self._mods["disc"] = self.make_discriminator(in_dim=actx.feature_extractor.out_dim).to(actx.device)
-        self.batch_size = actx.batch_size  # the source batch (public)
         return super().setup(actx)
 
     def modules(self):

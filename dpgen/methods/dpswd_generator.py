@@ -126,6 +126,11 @@ class DPSWDGenerator(GenerativeMethod):
     """Generator trained with the DP-SWD loss against private samples."""
 
     split = "blocks"  # several processes: whole class blocks of the generated and released rows
+    # measured (dpgen bench --only distributed, docs/benchmarks.md), said by a run on several CPU processes
+    cpu_split_note = ("every process runs the generator's head (both BatchNorm layers) on the whole batch and draws "
+                      "all the step's directions, and the gradient all-reduce waits on the slower process: 2 processes "
+                      "ran 0.75x the steady steps/s of one at digits_dpswd and 1.24x at mnist_dpswd; below about 1.5x "
+                      "the set-up both processes repeat can eat the gain of a short run; one process (or GPUs) may be faster")
 
     name = "DP-SWD"
     default_dp = ProjectionDP(num_projections=1000, bound="bernstein")  # model.dp when none is given

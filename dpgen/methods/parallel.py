@@ -48,6 +48,15 @@ from ..utils import dist
 SPLITS = ("rows", "blocks", "directions", "whole")
 
 
+def slower_note(method, device: torch.device) -> str | None:
+    """The one line a run on several CPU processes prints when its family's step is too small to gain from the
+    split on gloo (the method's ``cpu_split_note``: the measured figure and its measured reason); None otherwise."""
+    note = getattr(method, "cpu_split_note", None)
+    if note is None or not dist.active() or device.type != "cpu":
+        return None
+    return f"note: on {dist.world_size()} CPU processes {method.name} gains little or runs slower: {note}"
+
+
 # ---------------------------------------------------------------------------- what this rank does
 @dataclass(frozen=True)
 class Share:

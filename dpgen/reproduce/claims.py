@@ -86,7 +86,7 @@ _DPSINKHORN_WARM = ("model.steps=200", "model.noise_multiplier=null", *_WARM, "m
 _AE = ("model.ae_steps=1200", "model.ae_batch_size=64")  # the stored DPSWflow-family runs' public autoencoder
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("mnist-moments", Cell("mnist_moments", EVAL), docs=("README.md", "docs/utility.md"), min_runs=3),
+    Claim("mnist-moments", Cell("mnist_moments", EVAL), docs=("README.md", "docs/utility.md"), min_runs=6),
     Claim("mnist-moments-eps5", Cell("mnist_moments", (*EVAL, "accountant.epsilon=5"))),
     Claim("mnist-dpswd-ot-short", Cell("mnist_dpswd_partition", (*EVAL, *_SHORT)), min_runs=3),
     *(Claim(f"mnist-dpswd-warm{int(100 * s)}-short",

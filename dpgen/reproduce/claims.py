@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .registry import Cell
@@ -281,13 +282,6 @@ def device_kind(ev: dict) -> str:
     return "cuda" if dev.startswith("cuda") else ("cpu" if dev == "cpu" else "not recorded")
 
 
-def _runs(claim_id: str, store: list[dict]) -> list[dict]:
-    from .evidence import match_reason
-
-    claim = next(c for c in CLAIMS if c.id == claim_id)
-    return [ev for ev in store if match_reason(claim.cell, ev) is None]
-
-
 def _t_pvalue(t: float, df: float) -> float:
     from scipy import stats
 
@@ -315,9 +309,10 @@ def paired(a: list[float], b: list[float]) -> tuple[float, float]:
     return t, _t_pvalue(t, len(d) - 1)
 
 
-def compare(cmp: Comparison, store: list[dict]) -> Result:
-    """The comparison over every stored run of both commands on ``cmp.device`` (ValueError: too few runs)."""
-    runs_a, runs_b = _runs(cmp.a, store), _runs(cmp.b, store)
+def compare(cmp: Comparison, runs_of: Callable[[str], list[dict]]) -> Result:
+    """The comparison over every stored run of both commands on ``cmp.device`` (ValueError: too few runs);
+    ``runs_of(claim_id)``: the stored runs of that claim's command (``reproduce.evidence.claim_runs``)."""
+    runs_a, runs_b = runs_of(cmp.a), runs_of(cmp.b)
     on = [[ev for ev in runs if device_kind(ev) == cmp.device] for runs in (runs_a, runs_b)]
     excluded = len(runs_a) + len(runs_b) - len(on[0]) - len(on[1])
 
@@ -413,19 +408,3 @@ COMPARISONS: tuple[Comparison, ...] = (
                "fmnist-dpswd-warm75-fit2000-lr1e-4-eps10-ot0-cnn", design="paired", docs=("docs/utility.md",)),
 )
 
-
-def main() -> int:
-    """``python -m dpgen.reproduce.claims``: each comparison's test over every stored run, as the pages print it."""
-    from .store import load_store
-
-    store = load_store()
-    for cmp in COMPARISONS:
-        try:
-            print(f"{cmp.id}: {summary(compare(cmp, store))}")
-        except ValueError as e:
-            print(f"{cmp.id}: {e}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -146,6 +146,14 @@ def matching_cells(ev: dict, registry: tuple[Row, ...] = REGISTRY) -> list[tuple
             if isinstance(getattr(r, c), Cell) and match_reason(getattr(r, c), ev) is None]
 
 
+def claim_runs(store: list[dict]) -> Callable[[str], list[dict]]:
+    """``runs_of(claim_id)``: the runs of ``store`` that ran that claim's command (for ``claims.compare``)."""
+    from .claims import CLAIMS
+
+    cells = {c.id: c.cell for c in CLAIMS}
+    return lambda claim_id: [ev for ev in store if match_reason(cells[claim_id], ev) is None]
+
+
 def matching_claims(ev: dict) -> list[str]:
     """The ids of dpgen's own utility claims (``reproduce.claims``) that ``ev`` is a run of."""
     from .claims import CLAIMS

@@ -73,3 +73,20 @@ def test_fresh_noise_without_a_checkpoint_to_branch_is_refused(tmp_path):
     assert r.returncode == 2, r.stderr[-2000:]
     assert "error: trainer.fresh_noise=true branches a run from its checkpoint" in r.stderr
     assert "trainer.resume=<run folder or .pt>" in r.stderr
+
+
+def test_a_branch_from_the_command_line_records_itself_and_the_whole_ledger(tmp_path):
+    import json
+
+    from tests.helpers.runs import train_here
+
+    common = ["experiment=digits_dpswd", "logger=local", "evaluator=none", "trainer.progress=false",
+              "trainer.checkpoint_every=2"]
+    r = train_here([*common, "trainer.max_steps=4", f"hydra.run.dir={tmp_path / 'warm'}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = train_here([*common, "trainer.max_steps=6", f"trainer.resume={tmp_path / 'warm'}", "trainer.fresh_noise=true",
+                    f"hydra.run.dir={tmp_path / 'branch'}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((tmp_path / "branch" / "results.json").read_text())
+    assert res["train"]["fresh_noise"] is True and res["train"]["branched_at_step"] == 4
+    assert res["privacy"]["private_steps"] == 6  # the 4 steps before the branch point and its own 2

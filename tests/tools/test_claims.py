@@ -25,7 +25,7 @@ from dpgen.reproduce.claims import (
     text,
     welch,
 )
-from dpgen.reproduce.evidence import _flatten, match_reason
+from dpgen.reproduce.evidence import _flatten, claim_runs, match_reason
 from dpgen.reproduce.store import load_store, neutral
 from tests.helpers.configs import compose_cfg
 
@@ -96,7 +96,7 @@ def test_a_changed_default_is_caught():
 # ------------------------------------------------------------------ comparisons ("A beats B", "no measurable gain")
 @pytest.mark.parametrize("cmp", COMPARISONS, ids=lambda c: c.id)
 def test_a_comparison_says_no_more_than_the_test_over_every_stored_run(cmp, store):
-    result = compare(cmp, store)
+    result = compare(cmp, claim_runs(store))
     for page in cmp.docs:
         problems = check_text(region((ROOT / page).read_text(), cmp.id), result)
         assert not problems, f"{page}, {cmp.id}: " + "; ".join(problems)
@@ -113,7 +113,7 @@ def test_the_old_fashion_mnist_sentence_fails_the_check(store):
     cmp = COMPARISONS[0]
     assert cmp.a == "fmnist-dpswd-warm75-fit2000-lr1e-4-eps10-cnn" and cmp.metric == "acc_logreg"
     page = f"<!-- compare:{cmp.id} -->{OLD_FMNIST_SENTENCE}<!-- /compare -->"
-    problems = check_text(region(page, cmp.id), compare(cmp, store))
+    problems = check_text(region(page, cmp.id), compare(cmp, claim_runs(store)))
     assert problems and "does not print the test over every stored run" in problems[0]
 
 
@@ -153,9 +153,10 @@ def test_runs_on_another_device_are_not_pooled_and_pairs_match_by_seed():
     store = [run(claim_a, s, 0.80 + 0.01 * s, "cpu") for s in range(3)] + [run(claim_a, 9, 0.99, "cuda")]
     store += [run(claim_b, s, 0.79 + 0.01 * s, "cpu") for s in (2, 1, 0)] + [run(claim_b, 5, 0.5)]
     assert [device_kind(e) for e in store[3:4] + store[-1:]] == ["cuda", "not recorded"]
-    welch_result = compare(Comparison("w", claim_a.id, claim_b.id), store)
+    runs_of = claim_runs(store)
+    welch_result = compare(Comparison("w", claim_a.id, claim_b.id), runs_of)
     assert welch_result.excluded == 2 and len(welch_result.a) == len(welch_result.b) == 3
-    pair = compare(Comparison("p", claim_a.id, claim_b.id, design="paired"), store)
+    pair = compare(Comparison("p", claim_a.id, claim_b.id, design="paired"), runs_of)
     assert pair.diff == pytest.approx(1.0) and pair.p == 0.0  # +1 point on every seed, matched by seed
     with pytest.raises(ValueError, match="6 a side needed"):
-        compare(Comparison("w6", claim_a.id, claim_b.id, min_runs=6), store)
+        compare(Comparison("w6", claim_a.id, claim_b.id, min_runs=6), runs_of)

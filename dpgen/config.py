@@ -87,6 +87,7 @@ class TrainerSchema:
     log_every: int = 50
     checkpoint_every: int = 500
     resume: Any = "auto"  # auto | true | false | <run folder or .pt> (dpgen/runs.py)
+    fresh_noise: bool = False  # with trainer.resume=<run folder or .pt>: a branch with fresh secret noise (methods/loop.py)
     overwrite: bool = False
     max_steps: int | None = None
     progress: bool = True
@@ -171,6 +172,9 @@ def validate(cfg: DictConfig) -> None:
     resume = cfg.trainer.get("resume", "auto")
     if isinstance(resume, str) and resume not in ("auto", "true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")
+    if cfg.trainer.get("fresh_noise", False) and str(resume).lower() in ("auto", "true", "false"):
+        raise ConfigError("trainer.fresh_noise=true branches a run from its checkpoint: name the run with "
+                          "trainer.resume=<run folder or .pt> and give the branch its own hydra.run.dir=<new folder>")
     from .logging.run_logger import check_wandb
     check_delta_of_config(cfg)  # δ < 1/N when the dataset config bounds N (before any data is loaded)
 

@@ -176,6 +176,7 @@ def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
     ctx = TrainContext(device=parts.device, logger=parts.logger, run_dir=folder.path, seed=parts.seed,
                         log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
                         resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps,
+                        fresh_noise=bool(cfg.trainer.get("fresh_noise", False)),
                         progress=bool(cfg.trainer.progress) and dist.is_main(),
                         deterministic=bool(cfg.trainer.get("deterministic", False)),
                         precision=check_precision(cfg.trainer.get("precision", 32)),

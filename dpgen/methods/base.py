@@ -49,6 +49,7 @@ class TrainContext:
     log_every: int = 50
     checkpoint_every: int = 500
     resume_from: Path | None = None
+    fresh_noise: bool = False  # a branch: the resumed run's secret generators reseeded from OS entropy (methods/loop.py)
     max_steps: int | None = None  # cap (smoke runs); the privacy calibration still uses the full schedule
     progress: bool = True
     deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable

@@ -301,6 +301,21 @@ def _restore(method: Method, ledger: PrivacyLedger, ck: dict | None, signature: 
     return int(ck["step"])
 
 
+def fresh_noise(method: Method) -> None:
+    """A branch (``trainer.fresh_noise=true``): the secret generators a resumed run draws from (each mechanism's
+    noise and directions, the private sampler's batches and sizes) and torch's global RNG reseeded from OS entropy
+    (rank 0's on every rank), after the checkpoint restored them.  Two branches of one checkpoint then draw
+    independent batches and noise from its step on; the ledger the checkpoint restored (what the run spent up to
+    it, e.g. a warm start's moment release) is carried over, so each branch's ε accounts for the shared part."""
+    for mech in method.mechanisms.values():
+        mech.generator.manual_seed(dist.shared_secret())
+        mech.directions_generator.manual_seed(dist.shared_secret())
+    if method.sampler is not None:
+        method.sampler.generator.manual_seed(dist.shared_secret())
+        method.sampler.size_generator.manual_seed(dist.shared_secret())
+    torch.manual_seed(dist.shared_secret())
+
+
 def _plan(method: Method, budget: Budget, start: int, ctx: TrainContext) -> _Plan:
     """Phase 4: the method's planned length, or (none planned) as many steps as the budget allows; at most
     ``ctx.max_steps``."""
@@ -403,6 +418,9 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
         signature["warm_start"] = warm.signature()
         _warm_up(method, warm, ledger, signature, ctx)
     start = _restore(method, ledger, ck, signature)
+    branch = ctx.fresh_noise and ck is not None
+    if branch:
+        fresh_noise(method)
     _same_state_as_rank0(method)
     ctx.logger.rewind(start)  # metrics.csv: each step once, whatever a killed run logged after the checkpoint
     budget = Budget(ledger)
@@ -416,4 +434,6 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
             "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "processes": ctx.processes,
             **({} if warm is None else {"mechanisms_warm_start": {"moments": warm.method.mech.describe()}}),
-            **method.train_summary(), **({} if warm is None else warm.train_summary())}
+            **method.train_summary(), **({} if warm is None else warm.train_summary()),
+            # a branch: the step it continued from, with fresh secret noise (the ledger includes what came before)
+            **({"branched_at_step": start, "fresh_noise": True} if branch else {})}

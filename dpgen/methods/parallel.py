@@ -221,6 +221,8 @@ class ParallelOptimizer:
         self._reduced = False
 
     def __getattr__(self, name):
+        if name == "optimizer":  # not yet set (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self.optimizer, name)
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -69,6 +69,7 @@ class TrainerSchema:
     threads: Any = 1  # int >= 1 or "auto" (dpgen.utils.threads)
     precision: Any = 32  # 32 | bf16 (dpgen.utils.autocast: model forwards only, never the privacy maths)
     compile: Any = "off"  # off | on (dpgen.utils.compiling: the model, public loss and optimiser step; never the release)
+    graph: Any = "auto"  # auto | on | off (dpgen.methods.capture: the whole step captured once and replayed)
     log_every: int = 50
     checkpoint_every: int = 500
     resume: Any = "auto"  # auto | true | false | <run folder or .pt> (dpgen/runs.py)
@@ -153,6 +154,8 @@ def validate(cfg: DictConfig) -> None:
         check_compile(cfg.trainer.get("compile", "off"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    from .methods.capture import check_graph
+    check_graph(cfg.trainer.get("graph", "auto"))
     resume = cfg.trainer.get("resume", "auto")
     if isinstance(resume, str) and resume not in ("auto", "true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")

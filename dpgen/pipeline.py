@@ -36,6 +36,7 @@ from .logging import SilentLogger
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
+from .methods.capture import resolve_graph
 from .paths import code_version
 from .privacy.card import add_evaluation_reads, n_is_public
 from .privacy.conventions import paper_convention
@@ -177,6 +178,8 @@ def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
                         deterministic=bool(cfg.trainer.get("deterministic", False)),
                         precision=check_precision(cfg.trainer.get("precision", 32)),
                         compile=check_compile(cfg.trainer.get("compile", "off")))
+    ctx.graph = resolve_graph(cfg.trainer.get("graph", "auto"), torch.device(parts.device), ctx.compile,
+                              dist.world_size())
     ctx.release_extra = lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), parts.data, parts.method,
                                                  led, code_version(), folder.path, processes=ctx.processes)
     return ctx

@@ -72,9 +72,11 @@ def compile_function(fn: F, on: bool, device: torch.device) -> F:
     return torch.compile(fn, mode=mode(device), dynamic=False) if on else fn
 
 
-def adam(params: Iterable, on: bool, device: torch.device, **settings) -> torch.optim.Adam:
-    """``torch.optim.Adam(params, **settings)``; compiled (``on``): ``capturable`` on CUDA and a compiled step."""
-    return compile_step(torch.optim.Adam(params, capturable=on and on_gpu(device), **settings), on)
+def adam(params: Iterable, on: bool, device: torch.device, graph: bool = False, **settings) -> torch.optim.Adam:
+    """``torch.optim.Adam(params, **settings)``; compiled (``on``): ``capturable`` on CUDA and a compiled step;
+    ``graph`` (``trainer.graph``: the whole step captured, ``methods.capture``): ``capturable`` on CUDA (its step
+    counts on the device, nothing read back in the graph)."""
+    return compile_step(torch.optim.Adam(params, capturable=(on or graph) and on_gpu(device), **settings), on)
 
 
 def compile_step(opt: torch.optim.Optimizer, on: bool) -> torch.optim.Optimizer:

@@ -83,6 +83,7 @@ from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import RowMap
 from ..utils import autocast, dist
 from ..utils.compiling import adam, compile_function, compile_module
+from ..utils.misc import on_gpu
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .warm_start import WarmTarget, as_warm_start
 
@@ -216,8 +217,9 @@ class DPSWDGenerator(GenerativeMethod):
         # release (sampler, directions, noise) stays eager
         self._generate = compile_module(self.G, ctx.compile, ctx.device)
         self._cost = compile_function(sliced_cost_blocks, ctx.compile, ctx.device)
-        self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
-        self.opt_f = torch.optim.Adam(self.fmap.parameters(), lr=self.feature_lr, betas=(0.5, 0.999)) \
+        self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, ctx.graph, lr=self.lr, betas=self.betas)
+        self.opt_f = torch.optim.Adam(self.fmap.parameters(), lr=self.feature_lr, betas=(0.5, 0.999),
+                                      capturable=ctx.graph and on_gpu(ctx.device)) \
             if self.fmap is not None else None
         self.pub_gen = torch.Generator().manual_seed(ctx.seed + 2)
         # partition: the generated side's labels, m of each class (public, the same every step)
@@ -227,6 +229,10 @@ class DPSWDGenerator(GenerativeMethod):
     @property
     def total_steps(self) -> int:
         return self._steps
+
+    def capturable(self, t: int) -> bool:
+        """The CelebA feature map's step draws its public batch on the host: such a run's steps are eager."""
+        return self.fmap is None
 
     def step(self, t: int) -> dict:
         """DP-SWD, Algorithm 1, one step::
@@ -244,8 +250,8 @@ class DPSWDGenerator(GenerativeMethod):
         if self.label_mode == "partition":                                     # m generated rows of each label
             y_g = self._block_labels
         else:
-            y_g = torch.randint(self.num_classes, (b,), device=self.device)
-        codes = torch.randn(b, self.G.d_code, device=self.device)
+            y_g = torch.randint(self.num_classes, (b,), device=self.device, generator=self.rng)
+        codes = torch.randn(b, self.G.d_code, device=self.device, generator=self.rng)
         # several processes: each rank generates and transports its own whole class blocks, rows lo..hi (one block
         # for every rank or more), else its contiguous rows; every rank draws all codes and labels from identically
         # seeded generators, as one process draws them
@@ -255,7 +261,7 @@ class DPSWDGenerator(GenerativeMethod):
             x_g = dist.generated_rows(self.G, codes, y_g, lo, hi, self._generate)  # G(z) rows lo..hi
         x_g, y_g = x_g.float(), y_g[lo:hi]  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
-        p_s = gaussian_projection_rows(self.rows(x_g, y_g), u, self.projection.noise_std, lo, b)  # 5. P_s = r(G) U + Z_s
+        p_s = gaussian_projection_rows(self.rows(x_g, y_g), u, self.projection.noise_std, lo, b, self.rng)  # 5. P_s = r(G) U + Z_s
         # 4. P_t = r(X_t) U + Z_t (THE release, recorded), 6. SW_q within blocks and its gradient (the processes'
         # shares of the cost and of the gradient added in one all-reduce)
         cost, shared = released_sliced_cost(self.projection, rows_t, u, p_s, self.n_blocks, blocks, self.power, self._cost)

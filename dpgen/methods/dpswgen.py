@@ -60,7 +60,7 @@ class DPSWGen(LatentMethod):
         """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``; ``part = (lo,
         hi)``: rows lo..hi only (the codes of all n drawn, as one process draws them); ``model``: G's compiled view
         (the step's, ``trainer.compile=on``) instead of G."""
-        z = torch.randn(labels.shape[0], self.noise_dim, device=self.device)
+        z = torch.randn(labels.shape[0], self.noise_dim, device=self.device, generator=self.rng)
         if part is not None:
             z, labels = z[part[0]:part[1]], labels[part[0]:part[1]]
         if self.latent.label_mode == "partition":
@@ -77,7 +77,7 @@ class DPSWGen(LatentMethod):
         # release (sampler, directions, noise) stays eager
         self._generate = compile_module(self.G, ctx.compile, ctx.device)
         self._cost = compile_function(sliced_cost_blocks, ctx.compile, ctx.device)
-        self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
+        self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, ctx.graph, lr=self.lr, betas=self.betas)
         self.G.train()
 
     def step(self, t: int) -> dict:
@@ -97,10 +97,10 @@ class DPSWGen(LatentMethod):
             if self.latent.label_mode == "partition":
                 fake = self.generate_latents(y_g, (lo, hi), self._generate)
             else:
-                fake = self._generate(torch.randn(b, self.G.d_code, device=self.device)[lo:hi])
+                fake = self._generate(torch.randn(b, self.G.d_code, device=self.device, generator=self.rng)[lo:hi])
         fake = fake.float()  # projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
-        p_s = gaussian_projection_rows(fake, u, self.projection.noise_std, lo, b)  # G(z) U_t + Z'_t, rows lo..hi
+        p_s = gaussian_projection_rows(fake, u, self.projection.noise_std, lo, b, self.rng)  # G(z) U_t + Z'_t, rows lo..hi
         # Y_t U_t + Z_t (recorded) and SW_2 within class blocks
         cost, shared = released_sliced_cost(self.projection, rows, u, p_s, n_blocks, blocks, 2.0, self._cost)
         self.opt.zero_grad(set_to_none=True)

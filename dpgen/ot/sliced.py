@@ -30,14 +30,15 @@ def _moved(t: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
     return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
-def gaussian_projection_rows(x: torch.Tensor, u: torch.Tensor, sigma: float, lo: int, n: int) -> torch.Tensor:
+def gaussian_projection_rows(x: torch.Tensor, u: torch.Tensor, sigma: float, lo: int, n: int,
+                             generator: torch.Generator | None = None) -> torch.Tensor:
     """Rows ``lo .. lo + len(x)`` of :func:`gaussian_projection_release` of an ``n``-row input whose rows there
-    are ``x``: ``x U`` plus those rows of the ``(n, k)`` noise drawn from torch's global generator, so the
-    parts of the ranks of a data-parallel step (each holding some rows) make up the one-process release.
-    ``lo = 0, n = len(x)``: :func:`gaussian_projection_release` itself."""
+    are ``x``: ``x U`` plus those rows of the ``(n, k)`` noise drawn from ``generator`` (default: torch's global
+    generator), so the parts of the ranks of a data-parallel step (each holding some rows) make up the one-process
+    release.  ``lo = 0, n = len(x)``: :func:`gaussian_projection_release` itself."""
     p = x @ u
     if sigma > 0:
-        noise = torch.randn((n, u.shape[1]), dtype=p.dtype, device=p.device)
+        noise = torch.randn((n, u.shape[1]), dtype=p.dtype, device=p.device, generator=generator)
         p = p + sigma * noise[lo:lo + x.shape[0]]
     return p
 

@@ -301,7 +301,8 @@ class PrivateSampler:
         are, in law, exactly the Poisson batch the accountant assumes; the other rows are records read only to
         fill the shape, each weighted 0.  K > capacity is never truncated (that would change the law): the batch
         is then the exact K-subset of :func:`exact_subset` (variable shape, ``valid`` all True) and the step
-        runs eagerly; :attr:`over_capacity` counts such steps (the run's ``train.steps_over_capacity``).  With
+        runs eagerly; :attr:`over_capacity` counts such steps (checkpointed; a function of the batch sizes, whose
+        law depends on the private N, so it is not published).  With
         ``capacity = privacy.dpsgd.poisson_capacity`` (6 sd above q N) that is about one step in 10^9.
 
         Several processes: every rank draws the same whole batch (rank 0's generators) and keeps its contiguous

@@ -333,6 +333,28 @@ def test_a_steady_state_private_step_reads_nothing_from_the_device_and_copies_no
         assert fs.worst("kernels") <= KERNEL_BOUNDS[family], f"{family}: {fs.worst('kernels')} device kernels per step"
 
 
+# at the MNIST presets' own sizes (28x28 images, the presets' batches and ε-scaling): the static-step check, and the
+# aten ops DP-Sinkhorn's step dispatches (ε-scaling 0.5: 448 measured, of which 18 temperatures of the paired solve)
+MNIST_STATIC = {
+    "dpsinkhorn": (["experiment=mnist_dpsinkhorn"], 450),
+    "dpsgd_classifier": (["experiment=mnist_dpsgd", "accountant.data_dependent_reports=false"], None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(MNIST_STATIC))
+def test_a_poisson_family_at_its_mnist_preset_takes_a_static_step(family, tmp_path, data_root, monkeypatch):
+    from dpgen.bench.step_overhead import family_steps, static_check
+
+    monkeypatch.setenv("DPGEN_DATA_ROOT", str(data_root))
+    preset, most = MNIST_STATIC[family]
+    fs = family_steps(family, tmp_path / "run", ["trainer.graph=on"], preset=preset)
+    faults = static_check(fs)
+    assert not faults, f"{family} (MNIST preset): not a static step:\n" + "\n".join(faults)
+    if most is not None:
+        assert len(fs.intervals[3].sequence) <= most, f"{len(fs.intervals[3].sequence)} aten ops in a step"
+
+
 def test_the_static_step_check_fails_on_the_variable_poisson_batch_of_an_eager_dpsgd_step(tmp_path):
     """Without static shapes (``trainer.graph=off``) DP-SGD's batch is the exact Poisson batch, of a size that varies
     from step to step, drawn on the host inside the step: the check says so."""

@@ -32,6 +32,19 @@ replay is the sampler's padded Poisson batch (the law argued in ``padded_batch``
 accountant's sampling); nothing is read back from the device inside the graph.  Checkpoints are written
 between replays, with the generators' states after the last replay; a resumed run captures again.
 
+What each family captures (``Method.capturable``; the step's public randomness draws from the method's generator
+``Method.rng``, checkpointed by the loop; a model's dropout masks from the device's default generator, which torch
+registers with every capture itself):
+
+* DP-SWD generator, DPSWgen, DPSWflow-r, DPSWflow (after its one release at step 0): every step (fixed-size
+  batches); the DP-SWD generator with the CelebA feature map (its public batch drawn on the host): eager;
+* DP-SGD, DP-Sinkhorn, DP-DANN: every step, the Poisson batch padded (``padded_batch``); eager: a batch above
+  the capacity, DP-SGD with the data-dependent reports (read on the host), DP-Sinkhorn with another loss than the
+  semi-debiased one (its padding would need GeomLoss' weights);
+* the domain adapters (DP-SWD, DP-DANN, and the non-private DANN / SWD baselines when their batch is static): the
+  aligning steps; the warm-up steps before ``model.start_align`` run eagerly (another step);
+* the non-private baselines of the other families: as their private family (the same step, noise 0).
+
 ``backend``: ``"cuda"`` (a CUDA run) or ``"emulated"`` (``trainer.graph=on`` off CUDA, and the tests): the
 same bookkeeping without a graph: the capture runs the step with the records deferred and applies them,
 and a replay runs the captured callable again with its own records deferred and discarded, then applies

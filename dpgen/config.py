@@ -93,7 +93,7 @@ def validate(cfg: DictConfig) -> None:
     from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
     from .privacy.errors import PrivacySettingError
     from .utils import check_precision
-    from .utils.compiling import check_compile
+    from .utils.compiling import check_compile, check_graph
     from .utils.threads import resolve_threads
 
     for group in REQUIRED:
@@ -152,10 +152,9 @@ def validate(cfg: DictConfig) -> None:
     try:
         check_precision(cfg.trainer.get("precision", 32))
         check_compile(cfg.trainer.get("compile", "off"))
+        check_graph(cfg.trainer.get("graph", "auto"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    from .methods.capture import check_graph
-    check_graph(cfg.trainer.get("graph", "auto"))
     resume = cfg.trainer.get("resume", "auto")
     if isinstance(resume, str) and resume not in ("auto", "true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")

@@ -10,8 +10,8 @@ check, the op counts asserted by the tests of the OT solvers and of DP-SGD):
 * a **random op** (:data:`RANDOM_OPS`, ``aten.binomial`` included) draws from the generator passed to it, or from the
   global default generator when none is (:func:`generator_of`);
 * the optimiser takes the path a CUDA run takes: PyTorch picks the multi-tensor ``foreach`` implementation on a
-  GPU and a per-parameter loop on the CPU, so while a counter is installed the default is ``foreach`` everywhere
-  (:func:`foreach_default`), and a CPU count is the CUDA run's.
+  GPU and a per-parameter loop on the CPU, so every optimiser of a step asks for ``foreach=True`` itself
+  (``utils.compiling.adam``, DP-SGD's SGD, DP-Sinkhorn's Adam) and a CPU count is the CUDA run's.
 
 :class:`OpCounter` is the plain counter (a ``TorchDispatchMode``): ``with OpCounter() as c: step()``.
 ``bench.step_overhead.StepOps`` extends it with the placement of every tensor (host or device) and per-step
@@ -21,7 +21,6 @@ intervals.
 from __future__ import annotations
 
 import collections
-import contextlib
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -63,41 +62,6 @@ def signature(func, args: tuple, kwargs: dict) -> tuple:
     return (str(func), tuple((tuple(t.shape), t.dtype) for t in flat))
 
 
-@contextlib.contextmanager
-def foreach_default():
-    """While inside, optimisers without an explicit ``foreach`` / ``fused`` take the ``foreach`` path, as they do on
-    CUDA (``torch.optim.optimizer._default_to_fused_or_foreach`` picks it for CUDA tensors only)."""
-    from torch.optim import optimizer
-
-    original = optimizer._default_to_fused_or_foreach
-
-    def cuda_like(params, differentiable, use_fused=False):
-        if differentiable or torch.jit.is_scripting():
-            return original(params, differentiable, use_fused)
-        return use_fused, not use_fused
-
-    names = [mod for mod in _optimiser_modules() if getattr(mod, "_default_to_fused_or_foreach", None) is original]
-    optimizer._default_to_fused_or_foreach = cuda_like
-    for mod in names:
-        mod._default_to_fused_or_foreach = cuda_like
-    try:
-        yield
-    finally:
-        optimizer._default_to_fused_or_foreach = original
-        for mod in names:
-            mod._default_to_fused_or_foreach = original
-
-
-def _optimiser_modules() -> list:
-    import importlib
-
-    mods = []
-    for name in ("adam", "adamw", "sgd", "rmsprop", "adagrad", "adamax", "nadam", "radam"):
-        with contextlib.suppress(ImportError):
-            mods.append(importlib.import_module(f"torch.optim.{name}"))
-    return mods
-
-
 def flatten(x):
     if isinstance(x, (list, tuple)):
         for v in x:
@@ -113,7 +77,7 @@ class OpCounter(TorchDispatchMode):
     """``with OpCounter() as c: step()`` -> ``c.kernels`` (ops that are not views), ``c.reads`` (value reads of
     tensors on ``read_device``: ``'cpu'``, ``'cuda'``, or None for any), ``c.ops`` (a Counter of the kernels by
     operator name), ``c.dispatched`` (every op, views included), ``c.random`` (the generator of each random op,
-    ``None`` for the global one); the optimisers take the ``foreach`` path (module docstring)."""
+    ``None`` for the global one)."""
 
     def __init__(self, read_device: str | None = None) -> None:
         super().__init__()
@@ -122,17 +86,6 @@ class OpCounter(TorchDispatchMode):
         self.dispatched = 0
         self.random: list[torch.Generator | None] = []
         self.read_device = read_device
-        self._foreach = foreach_default()
-
-    def __enter__(self):
-        self._foreach.__enter__()
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        try:
-            return super().__exit__(*exc)
-        finally:
-            self._foreach.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

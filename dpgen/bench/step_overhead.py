@@ -118,8 +118,7 @@ def _is_device_arg(dev) -> bool | None:
 
 class StepOps(OpCounter):
     """Follows host / device placement of every tensor and counts per step interval (module docstring), in the
-    vocabulary of :mod:`dpgen.bench.op_count` (whose counter it extends: the optimisers take the CUDA run's
-    ``foreach`` path).
+    vocabulary of :mod:`dpgen.bench.op_count` (whose counter it extends).
 
     ``with StepOps() as ops: ...`` installs it; ``ops.mark()`` starts a new interval (``ops.intervals``
     holds the finished ones); nothing is counted before the first ``mark``; ``ops.in_step`` (set around

@@ -168,6 +168,10 @@ class Method(NoiseHolder):
             self._rng = device_generator(int(torch.randint(2**62, ())), getattr(self, "device", None))
         return self._rng
 
+    @rng.setter
+    def rng(self, generator: torch.Generator) -> None:
+        self._rng = generator
+
     name: str = "method"  # progress-bar label
     release_name: str = "release.pt"  # weights-only artefact in the run folder
     min_steps: int = 0  # steps before there is a model to release (1: the model IS the first step's release)

@@ -56,40 +56,10 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import ConfigError
 from ..privacy import PrivacyLedger
 from .base import Method, TrainContext
 
 WARMUP = 3  # eager steps before the capture (torch.cuda.graph's warm-up on a side stream)
-SETTINGS = ("auto", "on", "off")
-
-
-def check_graph(value) -> str:
-    """``trainer.graph`` (auto | on | off; a YAML boolean is taken as on / off) -> the setting."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    text = str(value).strip().lower()
-    if text not in SETTINGS:
-        raise ConfigError(f"trainer.graph={value!r} is unknown; choose auto (one CUDA graph per step on a GPU, the "
-                          "default), on or off (eager steps)")
-    return text
-
-
-def resolve_graph(value, device: torch.device, compile_on: bool = False, processes: int = 1) -> bool:
-    """Whether the run's steps are captured: ``auto`` = on for a CUDA run of one process without
-    ``trainer.compile`` (whose own CUDA graphs take the model), else off; ``on`` refuses those two."""
-    setting = check_graph(value)
-    if setting == "auto":
-        return device.type == "cuda" and not compile_on and processes == 1
-    if setting == "off":
-        return False
-    if compile_on:
-        raise ConfigError("trainer.graph=on and trainer.compile=on both capture the step; choose one "
-                          "(trainer.compile=off to capture the whole step, release included)")
-    if processes > 1:
-        raise ConfigError("trainer.graph=on runs one process (its collectives are not captured); run one process "
-                          "or set trainer.graph=off")
-    return True
 
 
 class StepRunner:

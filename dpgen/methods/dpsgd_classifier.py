@@ -179,7 +179,8 @@ class DPSGDClassifier(Method):
                 ledger.add_reported(acct)
         # trainer.compile=on: the SGD step on the released gradient compiled (utils.compiling); the per-sample
         # gradients, clipping and noise (the release) stay eager
-        self.opt = compile_step(torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum), ctx.compile)
+        self.opt = compile_step(torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum,
+                                                  foreach=True), ctx.compile)
         self.net.train()
         if self.microbatch_setting == "auto":  # one vmap for the whole batch where the device's memory allows
             self.microbatch = auto_microbatch(self.net, _loss_one, (c, h, data.image_shape[2]), ctx.device,

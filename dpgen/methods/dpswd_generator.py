@@ -219,7 +219,7 @@ class DPSWDGenerator(GenerativeMethod):
         self._cost = compile_function(sliced_cost_blocks, ctx.compile, ctx.device)
         self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, ctx.graph, lr=self.lr, betas=self.betas)
         self.opt_f = torch.optim.Adam(self.fmap.parameters(), lr=self.feature_lr, betas=(0.5, 0.999),
-                                      capturable=ctx.graph and on_gpu(ctx.device)) \
+                                      capturable=ctx.graph and on_gpu(ctx.device), foreach=True) \
             if self.fmap is not None else None
         self.pub_gen = torch.Generator().manual_seed(ctx.seed + 2)
         # partition: the generated side's labels, m of each class (public, the same every step)

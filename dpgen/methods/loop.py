@@ -406,7 +406,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     warm = getattr(method, "warm_start", None)  # methods.warm_start: phase 1 and its ledger come before setup
     if warm is not None:
         _warm_release(warm, ck, data, ledger, ctx)
-    method._rng = public_generator(ctx)  # the step's public randomness (codes, labels, smoothing noise), checkpointed
+    method.rng = public_generator(ctx)  # the step's public randomness (codes, labels, smoothing noise), checkpointed
     method.setup(data, ledger, ctx)  # mechanisms calibrated for what the ledger's history leaves
     signature = {"method": type(method).__name__, **method.signature()}
     if warm is not None:

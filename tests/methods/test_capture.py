@@ -17,10 +17,11 @@ import torch
 from dpgen.data.datasets import digits
 from dpgen.errors import ConfigError
 from dpgen.methods import DPSWDGenerator, loop
-from dpgen.methods.capture import StepRunner, check_graph, resolve_graph
+from dpgen.methods.capture import StepRunner
 from dpgen.models import ConvCondGen
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.projection import ProjectionDP
+from dpgen.utils.compiling import check_graph, resolve_graph
 from tests.helpers.context import train_context
 
 
@@ -125,7 +126,7 @@ def test_the_graph_setting():
     assert resolve_graph("on", cpu)  # the emulated capture (tests)
     for bad, words in ((("sometimes", cuda), "trainer.graph='sometimes' is unknown"),
                        (("on", cuda, True), "trainer.compile=off"), (("on", cuda, False, 2), "one process")):
-        with pytest.raises(ConfigError, match=words) as err:
+        with pytest.raises(ValueError, match=words) as err:
             resolve_graph(*bad)
         assert "\n" not in str(err.value)
 

@@ -84,6 +84,7 @@ class TrainerSchema:
     threads: Any = 1  # int >= 1 or "auto" (dpgen.utils.threads)
     precision: Any = 32  # 32 | bf16 (dpgen.utils.autocast: model forwards only, never the privacy maths)
     compile: Any = "off"  # off | on (dpgen.utils.compiling: the model, public loss and optimiser step; never the release)
+    graph: Any = "auto"  # auto | on | off (dpgen.methods.capture: the whole step captured once and replayed)
     log_every: int = 50
     checkpoint_every: int = 500
     resume: Any = "auto"  # auto | true | false | <run folder or .pt> (dpgen/runs.py)
@@ -108,7 +109,7 @@ def validate(cfg: DictConfig) -> None:
     from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
     from .privacy.errors import PrivacySettingError
     from .utils import check_precision
-    from .utils.compiling import check_compile
+    from .utils.compiling import check_compile, check_graph
     from .utils.threads import resolve_threads
 
     for group in REQUIRED:
@@ -167,6 +168,7 @@ def validate(cfg: DictConfig) -> None:
     try:
         check_precision(cfg.trainer.get("precision", 32))
         check_compile(cfg.trainer.get("compile", "off"))
+        check_graph(cfg.trainer.get("graph", "auto"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     resume = cfg.trainer.get("resume", "auto")

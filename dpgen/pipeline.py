@@ -44,7 +44,7 @@ from .privacy.errors import PrivacySettingError
 from .privacy.noise import build_policy
 from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, dist, pick_device, seed_everything, unavailable_device
-from .utils.compiling import check_compile, resolve_graph
+from .utils.compiling import check_compile, check_graph, resolve_graph
 from .utils.threads import apply_threads
 
 
@@ -184,6 +184,7 @@ def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
     try:
         ctx.graph = resolve_graph(cfg.trainer.get("graph", "auto"), torch.device(parts.device), ctx.compile,
                                   dist.world_size())
+        ctx.graph_required = ctx.graph and check_graph(cfg.trainer.get("graph", "auto")) == "on"
     except ValueError as e:
         raise ConfigError(str(e)) from None
     ctx.release_extra = lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), parts.data, parts.method,

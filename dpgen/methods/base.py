@@ -60,6 +60,7 @@ class TrainContext:
     precision: str = "32"  # "bf16": bfloat16 autocast around model forwards (utils.autocast), never the privacy maths
     compile: bool = False  # trainer.compile=on: torch.compile of the model, public loss and optimiser step (utils.compiling)
     graph: bool = False  # trainer.graph: the whole step captured once and replayed (methods.capture; static shapes)
+    graph_required: bool = False  # trainer.graph=on (not auto): a step that cannot be captured is an error, not eager
     # ledger -> public entries added to the release (config, public facts, privacy card: dpgen.export.release)
     release_extra: Callable[[PrivacyLedger], dict] | None = None
     processes: dict | None = None  # how the run is spread over processes (``utils.dist.processes``; set by the loop)

@@ -17,6 +17,10 @@
    values are the graph's static outputs; Adam runs with ``capturable=True`` (its step counts on the device);
 5. every later capturable step is one ``replay()``.
 
+``trainer.graph=auto`` (the default on a CUDA run): a capture that fails (an operation a graph cannot hold) is
+said in one console line and the run goes on eagerly (:meth:`StepRunner._give_up`: a capture runs no kernel, so
+nothing it deferred is recorded); ``trainer.graph=on`` raises instead.
+
 The privacy argument of a replay.  What is captured is the step's kernels, with the mechanism's noise
 draw ``randn(shape, generator=mech.generator) * noise_std``: the std is the calibrated constant the
 mechanism fixed once (a Python float baked into the kernel, the same number the eager step multiplies by),
@@ -55,6 +59,7 @@ silently under a graph).
 from __future__ import annotations
 
 import torch
+from rich.console import Console
 
 from ..privacy import PrivacyLedger
 from .base import Method, TrainContext
@@ -80,6 +85,8 @@ class StepRunner:
         self.draws = 0  # the captured step's sampler draws (counted per replay)
         self.warm = self.captures = self.replays = self.eager = 0
         self._side = None
+        self.required = bool(getattr(ctx, "graph_required", False))  # trainer.graph=on: a failed capture is an error
+        self.failed: str | None = None  # auto: why the capture failed (the run went on eagerly)
 
     # -- the step ------------------------------------------------------------------------------
     def run(self, t: int) -> dict:
@@ -117,8 +124,13 @@ class StepRunner:
             for gen in m.generators():
                 if gen.device.type == "cuda":
                     graph.register_generator_state(gen)
-            with self.ledger.deferred() as records, torch.cuda.graph(graph, stream=self._side):
-                self.outputs = m.step(t)
+            try:
+                with self.ledger.deferred() as records, torch.cuda.graph(graph, stream=self._side):
+                    self.outputs = m.step(t)
+            except Exception as err:  # noqa: BLE001 - auto: the run goes on eagerly, and says so
+                if self.required:
+                    raise
+                return self._give_up(t, draws, err)
             self.graph = graph
         else:
             with self.ledger.deferred() as records:
@@ -132,6 +144,18 @@ class StepRunner:
             return self._replay()  # a capture records the kernels without running them: the step is its first replay
         self._apply()
         return self.outputs
+
+    def _give_up(self, t: int, draws: int, err: Exception) -> dict:
+        """``trainer.graph=auto`` and the capture failed: nothing it recorded ran (a capture runs no kernel), so its
+        deferred records are dropped and the step runs eagerly, releasing and recording as without a graph; so do all
+        later steps.  One console line names the reason."""
+        if self.method.sampler is not None:
+            self.method.sampler.draws = draws
+        self.backend, self.graph, self.failed = None, None, f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+        Console(stderr=True).log(f"trainer.graph=auto: the step could not be captured as a CUDA graph ({self.failed}); "
+                                 "the run goes on with eager steps (trainer.graph=off skips the attempt)")
+        torch.cuda.synchronize()
+        return self.method.step(t)
 
     def _replay(self) -> dict:
         if self.backend == "cuda":
@@ -162,6 +186,8 @@ class StepRunner:
         eager steps includes the steps whose batch exceeded the capacity, a function of the batch sizes whose law
         depends on the private N: only the backend is published then (the count stays in the checkpoint's sampler
         state, ``over_capacity``).  Otherwise the counts follow the public schedule (warm-up, capture, replays)."""
+        if self.failed is not None:
+            return {"graph": "off", "graph_failed": self.failed}
         sampler = self.method.sampler
         if sampler is not None and sampler.capacity is not None:
             return {"graph": self.backend}

@@ -442,7 +442,7 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
             **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
             "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "processes": ctx.processes,
             **({} if warm is None else {"mechanisms_warm_start": {"moments": warm.method.mech.describe()}}),
-            **({} if runner.backend is None else runner.summary()),
+            **({} if runner.backend is None and runner.failed is None else runner.summary()),
             **method.train_summary(), **({} if warm is None else warm.train_summary()),
             # a branch: the step it continued from, with fresh secret noise (the ledger includes what came before)
             **({"branched_at_step": start, "fresh_noise": True} if branch else {})}

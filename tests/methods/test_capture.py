@@ -103,6 +103,48 @@ def test_each_replay_records_the_captured_releases_once_and_a_changed_step_is_re
         runner.run(8)
 
 
+class _FailingGraph:
+    """Stands in for ``torch.cuda.CUDAGraph`` whose capture fails (an operation a graph cannot hold)."""
+
+    def register_generator_state(self, gen):
+        pass
+
+
+class _failing_capture:  # noqa: N801 - stands in for the context manager torch.cuda.graph
+    def __init__(self, graph, stream=None):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        raise RuntimeError("operation not permitted when stream is capturing\nsecond line")
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_a_failed_capture_under_auto_goes_on_eagerly_and_records_only_what_ran(tmp_path, monkeypatch, required):
+    from dpgen.privacy.mechanisms import UnnoisedAccess
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FailingGraph)
+    monkeypatch.setattr(torch.cuda, "graph", _failing_capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    ledger = PrivacyLedger(None, 1e-5)
+    toy = _Toy(UnnoisedAccess(ledger, sample_rate=0.1))
+    runner = StepRunner(toy, ledger, train_context(tmp_path, graph=True, graph_required=required), backend="cuda",
+                        warmup=0)
+    if required:  # trainer.graph=on: the failure is the user's to see
+        with pytest.raises(RuntimeError, match="not permitted"):
+            runner.run(0)
+        assert ledger.steps == 0
+        return
+    for t in range(3):
+        runner.run(t)
+    # the failed capture recorded nothing (it ran no kernel); each step ran eagerly, once, and recorded once
+    assert ledger.steps == 3 and toy.mech.releases == 3 and toy.calls == [0, 0, 1, 2]
+    assert runner.backend is None and runner.summary()["graph"] == "off"
+    assert runner.summary()["graph_failed"].startswith("RuntimeError: operation not permitted")
+
+
 def test_nothing_is_recorded_inside_a_deferred_block():
     from dpgen.privacy.mechanisms import UnnoisedAccess
 

@@ -62,6 +62,7 @@ import torch
 from rich.console import Console
 
 from ..privacy import PrivacyLedger
+from ..utils.misc import on_gpu
 from .base import Method, TrainContext
 
 WARMUP = 3  # eager steps before the capture (torch.cuda.graph's warm-up on a side stream)
@@ -76,7 +77,7 @@ class StepRunner:
         self.method, self.ledger = method, ledger
         on = bool(getattr(ctx, "graph", False))
         self.backend = backend if backend is not None else (
-            None if not on else "cuda" if ctx.device.type == "cuda" else "emulated")
+            None if not on else "cuda" if on_gpu(ctx.device) else "emulated")
         self.warmup = int(warmup)
         self.graph = None
         self._t = 0  # the captured step's index
@@ -122,7 +123,7 @@ class StepRunner:
         if self.backend == "cuda":
             graph = torch.cuda.CUDAGraph()
             for gen in m.generators():
-                if gen.device.type == "cuda":
+                if on_gpu(gen.device):
                     graph.register_generator_state(gen)
             try:
                 with self.ledger.deferred() as records, torch.cuda.graph(graph, stream=self._side):

@@ -13,7 +13,9 @@ STORE = ROOT / "evidence"
 
 # overrides (and resolved-config keys) that do not change what a run measures
 # evaluator.workers: the CNN in a second process or this one, the same numbers (tests/runs/test_eval_workers.py)
-NEUTRAL = ("seed", "logger", "logger.*", "trainer.progress", "trainer.log_every", "trainer.threads",
+# trainer.graph: how the steps are launched (a replay runs the captured step's kernels: the same numbers,
+# tests/methods/test_capture.py), not what they compute
+NEUTRAL = ("seed", "logger", "logger.*", "trainer.progress", "trainer.log_every", "trainer.threads", "trainer.graph",
            "trainer.checkpoint_every", "trainer.device", "trainer.resume", "hydra.*", "model.autoencoder_cache",
            "evaluator.fid.cache_dir", "evaluator.device", "evaluator.workers", "paths.*", "experiment_name", "dataset.seed")
 

@@ -108,7 +108,7 @@ def resolve_graph(value, device: torch.device, compile_on: bool = False, process
     without ``trainer.compile`` (whose own CUDA graphs take the model), else off; ``on`` refuses those two."""
     setting = check_graph(value)
     if setting == "auto":
-        return device.type == "cuda" and not compile_on and processes == 1
+        return on_gpu(device) and not compile_on and processes == 1
     if setting == "off":
         return False
     if compile_on:

@@ -381,6 +381,7 @@ def test_the_step_counter_sees_what_a_cuda_run_would_wait_for():
         _ = h.to(dev), x[[0, 2]], torch.tensor([1.0, 2.0], device=dev), x + torch.randn(8, 3)
         _ = x + torch.tensor(2.0), x.view(24), torch.zeros(3, device=dev)  # a host scalar, a view, a device factory
         ops.mark()
+        ops.in_step = True  # host draws count inside a step (the sampler's host size draw is made before it)
         _ = torch.randn(5), torch.randn(5, device=dev)
         ops.stop()
     reads, copies, draws = ops.intervals

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import platform
+import textwrap
 import time
 
 import torch
@@ -164,13 +165,15 @@ def section(device: torch.device) -> str:
     r = beside(dev)
     d, o = r["dpgen"], r["opacus"]
     memory = "peak allocated device memory" if dev == "cuda" else "peak resident set of the side's process"
-    lines = [
-        "## DP-SGD beside Opacus (`--only dpsgd`)", "",
+    text = (
         f"The mnist_dpsgd network (GroupNorm), Poisson batches of expected size {BATCH} from {16 * BATCH:,} random "
         f"MNIST-shaped images, C = {CLIP}, sigma = {SIGMA}, SGD; {WARMUP} warm-up step then {STEPS} timed steps "
         f"(wall clock), each side in its own process, {dev}"
         + (", one torch thread" if dev == "cpu" else "") + f" ({platform.processor() or platform.machine()}); "
-        f"memory: the {memory} (MiB). `dpgen/bench/dpsgd.py`.", "",
+        f"memory: the {memory} (MiB). `dpgen/bench/dpsgd.py`.")
+    lines = [
+        "## DP-SGD beside Opacus (`--only dpsgd`)", "",
+        textwrap.fill(text, width=110, break_long_words=False, break_on_hyphens=False), "",
         "| implementation | steps/s | peak memory (MiB) |", "|---|---|---|",
         f"| dpgen (`model.per_sample={d.get('per_sample', 'auto')}`, chunks of {d.get('microbatch', '?')}) | "
         + " | ".join(_cell(d)) + " |",

@@ -114,7 +114,7 @@ class DPSGDClassifier(Method):
         if microbatch != "auto" and not (isinstance(microbatch, int) and microbatch >= 1):
             raise ValueError(f"model.microbatch must be auto or an integer >= 1, got {microbatch!r}")
         self.microbatch_setting = microbatch
-        self.per_sample = check_rule(per_sample)  # model.per_sample: auto | vmap | unfold (privacy.per_sample)
+        self.per_sample = check_rule(per_sample, "model.per_sample")  # model.per_sample: auto | vmap | unfold (privacy.per_sample)
         self.rule = "vmap" if per_sample == "vmap" else "unfold"  # resolved in setup, once the network exists
         self.microbatch = cpu_microbatch(self.rule) if microbatch == "auto" else int(microbatch)
         if pair_samples < 3:
@@ -218,7 +218,7 @@ class DPSGDClassifier(Method):
             self.ba.deferred.stage()
         # the norm of the released (noised) gradient: public; NaN/inf in it is caught by the loop's
         # non-finite check (kept on the device, raised at the next log / checkpoint step: no host sync here)
-        return {"released_grad_norm": torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(grads.values()))))}
+        return {"released_grad_norm": torch.nn.utils.get_total_norm(list(grads.values()))}
 
     # ------------------------------------------------------------------------------------
     def private_gradient(self, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None) -> Grads:

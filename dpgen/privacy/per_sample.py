@@ -23,7 +23,7 @@ padding row's loss is multiplied by 0, so its gradient and its norm are exactly 
 ``rule="vmap"`` (:func:`vmap_per_sample_grads`) is ``torch.func.vmap(grad(...))`` of a one-sample loss: any
 layer, but functorch lowers a convolution's per-sample weight gradient to a grouped convolution with groups =
 batch size, a slow kernel on a GPU.  A model with a trainable layer outside :data:`RULES` takes the vmap path and
-says so once (:func:`uncovered_layers`).  Which of the two ``model.per_sample=auto`` takes: :func:`resolve_rule`.
+says so once (:func:`uncovered_layers`).  Which of the two ``auto`` takes: :func:`resolve_rule`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ PerSampleLoss = Callable[..., torch.Tensor]
 RULE_CHOICES = ("auto", "vmap", "unfold")
 
 
-def check_rule(value: str, setting: str = "model.per_sample") -> str:
+def check_rule(value: str, setting: str = "the per-sample path") -> str:
     """``value`` if it names a per-sample path, else a ValueError naming the setting and the choices."""
     if value not in RULE_CHOICES:
         raise ValueError(f"{setting}={value!r}: choose one of {', '.join(RULE_CHOICES)} (auto: unfold where every "
@@ -276,7 +276,7 @@ _WARNED: set[str] = set()
 
 
 def resolve_rule(setting: str, model: nn.Module, device: torch.device) -> str:
-    """``model.per_sample`` -> the path a run takes: ``vmap`` or ``unfold``.
+    """The per-sample setting (``auto``, ``unfold``, ``vmap``) -> the path a run takes: ``vmap`` or ``unfold``.
 
     ``auto``: ``unfold`` when every trainable layer has a rule (on a GPU its matrix products replace the grouped
     convolutions of vmap; on the CPU it measured faster too: docs/methods/dp-sgd.md), else ``vmap``.  A model with
@@ -289,8 +289,8 @@ def resolve_rule(setting: str, model: nn.Module, device: torch.device) -> str:
         key = f"{type(model).__name__}: {', '.join(missing)}"
         if key not in _WARNED:
             _WARNED.add(key)
-            warnings.warn(f"per-sample gradients: no rule for {', '.join(missing)}; these models take the vmap path "
-                          f"(model.per_sample={setting})", stacklevel=2)
+            warnings.warn(f"per-sample gradients: no rule for {', '.join(missing)}; this model takes the vmap path "
+                          f"(asked for: {setting})", stacklevel=2)
         return "vmap"
     del device  # the same choice on every device (measured: module docstring of resolve_rule)
     return "unfold"

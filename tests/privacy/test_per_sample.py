@@ -178,7 +178,7 @@ def test_a_layer_without_a_rule_falls_back_to_vmap_and_says_so_once():
 
 def test_a_bad_per_sample_value_names_the_setting_and_the_choices():
     with pytest.raises(ValueError, match=r"model.per_sample='fast'.*auto, vmap, unfold"):
-        check_rule("fast")
+        check_rule("fast", "model.per_sample")
     from dpgen.methods.dpsgd_classifier import DPSGDClassifier
     from dpgen.models import mnist_convnet
 

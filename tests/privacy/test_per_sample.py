@@ -184,6 +184,13 @@ def test_a_bad_per_sample_value_names_the_setting_and_the_choices():
 
     with pytest.raises(ValueError, match="model.per_sample"):
         DPSGDClassifier(network=mnist_convnet, per_sample="ghosts")
+    from dpgen.preflight import PER_SAMPLE_PATHS, preflight
+
+    assert PER_SAMPLE_PATHS == per_sample.RULE_CHOICES
+    line = preflight(["experiment=digits_dpsgd", "model.per_sample=ghost"])
+    assert line.startswith("model.per_sample='ghost' is not a per-sample path") and "\n" not in line
+    assert preflight(["experiment=digits_shift_dp_dann", "model.alignment.per_sample=fast"]).startswith(
+        "model.alignment.per_sample='fast'")
 
 
 # -- a DP-SGD step at mnist_dpsgd sizes: no grouped convolution -------------------------------------------------------

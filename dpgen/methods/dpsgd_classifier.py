@@ -171,6 +171,8 @@ class DPSGDClassifier(Method):
                                       device=ctx.device)  # Poisson on an accelerator: privacy.sampler.poisson_indices
         q = self.sampler.sample_rate
         self._steps = self.steps_planned(n_priv)
+        # trainer.graph: static shapes, the Poisson batch padded to a public capacity (privacy.sampler.padded_batch)
+        self.capacity = poisson_capacity(n_priv, q) if ctx.graph and ledger.sampling == "poisson" else None
         if self.private:  # lines 6-7: the one private release per step
             self.gradient_release = NoisyGradientSum(ledger, clip_norm=self.C, sample_rate=q, expected_batch_size=q * n_priv,
                                                      noise=self.noise, steps=self._steps, seed=mechanism_seed(ctx, 2),
@@ -188,7 +190,8 @@ class DPSGDClassifier(Method):
                 ledger.add_reported(acct)
         # trainer.compile=on: the SGD step on the released gradient compiled (utils.compiling); the per-sample
         # gradients, clipping and noise (the release) stay eager
-        self.opt = compile_step(torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum), ctx.compile)
+        self.opt = compile_step(torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum,
+                                                  foreach=True), ctx.compile)
         self.net.train()
         self.rule = resolve_rule(self.per_sample, self.net, ctx.device)
         self.grads = PerSampleGradients(self.net, _losses, self.rule)
@@ -206,13 +209,16 @@ class DPSGDClassifier(Method):
     def step(self, t: int) -> dict:
         """DP-SGD, one step: ``g~ = (sum_{i in B_t} clip_C(grad l(theta; x_i, y_i)) + N(0, s^2 I)) / (q N)``,
         ``theta <- theta - lr g~`` (B_t a Poisson(q) private batch)."""
-        x, y = self.sampler.sample()                                           # 1. private batch
+        if self.capacity:  # static shapes: the same Poisson batch in `capacity` rows, padding rows weighted 0
+            x, y, valid = self.sampler.padded_batch(self.capacity)
+        else:
+            (x, y), valid = self.sampler.sample(), None                       # 1. private batch
         x, y = self.normalize(x.to(self.device)), y.to(self.device)
         if self.private:
-            grads = self.private_gradient(x, y)                               # 2-3. clip, sum, noise (recorded)
+            grads = self.private_gradient(x, y, valid)                        # 2-3. clip, sum, noise (recorded)
         else:
             self.gradient_release.release()                                             # un-noised access (recorded)
-            grads = self.plain_gradient(x, y)
+            grads = self.plain_gradient(x, y, valid)
         assign_grads(self.net, grads, owned=True)
         self.opt.step()                                                        # 4. theta <- theta - lr g~
         if self.reports and (t + 1) % self.log_every == 0:  # the reports' distances start their copy to the host
@@ -223,6 +229,10 @@ class DPSGDClassifier(Method):
         return {"released_grad_norm": torch.nn.utils.get_total_norm(list(grads.values()))}
 
     # ------------------------------------------------------------------------------------
+    def capturable(self, t: int) -> bool:
+        """The data-dependent reports account their distances on the host: such a step runs eagerly."""
+        return not self.reports
+
     def private_gradient(self, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None) -> Grads:
         """The released gradient of a batch (normalised, on the device): lines 5-7 through the mechanism, the
         per-sample gradients by ``model.per_sample`` in chunks of ``model.microbatch`` (``valid``: the real rows
@@ -289,10 +299,15 @@ class DPSGDClassifier(Method):
         p = self.pair_samples
         return p if self.pair_mode == "add_remove" else p * (p - 1) // 2
 
-    def plain_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
+    def plain_gradient(self, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None) -> Grads:
         """The non-private SGD gradient of the mean loss of a batch (``private=false`` baseline): the sum of the
-        losses over the batch divided by its size (several processes: over the whole batch, every rank's rows)."""
+        losses over the batch divided by its size (several processes: over the whole batch, every rank's rows);
+        ``valid`` (a padded batch, one process: ``trainer.graph``): the mean over the valid rows, padding weighted 0."""
         self.net.zero_grad(set_to_none=True)
+        if valid is not None:
+            w = valid.to(x.dtype)
+            ((F.cross_entropy(self.net(x), y, reduction="none") * w).sum() / w.sum().clamp(min=1.0)).backward()
+            return {k: p.grad.detach().clone() for k, p in self.net.named_parameters()}
         with own_draws():  # several processes: this rank's dropout masks, the public streams kept in step
             loss_sum = F.cross_entropy(self.net(x), y, reduction="sum") if x.shape[0] else x.new_zeros(())
         batch_mean_backward(loss_sum, x.shape[0], self.net.parameters())

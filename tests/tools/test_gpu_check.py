@@ -215,3 +215,20 @@ def test_the_kernel_table_of_one_dpsgd_step_is_a_profiler_table_on_the_cpu():
 
     table = dpsgd.kernel_table("cpu", batch=8, rows=5)
     assert "aten::" in table and "Self CPU" in table
+
+
+def test_the_dry_run_lists_trainer_graph_off_beside_on_for_every_family_and_the_report_shows_both(capsys):
+    assert main(["--dry-run", "--data", "mnist"]) == 0
+    out = capsys.readouterr().out
+    for name, (label, _) in FAMILIES.items():
+        assert f"trainer.graph=off beside on (auto), {label}: cuda precision=32" in out, name
+    assert "DP-Sinkhorn's paper schedule" in out and "with trainer.graph on and off" in out
+    fake = _fake()
+    on = {"steps": 40, "timed_steps": 35, "timed_s": 0.1, "steps_per_s": 350.0, "epsilon": 1.25, "peak_mib": 1.0,
+          "bf16_forwards": 0}
+    off = {**on, "steps_per_s": 70.0}
+    fake["meta"] = {**fake["meta"], "data": "mnist"}
+    fake["families"] = {"dpsinkhorn": {"cuda/32": on}}
+    md = render({**fake, "graph_off": {"dpsinkhorn": off}})
+    assert "| DP-Sinkhorn | 70.0 | 350.0 | ×5.0 | 1.2500 / 1.2500 |" in md
+    assert f"**{3.4e6 / 350 / 3600:.1f} h** projected; `off`: {3.4e6 / 70 / 3600:.1f} h" in md

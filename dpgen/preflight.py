@@ -30,6 +30,7 @@ from .paths import CONFIGS
 _RUN_FLAGS = {"-m", "--multirun", "-r", "--run"}  # anything else starting with "-" is Hydra's to answer
 CREATED: list[Path] = []  # the run folder and the parents it lacked when checked (removed again if left empty)
 CHECKED: list[Path] = []  # the run (or sweep) folder the last command line names, resolved (its clock included)
+PER_SAMPLE_PATHS = ("auto", "vmap", "unfold")  # privacy.per_sample.RULE_CHOICES (tests/privacy/test_per_sample.py)
 PLUS_NOTE = "(Hydra's '+key=value' adds a NEW setting that nothing reads; use it only for that.)"
 
 
@@ -51,8 +52,20 @@ def preflight(argv: list[str], config_dir: Path = CONFIGS, nproc: int = 1) -> st
     cfg, problem = _compose(overrides, config_dir)
     if problem is not None:
         return problem
-    return (misspelt_additions(overrides, cfg) or unavailable_devices(cfg, nproc) or unwritable_run_dir(cfg, multirun)
-            or single_process_only(cfg, nproc))
+    return (misspelt_additions(overrides, cfg) or bad_per_sample(cfg) or unavailable_devices(cfg, nproc)
+            or unwritable_run_dir(cfg, multirun) or single_process_only(cfg, nproc))
+
+
+def bad_per_sample(cfg) -> str | None:
+    """``model.per_sample`` / ``model.alignment.per_sample`` (DP-SGD, DP-DANN) outside the per-sample paths
+    (:data:`PER_SAMPLE_PATHS`, ``privacy.per_sample.RULE_CHOICES``: written here so the check loads no torch)."""
+    model = cfg.get("model") or {}
+    for key, node in (("model.per_sample", model), ("model.alignment.per_sample", model.get("alignment") or {})):
+        value = node.get("per_sample") if hasattr(node, "get") else None
+        if value is not None and value not in PER_SAMPLE_PATHS:
+            return (f"{key}={value!r} is not a per-sample path: choose one of {', '.join(PER_SAMPLE_PATHS)} "
+                    "(auto: the layer rules where every trainable layer has one, else vmap)")
+    return None
 
 
 def first_values(overrides: list[str]) -> list[str]:

@@ -19,6 +19,9 @@ What it runs, in this order (no new part starts after ``--budget-s``, 420 s; eac
 5. DP-SGD beside Opacus on the same network, batch size, clip norm and noise multiplier (sigma = 1, Poisson
    batches, random public inputs of the data's shape): steps/s of both on the device (``opacus`` is the
    ``bench`` extra; without it the row says so).
+   On CUDA also the ``dpgen bench --only dpsgd`` pair on the device (``dpgen/bench/dpsgd.py``: the mnist_dpsgd
+   network at batch 1,024, each side in its own process: steps/s and peak device memory), and the
+   ``torch.profiler`` table of one DP-SGD step of that network: its CUDA kernels by total device time.
 6. ``trainer.compile=on`` beside ``off`` (``dpgen.utils.compiling``: the model as CUDA graphs, the loss and the
    Adam step compiled) for the families of :data:`COMPILE_FAMILIES`, on the device in float32: steps/s of both
    (the compiled run's warm-up steps compile, untimed) and the epsilon of both (the same release runs).
@@ -100,6 +103,7 @@ FLOOR_MS = {"dpsgd_classifier": 2.0, "dpswd_generator": 0.15, "dpswd_adapter": 0
             "dpswflow_r": 0.2, "dpswgen": 0.1}
 SINKHORN_PAPER_STEPS, SINKHORN_AUTHORS_H = 3.4e6, 8.2  # MNIST to eps = 10; the authors' code: 29,626 s on one GPU
 OPACUS_SIGMA = 1.0
+DPSGD_BATCH = 1024  # the mnist_dpsgd batch of the Opacus pair and the kernel profile (dpgen/bench/dpsgd.py)
 
 # (device kind, trainer.precision) of every family's runs; "device" is the --device
 SETTINGS = (("cpu", "32"), ("device", "32"), ("device", "bf16"))
@@ -283,7 +287,9 @@ def opacus_beside(device: str, steps: int, warmup: int, run_dir: Path, data: str
                 if done == steps:
                     break
         synchronize(dev)
-        return {"steps_per_s": (steps - warmup) / (time.perf_counter() - t0), "batch_size": m.batch_size, "clip_norm": m.C}
+        peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None
+        return {"steps_per_s": (steps - warmup) / (time.perf_counter() - t0), "batch_size": m.batch_size, "clip_norm": m.C,
+                "peak_mib": peak}
 
     from dpgen.utils.misc import synchronize
 
@@ -382,6 +388,11 @@ def plan(families: list[str], device: str, steps: int, warmup: int, data: str = 
     if "dpsgd_classifier" in families:
         lines.append(f"DP-SGD beside Opacus: {device}, same network / batch / clip, sigma={OPACUS_SIGMA}, {steps} steps "
                      f"({warmup} warm-up): {' '.join(composition('dpsgd_classifier', data))}")
+        if device.startswith("cuda"):
+            lines.append(f"DP-SGD beside Opacus at mnist_dpsgd sizes (dpgen/bench/dpsgd.py): {device}, batch "
+                         f"{DPSGD_BATCH}, steps/s and peak device memory, each side in its own process")
+            lines.append(f"torch.profiler table of one DP-SGD step (mnist_dpsgd network, batch {DPSGD_BATCH}): CUDA "
+                         "kernels by device time")
     if device.startswith("cuda"):
         lines += [f"trainer.compile=on beside off, {FAMILIES[n][0]}: {device} precision=32, {steps} steps ({warmup} "
                   "warm-up, compiling)" for n in COMPILE_FAMILIES if n in families]
@@ -579,8 +590,24 @@ def gpu_side(report: dict) -> list[str]:
         else:
             o, d = op.get("opacus", {}), op.get("dpgen", {})
             out += [f"Same network, batch size, clip norm, σ = {op['sigma']}, Poisson batches, {dev}, fp32.\n",
-                    "| implementation | steps/s |", "|---|---|", f"| dpgen DP-SGD | {_cell(d)} |",
-                    f"| Opacus | {_cell(o)} |", ""]
+                    "| implementation | steps/s | peak device memory (MiB) |", "|---|---|---|",
+                    f"| dpgen DP-SGD | {_cell(d)} | {_num(d.get('peak_mib'), '{:,.0f}')} |",
+                    f"| Opacus | {_cell(o)} | {_num(o.get('peak_mib'), '{:,.0f}')} |", ""]
+    mn = report.get("opacus_mnist")
+    if mn is not None:
+        out.append(f"## DP-SGD beside Opacus at mnist_dpsgd sizes (batch {DPSGD_BATCH})\n")
+        if "error" in mn or "skipped" in mn:
+            out.append(f"{_cell(mn)}\n")
+        else:
+            out += ["Each side in its own process (`dpgen/bench/dpsgd.py`), σ = 1, C = 1, fp32.\n",
+                    "| implementation | steps/s | peak device memory (MiB) |", "|---|---|---|"]
+            for name, m in (("dpgen DP-SGD", mn.get("dpgen", {})), ("Opacus", mn.get("opacus", {}))):
+                out.append(f"| {name} | {_cell(m)} | {_num(m.get('peak_mib'), '{:,.0f}')} |")
+            out.append("")
+    prof = report.get("kernel_profile")
+    if prof is not None:
+        out.append(f"## One DP-SGD step's CUDA kernels by time (mnist_dpsgd network, batch {DPSGD_BATCH})\n")
+        out += [f"{_cell(prof)}\n"] if "table" not in prof else ["```", prof["table"].rstrip(), "```", ""]
     return out
 
 
@@ -613,6 +640,8 @@ def failed(report: dict) -> bool:
     parts = [report.get("tests"), report.get("demo"), nccl_, *nccl_.values()]
     parts += [m for runs in report["families"].values() for m in runs.values()]
     parts += [m for m in (report.get("opacus") or {}).values() if isinstance(m, dict)]
+    parts += [m for m in (report.get("opacus_mnist") or {}).values() if isinstance(m, dict)]
+    parts += [report.get("opacus_mnist"), report.get("kernel_profile")]
     parts += list((report.get("compile") or {}).values())
     parts += list((report.get("graph_off") or {}).values())
     return any(isinstance(p, dict) and "error" in p for p in parts)
@@ -696,6 +725,14 @@ def run_check(args) -> dict:
             print("[gpu-check] DP-SGD beside Opacus", flush=True)
             report["opacus"] = opacus_beside(args.device, args.steps, args.warmup, work / "opacus", args.data) \
                 if in_budget() else dict(over)
+            if dev.type == "cuda":
+                from . import dpsgd as dpsgd_bench
+
+                print("[gpu-check] DP-SGD beside Opacus at mnist_dpsgd sizes, kernel profile", flush=True)
+                report["opacus_mnist"] = _guarded(lambda: dpsgd_bench.beside(args.device, DPSGD_BATCH)) \
+                    if in_budget() else dict(over)
+                report["kernel_profile"] = _guarded(lambda: {"table": dpsgd_bench.kernel_table(
+                    args.device, DPSGD_BATCH)}) if in_budget() else dict(over)
         if not args.skip_demo:
             print("[gpu-check] default demo", flush=True)
             report["demo"] = demo(args.device, work, timeout()) if in_budget() else \

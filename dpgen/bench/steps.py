@@ -118,7 +118,8 @@ def clip_per_sample_before(grads: dict, max_norm: float) -> dict:
 
 class NoisyGradientSumBefore(NoisyGradientSum):
     """``NoisyGradientSum`` with its ``release`` as it was before optimisation (without the data-dependent
-    ``observe``): clip every chunk into a copy, sum it, then noise from the same generator (recorded)."""
+    ``observe``): clip every chunk into a copy, sum it, then the mechanism's own noise draw (``noised_sum``: one
+    flat draw from the same generator, so the two releases add the same numbers) (recorded)."""
 
     def release(self, per_sample, observe=None) -> dict:
         total = None
@@ -128,10 +129,8 @@ class NoisyGradientSumBefore(NoisyGradientSum):
                 total = {k: torch.zeros_like(v[0]) if v.shape[0] else v.new_zeros(v.shape[1:]) for k, v in clipped.items()}
             for k, v in clipped.items():
                 total[k] += v.sum(dim=0)
-        out = {}
-        for k, s in total.items():
-            z = self.noise(s.shape, s)
-            out[k] = (s if z is None else s + z) / self.expected_batch_size
+        noisy = self.noised_sum(list(total.values()))
+        out = {k: s / self.expected_batch_size for k, s in zip(total, noisy, strict=True)}
         self._record()
         return out
 

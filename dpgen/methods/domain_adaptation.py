@@ -65,7 +65,7 @@ from ..privacy.conventions import (
     batch_scaling_diameter,
     true_epsilon,
 )
-from ..privacy.dpsgd import per_sample_grads, poisson_capacity
+from ..privacy.dpsgd import poisson_capacity
 from ..privacy.mechanisms import (
     GaussianProjectionRelease,
     Mechanism,
@@ -73,6 +73,7 @@ from ..privacy.mechanisms import (
     UnnoisedAccess,
 )
 from ..privacy.noise import NoisePolicy, NoiseSettings
+from ..privacy.per_sample import PerSampleGradients, check_rule, resolve_rule
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import fixed_size, scale_and_clip
 from ..privacy.sampler import device_generator, generator_state, resumed_generator
@@ -354,10 +355,12 @@ class DPDANNAlignment(DANNAlignment):
     private = True
 
     def __init__(self, discriminator: Callable[..., nn.Module], weight: float = 0.05, clip_norm: float = 1.0,
-                 noise_multiplier: float | None = None) -> None:
+                 noise_multiplier: float | None = None, per_sample: str = "auto") -> None:
         super().__init__(discriminator, weight)
         if not clip_norm > 0:
             raise ValueError(f"model.alignment.clip_norm must be > 0, got {clip_norm}")
+        # the per-sample gradients' path, as DP-SGD's (privacy.per_sample): auto | unfold | vmap
+        self.per_sample = check_rule(per_sample, "model.alignment.per_sample")
         self.clip_norm = float(clip_norm)
         # null: calibrated to accountant.epsilon; a number (e.g. the released baseline's sigma): its epsilon is reported
         self.fixed_multiplier = noise_multiplier
@@ -368,6 +371,7 @@ class DPDANNAlignment(DANNAlignment):
     def setup(self, actx):
         self._mods["disc"] = self.make_discriminator(in_dim=actx.feature_extractor.out_dim).to(actx.device)
         self._path = _DomainPath(actx.feature_extractor, self._mods["disc"])
+        self.grads = PerSampleGradients(self._path, self._losses, resolve_rule(self.per_sample, self._path, actx.device))
         self.batch_size = actx.batch_size  # the source batch (public)
         led = actx.ledger
         self.mechanism = NoisyGradientSum(led, clip_norm=self.clip_norm, sample_rate=actx.sample_rate,
@@ -386,24 +390,25 @@ class DPDANNAlignment(DANNAlignment):
         return self.mechanism.expected_batch_size
 
     @staticmethod
-    def _one_loss(out_fn, x: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(out_fn(x), torch.full((1,), TARGET_DOMAIN, dtype=torch.long, device=x.device))
+    def _losses(logits: torch.Tensor) -> torch.Tensor:
+        """``(b,)``: each target sample's domain loss CE(D(GRL(g(x))), target domain)."""
+        labels = torch.full((logits.shape[0],), TARGET_DOMAIN, dtype=torch.long, device=logits.device)
+        return F.cross_entropy(logits, labels, reduction="none")
+
+    def _flat_target_grads(self, x_t: torch.Tensor, valid: torch.Tensor | None = None):
+        """The per-target-sample gradients over every parameter of g and D as one ``(b, D)`` chunk
+        (``privacy.per_sample``, the same machinery as DP-SGD's; ``valid``: the real rows of a padded batch)."""
+        with own_draws():  # several processes: this rank's samples' dropout masks, the ranks kept in step
+            return self.grads((x_t,), (), valid)
 
     def per_sample_target_grads(self, x_t: torch.Tensor) -> dict[str, torch.Tensor]:
         """``{name: (b, *shape)}`` per-target-sample gradients over every parameter of g and D."""
-        params = {k: v.detach() for k, v in self._path.named_parameters() if v.requires_grad}
-        if x_t.shape[0] == 0:
-            return {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
-        with own_draws():  # several processes: this rank's samples' dropout masks, the ranks kept in step
-            return per_sample_grads(self._path, self._one_loss, x_t, params=params)
+        return self._flat_target_grads(x_t).as_dict()
 
     def _private_grads(self, x_t: torch.Tensor, valid: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Lines 5-7: per-sample gradients -> the mechanism (joint clip, sum, noise, / qN) -> x weight.  ``valid`` (a
-        padded batch): a padding row's gradient is zeroed (norm 0: it adds nothing to the clipped sum)."""
-        grads = self.per_sample_target_grads(x_t)
-        if valid is not None:
-            grads = {k: v * valid.view(-1, *[1] * (v.dim() - 1)).to(v.dtype) for k, v in grads.items()}
-        noisy = self.mechanism.release([grads])
+        padded batch): a padding row's gradient is zero (norm 0: it adds nothing to the clipped sum)."""
+        noisy = self.mechanism.release([self._flat_target_grads(x_t, valid)])
         return {k: self.weight * v for k, v in noisy.items()}
 
     def __call__(self, g, x_s, f_s, x_t, valid: torch.Tensor | None = None):

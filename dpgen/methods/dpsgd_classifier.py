@@ -49,7 +49,7 @@ data); ``classifier.pt`` (weights only) is the artefact to publish.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,15 +58,16 @@ from ..data import DataSplits
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.bayesian import DEFAULT_CONF, BayesianAccountant, MomentsAccountant
 from ..privacy.dpsgd import (
-    CPU_MICROBATCH,
     assign_grads,
     auto_microbatch,
-    per_sample_grads,
+    cpu_microbatch,
     poisson_capacity,
 )
 from ..privacy.mechanisms import NoisyGradientSum, UnnoisedAccess
 from ..privacy.noise import NoiseSettings
-from ..privacy.wdp import WassersteinAccountant, pairwise_distances
+from ..privacy.per_sample import PerSampleGradients, check_rule, resolve_rule
+from ..privacy.sampler import device_generator, generator_state, resumed_generator
+from ..privacy.wdp import WassersteinAccountant
 from ..utils.compiling import compile_step
 from .base import Method, TrainContext, mechanism_seed, secret_seed
 from .parallel import batch_mean_backward, own_draws
@@ -77,6 +78,11 @@ Grads = dict[str, torch.Tensor]
 def _loss_one(output_fn: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of one sample (``x: (C, H, W)``, ``y: ()``)."""
     return F.cross_entropy(output_fn(x), y.unsqueeze(0))
+
+
+def _losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``(b,)``: each sample's cross-entropy (the per-sample loss of ``privacy.per_sample``)."""
+    return F.cross_entropy(logits, y, reduction="none")
 
 
 class DPSGDClassifier(Method):
@@ -90,7 +96,7 @@ class DPSGDClassifier(Method):
                  lr: float = 0.01, momentum: float = 0.0, clip_norm: float = 1.0,
                  noise_multiplier: float | None = None, private: bool = True,
                  normalize_mean: Sequence[float] = (0.1307,), normalize_std: Sequence[float] = (0.3081,),
-                 microbatch: int | str = "auto", pair_samples: int = 8, pair_mode: str = "add_remove",
+                 microbatch: int | str = "auto", per_sample: str = "auto", pair_samples: int = 8, pair_mode: str = "add_remove",
                  pair_mask_keep: float = 1.0,
                  wa_order: float = 16.0, wa_beta: float = 32.0, ba_orders: Sequence[int] = (16,),
                  ba_conf: float = DEFAULT_CONF, ma_orders: Sequence[int] = (16,)) -> None:
@@ -110,7 +116,9 @@ class DPSGDClassifier(Method):
         if microbatch != "auto" and not (isinstance(microbatch, int) and microbatch >= 1):
             raise ValueError(f"model.microbatch must be auto or an integer >= 1, got {microbatch!r}")
         self.microbatch_setting = microbatch
-        self.microbatch = CPU_MICROBATCH if microbatch == "auto" else int(microbatch)
+        self.per_sample = check_rule(per_sample, "model.per_sample")  # model.per_sample: auto | vmap | unfold (privacy.per_sample)
+        self.rule = "vmap" if per_sample == "vmap" else "unfold"  # resolved in setup, once the network exists
+        self.microbatch = cpu_microbatch(self.rule) if microbatch == "auto" else int(microbatch)
         if pair_samples < 3:
             raise ValueError(f"model.pair_samples must be >= 3 (the Bayesian accountant needs >= 3 pairs), "
                              f"got {pair_samples}")
@@ -172,7 +180,8 @@ class DPSGDClassifier(Method):
         else:  # plain SGD: an un-noised access per step (epsilon = inf)
             self.gradient_release = UnnoisedAccess(ledger, sample_rate=q)
         self.mechanisms = {"gradient": self.gradient_release}
-        self.pair_gen = torch.Generator().manual_seed(secret_seed(ctx, 3))  # pair selection (reports only)
+        self.pair_gen = device_generator(secret_seed(ctx, 3), ctx.device)  # pair selection (reports only), on the device
+        self.log_every = ctx.log_every  # the reports' distances are copied to the host on these steps
         if self.reports:  # reported-only accountants (never calibrate, never stop training)
             self.wa = WassersteinAccountant(self.wa_order, self.wa_beta)
             self.ba = BayesianAccountant(self.ba_orders, total_steps=self._steps, conf=self.ba_conf)
@@ -184,9 +193,11 @@ class DPSGDClassifier(Method):
         self.opt = compile_step(torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum,
                                                   foreach=True), ctx.compile)
         self.net.train()
-        if self.microbatch_setting == "auto":  # one vmap for the whole batch where the device's memory allows
+        self.rule = resolve_rule(self.per_sample, self.net, ctx.device)
+        self.grads = PerSampleGradients(self.net, _losses, self.rule)
+        if self.microbatch_setting == "auto":  # the whole batch in one chunk where the device's memory allows
             self.microbatch = auto_microbatch(self.net, _loss_one, (c, h, data.image_shape[2]), ctx.device,
-                                              capacity=poisson_capacity(n_priv, q))
+                                              capacity=poisson_capacity(n_priv, q), cpu_chunk=cpu_microbatch(self.rule))
         self._signature = {"n_private": n_priv, "dataset": data.name, "batch_size": self.batch_size,
                            "epochs": self.epochs, "private": self.private, "clip_norm": self.C,
                            "sampling": ledger.sampling, "data_dependent_reports": self.reports}
@@ -208,75 +219,79 @@ class DPSGDClassifier(Method):
         else:
             self.gradient_release.release()                                             # un-noised access (recorded)
             grads = self.plain_gradient(x, y, valid)
-        assign_grads(self.net, grads)
+        assign_grads(self.net, grads, owned=True)
         self.opt.step()                                                        # 4. theta <- theta - lr g~
+        if self.reports and (t + 1) % self.log_every == 0:  # the reports' distances start their copy to the host
+            self.wa.deferred.stage()
+            self.ba.deferred.stage()
         # the norm of the released (noised) gradient: public; NaN/inf in it is caught by the loop's
         # non-finite check (kept on the device, raised at the next log / checkpoint step: no host sync here)
-        return {"released_grad_norm": torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()]))}
+        return {"released_grad_norm": torch.nn.utils.get_total_norm(list(grads.values()))}
 
     # ------------------------------------------------------------------------------------
-    def _per_sample_chunks(self, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None) -> Iterator[Grads]:
-        """Per-sample gradients ``{name: (b, *shape)}`` in microbatches (at least one chunk, maybe empty); ``valid``
-        (a padded batch): a padding row's gradient is zeroed, so its norm is 0 and it adds nothing to the clipped
-        sum (the release's sensitivity argument is about the valid rows only)."""
-        params = {k: v.detach() for k, v in self.net.named_parameters() if v.requires_grad}
-        if x.shape[0] == 0:
-            yield {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
-        for i in range(0, x.shape[0], self.microbatch):
-            grads = per_sample_grads(self.net, _loss_one, x[i:i + self.microbatch], y[i:i + self.microbatch],
-                                     params=params)
-            if valid is not None:
-                keep = valid[i:i + self.microbatch]
-                grads = {k: g * keep.view(-1, *[1] * (g.dim() - 1)).to(g.dtype) for k, g in grads.items()}
-            yield grads
-
     def capturable(self, t: int) -> bool:
-        """The data-dependent reports pick pairs and read distances on the host: such a step runs eagerly."""
+        """The data-dependent reports account their distances on the host: such a step runs eagerly."""
         return not self.reports
 
     def private_gradient(self, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None) -> Grads:
-        """The released gradient of a batch (normalised, on the device): lines 5-7 through the mechanism.  With the data-dependent opt-in, P random batch members'
-        clipped gradients are kept for the WA/BA pair distances (never released or logged)."""
+        """The released gradient of a batch (normalised, on the device): lines 5-7 through the mechanism, the
+        per-sample gradients by ``model.per_sample`` in chunks of ``model.microbatch`` (``valid``: the real rows
+        of a padded batch).  With the data-dependent opt-in, P random batch members' clipped gradients give the
+        WA/BA pair distances (never released or logged): the batch is permuted on the device (its clipped sum does
+        not depend on the order) and its first P rows are the P members, so nothing is read back; the distances
+        stay on the device until the accountants are read (``privacy.deferred``)."""
         if not self.reports:
-            return self.gradient_release.release(self._per_sample_chunks(x, y, valid))
-        if valid is not None:  # the reports read the batch on the host: the exact batch (this step is eager)
-            x, y = x[valid], y[valid]
+            return self.gradient_release.release(self.grads.chunks((x,), (y,), valid, self.microbatch))
         n = x.shape[0]
-        chosen = set(torch.randperm(n, generator=self.pair_gen)[:min(self.pair_samples, n)].tolist()) if n else set()
-        pair_vecs: list[torch.Tensor] = []
-        offset = [0]
+        p = min(self.pair_samples, n)
+        if n:  # P uniformly random members first: one permutation from the pair generator, on the device
+            perm = torch.randperm(n, generator=self.pair_gen, device=x.device)
+            x, y = x[perm], y[perm]
+            valid = None if valid is None else valid[perm]
+        pair_rows: list[torch.Tensor] = []
+        seen = [0]
 
-        def observe(clipped: Grads) -> None:
-            b = next(iter(clipped.values())).shape[0]
-            rows = [j - offset[0] for j in range(offset[0], offset[0] + b) if j in chosen]
-            if rows:
-                pair_vecs.append(torch.cat([v[rows].flatten(1) for v in clipped.values()], dim=1))
-            offset[0] += b
+        def observe(flat: torch.Tensor, scale: torch.Tensor) -> None:
+            take = min(p - seen[0], flat.shape[0])
+            if take > 0:
+                pair_rows.append(flat[:take] * scale[:take, None])                   # clipped g~ of the members
+            seen[0] += flat.shape[0]
 
-        private = self.gradient_release.release(self._per_sample_chunks(x, y), observe=observe)
-        distances = self._pair_distances(pair_vecs, self.pair_gen)
+        private = self.gradient_release.release(self.grads.chunks((x,), (y,), valid, self.microbatch), observe=observe)
+        distances = self._pair_distances(pair_rows, self.pair_gen, None if valid is None else valid[:p])
         s = self.gradient_release.noise_std
-        self.wa.step(distances, s, self.gradient_release.sample_rate)                   # reported only
+        self.wa.step(distances, s, self.gradient_release.sample_rate)                   # reported only (kept)
         self.ba.step(distances, s, self.gradient_release.sample_rate)
         self.ma.step(self.C, s, self.gradient_release.sample_rate)
         return private
 
-    def _pair_distances(self, pair_vecs: list[torch.Tensor], gen: torch.Generator) -> list[float]:
-        """Distances between neighbouring releases (module docstring, ``pair_mode``); padded with the
-        public worst case (C, or 2C for ``loo``) when the batch had fewer than ``pair_samples`` members."""
+    def _pair_distances(self, pair_rows: list[torch.Tensor], gen: torch.Generator,
+                        valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Distances between neighbouring releases (module docstring, ``pair_mode``), a float64 tensor on the
+        rows' device; the public worst case (C, or 2C for ``loo``) stands in for a member the batch did not have
+        (fewer than ``pair_samples`` members, or a padding row: ``valid`` False)."""
         worst = self.C if self.pair_mode == "add_remove" else 2.0 * self.C
         want = self.n_pairs
-        d: list[float] = []
-        if pair_vecs:
-            vecs = torch.cat(pair_vecs, dim=0)
+        device = pair_rows[0].device if pair_rows else self.device
+        d = torch.empty(0, dtype=torch.float64, device=device)
+        if pair_rows:
+            vecs = torch.cat(pair_rows, dim=0)
             if self.pair_mask_keep < 1.0:  # one Bernoulli coordinate mask for all vectors (authors' recipe)
-                keep = torch.rand(vecs.shape[1], generator=gen) < self.pair_mask_keep
+                keep = torch.rand(vecs.shape[1], generator=gen, device=gen.device) < self.pair_mask_keep
                 vecs = vecs * keep.to(vecs.device, vecs.dtype)
+            vecs = vecs.double()
             if self.pair_mode == "add_remove":
-                d = vecs.double().norm(dim=1).tolist()
+                d = torch.linalg.vector_norm(vecs, dim=1)
+                real = valid
             elif vecs.shape[0] >= 2:
-                d = pairwise_distances(vecs).tolist()
-        return d + [worst] * (want - len(d))
+                d = F.pdist(vecs)                                         # P(P-1)/2, itertools.combinations order
+                i, j = torch.triu_indices(vecs.shape[0], vecs.shape[0], 1, device=device)
+                real = None if valid is None else valid[i] & valid[j]
+            else:
+                real = None
+            if real is not None:
+                d = torch.where(real, d, torch.full_like(d, worst))
+        return torch.cat([d, torch.full((want - d.shape[0],), worst, dtype=torch.float64, device=device)])
 
     @property
     def n_pairs(self) -> int:
@@ -304,12 +319,12 @@ class DPSGDClassifier(Method):
 
     def state_dict(self) -> dict:
         return {"network": self.net.state_dict(), "optimizer": self.opt.state_dict(),
-                "pair_generator": self.pair_gen.get_state()}
+                "pair_generator": generator_state(self.pair_gen)}
 
     def load_state_dict(self, state: dict) -> None:
         self.net.load_state_dict(state["network"])
         self.opt.load_state_dict(state["optimizer"])
-        self.pair_gen.set_state(state["pair_generator"])
+        resumed_generator(self.pair_gen, state["pair_generator"])
 
     def release_state(self) -> dict:
         return {"network": self.net.state_dict()}

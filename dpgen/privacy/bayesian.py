@@ -14,7 +14,8 @@ loss of a Poisson-subsampled Gaussian step (Theorem 3 of Triastcyn & Faltings):
   steps (WDP paper, the BA baseline).  The statistic depends on the data (it is Bayesian DP, a guarantee for data
   from the sampled distribution, not worst case), so dpgen reports it and never calibrates with it.
 
-No Hydra import here: numpy/scipy only.
+No Hydra import here: numpy/scipy, and torch only for the distances a DP-SGD step keeps on its device
+(``privacy.deferred``: accounted when read).
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
+import torch
 from scipy.special import gammaln, logsumexp
 from scipy.stats import t as student_t
+
+from .deferred import DeferredSteps
 
 DEFAULT_CONF = 1.0 - 1e-16
 
@@ -136,9 +140,29 @@ class BayesianAccountant(_LogMGFAccountant):
             raise ValueError(f"conf must be in (0, 1), got {conf}")
         self.total_steps, self.conf = int(total_steps), float(conf)
         self._warned = False
+        self.deferred = DeferredSteps()  # device tensors of distances, accounted when read (privacy.deferred)
+
+    def settle(self) -> None:
+        """Account the steps kept on the device (in order)."""
+        for d, (s, q) in self.deferred.drain():
+            self.step(d, s, q)
+
+    def epsilon(self, delta: float) -> float:
+        self.settle()
+        return super().epsilon(delta)
+
+    def delta(self, epsilon: float) -> float:
+        self.settle()
+        return super().delta(epsilon)
 
     def step(self, distances, noise_std: float, q: float) -> None:
-        """One step from ``distances: (P,)`` pair distances, P >= 3 (WDP paper, the BA baseline, items 1-4)."""
+        """One step from ``distances: (P,)`` pair distances, P >= 3 (WDP paper, the BA baseline, items 1-4).  A
+        torch tensor of distances is kept where it is and accounted when the accountant is next read."""
+        if isinstance(distances, torch.Tensor):
+            if distances.numel() < 3:
+                raise ValueError(f"the Bayesian accountant needs >= 3 pair distances per step, got {distances.numel()}")
+            self.deferred.push(distances, noise_std, q)
+            return
         d = np.asarray(distances, dtype=np.float64).reshape(-1)
         p = d.size
         if p < 3:
@@ -169,4 +193,5 @@ class BayesianAccountant(_LogMGFAccountant):
         return delta + math.expm1(self.log_conf)
 
     def state_dict(self) -> dict:
+        self.settle()
         return {**super().state_dict(), "total_steps": self.total_steps, "conf": self.conf}

@@ -44,9 +44,11 @@ from ..utils.threads import concurrent_jobs
 
 Grads = dict[str, torch.Tensor]
 
-# ``model.microbatch=auto`` off CUDA: per-sample gradients in chunks of 16 measured fastest on CPU (the
-# mnist_dpsgd CNN at batch 1024, one thread; docs/benchmarks.md), where a whole-batch vmap is slower
+# ``model.microbatch=auto`` off CUDA: per-sample gradients in chunks of 16 measured fastest on CPU for the vmap
+# path (the mnist_dpsgd CNN at batch 1024, one thread; docs/benchmarks.md), where a whole-batch vmap is slower
 CPU_MICROBATCH = 16
+# ... and for the layer rules (privacy.per_sample, the ``unfold`` path): chunks of 64 (same measurement)
+CPU_UNFOLD_MICROBATCH = 64
 # ``auto`` on CUDA: the share of the free device memory one chunk's per-sample gradients may take
 AUTO_MEMORY_SHARE = 0.5
 
@@ -73,17 +75,23 @@ def per_sample_grads(model: torch.nn.Module, loss_one: Callable[..., torch.Tenso
     return vmap(grad(one), in_dims=in_dims, randomness="different")(params, *batch)
 
 
-def auto_microbatch(model: torch.nn.Module, loss_one: Callable[..., torch.Tensor], sample_shape: tuple[int, ...],
-                    device: torch.device, capacity: int, probe: int = 8) -> int:
-    """``model.microbatch=auto``: the chunk size of :func:`per_sample_grads`.
+def cpu_microbatch(rule: str) -> int:
+    """``model.microbatch=auto`` off CUDA for a per-sample path (``vmap`` or ``unfold``)."""
+    return CPU_UNFOLD_MICROBATCH if rule == "unfold" else CPU_MICROBATCH
 
-    Off CUDA: :data:`CPU_MICROBATCH`.  On CUDA: the largest chunk whose per-sample gradients fit
+
+def auto_microbatch(model: torch.nn.Module, loss_one: Callable[..., torch.Tensor], sample_shape: tuple[int, ...],
+                    device: torch.device, capacity: int, probe: int = 8, cpu_chunk: int = CPU_MICROBATCH) -> int:
+    """``model.microbatch=auto``: the chunk size of the per-sample gradients.
+
+    Off CUDA: ``cpu_chunk`` (:func:`cpu_microbatch` of the run's path).  The memory of one row is measured with
+    the vmap path, the larger of the two (the layer rules keep one ``(b, D)`` buffer and the activations).  On CUDA: the largest chunk whose per-sample gradients fit
     :data:`AUTO_MEMORY_SHARE` of the free device memory, at most ``capacity`` (a batch that fits is one
     vmap); the memory of one sample is measured once on a probe of ``probe`` all-zero inputs with label 0
     (public constants: no private record is read, nothing is released); the runs of a joblib sweep share the
     free memory (:func:`chunk_that_fits`).  Runs once, in setup."""
     if not on_gpu(device):
-        return min(CPU_MICROBATCH, max(1, int(capacity)))
+        return min(int(cpu_chunk), max(1, int(capacity)))
     x = torch.zeros((probe, *sample_shape), device=device)
     y = torch.zeros(probe, dtype=torch.long, device=device)
     torch.cuda.synchronize(device)
@@ -143,8 +151,9 @@ def clipped_sum(grads: Grads, max_norm: float) -> tuple[Grads, torch.Tensor]:
     return {k: torch.tensordot(scale.to(g.dtype), g, dims=1) for k, g in grads.items()}, norms
 
 
-def assign_grads(model: torch.nn.Module, grads: Grads, accumulate: bool = False) -> None:
-    """Write ``grads`` into ``param.grad`` (add to it when ``accumulate``) so a torch optimiser steps."""
+def assign_grads(model: torch.nn.Module, grads: Grads, accumulate: bool = False, owned: bool = False) -> None:
+    """Write ``grads`` into ``param.grad`` (add to it when ``accumulate``) so a torch optimiser steps.
+    ``owned``: the caller hands the tensors over (a fresh release nobody else writes): no copy is made."""
     named = dict(model.named_parameters())
     for k, g in grads.items():
         p = named[k]
@@ -152,4 +161,4 @@ def assign_grads(model: torch.nn.Module, grads: Grads, accumulate: bool = False)
         if accumulate and p.grad is not None:
             p.grad = p.grad + g
         else:
-            p.grad = g.clone()
+            p.grad = g if owned else g.clone()

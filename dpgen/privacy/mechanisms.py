@@ -63,7 +63,7 @@ import torch
 
 from ..ot.sliced import orthogonal_directions, random_directions
 from ..utils import dist
-from .dpsgd import clip_per_sample, clipped_sum
+from .dpsgd import clip_scale
 from .dpswflow import paper_flow_noise_std, paper_one_shot_sigma
 from .errors import PrivacySettingError
 from .guarantee import guarantee_label, qualifier
@@ -79,6 +79,7 @@ from .noise import (
     check_policy,
     describe_policy,
 )
+from .per_sample import FlatGrads, Layout
 from .sampler import device_generator, generator_state, resumed_generator
 from .sensitivity import check_bound, check_sensitivity_fraction, l2_sensitivity
 
@@ -619,8 +620,16 @@ class NoisyGradientSum(Mechanism):
     q N (never the realised, private one).  The clipping happens inside ``release``, so the bound is
     enforced, not assumed.  Sensitivity of the clipped sum (``sum_sensitivity``): C under add/remove
     (Poisson), 2C under replace-one (sampling without replacement), so noise_std = multiplier * C or
-    multiplier * 2C.  ``release`` takes the per-sample gradients in chunks (memory) and draws one noise
-    tensor per parameter, in the dict's order, from the mechanism's own generator.
+    multiplier * 2C.
+
+    In few operations: ``release`` takes the per-sample gradients in chunks (memory), each as ONE flat
+    ``(b, D)`` tensor (``privacy.per_sample.FlatGrads``; a dict ``{name: (b, *shape)}`` is flattened first):
+    one norm per sample over all D entries, the clip factors ``min(1, C / ||g_i||)`` once, one weighted sum
+    (a ``(b,) x (b, D)`` product) into a flat ``(D,)`` total; then ONE draw of ``N(0, noise_std^2 I_D)`` from
+    the mechanism's own generator (:meth:`noised_sum` on the flat vector), split back into the parameters'
+    shapes.  The law is unchanged: i.i.d. ``N(0, noise_std^2)`` on every entry of the clipped sum, whose L2
+    sensitivity is the one above whatever the grouping of the entries (the joint norm was always over all of
+    them); only the order in which the generator's numbers land on the entries differs from one draw per tensor.
     """
 
     kind = "noisy_gradient_sum"
@@ -641,31 +650,38 @@ class NoisyGradientSum(Mechanism):
     def sensitivity_under(self, relation: str) -> float:
         return sum_sensitivity(self.clip_norm, relation)
 
-    def release(self, per_sample: Iterable[dict[str, torch.Tensor]],
-                observe: Callable[[dict[str, torch.Tensor]], None] | None = None) -> dict[str, torch.Tensor]:
-        """``per_sample``: chunks ``{name: (b, *shape)}`` of per-sample gradients (at least one chunk,
-        possibly with b = 0) -> ``{name: shape}`` = (sum of clipped + noise) / (q N), recorded.
+    def noised_sum(self, parts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The parts as ONE flat vector: summed over the ranks (one all-reduce), one noise draw over all of it."""
+        if len(parts) == 1 and parts[0].dim() == 1:
+            return super().noised_sum(parts)
+        (noisy,) = super().noised_sum([torch.cat([p.reshape(-1) for p in parts])])
+        return [c.view_as(p) for c, p in zip(noisy.split([p.numel() for p in parts]), parts, strict=True)]
 
-        ``observe(clipped_chunk)`` sees each clipped chunk (only for the opt-in data-dependent reports
-        of the DP-SGD classifier; the chunk never leaves through the release)."""
-        total: dict[str, torch.Tensor] | None = None
+    def release(self, per_sample: Iterable[FlatGrads | dict[str, torch.Tensor]],
+                observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> dict[str, torch.Tensor]:
+        """``per_sample``: chunks of per-sample gradients (at least one chunk, possibly with b = 0) ->
+        ``{name: shape}`` = (sum of clipped + noise) / (q N), recorded.
+
+        ``observe(flat, scale)`` sees each chunk's ``(b, D)`` gradients and their ``(b,)`` clip factors (the
+        clipped rows are ``flat * scale[:, None]``; only for the opt-in data-dependent reports of the DP-SGD
+        classifier: nothing of them leaves through the release)."""
+        total: torch.Tensor | None = None
+        layout = None
         for chunk in per_sample:
+            if not isinstance(chunk, FlatGrads):
+                chunk = FlatGrads(Layout.of_grads(chunk).flatten(chunk), Layout.of_grads(chunk))
+            flat, layout = chunk.flat, chunk.layout
+            norms = torch.linalg.vector_norm(flat, dim=1)                         # ||g_i||, all D entries jointly
+            scale = clip_scale(norms, self.clip_norm).to(flat.dtype)                # line 6: min(1, C / ||g_i||)
             if observe is not None:
-                clipped, _ = clip_per_sample(chunk, self.clip_norm)                 # line 6: joint clip to C
-                observe(clipped)
-                part = {k: v.sum(dim=0) for k, v in clipped.items()}
-            else:  # the same sum without materialising the clipped chunk (~2x less memory traffic)
-                part, _ = clipped_sum(chunk, self.clip_norm)                        # line 6: joint clip to C, sum
-            if total is None:
-                total = {k: v.clone() for k, v in part.items()}
-            else:
-                for k, v in part.items():
-                    total[k] += v
+                observe(flat, scale)
+            part = scale @ flat                                                     # sum_i g~_i: (D,)
+            total = part if total is None else total.add_(part)
         if total is None:
             raise ValueError("release() needs at least one chunk of per-sample gradients (it may be empty)")
         # line 7: noise on the SUM (several processes: summed over the ranks, noised once; noised_sum)
-        noisy = self.noised_sum(list(total.values()))
-        out = {k: s / self.expected_batch_size for k, s in zip(total, noisy, strict=True)}  # / public q N
+        (noisy,) = self.noised_sum([total])
+        out = layout.views(noisy / self.expected_batch_size)                        # / public q N
         self._record()
         return out
 

@@ -28,8 +28,10 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 from scipy.special import gammaln, hyp1f1
 
+from .deferred import DeferredSteps
 from .errors import PrivacySettingError
 
 ArrayLike = float | Sequence[float] | np.ndarray
@@ -191,22 +193,35 @@ class WassersteinAccountant:
         self.total_loss = 0.0
         self.steps = 0
         self.history: list[float] = []  # cumulative L after each step (spec: the repo keeps it)
+        self.deferred = DeferredSteps()  # device tensors of distances, accounted when read (privacy.deferred)
 
-    def step(self, distances: ArrayLike, noise_std: float, q: float) -> float:
-        """Account one DP-SGD step from its pair distances; returns ``W_t``."""
+    def step(self, distances: ArrayLike | torch.Tensor, noise_std: float, q: float) -> float | None:
+        """Account one DP-SGD step from its pair distances; returns ``W_t``.  A torch tensor of distances is kept
+        where it is and accounted when the accountant is next read (``None`` returned; no host read now)."""
+        if isinstance(distances, torch.Tensor):
+            self.deferred.push(distances, noise_std, q)
+            return None
         w = wdp_step_loss(distances, noise_std, q, self.order)
         self.total_loss += w
         self.steps += 1
         self.history.append(self.total_loss)
         return w
 
+    def settle(self) -> None:
+        """Account the steps kept on the device (in order)."""
+        for d, (s, q) in self.deferred.drain():
+            self.step(d, s, q)
+
     def epsilon(self, delta: float) -> float:
+        self.settle()
         return wdp_epsilon(self.total_loss, delta, self.beta) if self.steps else 0.0
 
     def delta(self, epsilon: float) -> float:
+        self.settle()
         return wdp_delta(self.total_loss, epsilon, self.beta)
 
     def state_dict(self) -> dict:
+        self.settle()
         return {"name": self.name, "order": self.order, "beta": self.beta, "total_loss": self.total_loss,
                 "steps": self.steps, "history": list(self.history)}
 

@@ -60,9 +60,9 @@ def test_pair_distances_add_remove_and_leave_one_out_modes():
     vecs = torch.tensor([[3.0, 4.0], [0.0, 1.0], [1.0, 0.0]])
     gen = torch.Generator().manual_seed(0)
     m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="add_remove", clip_norm=2.0)
-    assert m._pair_distances([vecs], gen) == pytest.approx([5.0, 1.0, 1.0, 2.0])  # padded with C
+    assert m._pair_distances([vecs], gen).tolist() == pytest.approx([5.0, 1.0, 1.0, 2.0])  # padded with C
     m = DPSGDClassifier(network=mnist_convnet, pair_samples=4, pair_mode="loo", clip_norm=2.0)
-    d = m._pair_distances([vecs], gen)
+    d = m._pair_distances([vecs], gen).tolist()
     assert d[:3] == pytest.approx([math.sqrt(9 + 9), math.sqrt(4 + 16), math.sqrt(2)])
     assert d[3:] == [4.0] * 3 and len(d) == 6  # padded with 2C to P(P-1)/2
 
@@ -249,3 +249,18 @@ def test_one_vmap_step_of_the_mnist_cnn_dispatches_at_most_500_kernels(tmp_path)
     assert counts[64] <= 500 < counts[2]
     with pytest.raises(ValueError, match="model.microbatch"):
         DPSGDClassifier(network=mnist_convnet, microbatch="big")
+
+
+def test_a_step_with_the_data_dependent_reports_reads_nothing_from_the_device(tmp_path):
+    """WA/BA on: the pair members are chosen and their distances computed on the device and kept there until a log
+    step copies them without blocking: a steady step reads nothing, copies nothing to the device and draws no host
+    random number (counted as a CUDA run takes them: ``bench.step_overhead``)."""
+    from dpgen.bench.step_overhead import family_steps
+
+    # trainer.graph=on as a CUDA run takes it (auto): the sampler's host size draw is made before the step
+    fs = family_steps("dpsgd_classifier", tmp_path / "run", ["accountant.data_dependent_reports=true",
+                                                             "trainer.graph=on"])
+    assert fs.steady and fs.method.reports
+    where = [w for c in fs.steady for w in c.where]
+    assert (fs.worst("reads"), fs.worst("copies"), fs.worst("host_random")) == (0, 0, 0), where
+    assert fs.method.wa.steps == fs.method.ba.steps == len(fs.intervals)  # every step accounted by the end

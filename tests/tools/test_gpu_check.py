@@ -188,6 +188,35 @@ def test_count_syncs_names_the_line_that_synchronised(monkeypatch):
     assert rec["syncs"] == 2 and rec["sync_sites"] == {f"tests/tools/test_gpu_check.py:{line}": 2}
 
 
+def test_dry_run_lists_the_opacus_pair_at_mnist_sizes_and_the_kernel_profile(capsys, monkeypatch):
+    monkeypatch.setattr(gpu_check, "run_check", lambda args: pytest.fail("--dry-run ran the check"))
+    assert main(["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "DP-SGD beside Opacus at mnist_dpsgd sizes" in out and "peak device memory" in out
+    assert "torch.profiler table of one DP-SGD step" in out
+
+
+def test_the_report_shows_the_opacus_pair_with_memory_and_the_kernel_table():
+    fake = {**_fake(),
+            "opacus_mnist": {"dpgen": {"steps_per_s": 120.0, "peak_mib": 3000.0},
+                             "opacus": {"steps_per_s": 80.0, "peak_mib": 5000.0}},
+            "kernel_profile": {"table": "Name  Self CUDA\nvoid gemm_kernel  1.2ms"}}
+    md = render(fake)
+    assert "| dpgen DP-SGD | 120.0 | 3,000 |" in md and "| Opacus | 80.0 | 5,000 |" in md
+    assert "void gemm_kernel" in md and "CUDA kernels by time" in md
+    ok = {"families": {}, "opacus_mnist": fake["opacus_mnist"], "kernel_profile": fake["kernel_profile"]}
+    assert not gpu_check.failed(ok)
+    assert gpu_check.failed({**ok, "kernel_profile": {"error": "RuntimeError: no CUDA"}})
+    assert gpu_check.failed({**ok, "opacus_mnist": {"dpgen": {"error": "x"}, "opacus": {}}})
+
+
+def test_the_kernel_table_of_one_dpsgd_step_is_a_profiler_table_on_the_cpu():
+    from dpgen.bench import dpsgd
+
+    table = dpsgd.kernel_table("cpu", batch=8, rows=5)
+    assert "aten::" in table and "Self CPU" in table
+
+
 def test_the_dry_run_lists_trainer_graph_off_beside_on_for_every_family_and_the_report_shows_both(capsys):
     assert main(["--dry-run", "--data", "mnist"]) == 0
     out = capsys.readouterr().out

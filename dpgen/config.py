@@ -91,8 +91,7 @@ def validate(cfg: DictConfig) -> None:
 
     from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
     from .privacy.errors import PrivacySettingError
-    from .utils import check_precision
-    from .utils.compiling import check_compile
+    from .utils.settings import check_compile, check_precision
     from .utils.threads import resolve_threads
 
     for group in REQUIRED:
@@ -156,7 +155,7 @@ def validate(cfg: DictConfig) -> None:
     resume = cfg.trainer.get("resume", "auto")
     if isinstance(resume, str) and resume not in ("auto", "true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")
-    from .logging.run_logger import check_wandb
+    from .logging.wandb_checks import check_wandb
     check_delta_of_config(cfg)  # δ < 1/N when the dataset config bounds N (before any data is loaded)
 
     check_wandb(cfg.logger.get("wandb"))  # WANDB_MODE (environment) wins; online needs a W&B login

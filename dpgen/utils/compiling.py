@@ -40,20 +40,9 @@ from typing import TypeVar
 import torch
 
 from .misc import on_gpu
+from .settings import check_compile  # noqa: F401
 
-SETTINGS = ("off", "on")
 F = TypeVar("F", bound=Callable)
-
-
-def check_compile(value) -> bool:
-    """``trainer.compile`` (off | on; a YAML boolean is taken as such) -> whether to compile."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text not in SETTINGS:
-        raise ValueError(f"trainer.compile={value!r} is unknown; choose off (eager steps, the default) or on "
-                         "(torch.compile of the model, the public loss and the optimiser step)")
-    return text == "on"
 
 
 def mode(device: torch.device) -> str | None:

@@ -270,7 +270,7 @@ def test_script_audits_the_presets_mechanism_objects(preset):
         assert rows[0]["claimed_by"].startswith("PLD") and rows[0]["epsilon_claimed"] == pytest.approx(10.0, abs=0.05)
     elif preset == "digits_shift_dpswd":  # the DP-SWD alignment: its projection release, at the clip's diameter 1
         assert [r["mechanism"] for r in rows] == ["DP-SWD alignment projection release (DA)"]
-        assert rows[0]["extra"]["projected_difference_max"] <= 1.0 + 1e-9
+        assert rows[0]["extra"]["row_difference"] == pytest.approx(1.0)  # the clip's diameter: rows of norm <= 1/2
     else:
         assert {r["relation"] for r in rows} == {"add_remove", "replace_one"}
         assert rows[-1]["sample_rate"] < 1

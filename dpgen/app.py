@@ -114,12 +114,14 @@ def _remove_untouched_run_dir() -> None:
 def run_app(argv: list[str]) -> int:
     """Check the command line (a bad preset / key / run folder: one ``error:`` line, before Hydra makes a
     folder), then run :func:`main` on it; returns the exit code."""
+    from .config import without_preset
     from .preflight import preflight
     from .utils.cluster import slurm_tasks_problem
 
+    argv = without_preset(argv)  # experiment=null: the raw groups, as Hydra spells it
     problem = slurm_tasks_problem()
     if problem is not None:
-        if os.environ.get("SLURM_PROCID", "0") == "0":  # every task finds it, the first says it
+        if os.environ.get("SLURM_PROCID", "0") == "0" and os.environ.get("RANK", "0") == "0":  # every task finds it, the first says it
             print(f"error: {problem}", file=sys.stderr)
         return 2
     problem = preflight(argv)

@@ -36,6 +36,20 @@ def require_checkout(command: str) -> None:
                           "installed package does not have: run it in a clone of the repository (pip install -e .)")
 
 
+NO_PRESET = "no_preset"  # the experiment_name of a run composed from the raw groups (experiment=null)
+
+
+def without_preset(overrides: list[str]) -> list[str]:
+    """``experiment=null`` (no preset: the raw groups of train.yaml) as Hydra spells it, ``~experiment``, with the
+    run named ``no_preset`` unless ``experiment_name`` is given (the embedded preset's name would be a wrong label).
+    Hydra itself refuses ``group=null`` on the command line (a ValueError about a NoneType)."""
+    if not any(o.strip() in ("experiment=null", "experiment=None", "experiment=~") for o in overrides):
+        return overrides
+    out = [o for o in overrides if o.strip() not in ("experiment=null", "experiment=None", "experiment=~")]
+    named = any(o.lstrip("+~").startswith("experiment_name=") for o in out)
+    return [*out, "~experiment", *([] if named else [f"experiment_name={NO_PRESET}"])]
+
+
 def compose(overrides: list[str], *, config_dir: Path = CONFIGS, hydra_node: bool = False,
             data_root: str | Path | None = None, output_dir: str | Path | None = None) -> DictConfig:
     """THE composition of ``train.yaml`` with ``overrides`` (what ``python train.py <overrides>`` runs), outside a
@@ -46,6 +60,7 @@ def compose(overrides: list[str], *, config_dir: Path = CONFIGS, hydra_node: boo
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    overrides = without_preset(overrides)
     extra = ([] if data_root is None else [f"paths.data_root={data_root}"]) + \
         ([] if output_dir is None else [f"paths.output_dir={output_dir}"])
     GlobalHydra.instance().clear()  # a Hydra app (or a previous composition) of this process may hold it

@@ -38,6 +38,7 @@ from .logging import SilentLogger
 from .logging.summary import print_summary
 from .methods import loop
 from .methods.base import TrainContext
+from .methods.parallel import slower_note
 from .paths import code_version
 from .privacy.card import add_evaluation_reads, n_is_public
 from .privacy.conventions import paper_convention
@@ -158,6 +159,8 @@ def _build(cfg: DictConfig, run_dir: Path) -> _Parts:
     convention = paper_convention(cfg.get("privacy"))  # privacy.convention=paper (dpgen/privacy/conventions.py)
     method = instantiate(cfg.model, _convert_="all", **({"convention": convention} if convention else {}))
     method.take_noise(build_policy(method.noise_settings()))  # the run's noise, decided once (privacy/noise.py)
+    if dist.is_main() and (note := slower_note(method, device)) is not None:  # several CPU processes that do not pay
+        Console(stderr=True).log(note)
     evaluator = instantiate(cfg.evaluator, _convert_="all")
     ledger = instantiate(cfg.accountant, _convert_="all")
     max_steps = cfg.trainer.get("max_steps")

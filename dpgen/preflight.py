@@ -205,12 +205,6 @@ def unknown_key_hints(overrides: list[str], config_dir: Path = CONFIGS) -> list[
     return _hints(keys, cfg, _groups(config_dir))
 
 
-def unknown_keys(overrides: list[str], config_dir: Path = CONFIGS) -> str | None:
-    """The did-you-mean line of the unknown keys among ``overrides`` (None when every key exists)."""
-    hints = unknown_key_hints(overrides, config_dir)
-    return _line(hints) if hints else None
-
-
 def misspelt_additions(overrides: list[str], cfg) -> str | None:
     """A ``+key=value`` whose key is a near-miss of an existing setting beside it (``+accountant.epsilonn``)."""
     known = _flat_keys(cfg)

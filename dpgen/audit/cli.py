@@ -161,14 +161,14 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
         D = d_lat + (data.num_classes if method.latent.label_mode == "concat" else 0)
         if kind == "DPSWFlow":
             mech = OneShotProjectionRelease(ledger, dim=D, calibration=method.one_shot_settings.calibration,
-                                            noise=method.release_noise(ledger, one_shot=True),
+                                            noise=method.noise,
                                             **method.privacy.dp.release_settings())
             name = "DPSWflow one-shot release (whole private set)"
         else:
             steps_run = method.steps_planned(n_priv)
             mech = GaussianProjectionRelease(ledger, dim=D, steps=steps_run,
                                              sample_rate=method.schedule.batch_size / n_priv,
-                                             n_private=n_priv, row_diameter=2.0, noise=method.release_noise(ledger),
+                                             n_private=n_priv, row_diameter=2.0, noise=method.noise,
                                              **method.privacy.dp.release_settings())
             name = f"{'DPSWflow-r' if kind == 'DPSWFlowR' else 'DPSWgen'} per-step projection release"
         base = torch.randn(4, D, generator=gen, dtype=torch.float64)

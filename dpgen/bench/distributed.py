@@ -6,7 +6,9 @@ For each private family at the MNIST presets' sizes (the embedded digits beside)
 steady steps / their wall time (from the end of the first step, which holds the lazy state and the budget's one
 accountant evaluation, to the end of the last; the final checkpoint is outside), read from the run folder's
 ``results.json`` and ``private_timings.json`` (the runs are of public benchmark data).  The commands alternate (1, N, 1, N, ...),
-``REPEATS`` times each; the figure is the median.  CPU: N = 2 (gloo).  GPU: every device count from
+``REPEATS`` times each; the figure is the median.  Beside it, the whole run as a user's wall clock sees it: the
+seconds of the whole command (start-up, the processes' launch and group, set-up, every step, the final
+checkpoint), median of the same runs, so a row whose steps gain but whose run does not says so.  CPU: N = 2 (gloo).  GPU: every device count from
 1 to the visible ones (NCCL), each as a ratio to one device.
 
 The latent families (DPSWflow-r, DPSWgen) train their PUBLIC autoencoder before the first private step (5,000
@@ -27,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -66,11 +69,17 @@ def command(preset: str, steps: int, device: str, nproc: int, run_dir: Path, ext
             f"hydra.run.dir={run_dir}", *extra]
 
 
+WHOLE_S: dict[Path, float] = {}  # run folder -> wall seconds of its whole command (filled by steps_per_s)
+
+
 def steps_per_s(cmd: list[str], run_dir: Path, timeout_s: int = 600) -> float:
-    """Run ``cmd``; steady steps / their wall seconds in its run folder.  A failure raises with its last lines."""
+    """Run ``cmd``; steady steps / their wall seconds in its run folder (the whole command's wall seconds go to
+    :data:`WHOLE_S`).  A failure raises with its last lines."""
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    WHOLE_S[run_dir] = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(failure_line(r))
     res = json.loads((run_dir / "results.json").read_text())
@@ -92,12 +101,23 @@ def failure_line(r: subprocess.CompletedProcess) -> str:
 
 def compare(preset: str, steps: int, device: str, nproc: int, tmp: Path, extra: list[str] = ()) -> tuple[float, float]:
     """Median steps/s of (1 process, ``nproc`` processes), alternating."""
+    return compare_runs(preset, steps, device, nproc, tmp, extra)[:2]
+
+
+def compare_runs(preset: str, steps: int, device: str, nproc: int, tmp: Path,
+                 extra: list[str] = ()) -> tuple[float, float, float | None, float | None]:
+    """Median steady steps/s and median whole-command wall seconds of (1 process, ``nproc`` processes), alternating
+    (the seconds None when not timed)."""
     rates: dict[int, list[float]] = {1: [], nproc: []}
+    whole: dict[int, list[float]] = {1: [], nproc: []}
     for i in range(REPEATS):
         for n in (1, nproc):
             run_dir = tmp / f"{preset}-{device}-n{n}-{i}"
             rates[n].append(steps_per_s(command(preset, steps, device, n, run_dir, extra), run_dir))
-    return statistics.median(rates[1]), statistics.median(rates[nproc])
+            if run_dir in WHOLE_S:
+                whole[n].append(WHOLE_S.pop(run_dir))
+    seconds = [statistics.median(whole[n]) if whole[n] else None for n in (1, nproc)]
+    return statistics.median(rates[1]), statistics.median(rates[nproc]), *seconds
 
 
 def collective_latency(device: str, nproc: int) -> dict:
@@ -142,13 +162,15 @@ def rows(device: torch.device, only: str | None = None) -> list[tuple[str, str]]
                 name = (f"{label} (`{preset}`, {steps} steps), {dev}: 1 vs {n} "
                         f"{'processes' if dev == 'cpu' else 'devices'} ({backend}, `torchrun --nproc-per-node {n}`)")
                 try:
-                    one, many = compare(preset, steps, dev, n, Path(d), extra)
+                    one, many, one_s, many_s = compare_runs(preset, steps, dev, n, Path(d), extra)
                 except (RuntimeError, OSError, KeyError, subprocess.SubprocessError) as err:
                     out.append((name, f"not measured: {err}"))
                     continue
                 goal = f"; target ×{target}" if target and dev == "cpu" and n == 2 else ""
+                whole = (f"; the whole run (start-up, launch, set-up, steps, checkpoint) {one_s:.1f} vs {many_s:.1f} s: "
+                         f"×{one_s / many_s:.2f}" if one_s and many_s else "")
                 out.append((name, f"{one:.1f} vs {many:.1f} steps/s: ×{many / one:.2f} (median of {REPEATS}, "
-                                  f"alternating; steady steps only{goal}; {load})"))
+                                  f"alternating; steady steps only{goal}; {load}){whole}"))
     return out
 
 

@@ -365,17 +365,10 @@ class FamilySteps:
 def compose(overrides: list[str], run_dir: Path):
     """The composed config of ``python train.py <overrides>`` with its run folder (data: $DPGEN_DATA_ROOT, else the
     checkout's data/; the digits presets need none)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
+    from dpgen.config import compose as compose_config
     from dpgen.paths import ROOT
 
-    data_root = os.environ.get("DPGEN_DATA_ROOT", str(ROOT / "data"))
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return hydra_compose("train", overrides=[*overrides, f"paths.data_root={data_root}",
-                                                 f"paths.output_dir={run_dir}"])
+    return compose_config(overrides, data_root=os.environ.get("DPGEN_DATA_ROOT", str(ROOT / "data")), output_dir=run_dir)
 
 
 @contextlib.contextmanager

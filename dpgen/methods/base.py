@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import Mechanism
 from ..privacy.noise import NoisePolicy, NoiseSettings, build_policy, check_policy
-from ..utils import dist, load_checkpoint
+from ..utils import dist
 
 
 @dataclass
@@ -86,13 +86,6 @@ def settle(settings: object, **values: object) -> None:
     the dataclass's ``__post_init__`` only, after the checks."""
     for key, value in values.items():
         object.__setattr__(settings, key, value)
-
-
-def load_resume_checkpoint(path: Path, signature: dict) -> dict:
-    """Load a checkpoint to resume from, refusing one written by a run with other settings."""
-    ck = load_checkpoint(path)
-    check_signature(ck.get("signature", {}), signature)
-    return ck
 
 
 def check_signature(old: dict, signature: dict) -> None:
@@ -149,6 +142,10 @@ class Method(NoiseHolder):
     name: str = "method"  # progress-bar label
     release_name: str = "release.pt"  # weights-only artefact in the run folder
     min_steps: int = 0  # steps before there is a model to release (1: the model IS the first step's release)
+    # how several processes share a step's own work (``methods.parallel``): "rows" (each rank its contiguous rows
+    # of the batch), "blocks" (whole class blocks), "directions" (a part of the step's projection directions) or
+    # "whole" (every rank all of it); the private side is shared by the sampler and the mechanisms
+    split: str = "whole"
     sampler: PrivateSampler | None = None
     mechanisms: dict[str, Mechanism]
 

@@ -55,7 +55,7 @@ from torch import nn
 from ..data import DataSplits
 from ..models.da import grad_reverse
 from ..ot import sliced_wasserstein
-from ..ot.sliced import gaussian_projection_rows, sliced_wasserstein_projected
+from ..ot.sliced import sliced_wasserstein_projected
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import (
     UNBOUNDED,
@@ -77,9 +77,10 @@ from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import fixed_size, scale_and_clip
 from ..privacy.sampler import device_generator, generator_state, resumed_generator
 from ..privacy.sensitivity import l2_sensitivity
-from ..utils import autocast, dist
+from ..utils import autocast
 from ..utils.compiling import adam, compile_module
 from .base import Method, NoiseHolder, TrainContext, mechanism_seed, secret_seed
+from .parallel import ParallelOptimizer, Share, own_draws
 
 SOURCE_DOMAIN, TARGET_DOMAIN = 1, 0  # DANN domain labels (DP-SWD paper, domain-adaptation baselines)
 
@@ -102,7 +103,10 @@ class AlignmentContext:
 class AlignmentOutput:
     loss: torch.Tensor  # public-autograd part, added to L_c before backward
     private_grads: dict[str, torch.Tensor] | None = None  # {param name in `modules()`: grad}, added after backward
-    value: float = float("nan")  # for logging (public or released)
+    value: float | torch.Tensor = float("nan")  # for logging (public or released)
+    # several processes: ``loss`` and ``value`` are this rank's share of the whole batch's (they add up over the
+    # ranks); False: the whole batch's, the same on every rank
+    shared: bool = False
 
 
 class Alignment(NoiseHolder, ABC):
@@ -118,6 +122,7 @@ class Alignment(NoiseHolder, ABC):
         """Build extra networks and the mechanism (calibrated); return what to report in the results.
         Non-private variants: an ``UnnoisedAccess`` (epsilon = inf)."""
         self.mechanism = UnnoisedAccess(actx.ledger, sample_rate=actx.sample_rate)
+        self.batch_size = actx.batch_size  # the source batch (public)
         return {}
 
     def modules(self) -> nn.ModuleDict:
@@ -140,12 +145,13 @@ class SWDAlignment(Alignment):
 
     def __call__(self, g, x_s, f_s, x_t):
         self.mechanism.release()  # an un-noised access, recorded
-        with dist.own_rng():  # this rank's target samples (dropout)
+        with own_draws():  # this rank's target samples (dropout)
             f_t = g(x_t)
+        # several processes: SW of the whole source and target batches on every rank (their rows gathered; the
+        # gradient flows back into each rank's own rows), as one process computes it
+        f_s, f_t = Share.rows(self.batch_size).gather(f_s), Share.of_batch(f_t.shape[0]).gather(f_t)
         sw = sliced_wasserstein(f_s, f_t, k=self.k, q=self.power, generator=self.mechanism.directions_generator)
-        # several processes: this rank's SW (its source and target parts); the gradients of the ranks are added,
-        # so each counts 1 / W: their average
-        return AlignmentOutput(self.weight * sw / dist.world_size(), value=sw.detach())
+        return AlignmentOutput(self.weight * sw, value=sw.detach())
 
 
 # -------------------------------------------------------------------------------------- dpswd
@@ -238,12 +244,11 @@ class DPSWDAlignment(Alignment):
     def __call__(self, g, x_s, f_s, x_t, valid: torch.Tensor | None = None):
         if self.convention is not None:
             return self._paper_call(g, x_s, x_t)
-        # several processes: each maps and projects its own rows lo..hi of the B target rows (the release gathers)
-        lo, hi = dist.shard_bounds(self.batch_size)
+        share = Share.rows(self.batch_size)  # several processes: this rank's rows of the B target rows
         if valid is None:  # a variable-size batch, cut or padded to B as a whole
-            own = self._target_rows(g, x_t, None)[lo:hi]
+            own = share.take(self._target_rows(g, x_t, None))
         else:
-            own = self._target_rows(g, x_t[lo:hi], valid[lo:hi])                   # lines 10-11, target
+            own = self._target_rows(g, share.take(x_t), share.take(valid))          # lines 10-11, target
         u = self.mechanism.draw_directions(f_s.device)                              # fresh directions (DP-SWD paper, Alg. 1)
         p_t = self.mechanism.release_shard(own, u, self.batch_size)                 # P_t = r(x_t) U + Z_t
         # the source side through the same (eval-mode) map, smoothed with noise of the same std (line 12)
@@ -255,11 +260,10 @@ class DPSWDAlignment(Alignment):
 
 # --------------------------------------------------------------------------------------- dann
     def _source_projections(self, rows_s: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """``P_s = r(x_s) U + Z_s`` of the whole source batch on every rank, from this rank's rows of it
-        (``dist.shard_bounds``): one all-gather; gradients flow into this rank's rows only."""
-        lo, _ = dist.shard_bounds(self.batch_size)
-        p_s = gaussian_projection_rows(rows_s, u, self.mechanism.noise_std, lo, self.batch_size)
-        return dist.gather_shards(p_s, self.batch_size)
+        """``P_s = r(x_s) U + Z_s`` of the whole source batch on every rank, from this rank's rows of it: one
+        all-gather; gradients flow into this rank's rows only."""
+        share = Share.rows(self.batch_size)
+        return share.gather(share.projected(rows_s, u, self.mechanism.noise_std))
 
     def _paper_call(self, g, x_s, x_t):
         """The released code (DP-SWD paper, Alg. 2 step 3, unit-norm assumption), privacy.convention=paper ONLY:
@@ -268,7 +272,7 @@ class DPSWDAlignment(Alignment):
         with torch.no_grad():
             f_t = self._eval_features(g, x_t)
             _, m = batch_max_scale(f_t)                                              # lines 10-11 as released
-            m = dist.all_gather_rows(m.reshape(1)).max()  # several processes: the max of the whole batch, not a rank's
+            m = Share.largest(m)  # several processes: the max of the whole batch, not a rank's
             rows_t = fixed_size(f_t / (2.0 * m), self.batch_size)
         u = self.mechanism.draw_directions(rows_t.device)
         p_t = self.mechanism.release(rows_t, u)                                      # P_t = g(x_t)/(2m) U + Z_t
@@ -318,17 +322,21 @@ class DANNAlignment(Alignment):
     def modules(self):
         return self._mods
 
-    def _domain_loss(self, f: torch.Tensor, label: int) -> torch.Tensor:
+    def _domain_loss(self, f: torch.Tensor, label: int, batch: int) -> torch.Tensor:
+        """The sum of the domain losses of the rows ``f`` divided by the whole ``batch``'s size: a rank's share of
+        the batch's mean."""
         logits = self._mods["disc"](grad_reverse(f))
-        return F.cross_entropy(logits, torch.full((f.shape[0],), label, dtype=torch.long, device=f.device))
+        target = torch.full((f.shape[0],), label, dtype=torch.long, device=f.device)
+        return F.cross_entropy(logits, target, reduction="sum") / max(batch, 1)
 
     def __call__(self, g, x_s, f_s, x_t):
         self.mechanism.release()  # an un-noised access, recorded
-        with dist.own_rng():  # this rank's target samples (dropout)
+        with own_draws():  # this rank's target samples (dropout)
             f_t = g(x_t)
-        dom = self._domain_loss(f_s, SOURCE_DOMAIN) + self._domain_loss(f_t, TARGET_DOMAIN)
-        # several processes: this rank's parts; the ranks' gradients are added, so each counts 1 / W (their average)
-        return AlignmentOutput(self.weight * dom / dist.world_size(), value=dom.detach())
+        # several processes: this rank's shares of the two batch means (the target batch's size added over the ranks)
+        dom = self._domain_loss(f_s, SOURCE_DOMAIN, self.batch_size) + \
+            self._domain_loss(f_t, TARGET_DOMAIN, Share.of_batch(f_t.shape[0]).n)
+        return AlignmentOutput(self.weight * dom, value=dom.detach(), shared=True)
 
 
 class DPDANNAlignment(DANNAlignment):
@@ -359,7 +367,7 @@ class DPDANNAlignment(DANNAlignment):
     def setup(self, actx):
         self._mods["disc"] = self.make_discriminator(in_dim=actx.feature_extractor.out_dim).to(actx.device)
         self._path = _DomainPath(actx.feature_extractor, self._mods["disc"])
-        self._batch_size = actx.batch_size  # the source batch (public); a rank's part counts for its share
+        self.batch_size = actx.batch_size  # the source batch (public)
         led = actx.ledger
         self.mechanism = NoisyGradientSum(led, clip_norm=self.clip_norm, sample_rate=actx.sample_rate,
                                           expected_batch_size=actx.sample_rate * actx.n_private, noise=self.noise,
@@ -385,7 +393,7 @@ class DPDANNAlignment(DANNAlignment):
         params = {k: v.detach() for k, v in self._path.named_parameters() if v.requires_grad}
         if x_t.shape[0] == 0:
             return {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
-        with dist.own_rng():  # several processes: this rank's samples' dropout masks, the ranks kept in step
+        with own_draws():  # several processes: this rank's samples' dropout masks, the ranks kept in step
             return per_sample_grads(self._path, self._one_loss, x_t, params=params)
 
     def _private_grads(self, x_t: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -394,14 +402,16 @@ class DPDANNAlignment(DANNAlignment):
         return {k: self.weight * v for k, v in noisy.items()}
 
     def __call__(self, g, x_s, f_s, x_t):
-        dom_s = self._domain_loss(f_s, SOURCE_DOMAIN)  # several processes: the mean over this rank's source part
-        share = f_s.shape[0] / self._batch_size  # ... which counts for its share of the batch (gradients added)
-        return AlignmentOutput(self.weight * share * dom_s, private_grads=self._private_grads(x_t), value=dom_s.detach())
+        dom_s = self._domain_loss(f_s, SOURCE_DOMAIN, self.batch_size)  # several processes: this rank's share
+        return AlignmentOutput(self.weight * dom_s, private_grads=self._private_grads(x_t), value=dom_s.detach(),
+                               shared=True)
 
 
 # ------------------------------------------------------------------------------------- method
 class DomainAdaptation(Method):
     """g + h trained on the public source, aligned to the private target by ``alignment``."""
+
+    split = "rows"  # several processes: the source batch's rows (the mechanisms share the target's)
 
     release_name = "da_model.pt"
 
@@ -478,7 +488,7 @@ class DomainAdaptation(Method):
         # trainer.compile=on: the PUBLIC source forward (g, h) and the Adam step compiled (utils.compiling); the
         # alignment (the private target's rows or gradients, clipping, noise) runs eagerly on g itself
         self._g_source, self._h_source = (compile_module(m, ctx.compile, ctx.device) for m in (self.g, self.h))
-        self.opt = adam(params, ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
+        self.opt = ParallelOptimizer(adam(params, ctx.compile, ctx.device, lr=self.lr, betas=self.betas), params)
         # source batches: public randomness, drawn on the device from the source split moved there once
         self.pub_gen = device_generator(ctx.seed + 2, ctx.device)
         self._source_xy = (data.public.x.to(ctx.device), data.public.y.to(ctx.device))
@@ -505,16 +515,13 @@ class DomainAdaptation(Method):
         self.h.train()
         idx = torch.randint(len(self.source), (self.batch_size,), generator=self.pub_gen,
                             device=self.pub_gen.device)                                      # 1. public batch
-        # several processes: each rank takes its part lo..hi of the source batch (every rank draws the same idx)
-        lo, hi = dist.shard_bounds(self.batch_size)
-        idx = idx[lo:hi]
-        x_s, y_s = self._source_xy[0][idx], self._source_xy[1][idx]
-        with autocast(self.device, self.precision), dist.own_rng():  # bf16: the PUBLIC source forward only
+        share = Share.rows(self.batch_size)  # several processes: this rank's rows of the source batch
+        x_s, y_s = (t[share.take(idx)] for t in self._source_xy)
+        with autocast(self.device, self.precision), own_draws():  # bf16: the PUBLIC source forward only
             f_s = self._g_source(x_s)  # g and h, or their compiled views (the same parameters)
             logits_s = self._h_source(f_s)
         f_s = f_s.float()  # the alignment (rows, clipping, noise, private gradients) runs in float32
-        # the mean over this rank's part, counted for its share: the ranks' gradients add up to the batch mean's
-        loss_c = F.cross_entropy(logits_s.float(), y_s) * ((hi - lo) / self.batch_size)     # 2. L_c (line 7)
+        loss_c = F.cross_entropy(logits_s.float(), y_s, reduction="sum") / self.batch_size  # 2. L_c (line 7)
         loss, out = loss_c, None
         if t >= self.warm:                                                                   # 3. align (8-12)
             if getattr(self.alignment, "fixed_rows", False):  # DP-SWD: B rows and their padding mask, no sync
@@ -526,16 +533,21 @@ class DomainAdaptation(Method):
             loss = loss_c + out.loss
         self.opt.zero_grad(set_to_none=True)                                                 # 4. Adam (13)
         loss.backward()
-        dist.sum_gradients(self._params)  # several processes: the ranks' parts added, one all-reduce
-        if out is not None and out.private_grads is not None:
+        # several processes: the gradients added over the ranks (one all-reduce), the logged shares with them
+        shares = [loss_c.detach()] + ([out.loss.detach(), torch.as_tensor(out.value, device=loss_c.device)]
+                                      if out is not None and out.shared else [])
+        whole = self.opt.reduce(also=torch.stack(shares))
+        if out is not None and out.private_grads is not None:  # released: the whole batch's already
             for k, gr in out.private_grads.items():
                 p = self._path_params[k]
                 p.grad = gr.to(p.dtype) if p.grad is None else p.grad + gr.to(p.dtype)
         self.opt.step()
-        values = {"loss": loss.detach(), "loss_cls": loss_c.detach(), "aligning": float(out is not None)}  # no host sync
+        # logged: the whole batch's values (public or released quantities only; no host sync)
+        values = {"loss": whole[0], "loss_cls": whole[0], "aligning": float(out is not None)}
         if out is not None:
-            values["align"] = out.value
-        return values  # public (source) or released quantities only
+            align_loss, values["align"] = (whole[1], whole[2]) if out.shared else (out.loss.detach(), out.value)
+            values["loss"] = whole[0] + align_loss
+        return values
 
     def progress_info(self, values: dict) -> str:
         return f"L_c {values['loss_cls']:.3f}" + (f"  align {values['align']:.4f}" if "align" in values else "")

@@ -49,6 +49,8 @@ RELEASES = ("moments", "projections")
 class DPClassGaussian(GenerativeMethod):
     """Class-conditional Gaussian in a public representation, from one noisy moment release (one loop step)."""
 
+    split = "rows"  # several processes: the private set's rows, its moments added by the release
+
     name = "DP class-Gaussian"
     release_name = "generator.pt"
     min_steps = 1  # the model is its one release

@@ -67,9 +67,9 @@ from ..privacy.dpsgd import (
 from ..privacy.mechanisms import NoisyGradientSum, UnnoisedAccess
 from ..privacy.noise import NoiseSettings
 from ..privacy.wdp import WassersteinAccountant, pairwise_distances
-from ..utils import dist
 from ..utils.compiling import compile_step
 from .base import Method, TrainContext, mechanism_seed, secret_seed
+from .parallel import batch_mean_backward, own_draws
 
 Grads = dict[str, torch.Tensor]
 
@@ -81,6 +81,8 @@ def _loss_one(output_fn: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.
 
 class DPSGDClassifier(Method):
     """CNN classifier trained with DP-SGD (or plain SGD when ``private=false``)."""
+
+    split = "rows"  # several processes: the batch's rows (their clipped gradients summed by the release)
 
     release_name = "classifier.pt"
 
@@ -265,16 +267,12 @@ class DPSGDClassifier(Method):
         return p if self.pair_mode == "add_remove" else p * (p - 1) // 2
 
     def plain_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
-        """The non-private SGD gradient of the mean loss of a batch (``private=false`` baseline)."""
+        """The non-private SGD gradient of the mean loss of a batch (``private=false`` baseline): the sum of the
+        losses over the batch divided by its size (several processes: over the whole batch, every rank's rows)."""
         self.net.zero_grad(set_to_none=True)
-        if not x.shape[0]:  # an empty part still takes part in the ranks' sum
-            for p in self.net.parameters():
-                p.grad = torch.zeros_like(p)
-            dist.sum_gradients(self.net.parameters())
-            return {k: p.grad.detach().clone() for k, p in self.net.named_parameters()}
-        # several processes: this rank's mean, divided by W; the ranks' gradients added: their average
-        (F.cross_entropy(self.net(x), y) / dist.world_size()).backward()
-        dist.sum_gradients(self.net.parameters())
+        with own_draws():  # several processes: this rank's dropout masks, the public streams kept in step
+            loss_sum = F.cross_entropy(self.net(x), y, reduction="sum") if x.shape[0] else x.new_zeros(())
+        batch_mean_backward(loss_sum, x.shape[0], self.net.parameters())
         return {k: p.grad.detach().clone() for k, p in self.net.named_parameters()}
 
     # -- state ------------------------------------------------------------------------------

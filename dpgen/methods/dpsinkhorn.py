@@ -52,16 +52,16 @@ the generated images X[0:n] (``ImageGradientSanitiser``); its sensitivity 2C (wh
 (per_row) comes from the clip alone and holds for ANY loss, including one computed on codes
 (the chain rule through the fixed V happens before the hook, inside the clipped quantity).
 
-Several processes (``dpgen.utils.dist``): the generated batch is split, the release is not.  Every rank
+Several processes (split by ``rows``: ``methods.parallel``): the generated batch is split, the release is not.  Every rank
 draws the whole Poisson batch Y (``PrivateSampler(split=False)``: the transport plan couples it) and the
 codes and labels of all n + n' generated samples from identically seeded generators; it runs the generator
 forward and backward on its contiguous share of the n + n' rows only (BatchNorm normalising by the whole
-batch, ``dist.whole_batch_norm``).  One all-gather of the generated images gives every rank the whole X, so
+batch: ``parallel.GeneratedSide``).  One all-gather of the generated images gives every rank the whole X, so
 every rank computes the same loss and the hook sees the WHOLE dL/dX[0:n]: the release (one clip of the
 whole matrix, one noise draw from the sanitiser's generator, seeded alike on every rank) is the
 single-process release, noised once and recorded once.  The gradient then flows into each rank's own rows,
-and the generator's parameter gradients (each rank's partial sum) are added in one all-reduce before the
-Adam step.  What crosses between the processes each step: the generated images and BatchNorm's batch sums
+and the generator's parameter gradients (each rank's partial sum) are added in one all-reduce by the
+optimiser's step (``parallel.ParallelOptimizer``).  What crosses between the processes each step: the generated images and BatchNorm's batch sums
 (functions of public codes and of the model), and on the way back BatchNorm's statistic gradients and the
 parameter gradients' partial sums, computed from G~ (the hook runs on every rank before the backward
 reaches the gather) and the debiasing rows' clipped, data-independent gradient: post-processing of the
@@ -96,9 +96,10 @@ from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
 from ..privacy.noise import FixedMultiplier, FixedStd, NoisePolicy, NoiseSettings
-from ..utils import autocast, dist
+from ..utils import autocast
 from ..utils.misc import on_gpu
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed, settle
+from .parallel import GeneratedSide, ParallelOptimizer, Share
 from .warm_start import WarmTarget, as_warm_start
 
 
@@ -184,6 +185,8 @@ class DPSinkhorn(GenerativeMethod):
     (:class:`SinkhornLoss`), ``self.release`` (:class:`ImageGradientRelease`), ``self.optimiser``
     (:class:`AdamSettings`) and ``self.schedule`` (:class:`Schedule`)."""
 
+    split = "rows"  # several processes: the generated batch's rows (the private batch and the release whole)
+
     name = "DP-Sinkhorn"
     release_name = "generator.pt"
 
@@ -239,7 +242,7 @@ class DPSinkhorn(GenerativeMethod):
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self.device, self.num_classes, self.precision = ctx.device, data.num_classes, ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes).to(ctx.device)
-        dist.whole_batch_norm(self.G)  # several processes: each rank generates a part of the batch (dist.generated_rows)
+        self.generated = GeneratedSide(self.G)  # several processes: each rank generates its rows of the batch
         # the released gradient couples the whole batch: several processes read the whole batch (split=False)
         release, schedule = self.release, self.schedule
         self.sampler = PrivateSampler(data.private, schedule.batch_size, ledger.sampling, seed=secret_seed(ctx),
@@ -268,8 +271,9 @@ class DPSinkhorn(GenerativeMethod):
         # multi-tensor kernel per update term for all the parameters (PyTorch's default on a GPU, asked for
         # everywhere so that a CPU run takes the same path)
         adam = self.optimiser
-        self.opt = torch.optim.Adam(self.G.parameters(), lr=adam.lr, betas=adam.betas, weight_decay=adam.weight_decay,
-                                    capturable=on_gpu(ctx.device), foreach=True)
+        self.opt = ParallelOptimizer(torch.optim.Adam(self.G.parameters(), lr=adam.lr, betas=adam.betas,
+                                                      weight_decay=adam.weight_decay, capturable=on_gpu(ctx.device),
+                                                      foreach=True), self.G.parameters())
         self.G.train()
 
     @property
@@ -291,14 +295,14 @@ class DPSinkhorn(GenerativeMethod):
         n_extra = objective.n_extra(n)
         y_g = torch.randint(max(k, 1), (n,), device=dev)
         y_all = torch.cat([y_g, y_g[:n_extra]])  # the n' extra samples reuse the first n' labels, fresh z
-        # several processes: each rank generates its rows lo..hi of the n + n' samples (the same codes and labels
-        # as one process: every rank draws them all from identically seeded generators), then ONE all-gather
-        # gives every rank the whole X; the backward keeps this rank's rows (dist.gather_shards)
-        lo, hi = dist.shard_bounds(n + n_extra)
+        # several processes: each rank generates its rows of the n + n' samples (the same codes and labels as one
+        # process: every rank draws them all), then ONE all-gather gives every rank the whole X; the backward
+        # keeps this rank's rows
+        share = Share.rows(n + n_extra)
         z = self.G.latent(n + n_extra, device=dev)
         with autocast(dev, self.precision):  # trainer.precision=bf16: the generator forward only
-            x_part = dist.generated_rows(self.G, z, y_all, lo, hi)               # X = G(z), this rank's rows
-        x_all = dist.gather_shards(x_part.float(), n + n_extra)  # (n + n', C, H, W); the released dL/dX is float32
+            x_part = self.generated(z, y_all, share)                              # X = G(z), this rank's rows
+        x_all = share.gather(x_part.float())  # (n + n', C, H, W); the released dL/dX is float32
         x_cross, x_debias = x_all[:n], x_all[n:]
         released = {}
 
@@ -322,8 +326,7 @@ class DPSinkhorn(GenerativeMethod):
             loss = (rows_gen[:n] * 0.0).sum()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()  # the hook releases G~; back-propagation through G is post-processing
-        dist.sum_gradients(self.G.parameters())  # each rank's rows' part of dtheta, added in one all-reduce
-        self.opt.step()
+        self.opt.step()  # several processes: each rank's rows' part of dtheta added first, in one all-reduce
         # only the norm of the RELEASED gradient may be logged by a private run; the loss value is an
         # un-noised function of the private batch (logged for non-private runs only)
         out = {"released_grad_norm": released["g"].norm()}  # 0-d tensors: the loop syncs at its log cadence
@@ -352,9 +355,9 @@ class DPSinkhorn(GenerativeMethod):
         def rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return ((x - lo) / (hi - lo) * 2.0 - 1.0).flatten(1)
 
-        def generate(y: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
+        def generate(y: torch.Tensor, share: Share) -> torch.Tensor:
             z = self.G.latent(y.shape[0], device=self.device)  # all the codes, as one process draws them
-            return dist.generated_rows(self.G, z, y, *part).float().flatten(1)
+            return self.generated(z, y, share).float().flatten(1)
         return WarmTarget(rows=rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     def progress_info(self, values: dict) -> str:

@@ -68,7 +68,7 @@ import torch.nn.functional as F
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..ot.sliced import gaussian_projection_rows, sliced_cost_blocks
+from ..ot.sliced import sliced_cost_blocks
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import (
     PaperConvention,
@@ -81,49 +81,56 @@ from ..privacy.mechanisms import GaussianProjectionRelease
 from ..privacy.noise import NoiseSettings
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import RowMap
-from ..utils import autocast, dist
+from ..utils import autocast
 from ..utils.compiling import adam, compile_function, compile_module
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
+from .parallel import GeneratedSide, ParallelOptimizer, Share
 from .warm_start import WarmTarget, as_warm_start
 
 
 def released_sliced_cost(projection: GaussianProjectionRelease, rows_t: torch.Tensor, u: torch.Tensor,
-                         p_s: torch.Tensor, n_blocks: int, blocks: tuple[int, int] | None, q: float,
-                         cost: Callable = sliced_cost_blocks) -> tuple[torch.Tensor, bool]:
+                         p_s: torch.Tensor, n_blocks: int, share: Share, q: float,
+                         cost: Callable = sliced_cost_blocks) -> torch.Tensor:
     """Steps 4 and 6 of a DP-SWD step: the release ``P_t = rows_t U + Z_t`` and the sum of
     ``|sort(P_s) − sort(P_t)|^q`` within the ``n_blocks`` class blocks (``SW_q`` is its mean to the power 1/q,
-    :func:`sliced_wasserstein_step`), where ``p_s`` holds this process's rows of ``P_s``.  Returns
-    ``(cost, shared)``.
+    :func:`sliced_wasserstein_step`), where ``p_s`` holds this process's ``share`` of the rows of ``P_s``.
 
-    ``blocks = (lo, hi)`` (:func:`~dpgen.utils.dist.block_bounds`): ``p_s`` is this process's whole blocks; it
-    takes its rows of the release and returns its blocks' share of the cost (``shared``: the shares add up over
-    the processes).  ``None`` (fewer blocks than processes): ``p_s`` is this process's contiguous rows; the whole
+    A share of whole blocks (``share.shared``) takes its rows of the release and returns its blocks' share of
+    the cost (the shares add up over the processes).  A share of rows (fewer blocks than processes): the whole
     ``P_s`` is gathered (one all-gather; gradients flow into this process's rows) and every process returns the
     whole cost.  One process: the whole release and the whole cost either way."""
     b = rows_t.shape[0]
-    if blocks is not None:
-        p_t = projection.release(rows_t, u, part=blocks)
-        return cost(p_s, p_t, n_blocks * (blocks[1] - blocks[0]) // b, q), True
+    if share.shared:
+        p_t = projection.release(rows_t, u, part=share.bounds)
+        return cost(p_s, p_t, n_blocks * share.size // b, q)
     p_t = projection.release(rows_t, u)
-    return cost(dist.gather_shards(p_s, b), p_t, n_blocks, q), False
+    return cost(share.gather(p_s), p_t, n_blocks, q)
 
 
-def sliced_wasserstein_step(cost: torch.Tensor, shared: bool, n_terms: int, q: float, params) -> torch.Tensor:
-    """``SW_q = (cost / n_terms)^(1/q)`` (``n_terms = b k``: rows times directions) and its gradient w.r.t.
-    ``params`` in their ``.grad``, added over the processes in ONE all-reduce: a ``shared`` cost's shares travel
-    with the gradients (:func:`~dpgen.utils.dist.backward_of_sum`), a whole cost is the same on every process."""
+def sliced_wasserstein_step(cost: torch.Tensor, share: Share, n_terms: int, q: float,
+                            opt: ParallelOptimizer) -> torch.Tensor:
+    """``SW_q = (cost / n_terms)^(1/q)`` (``n_terms = b k``: rows times directions) and its gradient in the
+    parameters' ``.grad``, added over the processes in ONE all-reduce (``opt.step``): the cost of a share of whole
+    blocks travels with the gradients (:meth:`ParallelOptimizer.backward_of_sum`), a whole cost is the same on
+    every process."""
     def sw(total: torch.Tensor) -> torch.Tensor:
         return (total / n_terms).pow(1.0 / q)
-    if shared:
-        return dist.backward_of_sum(cost, sw, params)
+    if share.shared:
+        return opt.backward_of_sum(cost, sw)
     loss = sw(cost)
     loss.backward()
-    dist.sum_gradients(params)
     return loss.detach()
 
 
 class DPSWDGenerator(GenerativeMethod):
     """Generator trained with the DP-SWD loss against private samples."""
+
+    split = "blocks"  # several processes: whole class blocks of the generated and released rows
+    # measured (dpgen bench --only distributed, docs/benchmarks.md), said by a run on several CPU processes
+    cpu_split_note = ("every process runs the generator's head (both BatchNorm layers) on the whole batch and draws "
+                      "all the step's directions, and the gradient all-reduce waits on the slower process: 2 processes "
+                      "ran 0.75x the steady steps/s of one at digits_dpswd and 1.24x at mnist_dpswd; below about 1.5x "
+                      "the set-up both processes repeat can eat the gain of a short run; one process (or GPUs) may be faster")
 
     name = "DP-SWD"
     default_dp = ProjectionDP(num_projections=1000, bound="bernstein")  # model.dp when none is given
@@ -171,7 +178,6 @@ class DPSWDGenerator(GenerativeMethod):
         self.precision = ctx.precision
         self.G = self.make_generator(image_shape=data.image_shape, n_labels=data.num_classes
                                      if self.label_mode != "none" else 0).to(ctx.device)
-        dist.whole_batch_norm(self.G)  # several processes: each rank generates a part of the batch (dist.generated_rows)
         if self.label_mode != "none" and not getattr(self.G, "conditional", False):
             raise ValueError(f"model.label_mode={self.label_mode} needs a conditional generator, but "
                              f"{type(self.G).__name__} ignores labels; set model.label_mode=none")
@@ -214,9 +220,10 @@ class DPSWDGenerator(GenerativeMethod):
         self.mechanisms = {"projection": self.projection}
         # trainer.compile=on: the generator's forward, the loss and the Adam step compiled (utils.compiling); the
         # release (sampler, directions, noise) stays eager
-        self._generate = compile_module(self.G, ctx.compile, ctx.device)
+        self.generated = GeneratedSide(self.G, lambda g: compile_module(g, ctx.compile, ctx.device))
         self._cost = compile_function(sliced_cost_blocks, ctx.compile, ctx.device)
-        self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
+        self.opt = ParallelOptimizer(adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas),
+                                     self.G.parameters())
         self.opt_f = torch.optim.Adam(self.fmap.parameters(), lr=self.feature_lr, betas=(0.5, 0.999)) \
             if self.fmap is not None else None
         self.pub_gen = torch.Generator().manual_seed(ctx.seed + 2)
@@ -246,22 +253,19 @@ class DPSWDGenerator(GenerativeMethod):
         else:
             y_g = torch.randint(self.num_classes, (b,), device=self.device)
         codes = torch.randn(b, self.G.d_code, device=self.device)
-        # several processes: each rank generates and transports its own whole class blocks, rows lo..hi (one block
-        # for every rank or more), else its contiguous rows; every rank draws all codes and labels from identically
-        # seeded generators, as one process draws them
-        blocks = dist.block_bounds(self.n_blocks, self.block_rows)
-        lo, hi = blocks or dist.shard_bounds(b)
+        # several processes: this rank's whole class blocks (its rows when the blocks are fewer than the ranks);
+        # every rank draws all codes and labels, as one process draws them
+        share = Share.blocks(self.n_blocks, self.block_rows)
         with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
-            x_g = dist.generated_rows(self.G, codes, y_g, lo, hi, self._generate)  # G(z) rows lo..hi
-        x_g, y_g = x_g.float(), y_g[lo:hi]  # rows, projections and noise stay float32
+            x_g = self.generated(codes, y_g, share)                            # G(z), this rank's rows
+        x_g, y_g = x_g.float(), share.take(y_g)  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
-        p_s = gaussian_projection_rows(self.rows(x_g, y_g), u, self.projection.noise_std, lo, b)  # 5. P_s = r(G) U + Z_s
-        # 4. P_t = r(X_t) U + Z_t (THE release, recorded), 6. SW_q within blocks and its gradient (the processes'
-        # shares of the cost and of the gradient added in one all-reduce)
-        cost, shared = released_sliced_cost(self.projection, rows_t, u, p_s, self.n_blocks, blocks, self.power, self._cost)
+        p_s = share.projected(self.rows(x_g, y_g), u, self.projection.noise_std)  # 5. P_s = r(G) U + Z_s
+        # 4. P_t = r(X_t) U + Z_t (THE release, recorded), 6. SW_q within blocks
+        cost = released_sliced_cost(self.projection, rows_t, u, p_s, self.n_blocks, share, self.power, self._cost)
         self.opt.zero_grad(set_to_none=True)
-        loss = sliced_wasserstein_step(cost, shared, b * u.shape[1], self.power, self.G.parameters())
-        self.opt.step()
+        loss = sliced_wasserstein_step(cost, share, b * u.shape[1], self.power, self.opt)
+        self.opt.step()                                                        # the gradients added over the ranks
         return {"loss": loss}  # a function of the release P_t and public P_s (synced at log cadence)
 
     def rows(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -304,9 +308,9 @@ class DPSWDGenerator(GenerativeMethod):
 
     def warm_target(self) -> WarmTarget:
         """The warm-up fits ``G`` in the rows of the release (``_rows``: public normalisation)."""
-        def generate(y: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
+        def generate(y: torch.Tensor, share: Share) -> torch.Tensor:
             z = torch.randn(y.shape[0], self.G.d_code, device=self.device)  # all the codes, as one process draws them
-            return self.rows(dist.generated_rows(self.G, z, y, *part).float(), y[part[0]:part[1]])
+            return self.rows(self.generated(z, y, share, compiled=False).float(), share.take(y))
         return WarmTarget(rows=self.rows, device=self.device, generate=generate, parameters=self.G.parameters())
 
     # -- state ------------------------------------------------------------------------------

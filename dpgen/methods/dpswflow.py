@@ -56,9 +56,9 @@ from ..privacy.accountants import analytic_gaussian_epsilon
 from ..privacy.mechanisms import OneShotProjectionRelease
 from ..privacy.projection import ProjectionDP
 from ..privacy.rows import class_blocks
-from ..utils import dist
 from .base import TrainContext, mechanism_seed, settle
 from .latent import LatentMethod
+from .parallel import Share
 from .warm_start import WarmTarget
 
 
@@ -104,6 +104,8 @@ class OneShotSettings:
 class _ParticleFlow(LatentMethod):
     """Particles, their update and the sampling of decoded particles (shared by both flows)."""
 
+    split = "directions"  # several processes: a part of each step's directions
+
     # the target a step hands to :meth:`_move`: its quantiles at the M levels (False) or its released
     # projections, whose quantiles the transport map reads only where it needs them (True)
     target_sample = False
@@ -146,14 +148,14 @@ class _ParticleFlow(LatentMethod):
         so the particles stay the same on every rank.  The public draws (directions, smoothing and
         diffusion noise) are made in full on every rank from generators in the same state, so one and N
         processes draw the same numbers; the private release is the single-process one."""
-        return slice(*dist.shard_bounds(k))
+        return Share.directions(k).slice
 
     def _drift(self, proj: torch.Tensor, tq: torch.Tensor, u: torch.Tensor, own: slice) -> torch.Tensor:
         """Eq. 20 from this rank's directions ``own`` of ``u``, the ranks' parts added: each part summed in float64
         and the sum rounded once, so N processes give one process's drift (not another order of float32 sums)."""
         part = sliced_flow_drift(proj, tq, self.levels, u[:, own], u.shape[1], sum_dtype=torch.float64,
                                  target_sample=self.target_sample)
-        return dist.all_reduce_sum(part).to(proj.dtype)
+        return Share.total(part).to(proj.dtype)
 
     def _move(self, u: torch.Tensor, tq: torch.Tensor, sigma: float, step: int,
               idx: torch.Tensor | None = None) -> torch.Tensor:
@@ -382,7 +384,7 @@ class DPSWFlow(_ParticleFlow):
         self.block_rows = (math.ceil(self.one_shot_settings.block_slack * n_priv / c_n)
                            if self.latent.label_mode == "partition" else None)
         self.one_shot = OneShotProjectionRelease(ledger, dim=self.space.dim, calibration=self.one_shot_settings.calibration,
-                                                 noise=self.release_noise(ledger, one_shot=True), seed=mechanism_seed(ctx),
+                                                 noise=self.noise, seed=mechanism_seed(ctx),
                                                  class_blocks=self.latent.label_mode == "partition", n_private=n_priv,
                                                  device=ctx.device,  # noise and directions drawn on the device
                                                  **self.privacy.dp.release_settings())

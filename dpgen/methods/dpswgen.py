@@ -15,13 +15,14 @@ import torch.nn.functional as F
 
 from ..data import DataSplits
 from ..errors import ConfigError
-from ..ot.sliced import gaussian_projection_rows, sliced_cost_blocks
+from ..ot.sliced import sliced_cost_blocks
 from ..privacy import PrivacyLedger
-from ..utils import autocast, dist
+from ..utils import autocast
 from ..utils.compiling import adam, compile_function, compile_module
 from .base import TrainContext
 from .dpswd_generator import released_sliced_cost, sliced_wasserstein_step
 from .latent import LatentMethod
+from .parallel import ParallelOptimizer, Share, whole_batch_norm
 from .warm_start import WarmTarget
 
 
@@ -37,6 +38,12 @@ class DPSWGen(LatentMethod):
     becomes x, or x replaces a random kept row: N + 1 partners), so the calibration is that of an
     unpartitioned batch (row diameter 2, ``directions`` as chosen).
     """
+
+    split = "blocks"  # several processes: whole class blocks, as DPSWDGenerator
+    # measured (dpgen bench --only distributed, docs/benchmarks.md), said by a run on several CPU processes
+    cpu_split_note = ("its step (about 10 ms at mnist_dpswgen) is smaller than the three exchanges a split step makes "
+                      "(its BatchNorm statistics forward and backward, the gradients) plus the draws every process "
+                      "repeats: 2 processes ran 0.61x the steps/s of one; run it on one process (or on GPUs)")
 
     name = "DPSWgen"
 
@@ -55,21 +62,21 @@ class DPSWGen(LatentMethod):
         extra = self.space.n_classes if self.latent.label_mode == "partition" else 0
         return self.make_generator(d_code=self.noise_dim + extra, out_dim=d).to(self.device)
 
-    def generate_latents(self, labels: torch.Tensor, part: tuple[int, int] | None = None,
+    def generate_latents(self, labels: torch.Tensor, share: Share | None = None,
                          model: torch.nn.Module | None = None) -> torch.Tensor:
-        """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``; ``part = (lo,
-        hi)``: rows lo..hi only (the codes of all n drawn, as one process draws them); ``model``: G's compiled view
+        """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``; ``share``: this
+        rank's rows only (the codes of all n drawn, as one process draws them); ``model``: G's compiled view
         (the step's, ``trainer.compile=on``) instead of G."""
         z = torch.randn(labels.shape[0], self.noise_dim, device=self.device)
-        if part is not None:
-            z, labels = z[part[0]:part[1]], labels[part[0]:part[1]]
+        if share is not None:
+            z, labels = share.take(z), share.take(labels)
         if self.latent.label_mode == "partition":
             z = torch.cat([z, F.one_hot(labels.to(self.device), self.space.n_classes).to(z.dtype)], dim=1)
         return (self.G if model is None else model)(z)
 
     def setup(self, data: DataSplits, ledger: PrivacyLedger, ctx: TrainContext) -> None:
         self._setup_latent(data, ledger, ctx)
-        self.G = dist.whole_batch_norm(self._make_g())  # several processes: BatchNorm over the whole generated batch
+        self.G = whole_batch_norm(self._make_g())  # several processes: BatchNorm over the whole generated batch
         self.block_rows = math.ceil(self.schedule.batch_size / data.num_classes)
         self._secret_seed(ctx)
         self._per_step_release(data, ledger, ctx)
@@ -77,7 +84,8 @@ class DPSWGen(LatentMethod):
         # release (sampler, directions, noise) stays eager
         self._generate = compile_module(self.G, ctx.compile, ctx.device)
         self._cost = compile_function(sliced_cost_blocks, ctx.compile, ctx.device)
-        self.opt = adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas)
+        self.opt = ParallelOptimizer(adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas),
+                                     self.G.parameters())
         self.G.train()
 
     def step(self, t: int) -> dict:
@@ -89,23 +97,21 @@ class DPSWGen(LatentMethod):
             n_blocks = c_n
         else:
             rows, n_blocks = self._private_rows(), 1                            # Y_t: (B, D), norm <= 1
-        # several processes: each rank generates its own whole class blocks, rows lo..hi (as DPSWDGenerator.step)
         b = rows.shape[0]
-        blocks = dist.block_bounds(n_blocks, b // n_blocks)
-        lo, hi = blocks or dist.shard_bounds(b)
+        share = Share.blocks(n_blocks, b // n_blocks)  # several processes: this rank's whole class blocks (or rows)
         with autocast(self.device, self.precision):  # trainer.precision=bf16: the generator forward only
             if self.latent.label_mode == "partition":
-                fake = self.generate_latents(y_g, (lo, hi), self._generate)
+                fake = self.generate_latents(y_g, share, self._generate)
             else:
-                fake = self._generate(torch.randn(b, self.G.d_code, device=self.device)[lo:hi])
+                fake = self._generate(share.take(torch.randn(b, self.G.d_code, device=self.device)))
         fake = fake.float()  # projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
-        p_s = gaussian_projection_rows(fake, u, self.projection.noise_std, lo, b)  # G(z) U_t + Z'_t, rows lo..hi
+        p_s = share.projected(fake, u, self.projection.noise_std)              # G(z) U_t + Z'_t
         # Y_t U_t + Z_t (recorded) and SW_2 within class blocks
-        cost, shared = released_sliced_cost(self.projection, rows, u, p_s, n_blocks, blocks, 2.0, self._cost)
+        cost = released_sliced_cost(self.projection, rows, u, p_s, n_blocks, share, 2.0, self._cost)
         self.opt.zero_grad(set_to_none=True)
-        loss = sliced_wasserstein_step(cost, shared, b * u.shape[1], 2.0, self.G.parameters())
-        self.opt.step()
+        loss = sliced_wasserstein_step(cost, share, b * u.shape[1], 2.0, self.opt)
+        self.opt.step()                                                        # the gradients added over the ranks
         return {"loss": loss}  # a function of the release and public samples (synced at log cadence)
 
     def warm_target(self) -> WarmTarget:

@@ -52,14 +52,14 @@ from ..errors import ConfigError
 from ..logging.progress import progress_bar
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.conventions import PaperConvention, as_convention, true_epsilon
-from ..privacy.dpswflow import ROW_DIAMETER, paper_flow_noise_std, paper_one_shot_sigma
+from ..privacy.dpswflow import ROW_DIAMETER
 from ..privacy.mechanisms import GaussianProjectionRelease
-from ..privacy.noise import NoisePolicy, NoiseSettings, PaperNoise
+from ..privacy.noise import NoiseSettings, PaperProjectionNoise
 from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import clip_rows, unit_normalise
 from ..privacy.sensitivity import l2_sensitivity
 from ..runs import write_atomically
-from ..utils import dist, load_checkpoint
+from ..utils import load_checkpoint
 from .base import (
     GenerativeMethod,
     NonFiniteLossError,
@@ -68,6 +68,7 @@ from .base import (
     secret_seed,
     settle,
 )
+from .parallel import Share, rank0_result
 from .warm_start import as_warm_start
 
 
@@ -312,28 +313,9 @@ class LatentMethod(GenerativeMethod):
             if ae_state is not None:  # resume: the same frozen AE
                 ae.load_state_dict(ae_state)
                 self.ae_info = {"ae_source": "checkpoint"}
-            elif dist.is_main():  # several processes: rank 0 reads or trains (and caches) it, the others receive it
-                key = self._ae_key(data, ae, ctx.seed)
-                cache = Path(self.ae_settings.cache) / f"ae_{data.name}_{key}.pt" if self.ae_settings.cache else None
-                if cache is not None and cache.exists():
-                    ck = load_checkpoint(cache)
-                    ae.load_state_dict(ck["state_dict"])
-                    self.ae_info = {"ae_source": f"cache {cache}", "ae_mse": ck["mse"], "ae_steps": ck["steps"]}
-                else:
-                    t0 = time.time()
-                    mse = train_autoencoder(ae, data.public.x, steps=self.ae_settings.steps, batch_size=self.ae_settings.batch_size,
-                                            lr=self.ae_settings.lr, device=ctx.device, seed=ctx.seed, ctx=ctx)
-                    self.ae_info = {"ae_source": "trained", "ae_mse": mse, "ae_steps": self.ae_settings.steps,
-                                    "ae_train_time_s": time.time() - t0}
-                    if cache is not None:
-                        write_atomically({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_settings.steps},
-                                         cache)  # PUBLIC: trained on public images only
-            if ae_state is None and dist.active():  # rank 0's autoencoder on every rank; only rank 0 writes
-                got = dist.broadcast_object(({k: v.cpu() for k, v in ae.state_dict().items()}, self.ae_info)
-                                            if dist.is_main() else None)
-                if not dist.is_main():
-                    ae.load_state_dict(got[0])
-                    self.ae_info = got[1]
+            else:  # several processes: rank 0 reads or trains (and caches) it, every rank loads rank 0's
+                state, self.ae_info = rank0_result(lambda: self._read_or_train_ae(ae, data, ctx))
+                ae.load_state_dict(state)
             ae.eval()
             for p in ae.parameters():
                 p.requires_grad_(False)
@@ -390,6 +372,26 @@ class LatentMethod(GenerativeMethod):
         return {"autoencoder": None if self.space.ae is None else self.space.ae.state_dict()}
 
     # -- private data --------------------------------------------------------------------
+    def _read_or_train_ae(self, ae: torch.nn.Module, data: DataSplits, ctx: TrainContext) -> tuple[dict, dict]:
+        """The autoencoder's weights (on the CPU) and how they were obtained: read from the cache, else trained on the
+        PUBLIC images (and cached)."""
+        key = self._ae_key(data, ae, ctx.seed)
+        cache = Path(self.ae_settings.cache) / f"ae_{data.name}_{key}.pt" if self.ae_settings.cache else None
+        if cache is not None and cache.exists():
+            ck = load_checkpoint(cache)
+            ae.load_state_dict(ck["state_dict"])
+            info = {"ae_source": f"cache {cache}", "ae_mse": ck["mse"], "ae_steps": ck["steps"]}
+        else:
+            t0 = time.time()
+            mse = train_autoencoder(ae, data.public.x, steps=self.ae_settings.steps, batch_size=self.ae_settings.batch_size,
+                                    lr=self.ae_settings.lr, device=ctx.device, seed=ctx.seed, ctx=ctx)
+            info = {"ae_source": "trained", "ae_mse": mse, "ae_steps": self.ae_settings.steps,
+                    "ae_train_time_s": time.time() - t0}
+            if cache is not None:
+                write_atomically({"state_dict": ae.state_dict(), "mse": mse, "steps": self.ae_settings.steps},
+                                 cache)  # PUBLIC: trained on public images only
+        return {k: v.cpu() for k, v in ae.state_dict().items()}, info
+
     def _encode_private(self, data: DataSplits, seed: int, chunk: int = 1000) -> PrivateSplit:
         """Every private record -> its latent row, once (the paper's ``train_set_encoding.pt``, kept in memory).
 
@@ -403,7 +405,7 @@ class LatentMethod(GenerativeMethod):
         rows = torch.cat([self.space.rows(x[i:i + chunk].to(self.device), y[i:i + chunk].to(self.device)).cpu()
                           for i in range(0, x.shape[0], chunk)])
         # several processes: each rank encoded its part; the encoded set is the whole set, in order, on every rank
-        return PrivateSplit(dist.all_gather_rows(rows), dist.all_gather_rows(y))
+        return PrivateSplit(Share.collect(rows), Share.collect(y))
 
     def _private_rows(self) -> torch.Tensor:
         """One private batch of latent rows (norm <= 1) -> exactly B rows on the device (fixed-size release,
@@ -431,25 +433,19 @@ class LatentMethod(GenerativeMethod):
         self._steps = self.steps_planned(n_priv)
         self.projection = GaussianProjectionRelease(
             ledger, dim=self.space.dim, steps=self._steps, sample_rate=self.sampler.sample_rate, n_private=n_priv,
-            row_diameter=ROW_DIAMETER, noise=self.release_noise(ledger), seed=mechanism_seed(ctx),
+            row_diameter=ROW_DIAMETER, noise=self.noise, seed=mechanism_seed(ctx),
             device=ctx.device, **self.privacy.dp.release_settings())  # noise and directions drawn on the run's device
         self.mechanisms = {"projection": self.projection}
 
     def noise_settings(self) -> NoiseSettings:
-        """Calibrated, or a non-private run's smoothing (the paper convention's std: ``release_noise``)."""
+        """Calibrated, a non-private run's smoothing, or (``privacy.convention=paper``) the released code's std
+        against the CLT sensitivity it states (at ``privacy.paper_sensitivity_dim`` when given: DPSWgen's
+        C·W² = 1024, not d), which the projection release computes at its k, d and δ."""
+        conv = self.privacy.convention
+        paper = None if conv is None else PaperProjectionNoise(sigma=conv.sigma, epsilon=conv.epsilon,
+                                                               stated_dim=conv.sensitivity_dim)
         return NoiseSettings(private=self.privacy.private, noise_std=self.privacy.noise_std,
-                             history=self.warm_start is not None)
-
-    def release_noise(self, ledger: PrivacyLedger, one_shot: bool = False) -> NoisePolicy:
-        """The noise policy of the method's release (``one_shot``: DPSWflow's one release of the whole set); ``privacy.convention=paper``: the released code's std against the CLT
-        sensitivity it states (at ``privacy.paper_sensitivity_dim`` when given: DPSWgen's C·W² = 1024, not d)."""
-        if self.privacy.convention is None:
-            return self.noise
-        k, delta, stated = self.k, ledger.delta, self.privacy.convention.sensitivity_dim
-        d = stated or self.space.dim
-        std = (paper_one_shot_sigma(self.privacy.convention.epsilon, delta, d, k) if one_shot  # c S / eps (§4.3)
-               else paper_flow_noise_std(self.privacy.convention.sigma, d, k, delta))          # sigma 2 sqrt(w_CLT)
-        return PaperNoise(std, stated_dim=stated)
+                             history=self.warm_start is not None, paper_projection=paper)
 
     def signature(self) -> dict:
         return self._signature

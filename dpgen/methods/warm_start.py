@@ -44,8 +44,8 @@ from ..errors import ConfigError
 from ..ot.sliced import random_directions, sliced_wasserstein_blocks
 from ..privacy import PrivacyLedger
 from ..privacy.moments import ClassMoments
-from ..utils import dist
 from .base import TrainContext
+from .parallel import ParallelOptimizer, Share
 
 WARM_STARTS = ("class_gaussian",)
 
@@ -69,14 +69,15 @@ class WarmTarget:
     """What a method's warm-up fits, in the space its OT phase transports in.
 
     ``rows(x, y)``: the method's PUBLIC per-record map of images ``x`` (in the value range) with labels ``y``.
-    A generator: ``generate(labels, part)`` (differentiable rows for the requested labels; ``part = (lo, hi)``:
-    rows lo..hi only, with the codes of all the labels drawn, as one process draws them) and its ``parameters``.
+    A generator: ``generate(labels, share)`` (differentiable rows for the requested labels; ``share``
+    (:class:`~dpgen.methods.parallel.Share`): this rank's rows only, with the codes of all the labels drawn, as one
+    process draws them) and its ``parameters``.
     Particles: ``labels`` (one per particle, public) and ``place(rows)`` that sets them.
     """
 
     rows: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     device: torch.device
-    generate: Callable[[torch.Tensor, tuple[int, int]], torch.Tensor] | None = None
+    generate: Callable[[torch.Tensor, Share], torch.Tensor] | None = None
     parameters: Iterable[torch.nn.Parameter] | None = None
     labels: torch.Tensor | None = None
     place: Callable[[torch.Tensor], None] | None = None
@@ -104,20 +105,19 @@ def fit(target: WarmTarget, release: ClassGaussianRelease, *, steps: int, batch_
     y = torch.arange(c).repeat_interleave(math.ceil(batch_size / c))  # m rows of every class, stacked by class
     y_dev = y.to(target.device)
     params = list(target.parameters)
-    opt = torch.optim.Adam(params, lr=lr)
-    lo, hi = dist.shard_bounds(y.shape[0])  # several processes: each generates its rows (as the method's step)
+    opt = ParallelOptimizer(torch.optim.Adam(params, lr=lr), params)  # several processes: gradients added in step
+    share = Share.rows(y.shape[0])  # several processes: each generates its rows (as the method's step)
     loss = torch.zeros(())
     for i in range(int(steps)):
         if progress is not None:
             progress(i)
         with torch.no_grad():
             r_t = target.rows(release.sample(y, gen).to(target.device), y_dev).float()
-        r_s = dist.gather_shards(target.generate(y_dev, (lo, hi)).float(), y.shape[0])  # the whole batch everywhere
+        r_s = share.gather(target.generate(y_dev, share).float())  # the whole batch everywhere
         u = random_directions(r_t.shape[1], num_projections, generator=gen, device=target.device)
         loss = sliced_wasserstein_blocks(r_s @ u, r_t @ u, c, 2.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        dist.sum_gradients(params)  # each rank's rows' part, added in one all-reduce
         opt.step()
     if progress is not None:
         progress(int(steps))

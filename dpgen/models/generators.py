@@ -54,7 +54,7 @@ class ConvCondGen(nn.Module):
     def head(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         """The layers that mix the rows of a batch (both BatchNorms) and are cheap: ``(n, C0 H/4 W/4)``.  On
         several processes every rank runs the head on the whole batch and the tail on its own rows only
-        (``utils.dist.generated_rows``), so no BatchNorm statistic crosses the processes."""
+        (``methods.parallel.GeneratedSide``), so no BatchNorm statistic crosses the processes."""
         x = F.relu(self.bn1(self.fc1(with_label(z, y, self.n_labels))))
         return self.bn2(self.fc2(x))
 

@@ -30,18 +30,6 @@ def _moved(t: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
     return t if device is None or t.device == torch.device(device) else t.to(device)
 
 
-def gaussian_projection_rows(x: torch.Tensor, u: torch.Tensor, sigma: float, lo: int, n: int) -> torch.Tensor:
-    """Rows ``lo .. lo + len(x)`` of :func:`gaussian_projection_release` of an ``n``-row input whose rows there
-    are ``x``: ``x U`` plus those rows of the ``(n, k)`` noise drawn from torch's global generator, so the
-    parts of the ranks of a data-parallel step (each holding some rows) make up the one-process release.
-    ``lo = 0, n = len(x)``: :func:`gaussian_projection_release` itself."""
-    p = x @ u
-    if sigma > 0:
-        noise = torch.randn((n, u.shape[1]), dtype=p.dtype, device=p.device)
-        p = p + sigma * noise[lo:lo + x.shape[0]]
-    return p
-
-
 def sliced_wasserstein_projected(p_s: torch.Tensor, p_t: torch.Tensor, q: float = 2.0) -> torch.Tensor:
     """SW_q from projections ``p_s, p_t: (n, k)`` (same n): 1-D OT by sorting each column.
 
@@ -133,7 +121,7 @@ def sliced_wasserstein_blocks(p_s: torch.Tensor, p_t: torch.Tensor, n_blocks: in
 def sliced_cost_blocks(p_s: torch.Tensor, p_t: torch.Tensor, n_blocks: int, q: float = 2.0) -> torch.Tensor:
     """``sum_{c, i, j} |sort_i(p_t^c)[i, j] - sort_i(p_s^c)[i, j]|^q`` over C blocks of m rows: the sum that
     :func:`sliced_wasserstein_blocks` averages.  Sums over disjoint sets of whole blocks add up to the whole
-    batch's (several processes: each rank's blocks, :func:`dpgen.utils.dist.backward_of_sum`)."""
+    batch's (several processes: each rank's blocks, :meth:`dpgen.methods.parallel.ParallelOptimizer.backward_of_sum`)."""
     if p_s.shape != p_t.shape or p_s.shape[0] % n_blocks:
         raise ValueError(f"projections must have the same shape (C m, k) with C = {n_blocks}, got "
                          f"{tuple(p_s.shape)} and {tuple(p_t.shape)}")

@@ -64,6 +64,7 @@ import torch
 from ..ot.sliced import orthogonal_directions, random_directions
 from ..utils import dist
 from .dpsgd import clip_per_sample, clipped_sum
+from .dpswflow import paper_flow_noise_std, paper_one_shot_sigma
 from .errors import PrivacySettingError
 from .guarantee import guarantee_label, qualifier
 from .image_gradient import CLIP_MODES, clip_per_row, clip_whole
@@ -74,6 +75,7 @@ from .noise import (
     NoisePolicy,
     NotPrivate,
     PaperNoise,
+    PaperProjectionNoise,
     check_policy,
     describe_policy,
 )
@@ -323,6 +325,23 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
 
 
 # ---------------------------------------------------------------------------------------------
+def paper_projection_noise(policy: PaperProjectionNoise, *, dim: int, k: int, delta: float,
+                           one_shot: bool) -> PaperNoise:
+    """The :class:`PaperNoise` of ``privacy.convention=paper`` for a projection release of ``k`` directions of
+    ``dim``-dimensional unit rows: the DPSWflow paper's released code's std (``c S / ε`` once for the whole set,
+    ``sigma · 2 sqrt(w_CLT)`` per step), at the stated dimension when the paper states one."""
+    d = policy.stated_dim or dim
+    if one_shot:
+        if policy.epsilon is None:
+            raise PrivacySettingError("privacy.convention", "the paper's one-shot release needs its stated epsilon")
+        std = paper_one_shot_sigma(policy.epsilon, delta, d, k)
+    else:
+        if policy.sigma is None:
+            raise PrivacySettingError("privacy.convention", "the paper's per-step release needs its stated sigma")
+        std = paper_flow_noise_std(policy.sigma, d, k, delta)
+    return PaperNoise(std, stated_dim=policy.stated_dim)
+
+
 class GaussianProjectionRelease(Mechanism):
     """DP-SWD's Gaussian mechanism ``M(X) = X U + V``, ``V_ij ~ N(0, s^2)`` (Rakotomamonjy & Ralaivola, Alg. 1).
 
@@ -354,6 +373,9 @@ class GaussianProjectionRelease(Mechanism):
                  n_private: int, noise: NoisePolicy, bound: str = "bernstein", sensitivity_fraction: float = 0.5,
                  row_diameter: float = 1.0, seed: int | None = None, full_set: bool = False, directions: str = "random",
                  accountant: str | None = None, device: torch.device | str | None = None) -> None:
+        if isinstance(noise, PaperProjectionNoise):  # the released code's std at this release's k, d and delta
+            noise = paper_projection_noise(noise, dim=int(dim), k=int(num_projections), delta=ledger.delta,
+                                           one_shot=full_set)
         super().__init__(ledger, sample_rate=sample_rate, noise=noise, steps=steps, full_set=full_set, seed=seed,
                          accountant=accountant, bound=bound, device=device)
         check_bound(bound)

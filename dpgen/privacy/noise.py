@@ -106,6 +106,19 @@ class PaperNoise:
 
 
 @dataclass(frozen=True)
+class PaperProjectionNoise:
+    """``privacy.convention=paper`` for a projection release of unit rows (the DPSWflow paper's released code): the
+    std that code computes, ``sigma · 2 sqrt(w_CLT(k, d, δ/2))`` for a per-step release from the stated ``sigma``,
+    ``c S / ε`` for the one-shot release from the stated ``epsilon``, with ``d`` the stated sensitivity dimension
+    when given (``stated_dim``) else the rows'.  The release that knows ``k``, ``d`` and δ turns it into the
+    :class:`PaperNoise` it applies (:func:`dpgen.privacy.mechanisms.paper_projection_noise`)."""
+
+    sigma: float | None = None
+    epsilon: float | None = None
+    stated_dim: int | None = None
+
+
+@dataclass(frozen=True)
 class NotPrivate:
     """No accounted noise: each release is recorded with multiplier 0 (epsilon = infinity).
     ``smoothing_std`` > 0 adds un-accounted smoothing noise (a non-private run of a smoothed loss)."""
@@ -118,8 +131,8 @@ class NotPrivate:
         object.__setattr__(self, "smoothing_std", float(self.smoothing_std))
 
 
-NoisePolicy = Calibrated | FixedMultiplier | FixedStd | PaperNoise | NotPrivate
-POLICIES = (Calibrated, FixedMultiplier, FixedStd, PaperNoise, NotPrivate)
+NoisePolicy = Calibrated | FixedMultiplier | FixedStd | PaperNoise | PaperProjectionNoise | NotPrivate
+POLICIES = (Calibrated, FixedMultiplier, FixedStd, PaperNoise, PaperProjectionNoise, NotPrivate)
 
 
 def describe_policy(policy: NoisePolicy) -> dict:
@@ -153,11 +166,12 @@ class NoiseSettings:
     epsilon_share: float = 1.0
     history: bool = False
     scope: str = ""
+    paper_projection: PaperProjectionNoise | None = None  # the paper convention of a projection release
 
 
 def build_policy(s: NoiseSettings) -> NoisePolicy:
     """THE decision of a run's noise: ``NotPrivate(noise_std)`` for a non-private run, the paper's
-    ``PaperNoise`` under the paper convention, ``FixedMultiplier`` for a given multiplier, else
+    ``PaperNoise`` (a projection release's: ``PaperProjectionNoise``) under the paper convention, ``FixedMultiplier`` for a given multiplier, else
     ``Calibrated`` to the target (with the share / history of a phase).  A bad setting is a
     :class:`PrivacySettingError` naming it (``<scope>.noise_multiplier`` / ``<scope>.noise_std``)."""
     scope = f"{s.scope}." if s.scope else ""
@@ -169,6 +183,8 @@ def build_policy(s: NoiseSettings) -> NoisePolicy:
     if s.noise_std:
         raise PrivacySettingError(f"{scope}noise_std", "is the smoothing of a NON-private run (private=false); a "
                                                        "private run calibrates its noise from the target epsilon: drop it")
+    if s.paper_projection is not None:
+        return s.paper_projection
     if s.paper_std is not None:
         return PaperNoise(s.paper_std)
     if s.noise_multiplier is None:

@@ -287,3 +287,26 @@ def test_no_circle_between_the_modules_of_a_package():
                     seen.add(nxt)
                     stack.append((nxt, (*trail, nxt)))
     assert not circles, sorted(circles)[:10]
+
+
+def _names_used(path: Path) -> set[str]:
+    """Every name ``path`` imports or reads (``from hydra import x``, ``hydra.x``, ``x``)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom | ast.Import):
+            out.update(a.name.rsplit(".", 1)[-1] for a in node.names)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.Name):
+            out.add(node.id)
+    return out
+
+
+def test_one_config_composer():
+    """``dpgen.config.compose`` is THE composition of train.yaml outside the Hydra app: the package, the tools and the
+    tests go through it (a second composer drifts: another data root, a Hydra state not cleared)."""
+    root = PKG.parent
+    files = [*PKG.rglob("*.py"), *(root / "tests").rglob("*.py"), *(root / "scripts").rglob("*.py"), root / "train.py"]
+    users = sorted(p.relative_to(root).as_posix() for p in files
+                   if p.is_file() and {"initialize_config_dir", "initialize_config_module"} & _names_used(p))
+    assert users == ["dpgen/config.py"], users

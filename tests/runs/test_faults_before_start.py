@@ -42,10 +42,9 @@ def test_nproc_on_gpus_checks_the_devices_before_starting_the_processes(no_gpu, 
 
 
 def test_nproc_with_fewer_gpus_than_processes_names_both(monkeypatch, tmp_path):
+    import dpgen.utils.settings as settings
     from dpgen.preflight import unavailable_devices
     from tests.helpers.configs import compose_cfg
-
-    import dpgen.utils.settings as settings
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

@@ -20,18 +20,18 @@ def find_release(path: str | Path) -> Path:
         raise ConfigError(f"{p} does not exist: give a run folder or its release file (e.g. <run>/generator.pt)")
     if p.is_dir():
         if p.name == "checkpoints":
-            raise _checkpoint_error(p / "last.pt")
+            raise checkpoint_error(p / "last.pt")
         found = [p / n for n in RELEASE_FILES if (p / n).is_file()]
         if not found:
             raise ConfigError(f"{p} holds no release ({', '.join(RELEASE_FILES)}): give the folder of a finished "
                               "run (the release is written at the end of training)")
         return found[0]
     if p.parent.name == "checkpoints":
-        raise _checkpoint_error(p)
+        raise checkpoint_error(p)
     return p
 
 
-def _checkpoint_error(p: Path) -> ConfigError:
+def checkpoint_error(p: Path) -> ConfigError:
     return ConfigError(f"{p} is a training checkpoint: it holds the RNG states and the ledger of a private run and is "
                        "as sensitive as the data, so it is never sampled from; use the run's release file "
                        f"(e.g. {p.parent.parent / 'generator.pt'}) or the run folder")

@@ -24,7 +24,7 @@ import torch
 
 from ..errors import ConfigError
 from ..privacy.card import build_card, public_config, write_card
-from .places import RELEASE_FILES, _checkpoint_error, find_release  # noqa: F401 - the release file of a run
+from .places import RELEASE_FILES, checkpoint_error, find_release  # noqa: F401 - the release file of a run
 
 # methods whose release is a predictive model, not a sampler
 MODEL_RELEASES = {"DPSGDClassifier": "an image classifier", "DomainAdaptation": "a domain-adaptation classifier"}
@@ -201,7 +201,7 @@ def load_release(path: str | Path) -> Release:
     if not isinstance(state, dict):
         raise ConfigError(f"{p} is not a dpgen release: give a run folder or its release file")
     if "ledger" in state or "rng" in state:
-        raise _checkpoint_error(p)
+        raise checkpoint_error(p)
     if "dpgen" not in state or "privacy_card" not in state:
         raise ConfigError(f"{p} was written by an older dpgen without its public settings and privacy card; "
                           "train the run again with this version to sample from it")

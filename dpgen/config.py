@@ -84,9 +84,11 @@ class TrainerSchema:
     threads: Any = 1  # int >= 1 or "auto" (dpgen.utils.threads)
     precision: Any = 32  # 32 | bf16 (dpgen.utils.autocast: model forwards only, never the privacy maths)
     compile: Any = "off"  # off | on (dpgen.utils.compiling: the model, public loss and optimiser step; never the release)
+    graph: Any = "auto"  # auto | on | off (dpgen.methods.capture: the whole step captured once and replayed)
     log_every: int = 50
     checkpoint_every: int = 500
     resume: Any = "auto"  # auto | true | false | <run folder or .pt> (dpgen/runs.py)
+    fresh_noise: bool = False  # with trainer.resume=<run folder or .pt>: a branch with fresh secret noise (methods/loop.py)
     overwrite: bool = False
     max_steps: int | None = None
     progress: bool = True
@@ -106,7 +108,7 @@ def validate(cfg: DictConfig) -> None:
 
     from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
     from .privacy.errors import PrivacySettingError
-    from .utils.settings import check_compile, check_precision
+    from .utils.settings import check_compile, check_graph, check_precision
     from .utils.threads import resolve_threads
 
     for group in REQUIRED:
@@ -165,11 +167,15 @@ def validate(cfg: DictConfig) -> None:
     try:
         check_precision(cfg.trainer.get("precision", 32))
         check_compile(cfg.trainer.get("compile", "off"))
+        check_graph(cfg.trainer.get("graph", "auto"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     resume = cfg.trainer.get("resume", "auto")
     if isinstance(resume, str) and resume not in ("auto", "true", "false") and not Path(resume).exists():
         raise ConfigError(f"trainer.resume={resume!r}: no such run folder or checkpoint")
+    if cfg.trainer.get("fresh_noise", False) and str(resume).lower() in ("auto", "true", "false"):
+        raise ConfigError("trainer.fresh_noise=true branches a run from its checkpoint: name the run with "
+                          "trainer.resume=<run folder or .pt> and give the branch its own hydra.run.dir=<new folder>")
     from .logging.wandb_checks import check_wandb
     check_delta_of_config(cfg)  # δ < 1/N when the dataset config bounds N (before any data is loaded)
 

@@ -46,7 +46,7 @@ from .privacy.errors import PrivacySettingError
 from .privacy.noise import build_policy
 from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, dist, pick_device, seed_everything, unavailable_device
-from .utils.compiling import check_compile
+from .utils.compiling import check_compile, check_graph, resolve_graph
 from .utils.launch import LAUNCHER_ENV
 from .utils.threads import apply_threads
 
@@ -186,10 +186,17 @@ def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
     ctx = TrainContext(device=parts.device, logger=parts.logger, run_dir=folder.path, seed=parts.seed,
                         log_every=int(cfg.trainer.log_every), checkpoint_every=int(cfg.trainer.checkpoint_every),
                         resume_from=folder.resume_from, max_steps=cfg.trainer.max_steps,
+                        fresh_noise=bool(cfg.trainer.get("fresh_noise", False)),
                         progress=bool(cfg.trainer.progress) and dist.is_main(),
                         deterministic=bool(cfg.trainer.get("deterministic", False)),
                         precision=check_precision(cfg.trainer.get("precision", 32)),
                         compile=check_compile(cfg.trainer.get("compile", "off")))
+    try:
+        ctx.graph = resolve_graph(cfg.trainer.get("graph", "auto"), torch.device(parts.device), ctx.compile,
+                                  dist.world_size())
+        ctx.graph_required = ctx.graph and check_graph(cfg.trainer.get("graph", "auto")) == "on"
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     ctx.release_extra = lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), parts.data, parts.method,
                                                  led, code_version(), folder.path, processes=ctx.processes)
     return ctx

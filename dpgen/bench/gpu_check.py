@@ -22,6 +22,10 @@ What it runs, in this order (no new part starts after ``--budget-s``, 420 s; eac
 6. ``trainer.compile=on`` beside ``off`` (``dpgen.utils.compiling``: the model as CUDA graphs, the loss and the
    Adam step compiled) for the families of :data:`COMPILE_FAMILIES`, on the device in float32: steps/s of both
    (the compiled run's warm-up steps compile, untimed) and the epsilon of both (the same release runs).
+7. ``trainer.graph=off`` beside the device fp32 run of step 2 (``trainer.graph=auto``: on for a CUDA run,
+   ``dpgen.methods.capture``: the whole step, release included, captured once and replayed) for every family:
+   steps/s of both and the epsilon of both (the same releases, recorded once per replay); with ``--data mnist``,
+   DP-Sinkhorn's paper schedule projected at both rates.
 
 On CUDA every timed step runs under ``torch.cuda.set_sync_debug_mode("warn")``: the report gives the real
 syncs per step (device reads and blocking copies) beside the steps/s, and the Python lines that made them;
@@ -381,11 +385,14 @@ def plan(families: list[str], device: str, steps: int, warmup: int, data: str = 
     if device.startswith("cuda"):
         lines += [f"trainer.compile=on beside off, {FAMILIES[n][0]}: {device} precision=32, {steps} steps ({warmup} "
                   "warm-up, compiling)" for n in COMPILE_FAMILIES if n in families]
+    if device.startswith("cuda"):
+        lines += [f"trainer.graph=off beside on (auto), {FAMILIES[n][0]}: {device} precision=32, {steps} steps "
+                  f"({warmup} warm-up)" for n in families]
     if data == "mnist":
         lines.append("each family's steps/s beside its physical floor (estimate)")
         if "dpsinkhorn" in families:
             lines.append(f"DP-Sinkhorn's paper schedule ({SINKHORN_PAPER_STEPS / 1e6:.1f} M steps) at the measured "
-                         f"{device} rate, beside the authors' {SINKHORN_AUTHORS_H} h")
+                         f"{device} rate, beside the authors' {SINKHORN_AUTHORS_H} h, with trainer.graph on and off")
     lines.append(f"default demo: python train.py trainer.device={device}")
     lines.append(f"2-process NCCL (two or more CUDA devices, else skipped): torchrun --nproc-per-node 2 train.py "
                  f"{' '.join(NCCL_PRESET)} trainer.device=cuda")
@@ -563,6 +570,7 @@ def gpu_side(report: dict) -> list[str]:
             out.append(f"| {FAMILIES[name][0] if name in FAMILIES else name} | {_rate(off or None)} | {_rate(on)} | "
                        f"{_speedup(off, on)} | {eps} | {secs} |")
         out.append("")
+    out += graph_rows(report, dev, mnist)
     op = report.get("opacus")
     if op is not None:
         out.append("## DP-SGD beside Opacus\n")
@@ -576,12 +584,37 @@ def gpu_side(report: dict) -> list[str]:
     return out
 
 
+def graph_rows(report: dict, dev: str, mnist: bool) -> list[str]:
+    """The ``trainer.graph`` table: each family's device fp32 run (``auto``: one captured graph per step) beside the
+    same run with ``trainer.graph=off``; with ``--data mnist``, DP-Sinkhorn's paper schedule at both rates."""
+    off_runs = report.get("graph_off")
+    if not off_runs:
+        return []
+    out = [f"`trainer.graph` on (the default on {dev}: the whole step, release included, captured once and replayed; "
+           "`dpgen.methods.capture`) beside `off` (eager steps), fp32; the same releases (ε of both).\n",
+           "| family | off steps/s | on steps/s | on / off | ε spent (off / on) |", "|---|---|---|---|---|"]
+    for name, off in off_runs.items():
+        on = report["families"].get(name, {}).get(f"{dev}/32") or {}
+        eps = " / ".join("—" if not m or "epsilon" not in m else f"{m['epsilon']:.4f}" for m in (off, on))
+        out.append(f"| {FAMILIES[name][0] if name in FAMILIES else name} | {_rate(off)} | {_rate(on or None)} | "
+                   f"{_speedup(off, on)} | {eps} |")
+    out.append("")
+    sk_on = report["families"].get("dpsinkhorn", {}).get(f"{dev}/32") or {}
+    sk_off = off_runs.get("dpsinkhorn") or {}
+    if mnist and sk_on.get("steps_per_s") and sk_off.get("steps_per_s"):
+        h_on, h_off = (SINKHORN_PAPER_STEPS / m["steps_per_s"] / 3600 for m in (sk_on, sk_off))
+        out.append(f"DP-Sinkhorn's paper schedule ({SINKHORN_PAPER_STEPS / 1e6:.1f} M steps) with `trainer.graph=on`: "
+                   f"**{h_on:.1f} h** projected; `off`: {h_off:.1f} h (the authors' code: {SINKHORN_AUTHORS_H} h).\n")
+    return out
+
+
 def failed(report: dict) -> bool:
     nccl_ = report.get("nccl") or {}
     parts = [report.get("tests"), report.get("demo"), nccl_, *nccl_.values()]
     parts += [m for runs in report["families"].values() for m in runs.values()]
     parts += [m for m in (report.get("opacus") or {}).values() if isinstance(m, dict)]
     parts += list((report.get("compile") or {}).values())
+    parts += list((report.get("graph_off") or {}).values())
     return any(isinstance(p, dict) and "error" in p for p in parts)
 
 
@@ -650,6 +683,15 @@ def run_check(args) -> dict:
                 report["compile"][name] = _guarded(lambda n=name, r=run_dir: measure(
                     n, args.device, "32", args.steps, args.warmup, r, args.data, (*args.set, "trainer.compile=on"))) \
                     if in_budget() else dict(over)
+        if dev.type == "cuda":
+            report["graph_off"] = {}
+            for name in args.families:
+                print(f"[gpu-check] {FAMILIES[name][0]} with trainer.graph=off", flush=True)
+                run_dir = work / f"{name}-eager"
+                report["graph_off"][name] = _guarded(lambda n=name, r=run_dir: measure(
+                    n, args.device, "32", args.steps, args.warmup, r, args.data, (*args.set, "trainer.graph=off"))) \
+                    if in_budget() else dict(over)
+                shutil.rmtree(run_dir, ignore_errors=True)
         if "dpsgd_classifier" in args.families:
             print("[gpu-check] DP-SGD beside Opacus", flush=True)
             report["opacus"] = opacus_beside(args.device, args.steps, args.warmup, work / "opacus", args.data) \

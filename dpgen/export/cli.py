@@ -1,5 +1,8 @@
 """``dpgen sample <run folder | release file> --n N [--labels ...] [--seed S] --out synth.npz | <folder> | model.pt``.
 
+``--format dpimagebench --out <experiment>/gen/gen.npz`` writes what DPImageBench's ``eval.py`` reads: x float32
+in [0, 1] as ``(n, C, H, W)``, y int64 (60,000 images, the default ``--n``, is its protocol's number).
+
 Reads only the weights-only release (never ``checkpoints/``), samples with no private data and no
 privacy cost, and writes the export with its own privacy card (``synth.npz`` -> ``synth.card.json`` /
 ``synth.card.md``; a PNG folder holds ``privacy_card.json`` / ``.md``).  An existing export or card is
@@ -25,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="synth.npz (x in the dataset's pixel format, y), a folder (PNG per class, "
                              "ImageFolder layout), or model.pt (copy the released weights: classifiers); its card is "
                              "written beside it as <name>.card.json / .md (inside a folder)")
+    parser.add_argument("--format", default="auto", choices=("auto", "dpimagebench"),
+                        help="auto (by --out's name) | dpimagebench: a .npz for the benchmark's eval.py (x float32 in "
+                             "[0, 1], (n, C, H, W); y int64)")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing export and its card (a folder only if it holds a previous export)")
 
@@ -47,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         release = load_release(args.release)
         paths = release.export(args.out, args.n, parse_labels(args.labels), args.seed, force=args.force,
-                               words=("--out", "--force"))
+                               words=("--out", "--force"), fmt=args.format)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""Writing an export: ``.npz`` (x in the dataset's pixel format, y), a PNG folder per class
+"""Writing an export: ``.npz`` (x in the dataset's pixel format, y; or, ``fmt="dpimagebench"``, what DPImageBench's
+``eval.py`` reads: x float32 in [0, 1] as ``(n, C, H, W)``, y int64), a PNG folder per class
 (torchvision ``ImageFolder`` layout), or a model's weights (``.pt``), each with its own privacy card:
 ``synth.npz`` -> ``synth.card.json`` / ``synth.card.md`` beside it, a folder holds ``privacy_card.json`` / ``.md``.
 Nothing is replaced without ``force`` (``--force``)."""
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from ..privacy.card import card_paths, write_card
 from .labels import class_weights, describe
 from .places import check_out, check_suffix
@@ -26,6 +28,16 @@ def to_storage(x: torch.Tensor, value_range, storage: dict) -> np.ndarray:
         x = torch.round(x)
     arr = x.numpy().astype(storage["dtype"])
     return arr[:, 0] if arr.shape[1] == 1 else np.transpose(arr, (0, 2, 3, 1))
+
+
+FORMATS = ("auto", "dpimagebench")
+
+
+def to_unit_nchw(x: torch.Tensor, value_range) -> np.ndarray:
+    """``(n, C, H, W)`` floats in the value range -> float32 in [0, 1], ``(n, C, H, W)``: DPImageBench's synthetic
+    images (its ``eval.py`` loads ``gen.npz``'s ``x`` and maps it to [-1, 1] by ``x * 2 - 1``; its FID takes [0, 1])."""
+    lo, hi = (float(v) for v in value_range)
+    return ((x.detach().cpu().double().clamp(lo, hi) - lo) / (hi - lo)).float().numpy()
 
 
 def folder_names(num_classes: int, class_names: list[str] | None) -> list[str]:
@@ -53,9 +65,15 @@ def save_png_folder(folder: Path, x: torch.Tensor, y: torch.Tensor, value_range,
 
 
 def export(release, out: Path, n: int, labels=None, seed: int | None = None, force: bool = False,
-           words: tuple[str, str] = ("--out", "--force")) -> list[Path]:
+           words: tuple[str, str] = ("--out", "--force"), fmt: str = "auto") -> list[Path]:
     """Write the export ``out`` and its own card (:func:`card_paths`); returns the written paths (data first).
-    ``words``: how errors name the out and force settings (:func:`check_out`)."""
+    ``words``: how errors name the out and force settings (:func:`check_out`).  ``fmt``: ``auto`` (by the
+    name: .npz in the dataset's pixel format, a folder, .pt) or ``dpimagebench`` (a .npz for the benchmark)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt}: one of {', '.join(FORMATS)}")
+    if fmt == "dpimagebench" and out.suffix != ".npz":
+        raise ConfigError(f"{words[0]} {out}: --format dpimagebench writes a .npz (DPImageBench's eval.py reads "
+                          "<experiment>/gen/gen.npz); e.g. --out <experiment>/gen/gen.npz")
     if out.suffix == ".pt":
         check_out(out, force, words)
         return _export_model(release, out)
@@ -65,7 +83,11 @@ def export(release, out: Path, n: int, labels=None, seed: int | None = None, for
     check_out(out, force, words)
     x, y = release.sample(n, labels, seed)
     facts = release.data
-    if out.suffix == ".npz":
+    if fmt == "dpimagebench":
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(out, x=to_unit_nchw(x, facts["value_range"]), y=y.numpy().astype(np.int64))
+        fmt = "npz for DPImageBench's eval.py: x float32 0..1 (n, C, H, W), y int64"
+    elif out.suffix == ".npz":
         out.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(out, x=to_storage(x, facts["value_range"], facts["storage"]), y=y.numpy().astype(np.int64))
         lo, hi = facts["storage"]["range"]

@@ -180,14 +180,15 @@ class Release:
         return x.float(), y_out.long()
 
     def export(self, out: str | Path, n: int, labels=None, seed: int | None = None, force: bool = False,
-               words: tuple[str, str] = ("out", "force=True")) -> list[Path]:
+               words: tuple[str, str] = ("out", "force=True"), fmt: str = "auto") -> list[Path]:
         """Sample and write ``out`` (.npz, a PNG folder, or .pt for a model) with its own privacy card
         (``synth.npz`` -> ``synth.card.json`` / ``.md``; inside a folder export); an existing export or card is
         replaced only with ``force``.  ``words``: how errors name ``out`` and ``force`` (the command line's
-        ``--out`` / ``--force``; Python's keywords by default)."""
+        ``--out`` / ``--force``; Python's keywords by default).  ``fmt="dpimagebench"``: a .npz that DPImageBench's
+        ``eval.py`` reads (x float32 in [0, 1], ``(n, C, H, W)``; y int64)."""
         from .formats import export
 
-        return export(self, Path(out), n, labels, seed, force, words)
+        return export(self, Path(out), n, labels, seed, force, words, fmt)
 
 
 def load_release(path: str | Path) -> Release:

@@ -210,6 +210,10 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
         if key == "fid" and grouped["utility"].get("fid_real_vs_real") is not None:
             sizes = str(prov.get("fid_real_vs_real_sizes", "")).split(" reference")[0]
             notes.append(f"real-vs-real floor {fmt(grouped['utility']['fid_real_vs_real'])} at {sizes}")
+        if key == "fid" and prov.get("fid_floor_note"):  # no usable floor, or the FID at or below it
+            notes.append(f"WARNING: {prov['fid_floor_note']}")
+        if metric_family(key, value) == "accuracy" and prov.get(f"{key}_note"):  # at or below chance / the prior
+            notes.append(f"WARNING: {prov[f'{key}_note']}")
         rows.append(("utility", key, fmt(value) + (f"  ({'; '.join(notes)})" if notes else "")))
     shown = ("experiment", "dataset", "n_private", "device")
     for key in shown:

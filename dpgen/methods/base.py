@@ -19,6 +19,8 @@ bar, release artefact).  Interface (see docs/ARCHITECTURE.md):
 * ``signature()``: settings a resume must match.
 * ``release_state()``: the weights-only artefact (never private data or RNG states).
 * ``train_summary()``: extra entries for results.json ``train``.
+* ``generators()``: every ``torch.Generator`` a step draws from (the capture registers them, ``methods.capture``);
+  ``capturable(t)``: whether step ``t`` may be a replay of a captured step (False: it depends on ``t`` on the host).
 * ``sample(...)`` (generative) / ``predict(...)``.
 """
 
@@ -35,6 +37,7 @@ from ..errors import ConfigError
 from ..privacy import PrivacyLedger, PrivateSampler
 from ..privacy.mechanisms import Mechanism
 from ..privacy.noise import NoisePolicy, NoiseSettings, build_policy, check_policy
+from ..privacy.sampler import device_generator
 from ..utils import dist
 
 
@@ -49,12 +52,15 @@ class TrainContext:
     log_every: int = 50
     checkpoint_every: int = 500
     resume_from: Path | None = None
+    fresh_noise: bool = False  # a branch: the resumed run's secret generators reseeded from OS entropy (methods/loop.py)
     max_steps: int | None = None  # cap (smoke runs); the privacy calibration still uses the full schedule
     progress: bool = True
     deterministic: bool = False  # seed sampling/noise from `seed` (tests, debugging): noise becomes guessable
     resume_state: dict | None = None  # the method's state from the checkpoint (set by the loop before setup)
     precision: str = "32"  # "bf16": bfloat16 autocast around model forwards (utils.autocast), never the privacy maths
     compile: bool = False  # trainer.compile=on: torch.compile of the model, public loss and optimiser step (utils.compiling)
+    graph: bool = False  # trainer.graph: the whole step captured once and replayed (methods.capture; static shapes)
+    graph_required: bool = False  # trainer.graph=on (not auto): a step that cannot be captured is an error, not eager
     # ledger -> public entries added to the release (config, public facts, privacy card: dpgen.export.release)
     release_extra: Callable[[PrivacyLedger], dict] | None = None
     processes: dict | None = None  # how the run is spread over processes (``utils.dist.processes``; set by the loop)
@@ -135,9 +141,31 @@ class NoiseHolder:
         return self._noise
 
 
+def public_generator(ctx: TrainContext) -> torch.Generator:
+    """The generator of a method's public randomness in a step (latent codes, generated labels, public smoothing
+    noise): a generator of the run's device, secretly seeded (rank 0's secret on every rank) unless
+    ``trainer.deterministic=true``.  The loop makes it before ``setup`` (``Method.rng``) and checkpoints it."""
+    seed = ctx.seed + 13 if ctx.deterministic else dist.shared_secret()
+    return device_generator(seed, ctx.device)
+
+
 class Method(NoiseHolder):
     """A training algorithm.  Private data is read only through ``self.sampler`` and released only
     through ``self.mechanisms`` inside ``step``."""
+
+    _rng: torch.Generator | None = None
+
+    @property
+    def rng(self) -> torch.Generator:
+        """The step's public randomness (:func:`public_generator`, set by the loop; a method set up by hand, e.g. in a
+        test, gets one seeded from torch's global generator on its ``device``)."""
+        if self._rng is None:
+            self._rng = device_generator(int(torch.randint(2**62, ())), getattr(self, "device", None))
+        return self._rng
+
+    @rng.setter
+    def rng(self, generator: torch.Generator) -> None:
+        self._rng = generator
 
     name: str = "method"  # progress-bar label
     release_name: str = "release.pt"  # weights-only artefact in the run folder
@@ -182,6 +210,22 @@ class Method(NoiseHolder):
 
     def train_summary(self) -> dict:
         return {}
+
+    def generators(self) -> list[torch.Generator]:
+        """Every generator a step draws from (``methods.capture`` registers them with the graph, so each replay draws
+        fresh numbers): the sampler's, each mechanism's noise and directions generators, and the method's own (its
+        ``torch.Generator`` attributes: public batches, latent codes).  A method that keeps a generator elsewhere
+        adds it."""
+        found = [] if self.sampler is None else [self.sampler.generator]
+        for mech in getattr(self, "mechanisms", {}).values():
+            found += [mech.generator, mech.directions_generator]
+        found += [g for g in vars(self).values() if isinstance(g, torch.Generator)]
+        return list({id(g): g for g in found}.values())
+
+    def capturable(self, t: int) -> bool:
+        """Whether step ``t`` may be a replay of the captured step: True unless the step depends on ``t`` on the host
+        (a phase, a schedule read in Python); such a step runs eagerly (``methods.capture``)."""
+        return True
 
     def progress_info(self, values: dict) -> str:
         """Short text beside the progress bar (public / released values only)."""

@@ -65,7 +65,7 @@ from ..privacy.conventions import (
     batch_scaling_diameter,
     true_epsilon,
 )
-from ..privacy.dpsgd import per_sample_grads
+from ..privacy.dpsgd import per_sample_grads, poisson_capacity
 from ..privacy.mechanisms import (
     GaussianProjectionRelease,
     Mechanism,
@@ -113,6 +113,7 @@ class Alignment(NoiseHolder, ABC):
     """The alignment term of one DA variant; ``mechanism`` is its one release per aligning step."""
 
     private: bool = False
+    rng: torch.Generator | None = None  # public randomness (smoothing noise): the method's generator, set in its setup
 
     def __init__(self, weight: float = 1.0) -> None:
         self.weight = float(weight)
@@ -261,9 +262,9 @@ class DPSWDAlignment(Alignment):
 # --------------------------------------------------------------------------------------- dann
     def _source_projections(self, rows_s: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``P_s = r(x_s) U + Z_s`` of the whole source batch on every rank, from this rank's rows of it: one
-        all-gather; gradients flow into this rank's rows only."""
+        all-gather; gradients flow into this rank's rows only (Z_s from the method's public generator)."""
         share = Share.rows(self.batch_size)
-        return share.gather(share.projected(rows_s, u, self.mechanism.noise_std))
+        return share.gather(share.projected(rows_s, u, self.mechanism.noise_std, self.rng))
 
     def _paper_call(self, g, x_s, x_t):
         """The released code (DP-SWD paper, Alg. 2 step 3, unit-norm assumption), privacy.convention=paper ONLY:
@@ -396,14 +397,18 @@ class DPDANNAlignment(DANNAlignment):
         with own_draws():  # several processes: this rank's samples' dropout masks, the ranks kept in step
             return per_sample_grads(self._path, self._one_loss, x_t, params=params)
 
-    def _private_grads(self, x_t: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Lines 5-7: per-sample gradients -> the mechanism (joint clip, sum, noise, / qN) -> x weight."""
-        noisy = self.mechanism.release([self.per_sample_target_grads(x_t)])
+    def _private_grads(self, x_t: torch.Tensor, valid: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Lines 5-7: per-sample gradients -> the mechanism (joint clip, sum, noise, / qN) -> x weight.  ``valid`` (a
+        padded batch): a padding row's gradient is zeroed (norm 0: it adds nothing to the clipped sum)."""
+        grads = self.per_sample_target_grads(x_t)
+        if valid is not None:
+            grads = {k: v * valid.view(-1, *[1] * (v.dim() - 1)).to(v.dtype) for k, v in grads.items()}
+        noisy = self.mechanism.release([grads])
         return {k: self.weight * v for k, v in noisy.items()}
 
-    def __call__(self, g, x_s, f_s, x_t):
+    def __call__(self, g, x_s, f_s, x_t, valid: torch.Tensor | None = None):
         dom_s = self._domain_loss(f_s, SOURCE_DOMAIN, self.batch_size)  # several processes: this rank's share
-        return AlignmentOutput(self.weight * dom_s, private_grads=self._private_grads(x_t), value=dom_s.detach(),
+        return AlignmentOutput(self.weight * dom_s, private_grads=self._private_grads(x_t, valid), value=dom_s.detach(),
                                shared=True)
 
 
@@ -481,14 +486,19 @@ class DomainAdaptation(Method):
             self.g, n_priv, self.sampler.sample_rate, self.end - self.warm, self.batch_size, ledger, ctx.device,
             seed=mechanism_seed(ctx)))
         self.mechanisms = {"alignment": self.alignment.mechanism}
+        self.alignment.rng = self.rng  # the public smoothing noise: the method's public generator (checkpointed)
         self.extra = self.alignment.modules()
+        # trainer.graph: DP-DANN's Poisson target batch padded to a public capacity (privacy.sampler.padded_batch)
+        self.capacity = poisson_capacity(n_priv, self.sampler.sample_rate) if ctx.graph and \
+            ledger.sampling == "poisson" and isinstance(self.alignment, DPDANNAlignment) else None
         # private gradients (DP-DANN) are keyed by the names of the alignment's g+D module
         self._path_params = dict(getattr(self.alignment, "_path", nn.Module()).named_parameters())
         self._params = params = [*self.g.parameters(), *self.h.parameters(), *self.extra.parameters()]
         # trainer.compile=on: the PUBLIC source forward (g, h) and the Adam step compiled (utils.compiling); the
         # alignment (the private target's rows or gradients, clipping, noise) runs eagerly on g itself
         self._g_source, self._h_source = (compile_module(m, ctx.compile, ctx.device) for m in (self.g, self.h))
-        self.opt = ParallelOptimizer(adam(params, ctx.compile, ctx.device, lr=self.lr, betas=self.betas), params)
+        self.opt = ParallelOptimizer(adam(params, ctx.compile, ctx.device, ctx.graph, lr=self.lr, betas=self.betas),
+                                     params)
         # source batches: public randomness, drawn on the device from the source split moved there once
         self.pub_gen = device_generator(ctx.seed + 2, ctx.device)
         self._source_xy = (data.public.x.to(ctx.device), data.public.y.to(ctx.device))
@@ -499,6 +509,12 @@ class DomainAdaptation(Method):
     @property
     def total_steps(self) -> int:
         return self.end
+
+    def capturable(self, t: int) -> bool:
+        """The aligning steps (t >= the warm-up) are captured; the warm-up steps (no alignment) run eagerly, and so
+        do the aligning steps of an alignment whose Poisson batch is not static (the non-private DANN and SWD)."""
+        static = getattr(self.alignment, "fixed_rows", False) or self.capacity or self.sampler.sampling != "poisson"
+        return t >= self.warm and bool(static)
 
     def step_mechanisms(self, t: int) -> list[Mechanism]:
         return [] if t < self.warm else [self.alignment.mechanism]
@@ -526,6 +542,9 @@ class DomainAdaptation(Method):
         if t >= self.warm:                                                                   # 3. align (8-12)
             if getattr(self.alignment, "fixed_rows", False):  # DP-SWD: B rows and their padding mask, no sync
                 x_t, _, valid = self.sampler.fixed_batch(self.batch_size)  # labels are -1: unlabelled target
+                out = self.alignment(self.g, x_s, f_s, x_t, valid=valid)  # the release happens in here
+            elif self.capacity:  # DP-DANN, static shapes: the Poisson batch padded, padding rows weighted 0
+                x_t, _, valid = self.sampler.padded_batch(self.capacity)
                 out = self.alignment(self.g, x_s, f_s, x_t, valid=valid)  # the release happens in here
             else:
                 x_t, _ = self.sampler.sample()  # labels are -1: the target is unlabelled

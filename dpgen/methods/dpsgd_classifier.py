@@ -163,6 +163,8 @@ class DPSGDClassifier(Method):
                                       device=ctx.device)  # Poisson on an accelerator: privacy.sampler.poisson_indices
         q = self.sampler.sample_rate
         self._steps = self.steps_planned(n_priv)
+        # trainer.graph: static shapes, the Poisson batch padded to a public capacity (privacy.sampler.padded_batch)
+        self.capacity = poisson_capacity(n_priv, q) if ctx.graph and ledger.sampling == "poisson" else None
         if self.private:  # lines 6-7: the one private release per step
             self.gradient_release = NoisyGradientSum(ledger, clip_norm=self.C, sample_rate=q, expected_batch_size=q * n_priv,
                                                      noise=self.noise, steps=self._steps, seed=mechanism_seed(ctx, 2),
@@ -179,7 +181,8 @@ class DPSGDClassifier(Method):
                 ledger.add_reported(acct)
         # trainer.compile=on: the SGD step on the released gradient compiled (utils.compiling); the per-sample
         # gradients, clipping and noise (the release) stay eager
-        self.opt = compile_step(torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum), ctx.compile)
+        self.opt = compile_step(torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum,
+                                                  foreach=True), ctx.compile)
         self.net.train()
         if self.microbatch_setting == "auto":  # one vmap for the whole batch where the device's memory allows
             self.microbatch = auto_microbatch(self.net, _loss_one, (c, h, data.image_shape[2]), ctx.device,
@@ -195,13 +198,16 @@ class DPSGDClassifier(Method):
     def step(self, t: int) -> dict:
         """DP-SGD, one step: ``g~ = (sum_{i in B_t} clip_C(grad l(theta; x_i, y_i)) + N(0, s^2 I)) / (q N)``,
         ``theta <- theta - lr g~`` (B_t a Poisson(q) private batch)."""
-        x, y = self.sampler.sample()                                           # 1. private batch
+        if self.capacity:  # static shapes: the same Poisson batch in `capacity` rows, padding rows weighted 0
+            x, y, valid = self.sampler.padded_batch(self.capacity)
+        else:
+            (x, y), valid = self.sampler.sample(), None                       # 1. private batch
         x, y = self.normalize(x.to(self.device)), y.to(self.device)
         if self.private:
-            grads = self.private_gradient(x, y)                               # 2-3. clip, sum, noise (recorded)
+            grads = self.private_gradient(x, y, valid)                        # 2-3. clip, sum, noise (recorded)
         else:
             self.gradient_release.release()                                             # un-noised access (recorded)
-            grads = self.plain_gradient(x, y)
+            grads = self.plain_gradient(x, y, valid)
         assign_grads(self.net, grads)
         self.opt.step()                                                        # 4. theta <- theta - lr g~
         # the norm of the released (noised) gradient: public; NaN/inf in it is caught by the loop's
@@ -209,20 +215,32 @@ class DPSGDClassifier(Method):
         return {"released_grad_norm": torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()]))}
 
     # ------------------------------------------------------------------------------------
-    def _per_sample_chunks(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[Grads]:
-        """Per-sample gradients ``{name: (b, *shape)}`` in microbatches (at least one chunk, maybe empty)."""
+    def _per_sample_chunks(self, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None) -> Iterator[Grads]:
+        """Per-sample gradients ``{name: (b, *shape)}`` in microbatches (at least one chunk, maybe empty); ``valid``
+        (a padded batch): a padding row's gradient is zeroed, so its norm is 0 and it adds nothing to the clipped
+        sum (the release's sensitivity argument is about the valid rows only)."""
         params = {k: v.detach() for k, v in self.net.named_parameters() if v.requires_grad}
         if x.shape[0] == 0:
             yield {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
         for i in range(0, x.shape[0], self.microbatch):
-            yield per_sample_grads(self.net, _loss_one, x[i:i + self.microbatch], y[i:i + self.microbatch],
-                                   params=params)
+            grads = per_sample_grads(self.net, _loss_one, x[i:i + self.microbatch], y[i:i + self.microbatch],
+                                     params=params)
+            if valid is not None:
+                keep = valid[i:i + self.microbatch]
+                grads = {k: g * keep.view(-1, *[1] * (g.dim() - 1)).to(g.dtype) for k, g in grads.items()}
+            yield grads
 
-    def private_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
+    def capturable(self, t: int) -> bool:
+        """The data-dependent reports pick pairs and read distances on the host: such a step runs eagerly."""
+        return not self.reports
+
+    def private_gradient(self, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None) -> Grads:
         """The released gradient of a batch (normalised, on the device): lines 5-7 through the mechanism.  With the data-dependent opt-in, P random batch members'
         clipped gradients are kept for the WA/BA pair distances (never released or logged)."""
         if not self.reports:
-            return self.gradient_release.release(self._per_sample_chunks(x, y))
+            return self.gradient_release.release(self._per_sample_chunks(x, y, valid))
+        if valid is not None:  # the reports read the batch on the host: the exact batch (this step is eager)
+            x, y = x[valid], y[valid]
         n = x.shape[0]
         chosen = set(torch.randperm(n, generator=self.pair_gen)[:min(self.pair_samples, n)].tolist()) if n else set()
         pair_vecs: list[torch.Tensor] = []
@@ -266,10 +284,15 @@ class DPSGDClassifier(Method):
         p = self.pair_samples
         return p if self.pair_mode == "add_remove" else p * (p - 1) // 2
 
-    def plain_gradient(self, x: torch.Tensor, y: torch.Tensor) -> Grads:
+    def plain_gradient(self, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None) -> Grads:
         """The non-private SGD gradient of the mean loss of a batch (``private=false`` baseline): the sum of the
-        losses over the batch divided by its size (several processes: over the whole batch, every rank's rows)."""
+        losses over the batch divided by its size (several processes: over the whole batch, every rank's rows);
+        ``valid`` (a padded batch, one process: ``trainer.graph``): the mean over the valid rows, padding weighted 0."""
         self.net.zero_grad(set_to_none=True)
+        if valid is not None:
+            w = valid.to(x.dtype)
+            ((F.cross_entropy(self.net(x), y, reduction="none") * w).sum() / w.sum().clamp(min=1.0)).backward()
+            return {k: p.grad.detach().clone() for k, p in self.net.named_parameters()}
         with own_draws():  # several processes: this rank's dropout masks, the public streams kept in step
             loss_sum = F.cross_entropy(self.net(x), y, reduction="sum") if x.shape[0] else x.new_zeros(())
         batch_mean_backward(loss_sum, x.shape[0], self.net.parameters())

@@ -93,9 +93,11 @@ from ..data.representations import build_representation
 from ..errors import ConfigError
 from ..ot.sinkhorn import DEBIAS, EntropicOT, embed, extra_rows, max_cost, sinkhorn_generator_loss
 from ..privacy import PrivacyLedger, PrivateSampler
+from ..privacy.dpsgd import poisson_capacity
 from ..privacy.image_gradient import CLIP_MODES, clip_whole
 from ..privacy.mechanisms import ImageGradientSanitiser
 from ..privacy.noise import FixedMultiplier, FixedStd, NoisePolicy, NoiseSettings
+from ..privacy.sampler import device_generator, generator_state, resumed_generator
 from ..utils import autocast
 from ..utils.misc import on_gpu
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed, settle
@@ -252,6 +254,14 @@ class DPSinkhorn(GenerativeMethod):
                                                 noise=self.noise, steps=schedule.steps, seed=mechanism_seed(ctx),
                                                 device=ctx.device)
         self.mechanisms = {"image_gradient": self.sanitiser}
+        # trainer.graph: static shapes, the Poisson batch padded to a public capacity (privacy.sampler.padded_batch)
+        # (the semi-debiased loss on the tensorized backend weighs the padding 0; another loss keeps the exact batch
+        # and its steps run eagerly: capturable)
+        static = ctx.graph and ledger.sampling == "poisson" and self.loss.debias == "semi" \
+            and extra_rows(schedule.batch_size, self.loss.debias_ratio) > 0 and self.ot.backend == "tensorized"
+        self.capacity = poisson_capacity(len(data.private), self.sampler.sample_rate) if static else None
+        # the generated side's codes and labels: public randomness from a generator of the method's (checkpointed)
+        self.pub_gen = device_generator(ctx.seed + 5, ctx.device)
         lo, hi = data.value_range
         self._range = (lo, hi)  # data range -> [-1, 1] (public constants)
         if self.rep_cfg is not None:
@@ -293,13 +303,13 @@ class DPSinkhorn(GenerativeMethod):
         """
         n, k, dev, objective, release = self.schedule.batch_size, self.num_classes, self.device, self.loss, self.release
         n_extra = objective.n_extra(n)
-        y_g = torch.randint(max(k, 1), (n,), device=dev)
+        y_g = torch.randint(max(k, 1), (n,), device=dev, generator=self.pub_gen)
         y_all = torch.cat([y_g, y_g[:n_extra]])  # the n' extra samples reuse the first n' labels, fresh z
         # several processes: each rank generates its rows of the n + n' samples (the same codes and labels as one
         # process: every rank draws them all), then ONE all-gather gives every rank the whole X; the backward
         # keeps this rank's rows
         share = Share.rows(n + n_extra)
-        z = self.G.latent(n + n_extra, device=dev)
+        z = self.G.latent(n + n_extra, device=dev, generator=self.pub_gen)
         with autocast(dev, self.precision):  # trainer.precision=bf16: the generator forward only
             x_part = self.generated(z, y_all, share)                              # X = G(z), this rank's rows
         x_all = share.gather(x_part.float())  # (n + n', C, H, W); the released dL/dX is float32
@@ -313,12 +323,18 @@ class DPSinkhorn(GenerativeMethod):
         x_cross.register_hook(cross_hook)
         if n_extra and release.private:
             x_debias.register_hook(lambda g: clip_whole(g, release.clip_norm))  # no data dependence: clip, no noise
-        x_t, y_t = self.sampler.sample()                                              # Y ~ Poisson(q) private batch
+        if self.capacity:  # static shapes: the same Poisson batch in `capacity` rows, padding rows weighted 0
+            x_t, y_t, valid = self.sampler.padded_batch(self.capacity)
+        else:
+            (x_t, y_t), valid = self.sampler.sample(), None                          # Y ~ Poisson(q) private batch
         lo, hi = self._range  # public value range: a non-finite or out-of-range pixel cannot crash the loss
         x_t = torch.nan_to_num(x_t.to(dev), nan=lo, posinf=hi, neginf=lo).clamp(lo, hi)
         rows_real = embed(self._features((x_t - lo) / (hi - lo) * 2.0 - 1.0), y_t.to(dev), k, objective.embed_multiplier)
         rows_gen = embed(self._features(torch.cat([x_cross, x_debias])), y_all, k, objective.embed_multiplier)
-        if rows_real.shape[0] > 0:  # L = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])  (semi-debiased, DP-Sinkhorn paper, semi-debiased Sinkhorn loss)
+        if valid is not None and valid.shape[0] == self.capacity:  # the padded batch (a draw above it: exact below)
+            loss = sinkhorn_generator_loss(self.ot, rows_gen, rows_real, n, objective.debias, objective.debias_ratio,
+                                           valid)
+        elif rows_real.shape[0] > 0:  # L = 2 W(X[0:n], Y) - W(X[0:n], X[n':n+n'])  (semi-debiased, DP-Sinkhorn paper, semi-debiased Sinkhorn loss)
             loss = sinkhorn_generator_loss(self.ot, rows_gen, rows_real, n, objective.debias, objective.debias_ratio)
         elif n_extra:  # empty draw: the cross term is 0 (module docstring)
             loss = -self.ot(rows_gen[:n], rows_gen[n_extra:n + n_extra])
@@ -331,6 +347,10 @@ class DPSinkhorn(GenerativeMethod):
         # un-noised function of the private batch (logged for non-private runs only)
         out = {"released_grad_norm": released["g"].norm()}  # 0-d tensors: the loop syncs at its log cadence
         return out if release.private else {"loss": loss.detach(), **out}
+
+    def capturable(self, t: int) -> bool:
+        """A Poisson batch is static only when padded (the semi-debiased loss): otherwise the step runs eagerly."""
+        return self.capacity is not None or self.sampler.sampling != "poisson"
 
     def feature_box(self, image_shape: tuple[int, ...]) -> tuple[float, float]:
         """``(largest squared L2, largest L1)`` distance between two feature rows ``[features(x) ‖ e·onehot(y)]``
@@ -368,11 +388,14 @@ class DPSinkhorn(GenerativeMethod):
         return self._signature
 
     def state_dict(self) -> dict:
-        return {"generator": self.G.state_dict(), "optimizer": self.opt.state_dict()}
+        return {"generator": self.G.state_dict(), "optimizer": self.opt.state_dict(),
+                "public_generator": generator_state(self.pub_gen)}
 
     def load_state_dict(self, state: dict) -> None:
         self.G.load_state_dict(state["generator"])
         self.opt.load_state_dict(state["optimizer"])
+        if "public_generator" in state:
+            resumed_generator(self.pub_gen, state["public_generator"])
 
     def release_state(self) -> dict:
         return {"generator": self.G.state_dict()}

@@ -83,6 +83,7 @@ from ..privacy.projection import ProjectionDP, as_projection_dp
 from ..privacy.rows import RowMap
 from ..utils import autocast
 from ..utils.compiling import adam, compile_function, compile_module
+from ..utils.misc import on_gpu
 from .base import GenerativeMethod, TrainContext, mechanism_seed, secret_seed
 from .parallel import GeneratedSide, ParallelOptimizer, Share
 from .warm_start import WarmTarget, as_warm_start
@@ -222,9 +223,10 @@ class DPSWDGenerator(GenerativeMethod):
         # release (sampler, directions, noise) stays eager
         self.generated = GeneratedSide(self.G, lambda g: compile_module(g, ctx.compile, ctx.device))
         self._cost = compile_function(sliced_cost_blocks, ctx.compile, ctx.device)
-        self.opt = ParallelOptimizer(adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas),
-                                     self.G.parameters())
-        self.opt_f = torch.optim.Adam(self.fmap.parameters(), lr=self.feature_lr, betas=(0.5, 0.999)) \
+        self.opt = ParallelOptimizer(adam(self.G.parameters(), ctx.compile, ctx.device, ctx.graph, lr=self.lr,
+                                          betas=self.betas), self.G.parameters())
+        self.opt_f = torch.optim.Adam(self.fmap.parameters(), lr=self.feature_lr, betas=(0.5, 0.999),
+                                      capturable=ctx.graph and on_gpu(ctx.device), foreach=True) \
             if self.fmap is not None else None
         self.pub_gen = torch.Generator().manual_seed(ctx.seed + 2)
         # partition: the generated side's labels, m of each class (public, the same every step)
@@ -234,6 +236,10 @@ class DPSWDGenerator(GenerativeMethod):
     @property
     def total_steps(self) -> int:
         return self._steps
+
+    def capturable(self, t: int) -> bool:
+        """The CelebA feature map's step draws its public batch on the host: such a run's steps are eager."""
+        return self.fmap is None
 
     def step(self, t: int) -> dict:
         """DP-SWD, Algorithm 1, one step::
@@ -251,8 +257,8 @@ class DPSWDGenerator(GenerativeMethod):
         if self.label_mode == "partition":                                     # m generated rows of each label
             y_g = self._block_labels
         else:
-            y_g = torch.randint(self.num_classes, (b,), device=self.device)
-        codes = torch.randn(b, self.G.d_code, device=self.device)
+            y_g = torch.randint(self.num_classes, (b,), device=self.device, generator=self.rng)
+        codes = torch.randn(b, self.G.d_code, device=self.device, generator=self.rng)
         # several processes: this rank's whole class blocks (its rows when the blocks are fewer than the ranks);
         # every rank draws all codes and labels, as one process draws them
         share = Share.blocks(self.n_blocks, self.block_rows)
@@ -260,7 +266,7 @@ class DPSWDGenerator(GenerativeMethod):
             x_g = self.generated(codes, y_g, share)                            # G(z), this rank's rows
         x_g, y_g = x_g.float(), share.take(y_g)  # rows, projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # 3. U: (D, k), random or orthonormal
-        p_s = share.projected(self.rows(x_g, y_g), u, self.projection.noise_std)  # 5. P_s = r(G) U + Z_s
+        p_s = share.projected(self.rows(x_g, y_g), u, self.projection.noise_std, self.rng)  # 5. P_s = r(G) U + Z_s
         # 4. P_t = r(X_t) U + Z_t (THE release, recorded), 6. SW_q within blocks
         cost = released_sliced_cost(self.projection, rows_t, u, p_s, self.n_blocks, share, self.power, self._cost)
         self.opt.zero_grad(set_to_none=True)

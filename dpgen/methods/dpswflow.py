@@ -165,11 +165,11 @@ class _ParticleFlow(LatentMethod):
         drift norm (0-d tensor, NaN when a moved particle is not finite: the loop raises at its next check)."""
         x = self.X if idx is None else self.X[idx]
         own = self._own_directions(u.shape[1])
-        proj = smoothed_projections(x, u, sigma)[own]  # X U + Z (particles re-noised, public: drawn in full)
+        proj = smoothed_projections(x, u, sigma, self.rng)[own]  # X U + Z (particles re-noised, public: drawn in full)
         v = self._drift(proj, tq, u, own)                                   # Eq. 20
-        x_new = euler_maruyama_step(x, v, self.flow.step_size, self.flow.reg)           # X - h v + sqrt(2 lambda h) Z
+        x_new = euler_maruyama_step(x, v, self.flow.step_size, self.flow.reg, self.rng)  # X - h v + sqrt(2 lambda h) Z
         if idx is None:
-            self.X = x_new
+            self.X.copy_(x_new)  # in place: a captured step (trainer.graph) updates the particles it reads
         else:
             self.X[idx] = x_new
         # particles are public (post-processing of the releases); no host sync here: a non-finite
@@ -186,10 +186,10 @@ class _ParticleFlow(LatentMethod):
         c_n, d = tq.shape[0], self.X.shape[1]
         own = self._own_directions(u.shape[1])
         x = self.X.view(-1, c_n, d).transpose(0, 1)                        # (C, n / C, D)
-        proj = smoothed_projections(x, u, sigma)[:, own]                   # (C, k_r, n / C)
+        proj = smoothed_projections(x, u, sigma, self.rng)[:, own]                   # (C, k_r, n / C)
         v = self._drift(proj, tq, u, own)                                   # Eq. 20
-        x_new = euler_maruyama_step(x, v, self.flow.step_size, self.flow.reg)
-        self.X = x_new.transpose(0, 1).reshape(-1, d)
+        x_new = euler_maruyama_step(x, v, self.flow.step_size, self.flow.reg, self.rng)
+        self.X.copy_(x_new.transpose(0, 1).reshape(-1, d))  # in place (a captured step reads and updates it)
         finite = torch.isfinite(x_new).all()
         drift = v.norm(dim=-1).mean(dim=-1).mean()
         return torch.where(finite, drift, torch.full((), float("nan"), device=v.device))
@@ -425,7 +425,7 @@ class DPSWFlow(_ParticleFlow):
         with torch.no_grad():
             if t == 0:
                 self._one_shot_release()
-            idx = torch.randperm(self.k, device=self.device)[:self.one_shot_settings.projections_per_step]  # M_theta of the N_theta directions
+            idx = torch.randperm(self.k, device=self.device, generator=self.rng)[:self.one_shot_settings.projections_per_step]  # M_theta of the N_theta directions
             u, sigma = self.u_all[:, idx], self.one_shot.noise_std
             own = idx[self._own_directions(idx.shape[0])]  # this rank's directions of the step (all on one process)
             if self.latent.label_mode != "partition":

@@ -67,7 +67,7 @@ class DPSWGen(LatentMethod):
         """``G([z || onehot(y)])`` (partition) or ``G(z)``: ``(n, D)`` latents for ``labels: (n,)``; ``share``: this
         rank's rows only (the codes of all n drawn, as one process draws them); ``model``: G's compiled view
         (the step's, ``trainer.compile=on``) instead of G."""
-        z = torch.randn(labels.shape[0], self.noise_dim, device=self.device)
+        z = torch.randn(labels.shape[0], self.noise_dim, device=self.device, generator=self.rng)
         if share is not None:
             z, labels = share.take(z), share.take(labels)
         if self.latent.label_mode == "partition":
@@ -84,8 +84,8 @@ class DPSWGen(LatentMethod):
         # release (sampler, directions, noise) stays eager
         self._generate = compile_module(self.G, ctx.compile, ctx.device)
         self._cost = compile_function(sliced_cost_blocks, ctx.compile, ctx.device)
-        self.opt = ParallelOptimizer(adam(self.G.parameters(), ctx.compile, ctx.device, lr=self.lr, betas=self.betas),
-                                     self.G.parameters())
+        self.opt = ParallelOptimizer(adam(self.G.parameters(), ctx.compile, ctx.device, ctx.graph, lr=self.lr,
+                                          betas=self.betas), self.G.parameters())
         self.G.train()
 
     def step(self, t: int) -> dict:
@@ -103,10 +103,11 @@ class DPSWGen(LatentMethod):
             if self.latent.label_mode == "partition":
                 fake = self.generate_latents(y_g, share, self._generate)
             else:
-                fake = self._generate(share.take(torch.randn(b, self.G.d_code, device=self.device)))
+                fake = self._generate(share.take(torch.randn(b, self.G.d_code, device=self.device,
+                                                             generator=self.rng)))
         fake = fake.float()  # projections and noise stay float32
         u = self.projection.draw_directions(self.device)                       # U_t: fresh directions
-        p_s = share.projected(fake, u, self.projection.noise_std)              # G(z) U_t + Z'_t
+        p_s = share.projected(fake, u, self.projection.noise_std, self.rng)    # G(z) U_t + Z'_t
         # Y_t U_t + Z_t (recorded) and SW_2 within class blocks
         cost = released_sliced_cost(self.projection, rows, u, p_s, n_blocks, share, 2.0, self._cost)
         self.opt.zero_grad(set_to_none=True)

@@ -14,7 +14,9 @@
    budget check (``Budget``) — the ledger's allowance for the mechanisms step t will release (cached: one
    accountant call when the rest of the plan fits) — stop before the target would be exceeded;
    ``values = method.step(t)`` — every private release happens in here, through a mechanism that
-   records itself; a resume never re-releases a finished step;
+   records itself; a resume never re-releases a finished step; with ``ctx.graph`` (``trainer.graph``) the step
+   runs through ``capture.StepRunner``: warm-up steps, one capture, then a replay per step, each replay's
+   releases recorded once after it (the values are then the graph's static outputs);
    non-finite check on ``values`` (public or released quantities only; never an un-noised loss):
    python floats at once, tensors on the device without a host sync (the first bad step is kept
    on the device and raised at the next log / checkpoint step);
@@ -34,7 +36,8 @@ host only at the log cadence (a non-blocking copy, read after the next step is q
 never left idle by a log) and at the end, so a step on an accelerator never waits for the device
 (``tests/runs/test_device.py`` counts the syncs per step).
 
-Checkpoint ``checkpoints/last.pt`` = {step, signature, method, ledger, mechanisms, sampler, rng, values}: it
+Checkpoint ``checkpoints/last.pt`` = {step, signature, method, ledger, mechanisms, sampler, rng, public_generator,
+values}: it
 holds RNG states and is as sensitive as the data; the release artefact is what may be published.
 
 Several processes (``torchrun``, ``dpgen.utils.dist``): every rank runs this loop on the same global
@@ -65,9 +68,11 @@ from ..privacy import PrivacyLedger
 from ..privacy.card import public_signature
 from ..privacy.errors import PrivacySettingError
 from ..privacy.mechanisms import Mechanism
+from ..privacy.sampler import generator_state, resumed_generator
 from ..runs import read_checkpoint, write_atomically
 from ..utils import dist, rng_state, set_rng_state
-from .base import Method, NonFiniteLossError, TrainContext, check_signature
+from .base import Method, NonFiniteLossError, TrainContext, check_signature, public_generator
+from .capture import StepRunner
 
 
 class Budget:
@@ -197,7 +202,7 @@ def _same_state_as_rank0(method: Method) -> None:
     RNG) to every rank, as if each had resumed from rank 0's checkpoint: the ranks start identical."""
     if not dist.active():
         return
-    state = {"method": method.state_dict(), "rng": rng_state(),
+    state = {"method": method.state_dict(), "rng": rng_state(), "public_generator": generator_state(method.rng),
              "sampler": None if method.sampler is None else method.sampler.state_dict(),
              "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()}}
     state = dist.broadcast_object(_to_cpu(state) if dist.is_main() else None)
@@ -209,6 +214,7 @@ def _same_state_as_rank0(method: Method) -> None:
     if method.sampler is not None:
         method.sampler.load_state_dict(state["sampler"])
     set_rng_state(state["rng"])
+    resumed_generator(method.rng, state["public_generator"])
 
 
 def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: int, values: dict,
@@ -223,6 +229,7 @@ def _checkpoint(method: Method, ledger: PrivacyLedger, signature: dict, step: in
                       **({"warm_start": warm.state_dict()} if warm is not None else {}),
                       "ledger": ledger.state_dict(), "mechanisms": {k: m.state_dict() for k, m in method.mechanisms.items()},
                       "sampler": None if method.sampler is None else method.sampler.state_dict(), "rng": rng_state(),
+                      "public_generator": generator_state(method.rng),
                       "values": host_values(values), "processes": dist.world_size()}, ctx.checkpoint_path)
 
 
@@ -298,7 +305,21 @@ def _restore(method: Method, ledger: PrivacyLedger, ck: dict | None, signature: 
     if method.sampler is not None:
         method.sampler.load_state_dict(ck["sampler"])
     set_rng_state(ck["rng"])
+    if "public_generator" in ck:
+        resumed_generator(method.rng, ck["public_generator"])
     return int(ck["step"])
+
+
+def fresh_noise(method: Method) -> None:
+    """A branch (``trainer.fresh_noise=true``): the secret generators a resumed run draws from (each mechanism's
+    noise and directions, the private sampler's batches and sizes, the step's public generator) and torch's global RNG reseeded from OS entropy
+    (rank 0's on every rank), after the checkpoint restored them.  Two branches of one checkpoint then draw
+    independent batches and noise from its step on; the ledger the checkpoint restored (what the run spent up to
+    it, e.g. a warm start's moment release) is carried over, so each branch's ε accounts for the shared part."""
+    # every generator a step draws from (methods.capture registers the same list), and the sampler's size draw
+    for gen in [*method.generators(), *([] if method.sampler is None else [method.sampler.size_generator])]:
+        gen.manual_seed(dist.shared_secret())
+    torch.manual_seed(dist.shared_secret())
 
 
 def _plan(method: Method, budget: Budget, start: int, ctx: TrainContext) -> _Plan:
@@ -315,7 +336,7 @@ def _plan(method: Method, budget: Budget, start: int, ctx: TrainContext) -> _Pla
 
 
 def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, values: dict, signature: dict,
-           ctx: TrainContext, clock: dict) -> tuple[int, dict, bool]:
+           ctx: TrainContext, clock: dict, runner: StepRunner) -> tuple[int, dict, bool]:
     """Phase 5: steps ``plan.start .. plan.end`` (budget check, step, finite check, log and checkpoint
     cadence).  Returns (steps done, the last step's values, stopped by the budget).  ``clock`` receives the wall
     seconds of the steady steps: from the end of the first step (lazy state, the budget's accountant evaluation)
@@ -337,7 +358,7 @@ def _steps(method: Method, ledger: PrivacyLedger, budget: Budget, plan: _Plan, v
             if not budget.allows(mechs, plan.end - t):
                 stopped = True
                 break
-            values = method.step(t)
+            values = runner.run(t)  # method.step(t), or a replay of its captured graph (methods.capture)
             budget.spent(mechs)
             write_pending()  # the previous log step's row: step t is queued, the copies have had its time
             _check_finite(values, t)
@@ -397,23 +418,31 @@ def train(method: Method, data: DataSplits, ledger: PrivacyLedger, ctx: TrainCon
     warm = getattr(method, "warm_start", None)  # methods.warm_start: phase 1 and its ledger come before setup
     if warm is not None:
         _warm_release(warm, ck, data, ledger, ctx)
+    method.rng = public_generator(ctx)  # the step's public randomness (codes, labels, smoothing noise), checkpointed
     method.setup(data, ledger, ctx)  # mechanisms calibrated for what the ledger's history leaves
     signature = {"method": type(method).__name__, **method.signature()}
     if warm is not None:
         signature["warm_start"] = warm.signature()
         _warm_up(method, warm, ledger, signature, ctx)
     start = _restore(method, ledger, ck, signature)
+    branch = ctx.fresh_noise and ck is not None
+    if branch:
+        fresh_noise(method)
     _same_state_as_rank0(method)
     ctx.logger.rewind(start)  # metrics.csv: each step once, whatever a killed run logged after the checkpoint
     budget = Budget(ledger)
     plan = _plan(method, budget, start, ctx)
     t0, clock = time.time(), {}
     values = {} if ck is None or "method" not in ck else ck.get("values", {})  # a run resumed at its end reports them
-    done, values, stopped = _steps(method, ledger, budget, plan, values, signature, ctx, clock)
+    runner = StepRunner(method, ledger, ctx)  # a resumed run captures again
+    done, values, stopped = _steps(method, ledger, budget, plan, values, signature, ctx, clock, runner)
     _publish(method, ledger, signature, done, values, ctx)
     return {"train_steps": done, "steps_planned": plan.planned, "stopped_by_budget": stopped,
             "train_time_s": time.time() - t0, **clock,
             **{f"train_{k}": v for k, v in values.items()},  # last step's public / released values
             "mechanisms": {k: m.describe() for k, m in method.mechanisms.items()}, "processes": ctx.processes,
             **({} if warm is None else {"mechanisms_warm_start": {"moments": warm.method.mech.describe()}}),
-            **method.train_summary(), **({} if warm is None else warm.train_summary())}
+            **({} if runner.backend is None and runner.failed is None else runner.summary()),
+            **method.train_summary(), **({} if warm is None else warm.train_summary()),
+            # a branch: the step it continued from, with fresh secret noise (the ledger includes what came before)
+            **({"branched_at_step": start, "fresh_noise": True} if branch else {})}

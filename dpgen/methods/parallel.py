@@ -135,13 +135,16 @@ class Share:
             raise ValueError(f"this rank's part has {part.shape[0]} rows, not its share of {self.n}")
         return _GatherShares.apply(part, self)
 
-    def projected(self, x: torch.Tensor, u: torch.Tensor, sigma: float) -> torch.Tensor:
+    def projected(self, x: torch.Tensor, u: torch.Tensor, sigma: float,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
         """This rank's rows of the Gaussian-smoothed projection ``X U + sigma Z`` of the whole batch, where ``x`` is
-        this rank's rows of X: the ``(n, k)`` noise drawn whole from torch's generator (as one process draws it,
-        so every rank's generator stays in step) and its rows ``lo:hi`` added (DP-SWD paper, Alg. 1 step 5)."""
+        this rank's rows of X: the ``(n, k)`` noise drawn whole from ``generator`` (the method's public generator;
+        default torch's) as one process draws it, so every rank's generator stays in step, and its rows ``lo:hi``
+        added (DP-SWD paper, Alg. 1 step 5)."""
         p = x @ u
         if sigma > 0:
-            p = p + sigma * self.take(torch.randn((self.n, u.shape[1]), dtype=p.dtype, device=p.device))
+            p = p + sigma * self.take(torch.randn((self.n, u.shape[1]), dtype=p.dtype, device=p.device,
+                                                  generator=generator))
         return p
 
     @staticmethod
@@ -221,6 +224,8 @@ class ParallelOptimizer:
         self._reduced = False
 
     def __getattr__(self, name):
+        if name == "optimizer":  # not yet set (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self.optimizer, name)
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -295,7 +295,7 @@ def smoothed_projections(x: torch.Tensor, u: torch.Tensor, sigma: float,
     p = (x @ u).transpose(-2, -1)  # (k, n); a batch of point sets (..., n, d) -> (..., k, n)
     if sigma > 0:
         z = torch.randn(p.shape, generator=generator, dtype=p.dtype,
-                        device="cpu" if generator is not None else p.device)
+                        device=generator.device if generator is not None else p.device)  # where the generator draws
         p = p + sigma * z.to(p.device)
     return p.contiguous()
 
@@ -309,7 +309,7 @@ def euler_maruyama_step(x: torch.Tensor, drift: torch.Tensor, h: float, reg: flo
     out = x - h * drift
     if reg > 0:
         z = torch.randn(x.shape, generator=generator, dtype=x.dtype,
-                        device="cpu" if generator is not None else x.device)
+                        device=generator.device if generator is not None else x.device)  # where the generator draws
         out = out + math.sqrt(2.0 * reg * h) * z.to(x.device)
     return out
 

@@ -174,13 +174,17 @@ class EntropicOT:
             x, y = x.contiguous(), y.contiguous()
         return loss(x, y)
 
-    def pair(self, x: torch.Tensor, y1: torch.Tensor, y2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def pair(self, x: torch.Tensor, y1: torch.Tensor, y2: torch.Tensor,
+             valid1: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(W(X, Y1), W(X, Y2))`` (no debiasing): one batched problem on the ``tensorized`` backend
-        (:func:`paired_sinkhorn`, module docstring), two calls on ``online``.  ``Y1`` and ``Y2`` must be non-empty."""
+        (:func:`paired_sinkhorn`, module docstring), two calls on ``online``.  ``Y1`` and ``Y2`` must be non-empty.
+        ``valid1``: the rows of ``Y1`` that are points (a padded batch; the ``tensorized`` backend)."""
         if self.backend != "tensorized":
+            if valid1 is not None:
+                raise ValueError("a padded batch (trainer.graph) needs model.sinkhorn_backend=tensorized")
             return self(x, y1), self(x, y2)
         diameter = max(self._diameter(x, y1, False), self._diameter(x, y2, False), 10 * self.reg)
-        return paired_sinkhorn(x, y1, y2, self._cost, epsilon_schedule(diameter, self.reg, self.scaling))
+        return paired_sinkhorn(x, y1, y2, self._cost, epsilon_schedule(diameter, self.reg, self.scaling), valid1)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``W_{c,λ}(X, Y)`` (no debiasing): scalar."""
@@ -197,12 +201,17 @@ def epsilon_schedule(diameter: float, blur: float, scaling: float) -> list[float
     return [diameter, *np.exp(np.arange(np.log(diameter), np.log(blur), np.log(scaling))).tolist(), blur]
 
 
-def _padded(z: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded(z: torch.Tensor, rows: int, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``z: (k, D)`` -> ``(rows, D)`` with zero rows appended, and its weights ``(rows,)``: 1/k on the k points,
-    0 on the padding (no mass)."""
+    0 on the padding (no mass).  ``valid: (k,)`` (a padded batch, ``PrivateSampler.padded_batch``): only its True
+    rows are points, ``1 / #valid`` each, the others weigh 0 (computed on the device: nothing is read back)."""
     k = z.shape[0]
     w = torch.zeros(rows, dtype=z.dtype, device=z.device)
-    w[:k] = 1.0 / k
+    if valid is None:
+        w[:k] = 1.0 / k
+    else:
+        m = valid.to(z.dtype)
+        w[:k] = m / m.sum().clamp(min=1.0)
     return torch.cat([z, z.new_zeros(rows - k, z.shape[1])]), w
 
 
@@ -212,7 +221,7 @@ def softmin(eps: float, c: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 
 
 def paired_sinkhorn(x: torch.Tensor, y1: torch.Tensor, y2: torch.Tensor, cost: Callable,
-                    eps_list: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+                    eps_list: list[float], valid1: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W(X, Y1), W(X, Y2))`` with uniform weights: GeomLoss' symmetric log-domain Sinkhorn (``tensorized``,
     ``debias=False``, ``p = 1``) over the temperatures ``eps_list``, each iteration one soft-C-transform.
 
@@ -227,9 +236,9 @@ def paired_sinkhorn(x: torch.Tensor, y1: torch.Tensor, y2: torch.Tensor, cost: C
     is GeomLoss' pair of updates ``f ← ½(f + softmin(ε, C_xy, log b + g/ε))``, ``g ← ½(g + softmin(ε, C_yx,
     log a + f/ε))``.  As in GeomLoss the loop runs without gradients, and a last update with the cost matrices
     ``C(X, Ȳ)``, ``C(Y, X̄)`` (bar: detached) and detached potentials gives the value ``<a, f> + <b, g>`` and its
-    envelope gradient."""
+    envelope gradient.  ``valid1``: the rows of ``Y1`` that are points (a padded batch; the others weigh 0)."""
     rows = max(x.shape[0], y1.shape[0], y2.shape[0])
-    (xp, a), (p1, b1), (p2, b2) = _padded(x, rows), _padded(y1, rows), _padded(y2, rows)
+    (xp, a), (p1, b1), (p2, b2) = _padded(x, rows), _padded(y1, rows, valid1), _padded(y2, rows)
     xs, ys = xp.expand(2, *xp.shape), torch.stack([p1, p2])                     # (2, R, D)
     k = torch.stack([cost(xs, ys.detach()), cost(ys, xs.detach())])            # [C(X, Ȳ); C(Y, X̄)]: (2, 2, R, R)
     w = torch.stack([a.expand(2, rows), torch.stack([b1, b2])])                # [a; b]: (2, 2, R)
@@ -248,7 +257,7 @@ def paired_sinkhorn(x: torch.Tensor, y1: torch.Tensor, y2: torch.Tensor, cost: C
 
 
 def sinkhorn_generator_loss(ot: EntropicOT, x_gen: torch.Tensor, y_real: torch.Tensor, n: int,
-                            debias: str = "semi", ratio: float = 0.4) -> torch.Tensor:
+                            debias: str = "semi", ratio: float = 0.4, valid: torch.Tensor | None = None) -> torch.Tensor:
     """The generator's training loss (DP-Sinkhorn paper, semi-debiased Sinkhorn loss); rows are already embedded features.
 
     ``x_gen: (n + n', D)`` generated rows with ``n' = floor(ratio·n)`` extra rows (``debias='semi'``)
@@ -261,10 +270,20 @@ def sinkhorn_generator_loss(ot: EntropicOT, x_gen: torch.Tensor, y_real: torch.T
       (the ``W(Y,Y)`` term has no generator gradient)
     * ``none``: 2·W(X, Y) (biased)
     The factor 2 keeps the three variants on the same scale.
+
+    ``valid: (M,)`` (a padded Poisson batch, ``PrivateSampler.padded_batch``; ``semi`` only): the real rows that are
+    points; the others weigh 0, and with no valid row the cross term is 0 (the loss of an empty draw), all on the
+    device.
     """
     if debias not in DEBIAS:
         raise ValueError(f"model.debias={debias!r} is unknown; choose one of {DEBIAS}")
     x = x_gen[:n]
+    if valid is not None:
+        if debias != "semi" or extra_rows(n, ratio) == 0:
+            raise ValueError("a padded batch (trainer.graph) needs the semi-debiased loss with model.debias_ratio > 0")
+        n_extra = extra_rows(n, ratio)
+        cross, debiasing = ot.pair(x, y_real, x_gen[n_extra:n + n_extra], valid)
+        return 2.0 * cross * valid.any().to(cross.dtype) - debiasing  # Eq. 6; an empty draw: -W(X, X')
     if debias == "none":
         return 2.0 * ot(x, y_real)
     if debias == "full":

@@ -34,7 +34,9 @@ covered by the run's epsilon: they need the explicit opt-in ``data_dependent_rep
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 from .accountants import (
@@ -62,6 +64,18 @@ def relation_of_sampling(sampling: str) -> str:
     return {"poisson": "add_remove", "without_replacement": "replace_one"}[check_sampling(sampling)]
 
 NOT_DP_DATA_DEPENDENT = DATA_DEPENDENT
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A record collected by :meth:`PrivacyLedger.deferred` (a captured step's release): ``entry`` is what it adds,
+    calling it records it (the mechanism's own recording, ``Mechanism._record``)."""
+
+    entry: LedgerEntry
+    apply: Callable[[], None]
+
+    def __call__(self) -> None:
+        self.apply()
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,27 @@ class PrivacyLedger:
         self._planned: dict = {}  # (multiplier, rate, beta) -> steps of the last calibration (allowance's guess)
         self.reported: dict = {}  # name -> reported-only accountant (epsilon(delta), state_dict, label)
         self._pending_reported: dict = {}  # states from a checkpoint waiting for add_reported
+        self._deferred: list[Pending] | None = None  # inside deferred(): the records collected, not made
+
+    # -- a captured step's records (methods.capture) ------------------------------------------
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[list[Pending]]:
+        """Inside, a release's record is collected in the yielded list instead of made: the Python side of a step
+        captured in a CUDA graph, which the graph cannot replay.  The capture wrapper applies the collected
+        records after EACH replay (one record per replayed release, the entry the eager step makes)."""
+        outer, self._deferred = self._deferred, []
+        try:
+            yield self._deferred
+        finally:
+            self._deferred = outer
+
+    def submit(self, entry: LedgerEntry, apply: Callable[[], None]) -> None:
+        """``apply()`` (a mechanism's recording of one release, whose ledger entry is ``entry``) now, or, inside
+        :meth:`deferred`, collected for later."""
+        if self._deferred is not None:
+            self._deferred.append(Pending(entry, apply))
+        else:
+            apply()
 
     # -- reported-only accountants ---------------------------------------------------------
     def add_reported(self, accountant) -> None:

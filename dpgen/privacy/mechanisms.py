@@ -270,7 +270,11 @@ class Mechanism(metaclass=_AppliesNoisePolicy):
         return self.noised(self.combine(parts))
 
     def _record(self) -> None:
-        """One release of this mechanism in the ledger (only ``release`` calls it)."""
+        """One release of this mechanism in the ledger (only ``release`` calls it).  Inside a captured step
+        (``PrivacyLedger.deferred``) the record is collected and made after each replay (``methods.capture``)."""
+        self.ledger.submit(self.ledger_entry(), self._record_now)
+
+    def _record_now(self) -> None:
         self.ledger.record(self.noise_multiplier, self.sample_rate, 1, self.beta if self.private else 0.0,
                            relation=self.relation, mechanism=self.kind, guarantee=self.guarantee)
         self.releases += 1

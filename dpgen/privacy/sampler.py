@@ -25,6 +25,9 @@ Variable-size Poisson batches of a sampler given a device (DP-SGD, DP-Sinkhorn) 
 too), the records on the device, exactly the Poisson law, with nothing read back from the device (the same
 numbers on every device type; without a device, one inclusion mask on the host as before).
 
+Static shapes (a step captured once and replayed, ``trainer.graph``): :meth:`PrivateSampler.padded_batch` draws
+the same Poisson batch into a buffer of a public capacity with a validity mask (its docstring has the argument).
+
 Fixed-size releases (DP-SWD, DPSWflow-r, DPSWgen, the DP-SWD adapter) read the batch through
 :meth:`PrivateSampler.fixed_batch` / :meth:`PrivateSampler.class_batch`: exactly ``B`` (or ``C m``)
 records and a mask of the rows that are padding, formed on the device without a host sync: the records
@@ -65,7 +68,20 @@ def poisson_indices(n: int, q: float, size_generator: torch.Generator, generator
     host (``size_generator``, a CPU generator) and then a uniformly random K-subset on the device (the first
     K of a random permutation from ``generator``) draws exactly the Poisson sample the accountant assumes.
     K is a Python number when the device work is queued: no device read, no host-to-device copy."""
-    k = int(torch.binomial(torch.tensor(float(n)), torch.tensor(float(q)), generator=size_generator))
+    k = poisson_size(n, q, size_generator)
+    return exact_subset(n, k, generator, device)
+
+
+def poisson_size(n: int, q: float, size_generator: torch.Generator) -> int:
+    """``K ~ Binomial(n, q)`` drawn on the host from ``size_generator``, in float64: ``n`` and ``q`` exactly as the
+    accountant states them (float32 would round ``n`` above 2^24 and ``q`` to 24 bits, another law)."""
+    return int(torch.binomial(torch.tensor(float(n), dtype=torch.float64), torch.tensor(float(q), dtype=torch.float64),
+                              generator=size_generator))
+
+
+def exact_subset(n: int, k: int, generator: torch.Generator, device: torch.device | None) -> torch.Tensor:
+    """A uniformly random ``k``-subset of ``range(n)`` (sorted indices on ``device``): the first k of a random
+    permutation."""
     return torch.randperm(n, generator=generator, device=device)[:k].sort().values
 
 
@@ -143,6 +159,12 @@ class PrivateSampler:
         # False: every rank reads the whole batch (a release that is not per record, e.g. DP-Sinkhorn's gradient)
         self.split = bool(split)
         self._class_layout: torch.Tensor | None = None  # class_batch's (C, W) record indices, built at its first draw
+        # padded_batch: the public capacity, the size drawn ahead of a step (prepare), its device copy, the
+        # steps whose size exceeded the capacity (run with the exact batch)
+        self.capacity: int | None = None
+        self._prepared: int | None = None
+        self._k_buf: torch.Tensor | None = None
+        self.over_capacity = 0
 
     @property
     def _sized_on_host(self) -> bool:
@@ -244,6 +266,71 @@ class PrivateSampler:
         x, y = self.source._gather(idx.reshape(-1))
         return x, y, valid.reshape(-1)
 
+    # -- static shapes (a captured step: methods.capture) ------------------------------------------
+    def prepare(self) -> bool:
+        """The host part of the next :meth:`padded_batch`, done before the step (outside a captured graph): draw
+        ``K ~ Binomial(N, q)`` on the host and write it into the device buffer (``fill_``: a kernel with a scalar
+        argument, no host-to-device copy).  True when the next step's batch fits the capacity (it may replay);
+        False when it does not (that step runs eagerly with the exact batch of this same K).  A sampler without a
+        capacity (no static shapes asked) has nothing to prepare: True."""
+        if self.capacity is None or self.sampling != "poisson":
+            return True
+        k = self._prepared = poisson_size(self.n, self.sample_rate, self.size_generator)
+        if k <= self.capacity:
+            self._size_buffer().fill_(k)
+        return k <= self.capacity
+
+    def _size_buffer(self) -> torch.Tensor:
+        if self._k_buf is None:
+            self._k_buf = torch.zeros((), dtype=torch.long, device=self.device)
+        return self._k_buf
+
+    def padded_batch(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One Poisson(q) batch in exactly ``capacity`` rows: ``(x, y, valid)``, ``valid: (capacity,)`` bool (False: a
+        padding row, which the caller weights 0 in the loss, the clipping and the sums).  The shapes do not depend
+        on the draw, so the step can be captured once and replayed (``methods.capture``).
+
+        The law.  Under Poisson sampling the probability of a batch S is ``q^|S| (1 − q)^(N − |S|)``: it depends on
+        |S| only, so given its size K the batch is a uniformly random K-subset.  Here K ~ Binomial(N, q) is drawn on
+        the host (:func:`poisson_size`, float64, the size generator; by :meth:`prepare` before the step, or here),
+        independently of the device draw: ``N`` i.i.d. float64 uniforms ``u_i`` and the ``capacity`` smallest of
+        them in increasing order (``topk(sorted=True)``).  Their first K are the K smallest uniforms, and the set
+        of the indices of the K smallest of N i.i.d. continuous uniforms is a uniformly random K-subset (the
+        uniforms are exchangeable; a tie, which ``topk`` would settle by position, has probability about
+        ``N^2 2^-53`` in float64).  ``valid = arange(capacity) < K`` keeps exactly those K rows.  So the valid rows
+        are, in law, exactly the Poisson batch the accountant assumes; the other rows are records read only to
+        fill the shape, each weighted 0.  K > capacity is never truncated (that would change the law): the batch
+        is then the exact K-subset of :func:`exact_subset` (variable shape, ``valid`` all True) and the step
+        runs eagerly; :attr:`over_capacity` counts such steps (checkpointed; a function of the batch sizes, whose
+        law depends on the private N, so it is not published).  With
+        ``capacity = privacy.dpsgd.poisson_capacity`` (6 sd above q N) that is about one step in 10^9.
+
+        Several processes: every rank draws the same whole batch (rank 0's generators) and keeps its contiguous
+        part of the rows (the split sampler), the validity mask with them.
+        """
+        if self.sampling != "poisson":
+            raise PrivacySettingError("sampling", "a padded batch is a Poisson batch; use Poisson sampling")
+        self.capacity = int(capacity)
+        self.draws += 1
+        k, self._prepared = self._prepared, None
+        if k is None:  # not prepared ahead (an eager step): the host draw and the buffer now
+            k = poisson_size(self.n, self.sample_rate, self.size_generator)
+            if k <= self.capacity:
+                self._size_buffer().fill_(k)
+        if k > self.capacity:  # never truncated: the exact batch of this same K, counted
+            self.over_capacity += 1
+            idx = exact_subset(self.n, k, self.generator, self.device)
+            valid = torch.ones(k, dtype=torch.bool, device=self.device)
+        else:
+            u = self._uniforms(torch.float64)
+            idx = u.topk(self.capacity, largest=False, sorted=True).indices
+            valid = torch.arange(self.capacity, device=self.device) < self._size_buffer()
+        if self.split:
+            lo, hi = dist.shard_bounds(idx.shape[0])
+            idx, valid = idx[lo:hi], valid[lo:hi]
+        x, y = self.source._gather(idx)
+        return x, y, valid
+
     def sample_indices(self) -> torch.Tensor:
         """Indices of this process's part of one private batch (all of it with one process; maybe empty)."""
         idx = self.global_indices()
@@ -255,7 +342,7 @@ class PrivateSampler:
 
     def state_dict(self) -> dict:
         return {"generator": generator_state(self.generator), "size_generator": generator_state(self.size_generator),
-                "draws": self.draws, "sampling": self.sampling}
+                "draws": self.draws, "sampling": self.sampling, "over_capacity": self.over_capacity}
 
     def load_state_dict(self, state: dict) -> None:
         if state["sampling"] != self.sampling:
@@ -266,3 +353,5 @@ class PrivateSampler:
         if "size_generator" in state:
             resumed_generator(self.size_generator, state["size_generator"])
         self.draws = int(state["draws"])
+        self.over_capacity = int(state.get("over_capacity", 0))
+        self._prepared = None

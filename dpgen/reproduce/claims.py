@@ -13,7 +13,9 @@ The check (``tests/tools/test_claims.py``) fails when
 from __future__ import annotations
 
 import fnmatch
+import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .registry import Cell
@@ -85,7 +87,7 @@ _DPSINKHORN_WARM = ("model.steps=200", "model.noise_multiplier=null", *_WARM, "m
 _AE = ("model.ae_steps=1200", "model.ae_batch_size=64")  # the stored DPSWflow-family runs' public autoencoder
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("mnist-moments", Cell("mnist_moments", EVAL), docs=("README.md", "docs/utility.md"), min_runs=3),
+    Claim("mnist-moments", Cell("mnist_moments", EVAL), docs=("README.md", "docs/utility.md"), min_runs=6),
     Claim("mnist-moments-eps5", Cell("mnist_moments", (*EVAL, "accountant.epsilon=5"))),
     Claim("mnist-dpswd-ot-short", Cell("mnist_dpswd_partition", (*EVAL, *_SHORT)), min_runs=3),
     *(Claim(f"mnist-dpswd-warm{int(100 * s)}-short",
@@ -172,7 +174,7 @@ CLAIMS: tuple[Claim, ...] = (
                                ("-lr1e-4", ("model.lr=1e-4",), (0, 500, 1000, 2000, 4200)))
       for n in steps),
     *(Claim(f"fmnist-{name}-eps{eps}", Cell(preset, (*EVAL, *_FMNIST, *extra, f"accountant.epsilon={eps}")),
-            min_runs=3, docs=("README.md", "docs/utility.md") if (name, eps) == ("moments", 10) else ())
+            min_runs=3, docs=("docs/utility.md",) if (name, eps) == ("moments", 10) else ())
       for eps in (10, 1)
       for name, preset, extra in (("moments", "mnist_moments", ()),
                                   ("dpswd-ot-short", "mnist_dpswd_partition", _SHORT),
@@ -198,7 +200,7 @@ CLAIMS: tuple[Claim, ...] = (
     # continuations; DP-Sinkhorn at epsilon = 1
     *(Claim(f"fmnist-dpswd-warm{int(100 * s)}-fit2000-lr1e-4-eps{eps}{tag}-cnn",
             Cell("mnist_dpswd_partition", (*EVAL_CNN, *_FMNIST, *_fix(s), f"accountant.epsilon={eps}", *extra)),
-            min_runs=3, docs=("README.md", WARM_NOTE) if tag == "-ot120" else ())
+            min_runs=3, docs=(WARM_NOTE,) if tag == "-ot120" else ())
       for eps, s, tag, extra in ((1, 0.25, "", ()), (1, 0.75, "", ()), (1, 0.5, "-ot0", ("trainer.max_steps=0",)),
                                  (10, 0.5, "-ot0", ("trainer.max_steps=0",)), (10, 0.25, "", ()),
                                  (10, 0.75, "-ot0", ("trainer.max_steps=0",)),
@@ -207,7 +209,7 @@ CLAIMS: tuple[Claim, ...] = (
     # share 0.75 at epsilon = 10: the one warm start above the class-Gaussian alone, trained by `fmnist_dpswd_warm`
     Claim("fmnist-dpswd-warm75-fit2000-lr1e-4-eps10-cnn",
           Cell("mnist_dpswd_partition", (*EVAL_CNN, *_FMNIST, *_fix(0.75), "accountant.epsilon=10")), min_runs=3,
-          docs=("README.md", "docs/utility.md"), preset="fmnist_dpswd_warm"),
+          docs=("docs/utility.md",), preset="fmnist_dpswd_warm"),
     *(Claim(f"{ds}-dpsinkhorn-{tag}-200-eps1-cnn",
             Cell(f"{ds}_dpsinkhorn", (*EVAL_CNN, *extra, "accountant.epsilon=1")), min_runs=3)
       for ds, tag, extra in (("fmnist", "ot", ("model.steps=200", "model.noise_multiplier=null")),
@@ -225,3 +227,184 @@ CLAIMS: tuple[Claim, ...] = (
                          ("warm50-fit2000-ot0", (*_WARM, "model.warm_start.steps=2000", "trainer.max_steps=0")))
       if not (eps == 1 and tag == "warm50-fit2000-ot0")),
 )
+
+
+# ---------------------------------------------------------------------------------------------- comparisons
+# A sentence that compares two commands ("A beats B", "adds nothing") is recomputed from EVERY stored run of both
+# commands on one kind of device, with the test the design calls for: paired (a continuation and the warm-up it
+# continues, matched by seed) or Welch's t-test (independent runs).  The page holds the sentence between
+# ``<!-- compare:<id> -->`` and ``<!-- /compare -->``; the check (tests/tools/test_claims.py) fails when the
+# region lacks the test's own summary (:func:`summary`) or words a direction or a null the test does not give.
+
+ALPHA = 0.05  # two-sided level of every comparison
+METRIC_NAMES = {"acc_logreg": "LogReg", "acc_mlp": "MLP", "acc_cnn": "CNN"}
+# words that state a direction (A above B) or an absolute null; what each needs from the test
+DIRECTION_WORDS = ("beats", "beat ", "outperform", "better than", "ahead of", "improves on", "gains over")
+ABSOLUTE_NULL_WORDS = ("adds nothing", "no effect", "identical to", "the same as", "equal to")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``a`` against ``b`` (claim ids) on ``metric``: ``design`` paired | welch, runs on ``device`` (cpu | cuda |
+    not recorded: runs stored before the device was) only, printed on ``docs`` between the markers."""
+
+    id: str
+    a: str
+    b: str
+    metric: str = "acc_logreg"
+    design: str = "welch"
+    device: str = "cpu"
+    docs: tuple[str, ...] = ()
+    min_runs: int = 3  # per side (pairs, for a paired design)
+
+
+@dataclass(frozen=True)
+class Result:
+    comparison: Comparison
+    a: list[float]         # the metric in % per run (paired: in seed order, one per pair)
+    b: list[float]
+    test: str              # "paired t-test" | "Welch t-test"
+    p: float               # two-sided
+    diff: float            # mean of a - b, points
+    excluded: int          # runs of either command on another kind of device (not pooled)
+
+    @property
+    def verdict(self) -> str:
+        """``above`` | ``below`` (a significant difference at :data:`ALPHA`) | ``no significant difference``."""
+        if self.p < ALPHA:
+            return "above" if self.diff > 0 else "below"
+        return "no significant difference"
+
+
+def device_kind(ev: dict) -> str:
+    """Where a stored run ran: cpu | cuda | not recorded (stored before runs recorded it)."""
+    dev = str(ev.get("device") or "")
+    return "cuda" if dev.startswith("cuda") else ("cpu" if dev == "cpu" else "not recorded")
+
+
+def _t_pvalue(t: float, df: float) -> float:
+    from scipy import stats
+
+    return float(2 * stats.t.sf(abs(t), df)) if math.isfinite(t) else (0.0 if t != 0 else 1.0)
+
+
+def welch(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Welch's t statistic and its two-sided p-value (Welch–Satterthwaite degrees of freedom)."""
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    d = statistics.fmean(a) - statistics.fmean(b)
+    if va + vb == 0:
+        return (math.inf if d else 0.0), (0.0 if d else 1.0)
+    t = d / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return t, _t_pvalue(t, df)
+
+
+def paired(a: list[float], b: list[float]) -> tuple[float, float]:
+    """The paired t statistic of ``a - b`` (one pair per index) and its two-sided p-value (n - 1 df)."""
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    sd = statistics.stdev(d)
+    if sd == 0:
+        return (math.inf if statistics.fmean(d) else 0.0), (0.0 if statistics.fmean(d) else 1.0)
+    t = statistics.fmean(d) / (sd / math.sqrt(len(d)))
+    return t, _t_pvalue(t, len(d) - 1)
+
+
+def compare(cmp: Comparison, runs_of: Callable[[str], list[dict]]) -> Result:
+    """The comparison over every stored run of both commands on ``cmp.device`` (ValueError: too few runs);
+    ``runs_of(claim_id)``: the stored runs of that claim's command (``reproduce.evidence.claim_runs``)."""
+    runs_a, runs_b = runs_of(cmp.a), runs_of(cmp.b)
+    on = [[ev for ev in runs if device_kind(ev) == cmp.device] for runs in (runs_a, runs_b)]
+    excluded = len(runs_a) + len(runs_b) - len(on[0]) - len(on[1])
+
+    def value(ev: dict) -> float:
+        return 100.0 * float(ev["metrics"][cmp.metric])
+
+    if cmp.design == "paired":  # a continuation and the warm-up it continues carry the same seed
+        by_seed = [{ev["seed"]: value(ev) for ev in side} for side in on]
+        seeds = sorted(set(by_seed[0]) & set(by_seed[1]))
+        a, b = [by_seed[0][s] for s in seeds], [by_seed[1][s] for s in seeds]
+        if len(seeds) < max(2, cmp.min_runs):
+            raise ValueError(f"{cmp.id}: {len(seeds)} pair(s) of {cmp.a} and {cmp.b} on {cmp.device}, "
+                             f"{cmp.min_runs} needed")
+        _, p = paired(a, b)
+        test = "paired t-test"
+    elif cmp.design == "welch":
+        a, b = [value(ev) for ev in on[0]], [value(ev) for ev in on[1]]
+        if min(len(a), len(b)) < max(2, cmp.min_runs):
+            raise ValueError(f"{cmp.id}: {len(a)} run(s) of {cmp.a} and {len(b)} of {cmp.b} on {cmp.device}, "
+                             f"{cmp.min_runs} a side needed")
+        _, p = welch(a, b)
+        test = "Welch t-test"
+    else:
+        raise ValueError(f"{cmp.id}: design {cmp.design!r} is paired or welch")
+    return Result(cmp, a, b, test, p, statistics.fmean(a) - statistics.fmean(b), excluded)
+
+
+def _device_words(kind: str) -> str:
+    return {"cpu": "on a CPU", "cuda": "on a GPU", "not recorded": "stored without their device"}[kind]
+
+
+def summary(r: Result) -> str:
+    """The test's own words, which the page must print: e.g. ``LogReg 77.1 ± 0.6 vs 76.6 ± 0.4 % (6 vs 6 runs on a
+    CPU; Welch t-test: +0.5 points, p = 0.21, no significant difference at the 5 % level)``."""
+    name, cmp = METRIC_NAMES.get(r.comparison.metric, r.comparison.metric), r.comparison
+
+    def ms(v: list[float]) -> str:
+        return f"{statistics.fmean(v):.1f} ± {statistics.stdev(v):.1f}"
+
+    runs = (f"{len(r.a)} paired seeds, {_device_words(cmp.device)}" if cmp.design == "paired"
+            else f"{len(r.a)} vs {len(r.b)} runs {_device_words(cmp.device)}")
+    verdict = {"above": "significant at the 5 % level", "below": "significant at the 5 % level",
+               "no significant difference": "no significant difference at the 5 % level"}[r.verdict]
+    sign = "+" if r.diff >= 0 else "−"
+    return (f"{name} {ms(r.a)} vs {ms(r.b)} % ({runs}; {r.test}: {sign}{abs(r.diff):.1f} points, "
+            f"p = {r.p:.2g}, {verdict})")
+
+
+def region(page_text: str, cmp_id: str) -> str | None:
+    """The text between ``<!-- compare:<id> -->`` and the next ``<!-- /compare -->`` (None: no such region)."""
+    start = f"<!-- compare:{cmp_id} -->"
+    i = page_text.find(start)
+    if i < 0:
+        return None
+    j = page_text.find("<!-- /compare -->", i)
+    return None if j < 0 else page_text[i + len(start):j]
+
+
+def check_text(text: str | None, r: Result) -> list[str]:
+    """What a page's region says beyond (or other than) the test ``r``: empty when it says no more."""
+    cmp = r.comparison
+    if text is None:
+        return [f"no <!-- compare:{cmp.id} --> ... <!-- /compare --> region"]
+    flat = " ".join(text.split())
+    low = flat.lower()
+    problems = []
+    if summary(r) not in flat:
+        problems.append(f"the region does not print the test over every stored run: {summary(r)}")
+    direction = [w.strip() for w in DIRECTION_WORDS if w in low]
+    if direction and r.verdict != "above":
+        problems.append(f"it says {direction[0]!r} where the {r.test} gives p = {r.p:.2g} ({r.verdict})")
+    null = [w for w in ABSOLUTE_NULL_WORDS if w in low]
+    if null:
+        problems.append(f"it says {null[0]!r}: a test that finds no significant difference does not show there is "
+                        "none (write 'no significant difference', or 'no measurable gain')")
+    return problems
+
+
+# the comparisons the README and docs/utility.md print
+COMPARISONS: tuple[Comparison, ...] = (
+    # fmnist_dpswd_warm against the class-Gaussian alone: CPU runs only (the class-Gaussian's GPU runs are not pooled)
+    *(Comparison(f"fmnist-warm75-vs-class-gaussian-{METRIC_NAMES[m].lower()}",
+                 "fmnist-dpswd-warm75-fit2000-lr1e-4-eps10-cnn", "fmnist-moments-eps10-cnn", metric=m,
+                 docs=("README.md", "docs/utility.md") if m == "acc_logreg" else ("docs/utility.md",), min_runs=3)
+      for m in ("acc_logreg", "acc_mlp", "acc_cnn")),
+    # the warm start (share 0.75) against OT alone on the same 1-epoch schedule (MNIST, epsilon = 10)
+    Comparison("mnist-warm75-vs-ot-alone", "mnist-dpswd-warm75-fit2000-lr1e-4", "mnist-dpswd-ot-short",
+               device="not recorded", docs=("docs/utility.md",)),
+    # the OT phase against the warm-up it continues (resumed copies of the warm-up's folder: paired by seed)
+    Comparison("mnist-fix-ot-phase", "mnist-dpswd-warm50-fit2000-lr1e-4-ot120", "mnist-dpswd-warm50-fit2000-lr1e-4-ot0",
+               design="paired", device="not recorded", docs=("README.md",), min_runs=2),
+    Comparison("fmnist-warm75-ot-phase", "fmnist-dpswd-warm75-fit2000-lr1e-4-eps10-ot120-cnn",
+               "fmnist-dpswd-warm75-fit2000-lr1e-4-eps10-ot0-cnn", design="paired", docs=("docs/utility.md",)),
+)
+

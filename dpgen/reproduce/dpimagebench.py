@@ -154,12 +154,26 @@ def _fid_text(m: dict) -> str:
 
 def _cell_text(ev: dict, ref: str) -> str:
     m = ev.get("metrics") or {}
-    full = str(m.get("dpimagebench_protocol", "")).endswith("full protocol")
+    label = str(m.get("dpimagebench_protocol", ""))
+    kind = "full" if label.endswith("full protocol") else ("shortened" if label.startswith("shortened")
+                                                           else "other numerics")
     text = (f"{_pct(m.get('acc_dpimagebench_val_mean'))} ± {_pct(m.get('acc_dpimagebench_val_std'))} / "
             f"{_pct(m.get('acc_dpimagebench_syn_mean'))} ± {_pct(m.get('acc_dpimagebench_syn_std'))}"
             + _fid_text(m))
     where = "" if device_of(ev) == "CPU" else f"{device_of(ev)}, "  # the page says: the rest ran on a CPU
-    return f"{text} ({'full' if full else 'shortened'}, {where}[{ref}])"
+    return f"{text} ({kind}, {where}[{ref}])"
+
+
+def _holdout_note(ev: dict) -> str | None:
+    """For a cell stored with fewer than 60,000 synthetic images and a label that predates the statement: how its
+    split differs from the benchmark's positional one (None: the label says it, or nothing differs)."""
+    label = str((ev.get("metrics") or {}).get("dpimagebench_protocol", ""))
+    n = (ev.get("config") or {}).get("evaluator.n_synthetic")
+    if n is None or int(n) >= 60000 or "its split would train on" in label:
+        return None
+    n, theirs = int(n), "all of them, holding none out" if int(n) <= 55000 else "the first 55,000"
+    return (f"hold-out: 1/12 of the {n} synthetic images held out for the synthetic selection; the benchmark's "
+            f"positional split would train on {theirs}")
 
 
 def _item(text: str, first: str, rest: str) -> list[str]:
@@ -192,8 +206,9 @@ def render_block(evidence: list[dict]) -> str:
                   "converged after its 2 epochs; a rerun of a cell can move by as much), selected on the **sensitive validation "
                   "split — not covered by the privacy guarantee** (as the benchmark reports it) / selected on the "
                   "**held-out synthetic images — covered** (post-processing); FID against the sensitive training "
-                  "images (**reads sensitive data**); *full* or *shortened* protocol (the run's label below says "
-                  "what was shortened); [bN] is the run below; a FID marked † was stored before its real-vs-real floor "
+                  "images (**reads sensitive data**); *full* protocol (the benchmark's sizes and numerics), "
+                  "*shortened* (the run's label below says what was shortened) or *other numerics* (the "
+                  "benchmark's sizes, numerics the label names); [bN] is the run below; a FID marked † was stored before its real-vs-real floor "
                   "was measured (floor not measured). Shortened numbers are not comparable with the "
                   "published rows."), "",
               "| family | public data | MNIST ε = 1 | MNIST ε = 10 | F-MNIST ε = 1 | F-MNIST ε = 10 |",
@@ -222,6 +237,7 @@ def render_block(evidence: list[dict]) -> str:
                 f"{ev.get('date_utc')}",
                 f"command: `{ev.get('command')}`",
                 f"schedule: {m.get('dpimagebench_protocol')}",
+                *([holdout] if (holdout := _holdout_note(ev)) else []),
                 *([f"FID: {m.get('fid_n_generated')} synthetic vs {m.get('fid_n_reference')} sensitive training "
                    f"images; real-vs-real floor {stored_number(m['fid_real_vs_real']):.1f} at "
                    f"{str(m.get('fid_real_vs_real_sizes', '')).split(' reference')[0]}"]
@@ -234,7 +250,8 @@ def render_block(evidence: list[dict]) -> str:
             lines += _item(sub, "    - ", "      ")
     lines += ["", "### Not run: the commands that fill the open cells (the full protocol, a GPU)", ""]
     lines += [*textwrap.wrap("Prepared, not measured: `make gpu-bench CELL=<family>:<dataset>:<eps>` runs one of them on "
-                             "a GPU (full protocol, the evaluator's fast path, a time budget), stores it with the GPU's "
+                             "a GPU (the benchmark's numerics, fp32; as many of its classifiers as the lease fits by "
+                             "the estimate above, all three being the full protocol), stores it with the GPU's "
                              "name and renders this page; `make gpu-bench ARGS=--dry-run` lists what it would run. The "
                              "first cells to fill: `class_gaussian:mnist:10` and `dpswd_warm:mnist:10`.", 110,
                              break_long_words=False, break_on_hyphens=False), ""]

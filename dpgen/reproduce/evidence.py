@@ -132,15 +132,26 @@ def portable_override(override: str) -> str:
 
 
 def evidence_name(ev: dict) -> str:
-    """``<experiment>__<8-hex hash of the effective overrides and resolved config>__seed<k>.json``."""
+    """``<experiment>__<8-hex hash of the effective overrides and resolved config>__seed<k>.json``, with
+    ``__cuda`` before ``.json`` for a run on a GPU: a CPU run of the same command and seed replaces an earlier
+    CPU run (a re-measurement), never a GPU one (the store keeps both kinds of device apart)."""
     cfg = {k: v for k, v in (ev.get("config") or {}).items() if k != "seed"}
     blob = json.dumps({"o": effective_overrides(ev), "c": cfg}, sort_keys=True, default=str)
-    return f"{_experiment(ev)}__{hashlib.sha1(blob.encode()).hexdigest()[:8]}__seed{ev.get('seed', 0)}.json"
+    gpu = "__cuda" if str(ev.get("device") or "").startswith("cuda") else ""
+    return f"{_experiment(ev)}__{hashlib.sha1(blob.encode()).hexdigest()[:8]}__seed{ev.get('seed', 0)}{gpu}.json"
 
 
 def matching_cells(ev: dict, registry: tuple[Row, ...] = REGISTRY) -> list[tuple[str, str]]:
     return [(r.id, c) for r in registry for c in CELLS
             if isinstance(getattr(r, c), Cell) and match_reason(getattr(r, c), ev) is None]
+
+
+def claim_runs(store: list[dict]) -> Callable[[str], list[dict]]:
+    """``runs_of(claim_id)``: the runs of ``store`` that ran that claim's command (for ``claims.compare``)."""
+    from .claims import CLAIMS
+
+    cells = {c.id: c.cell for c in CLAIMS}
+    return lambda claim_id: [ev for ev in store if match_reason(cells[claim_id], ev) is None]
 
 
 def matching_claims(ev: dict) -> list[str]:

@@ -40,7 +40,7 @@ from typing import TypeVar
 import torch
 
 from .misc import on_gpu
-from .settings import check_compile  # noqa: F401
+from .settings import GRAPH_SETTINGS, check_compile, check_graph  # noqa: F401 - checked before torch loads
 
 F = TypeVar("F", bound=Callable)
 
@@ -61,9 +61,14 @@ def compile_function(fn: F, on: bool, device: torch.device) -> F:
     return torch.compile(fn, mode=mode(device), dynamic=False) if on else fn
 
 
-def adam(params: Iterable, on: bool, device: torch.device, **settings) -> torch.optim.Adam:
-    """``torch.optim.Adam(params, **settings)``; compiled (``on``): ``capturable`` on CUDA and a compiled step."""
-    return compile_step(torch.optim.Adam(params, capturable=on and on_gpu(device), **settings), on)
+def adam(params: Iterable, on: bool, device: torch.device, graph: bool = False, **settings) -> torch.optim.Adam:
+    """``torch.optim.Adam(params, **settings)``; compiled (``on``): ``capturable`` on CUDA and a compiled step;
+    ``graph`` (``trainer.graph``: the whole step captured, ``methods.capture``): ``capturable`` on CUDA (its step
+    counts on the device, nothing read back in the graph)."""
+    # foreach: one multi-tensor kernel per update term (PyTorch's default on a GPU, asked for everywhere so that a CPU
+    # run, and the op counter, take the CUDA run's path)
+    return compile_step(torch.optim.Adam(params, capturable=(on or graph) and on_gpu(device), foreach=True,
+                                         **settings), on)
 
 
 def compile_step(opt: torch.optim.Optimizer, on: bool) -> torch.optim.Optimizer:
@@ -71,3 +76,20 @@ def compile_step(opt: torch.optim.Optimizer, on: bool) -> torch.optim.Optimizer:
     if on:
         opt.step = torch.compile(opt.step, dynamic=False)
     return opt
+
+
+def resolve_graph(value, device: torch.device, compile_on: bool = False, processes: int = 1) -> bool:
+    """Whether the run's steps are captured (``dpgen.methods.capture``): ``auto`` = on for a CUDA run of one process
+    without ``trainer.compile`` (whose own CUDA graphs take the model), else off; ``on`` refuses those two."""
+    setting = check_graph(value)
+    if setting == "auto":
+        return device.type == "cuda" and not compile_on and processes == 1
+    if setting == "off":
+        return False
+    if compile_on:
+        raise ValueError("trainer.graph=on and trainer.compile=on both capture the step; choose one "
+                         "(trainer.compile=off to capture the whole step, release included)")
+    if processes > 1:
+        raise ValueError("trainer.graph=on runs one process (its collectives are not captured); run one process "
+                         "or set trainer.graph=off")
+    return True

@@ -1,4 +1,4 @@
-"""The checks of ``trainer.precision`` and ``trainer.compile`` (no torch: the command-line checks run them before
+"""The checks of ``trainer.precision``, ``trainer.compile``, ``trainer.graph`` and the devices (no torch: the command-line checks run them before
 torch loads; :mod:`dpgen.utils.misc` and :mod:`dpgen.utils.compiling` use them)."""
 
 from __future__ import annotations
@@ -25,6 +25,20 @@ def check_compile(value) -> bool:
         raise ValueError(f"trainer.compile={value!r} is unknown; choose off (eager steps, the default) or on "
                          "(torch.compile of the model, the public loss and the optimiser step)")
     return text == "on"
+
+
+GRAPH_SETTINGS = ("auto", "on", "off")
+
+
+def check_graph(value) -> str:
+    """``trainer.graph`` (auto | on | off; a YAML boolean is taken as on / off) -> the setting."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    text = str(value).strip().lower()
+    if text not in GRAPH_SETTINGS:
+        raise ValueError(f"trainer.graph={value!r} is unknown; choose auto (one CUDA graph per step on a GPU, the "
+                         "default), on or off (eager steps)")
+    return text
 
 
 def device_fix(setting: str) -> str:

@@ -190,6 +190,25 @@ def test_default_and_a_dpswd_preset_train_on_a_png_folder(tmp_path):
     assert res["dataset"] == "image_folder" and res["privacy"]["private_steps"] == 2
 
 
+def test_the_readme_own_data_command_evaluates_at_the_folders_public_size(tmp_path):
+    """The MNIST preset's evaluation on a small folder: sized to the public test split (not 60,000 synthetic
+    samples), the FID switched off before training with a line naming the domain extractor, no private count."""
+    from dpgen.pipeline import run
+
+    png_folder(tmp_path / "d", n_per_class=40)
+    own = ["experiment=mnist_dpswd", "dataset=image_folder", f"dataset.path={tmp_path / 'd'}",
+           "dataset.test_fraction=0.25", "dataset.image_size=8", "dataset.channels=1", "dataset.classes=3",
+           "trainer.max_steps=1", "model.batch_size=6", "accountant.delta=1e-3", "logger=local",
+           "trainer.progress=false", "evaluator.classifiers=[logreg]", "evaluator.grid_per_class=1",
+           "evaluator.class_grids=false"]
+    GlobalHydra.instance().clear()
+    m = run(compose_cfg(own, out_dir=tmp_path / "run"))["metrics"]
+    assert m["n_synthetic"] == 300  # 30 test images held out at 0.25 -> 90, below the floor of 100 per class
+    assert m["eval_sized_to"] == "the test split's 30 images held out as dataset.test_fraction=0.25"
+    assert "evaluator.fid.extractor=domain" in m["fid_skipped"] and "fid" not in m
+    assert "acc_logreg" in m
+
+
 def test_a_size_the_preset_cannot_make_names_both(tmp_path):
     png_folder(tmp_path / "d", size=6)
     own = ["dataset=image_folder", f"dataset.path={tmp_path / 'd'}", "dataset.test_fraction=0.25",
@@ -240,7 +259,7 @@ def test_every_generator_preset_trains_one_step_on_a_png_folder(tmp_path, preset
                  classes=tuple(str(c) for c in range(k)))
     own = [f"experiment={preset}", "dataset=image_folder", f"dataset.path={tmp_path / 'd'}",
            "dataset.test_fraction=0.25", f"dataset.image_size={side}", f"dataset.channels={channels}",
-           f"dataset.classes={k}", "trainer.max_steps=1", "accountant.delta=1e-2"]
+           f"dataset.classes={k}", "trainer.max_steps=1", "accountant.delta=1e-3"]
     GlobalHydra.instance().clear()
     model = compose_cfg(own).model
     own += [f"model.{key}={value}" for key, value in SMALL.items() if key in model]  # a few records, one step

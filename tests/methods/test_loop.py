@@ -100,7 +100,8 @@ def test_loop_trains_checkpoints_and_writes_the_release_artefact(tmp_path):
     art = torch.load(tmp_path / "release.pt", weights_only=False)
     assert set(art) == {"w", "signature"}
     ck = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
-    assert set(ck) == {"step", "signature", "method", "ledger", "mechanisms", "sampler", "rng", "values", "processes"}
+    assert set(ck) == {"step", "signature", "method", "ledger", "mechanisms", "sampler", "rng", "public_generator", "values",
+                       "processes"}
 
 
 def test_resume_draws_the_same_noise_as_an_uninterrupted_run(tmp_path):

@@ -181,3 +181,61 @@ def test_a_generator_state_resumes_on_its_device_type_and_reseeds_secretly_on_an
     resumed_generator(again, {**stored, "device": "cuda"})
     first = torch.rand(4, generator=other)
     assert not torch.equal(first, want) and torch.equal(first, torch.rand(4, generator=again))
+
+
+def test_the_poisson_size_is_drawn_in_float64():
+    """N above 2^24 and q = 1: every record is in the batch.  A float32 draw rounds N to 2^24 (one record lost)."""
+    from dpgen.privacy.sampler import poisson_size
+
+    n = 2**24 + 1
+    assert poisson_size(n, 1.0, torch.Generator().manual_seed(0)) == n
+
+
+@pytest.mark.parametrize("capacity", [None, 12])  # None: the run's capacity (6 sd); 12: about one step in five over it
+def test_padded_batch_has_the_poisson_law(capacity):
+    """The valid rows of padded_batch are a Poisson(q) batch: sizes Binomial(N, q), each record in with
+    probability q, pairs independent; a draw above the capacity is the exact batch of that size (counted)."""
+    from dpgen.privacy.dpsgd import poisson_capacity
+
+    n, b, draws = 40, 10, 6000
+    q = b / n
+    cap = poisson_capacity(n, q) if capacity is None else capacity
+    s = PrivateSampler(_source(n), b, "poisson", seed=5, device=torch.device("cpu"))
+    sizes, counts, pair = [], torch.zeros(n), 0
+    for i in range(draws):
+        if i % 2:  # half the steps prepared ahead (a replayed step), half drawn inside the call (an eager one)
+            s.prepare() if s.capacity is not None else None
+        x, _, valid = s.padded_batch(cap)
+        assert valid.dtype == torch.bool and x.shape[0] == valid.shape[0]
+        assert x.shape[0] == cap or bool(valid.all())  # a draw above the capacity: the exact batch, all valid
+        rows = x[valid, 0].long()
+        assert len(set(rows.tolist())) == rows.numel()
+        sizes.append(rows.numel())
+        counts[rows] += 1
+        pair += int(bool((rows == 0).any()) and bool((rows == 1).any()))
+    sizes = torch.tensor(sizes).numpy()
+    lo, hi = 4, 17
+    obs = [((sizes == k).sum()) for k in range(lo, hi)] + [((sizes < lo) | (sizes >= hi)).sum()]
+    pmf = [stats.binom.pmf(k, n, q) for k in range(lo, hi)]
+    exp = [p * draws for p in pmf] + [(1 - sum(pmf)) * draws]
+    assert stats.chisquare(obs, exp).pvalue > 1e-3
+    # each record's inclusion count is Binomial(draws, q): within 4.5 sd of draws q, and spread as a binomial
+    sd = (draws * q * (1 - q)) ** 0.5
+    assert float((counts - draws * q).abs().max()) < 4.5 * sd
+    assert stats.chisquare(counts.numpy()).pvalue > 1e-3  # uniform over the records
+    assert abs(pair - draws * q * q) < 4.5 * (draws * q * q) ** 0.5  # two records in together: q^2
+    expected_over = (1 - stats.binom.cdf(cap, n, q)) * draws
+    assert s.over_capacity == pytest.approx(expected_over, abs=5 * expected_over ** 0.5 + 1)
+    assert (s.over_capacity > 0) == (capacity is not None)
+
+
+def test_a_prepared_size_fills_the_buffer_and_the_step_reads_nothing_from_the_host():
+    """prepare() draws K on the host and writes it in place; padded_batch then takes that same K."""
+    s = PrivateSampler(_source(100), 20, "poisson", seed=1, device=torch.device("cpu"))
+    s.padded_batch(60)
+    for _ in range(20):
+        assert s.prepare()
+        k = s._prepared
+        assert int(s._k_buf) == k
+        _, _, valid = s.padded_batch(60)
+        assert int(valid.sum()) == k and s._prepared is None

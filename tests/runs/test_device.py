@@ -315,10 +315,15 @@ KERNEL_BOUNDS = {
                                     if (why := SYNC_FREE_PENDING.get(f)) else f
                                     for f in sorted(__import__("dpgen.bench.step_overhead").bench.step_overhead.FAMILIES)])
 def test_a_steady_state_private_step_reads_nothing_from_the_device_and_copies_nothing_to_it(family, tmp_path):
-    from dpgen.bench.step_overhead import family_steps
+    """...and is static (``trainer.graph=on``, the path of a CUDA run: ``bench.step_overhead.static_check``): two
+    steady-state steps dispatch the same ops with the same shapes and dtypes, every random op draws from a
+    generator the capture registers."""
+    from dpgen.bench.step_overhead import family_steps, static_check
 
-    fs = family_steps(family, tmp_path / "run")
+    fs = family_steps(family, tmp_path / "run", ["trainer.graph=on"])
     assert fs.steady, "too few steps to measure"
+    faults = static_check(fs)
+    assert not faults, f"{family}: not a static step:\n" + "\n".join(faults)
     where = "\n".join(f"  {w}" for c in fs.steady for w in c.where)
     assert fs.worst("reads") == 0 and fs.worst("copies") == 0, (
         f"{family}: {fs.worst('reads')} device reads and {fs.worst('copies')} host-to-device copies in a "
@@ -326,6 +331,37 @@ def test_a_steady_state_private_step_reads_nothing_from_the_device_and_copies_no
     assert fs.worst("host_random") == 0, f"{family}: random numbers drawn on the host in a steady-state step"
     if family in KERNEL_BOUNDS:
         assert fs.worst("kernels") <= KERNEL_BOUNDS[family], f"{family}: {fs.worst('kernels')} device kernels per step"
+
+
+# at the MNIST presets' own sizes (28x28 images, the presets' batches and ε-scaling): the static-step check, and the
+# aten ops DP-Sinkhorn's step dispatches (ε-scaling 0.5: 448 measured, of which 18 temperatures of the paired solve)
+MNIST_STATIC = {
+    "dpsinkhorn": (["experiment=mnist_dpsinkhorn"], 450),
+    "dpsgd_classifier": (["experiment=mnist_dpsgd", "accountant.data_dependent_reports=false"], None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(MNIST_STATIC))
+def test_a_poisson_family_at_its_mnist_preset_takes_a_static_step(family, tmp_path, data_root, monkeypatch):
+    from dpgen.bench.step_overhead import family_steps, static_check
+
+    monkeypatch.setenv("DPGEN_DATA_ROOT", str(data_root))
+    preset, most = MNIST_STATIC[family]
+    fs = family_steps(family, tmp_path / "run", ["trainer.graph=on"], preset=preset)
+    faults = static_check(fs)
+    assert not faults, f"{family} (MNIST preset): not a static step:\n" + "\n".join(faults)
+    if most is not None:
+        assert len(fs.intervals[3].sequence) <= most, f"{len(fs.intervals[3].sequence)} aten ops in a step"
+
+
+def test_the_static_step_check_fails_on_the_variable_poisson_batch_of_an_eager_dpsgd_step(tmp_path):
+    """Without static shapes (``trainer.graph=off``) DP-SGD's batch is the exact Poisson batch, of a size that varies
+    from step to step, drawn on the host inside the step: the check says so."""
+    from dpgen.bench.step_overhead import family_steps, static_check
+
+    faults = "\n".join(static_check(family_steps("dpsgd_classifier", tmp_path / "run", ["trainer.graph=off"])))
+    assert "dispatch different ops" in faults and "aten.binomial" in faults
 
 
 def test_the_step_counter_sees_what_a_cuda_run_would_wait_for():

@@ -17,6 +17,11 @@ single-process reference with the same seeds and compares:
   warm-started DP-Sinkhorn run the same way, and the non-private baselines (SGD, SWD, DANN) hold one model on every rank, in one more
   pair of processes (slow suite).
 
+Bit for bit: epsilon, the ledger, the mechanisms' description and every rank's weights (atol 0 between the
+ranks); to float rounding only: the weights against one process's (the sums are taken in another order), as
+docs/guides/distributed.md states with the measured gaps.  The non-private baselines' one-process estimator and
+the whole batch's logged values: ``test_distributed_whole_batch.py``.
+
 Launching through torchrun, one run folder, a killed rank and resuming on another number of
 processes: ``test_distributed_runs.py``.
 """

@@ -65,7 +65,7 @@ def _data(validation_size=100):
 class _TinyFeatures(torch.nn.Module):
     """Stands in for Inception in the fast test (the slow test runs the real one)."""
 
-    def __init__(self, *_):
+    def __init__(self, *_, **__):
         super().__init__()
         self.num_features = 8
         self.source = type("S", (), {"describe": staticmethod(lambda: "test features")})()
@@ -107,7 +107,8 @@ def test_both_selections_and_the_fid_are_written_with_their_labels(monkeypatch):
     assert "20 held-out synthetic images" in m["dpimagebench_syn_selection"]  # 240 / 12
     assert math.isfinite(m["fid"]) and "reads sensitive data" in m["fid_label"]
     assert m["dpimagebench_protocol"].startswith("shortened protocol: 2 epoch(s) (benchmark: 50)")
-    assert "240 synthetic images, 220 train / 20 held out" in m["dpimagebench_protocol"]
+    assert "240 synthetic images, 220 train / 20 held out for the synthetic selection" in m["dpimagebench_protocol"]
+    assert "given 240 its split would train on all 240, holding none out" in m["dpimagebench_protocol"]
     assert "ResNet-8 (benchmark: ResNet-110)" in m["dpimagebench_protocol"]
 
 
@@ -122,6 +123,9 @@ def test_the_full_protocol_is_named_only_with_every_benchmark_setting():
         "classifiers resnet only (benchmark: resnet, wrn, resnext)"]
     assert bench.DPImageBenchEvaluator(fid={"n_reference": 1000}).deviations(data) == [
         "FID reference: 1000 sensitive training images (benchmark: all 55,000)"]
+    assert bench.DPImageBenchEvaluator(fid={"resize": "tf1"}).deviations(data) == [
+        f"FID input {bench.FID_RESIZES['tf1']} (benchmark: {bench.FID_RESIZES['benchmark']})"]
+    assert "the first 55,000, holding out 10000" in bench.DPImageBenchEvaluator(n_synthetic=65000).deviations(data)[0]
 
 
 def test_a_dataset_without_a_validation_split_fails_before_training_with_the_fix():

@@ -36,7 +36,8 @@ def accuracies(m: dict) -> dict:
 
 def test_the_fast_path_in_float32_selects_the_same_epochs_and_accuracies(reference, monkeypatch):
     fast = run(monkeypatch, fast=True, precision="fp32")
-    assert fast["dpimagebench_speed"].startswith("fast path (float32, channels-last")
+    assert fast["dpimagebench_speed"].startswith("fast path (float32, NCHW")
+    assert "other numerics" not in fast["dpimagebench_protocol"]  # resident images and device counts: no number
     assert reference["dpimagebench_speed"].startswith("reference path")
     for sel in ("val", "syn"):
         assert fast[f"dpimagebench_{sel}_selected_epochs"] == reference[f"dpimagebench_{sel}_selected_epochs"]
@@ -49,6 +50,8 @@ def test_the_fast_path_in_float32_selects_the_same_epochs_and_accuracies(referen
 def test_the_fast_path_in_bfloat16_agrees_within_the_stated_tolerance(reference, monkeypatch):
     fast = run(monkeypatch, fast=True, precision="bf16")
     assert "bfloat16 autocast" in fast["dpimagebench_speed"] and fast["fid_precision"] == "bfloat16 autocast"
+    assert ("other numerics: bfloat16 autocast (benchmark: float32); channels-last tensors (benchmark: NCHW)"
+            in fast["dpimagebench_protocol"])
     for key, value in accuracies(reference).items():
         assert abs(fast[key] - value) <= BF16_TOLERANCE, (key, fast[key], value)
 
@@ -71,6 +74,25 @@ def test_the_ema_updates_every_tensor_at_once_as_the_per_tensor_loop_rounds():
 def test_auto_runs_the_reference_path_on_a_cpu_and_the_fast_path_on_a_gpu():
     ev = bench.DPImageBenchEvaluator()
     assert ev.speed(torch.device("cpu")) == bench.Speed(False, None, False, False, 1000)
-    assert ev.speed(torch.device("cuda")) == bench.Speed(True, torch.bfloat16, False, True, 5000)
+    gpu = ev.speed(torch.device("cuda"))
+    assert gpu == bench.Speed(True, torch.bfloat16, False, True, 5000, channels_last=True, tf32_matmul=True)
     one = bench.DPImageBenchEvaluator(classifiers=["resnext"])
-    assert one.speed(torch.device("cuda")) == bench.Speed(True, torch.bfloat16, True, False, 5000)
+    assert one.speed(torch.device("cuda")) == bench.Speed(True, torch.bfloat16, True, False, 5000,
+                                                          channels_last=True, tf32_matmul=True)
+    # every numeric difference of the fast path is named; precision=fp32 is the benchmark's numerics on a GPU
+    assert gpu.numerics() == ["bfloat16 autocast (benchmark: float32)", "TF32 matrix products (benchmark: float32)",
+                              "channels-last tensors (benchmark: NCHW)",
+                              "classifiers concurrent on CUDA streams (benchmark: one after the other)"]
+    fp32 = bench.DPImageBenchEvaluator(precision="fp32").speed(torch.device("cuda"))
+    assert fp32 == bench.Speed(True, None, False, False, 5000) and fp32.numerics() == []
+    forced = bench.DPImageBenchEvaluator(precision="fp32", compile=True).speed(torch.device("cuda"))
+    assert forced.numerics() == ["torch.compile (benchmark: eager)"]
+
+
+def test_only_the_benchmarks_sizes_and_numerics_are_called_the_full_protocol():
+    assert bench.protocol_label([], []).endswith("full protocol")
+    bf16 = bench.protocol_label([], ["bfloat16 autocast (benchmark: float32)"])
+    assert not bf16.endswith("full protocol") and "the benchmark's sizes, other numerics: bfloat16" in bf16
+    both = bench.protocol_label(["2 epoch(s) (benchmark: 50)"], ["bfloat16 autocast (benchmark: float32)"])
+    assert both == ("shortened protocol: 2 epoch(s) (benchmark: 50); other numerics: bfloat16 autocast "
+                    "(benchmark: float32)")

@@ -8,6 +8,7 @@ import scipy.linalg
 import torch
 
 from dpgen.data.datasets import digits
+from dpgen.errors import ConfigError
 from dpgen.eval import GenerativeEvaluator
 from dpgen.eval.cnn import Adam, SmallCNN, accuracy, fit_cnn
 from dpgen.eval.fid import (
@@ -158,7 +159,8 @@ def test_evaluator_falls_back_to_domain_only_when_allowed(data, tmp_path):
                             device="cpu")(method, data, _logger(tmp_path), seed=0)
     assert m["fid_extractor"] == "domain" and m["fid_extractor_requested"] == "inception"
     assert "evaluator.fid.inception_weights" in m["fid_fallback_reason"]
-    with pytest.raises(InceptionUnavailableError, match="fallback is null"):
+    # refused before anything is generated: the evaluability check (run by the call when it was not run before)
+    with pytest.raises(ConfigError, match="allow the offline extractor with evaluator.fid.fallback=domain"):
         GenerativeEvaluator(n_synthetic=0, classifiers=(), class_grids=False, fid={**cfg, "fallback": None},
                             device="cpu")(method, data, _logger(tmp_path), seed=0)
 

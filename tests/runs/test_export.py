@@ -303,3 +303,29 @@ def test_own_image_folder_exports_in_its_declared_format_and_class_names(tmp_pat
     assert x.dtype == np.uint8 and x.shape == (30, 8, 8) and x.max() > 16
     assert _sample(tmp_path / "run", "--n", 30, "--out", tmp_path / "pngs") == 0
     assert sorted(p.name for p in (tmp_path / "pngs").iterdir() if p.is_dir()) == ["cat", "dog", "owl"]
+
+
+def test_a_dpimagebench_export_loads_the_way_the_benchmarks_eval_script_reads_it(default_run, tmp_path, capsys):
+    """``--format dpimagebench``: ``eval.py`` does ``syn = np.load(<exp>/gen/gen.npz); syn["x"], syn["y"]``, its
+    classifiers take ``torch.from_numpy(x).float() * 2 - 1`` (NCHW, x in [0, 1]), its FID asserts 0 <= x <= 1 and
+    resizes ``torch.from_numpy(x)`` as (n, C, H, W); ``len(set(y))`` is the number of classes."""
+    out, _ = default_run
+    gen = tmp_path / "exp" / "gen" / "gen.npz"
+    assert _sample(out, "--n", 500, "--seed", 1, "--format", "dpimagebench", "--out", gen) == 0
+    syn = np.load(gen)
+    syn_data, syn_labels = syn["x"], syn["y"]
+    assert syn_data.dtype == np.float32 and syn_data.shape == (500, 1, 8, 8)  # NCHW, one channel
+    assert syn_data.min() >= 0.0 and syn_data.max() <= 1.0 and syn_data.max() > 0.5
+    assert syn_labels.dtype == np.int64 and len(set(syn_labels.tolist())) == 10
+    x = torch.from_numpy(syn_data).float() * 2.0 - 1.0  # the classifiers' input
+    assert x.shape[1] == syn_data.shape[1] and -1.0 <= float(x.min()) and float(x.max()) <= 1.0
+    assert torch.nn.functional.interpolate(torch.from_numpy(syn_data), size=[32, 32]).shape == (500, 1, 32, 32)
+    # the same draw as the pixel-format export, scaled to [0, 1] (digits: 0..16)
+    plain = tmp_path / "plain.npz"
+    assert _sample(out, "--n", 500, "--seed", 1, "--out", plain) == 0
+    assert np.allclose(np.round(syn_data[:, 0] * 16), np.load(plain)["x"])
+    card = json.loads((gen.parent / "gen.card.json").read_text())
+    assert card["export"]["format"].startswith("npz for DPImageBench's eval.py")
+    capsys.readouterr()
+    assert _sample(out, "--n", 10, "--format", "dpimagebench", "--out", tmp_path / "folder") == 2
+    assert "--format dpimagebench writes a .npz" in capsys.readouterr().err

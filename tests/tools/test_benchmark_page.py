@@ -94,12 +94,35 @@ def test_a_gpu_cell_names_its_gpu_and_its_fid_floor():
 def test_make_gpu_bench_dry_run_lists_the_first_cells_and_their_budget():
     from dpgen.reproduce import gpu_bench
 
-    lines = gpu_bench.plan(list(gpu_bench.FIRST_CELLS), 12)
+    lines = gpu_bench.plan(list(gpu_bench.FIRST_CELLS), 12, full=True)
     assert lines[0].startswith("class_gaussian:mnist:10: DP class-Gaussian") and "at most 12 min" in lines[0]
+    assert "full protocol, the benchmark's numerics (fp32)" in lines[0] and "evaluator.classifiers" not in lines[0]
     assert "experiment=mnist_dpswd_partition model/warm_start=class_gaussian" in lines[1]
-    assert "trainer.device=cuda" in lines[1] and lines[2].startswith("estimate, not a measurement")
+    assert "trainer.device=cuda" in lines[1] and "evaluator.precision=fp32" in lines[1]
+    assert lines[2].startswith("estimate, not a measurement")
     with pytest.raises(ValueError, match="family one of"):
         gpu_bench.parse_cell("moments:mnist:10")
+
+
+def test_make_gpu_bench_sizes_a_cell_to_its_lease_by_the_estimate():
+    """A 10-minute lease runs what the pessimistic estimate fits, labelled shortened; a long one the full protocol."""
+    from dpgen.reproduce import gpu_bench
+
+    def total(chosen) -> float:
+        return sum(gpu_bench.part_seconds(p, False) for p in ("set-up", "fid", *chosen)) / 60
+
+    chosen = gpu_bench.size(10)
+    assert chosen and chosen == gpu_bench.ORDER[:len(chosen)] and total(chosen) <= 10
+    assert len(chosen) == 3 or total(gpu_bench.ORDER[:len(chosen) + 1]) > 10  # the next classifier does not fit
+    lines = gpu_bench.plan(["class_gaussian:mnist:10"], 10)
+    assert "shortened protocol: classifiers resnet" in lines[0] and "evaluator.precision=fp32" in lines[0]
+    assert f"evaluator.classifiers=[{','.join(chosen)}]" in lines[0]
+    assert "ResNeXt-29" in lines[1] and "(not run)" in lines[1] and "--full --budget-min" in lines[2]
+    assert gpu_bench.size(total(gpu_bench.ORDER) + 1) == gpu_bench.ORDER  # a lease as long as the estimate
+    # ResNeXt-29 dominates: its counted training FLOPs are the largest part of the estimate
+    assert max(gpu_bench.ORDER, key=lambda p: gpu_bench.part_seconds(p, False)) == "resnext"
+    with pytest.raises(ValueError, match="not even ResNet-110 fits"):
+        gpu_bench.plan(["class_gaussian:mnist:10"], 1)
 
 
 def test_a_cells_spread_is_said_to_be_over_one_runs_classifiers_not_over_runs():

@@ -186,3 +186,20 @@ def test_count_syncs_names_the_line_that_synchronised(monkeypatch):
         warnings.warn("something else", UserWarning)
     line = next(ln for ln, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# the line recorded" in text)
     assert rec["syncs"] == 2 and rec["sync_sites"] == {f"tests/tools/test_gpu_check.py:{line}": 2}
+
+
+def test_the_dry_run_lists_trainer_graph_off_beside_on_for_every_family_and_the_report_shows_both(capsys):
+    assert main(["--dry-run", "--data", "mnist"]) == 0
+    out = capsys.readouterr().out
+    for name, (label, _) in FAMILIES.items():
+        assert f"trainer.graph=off beside on (auto), {label}: cuda precision=32" in out, name
+    assert "DP-Sinkhorn's paper schedule" in out and "with trainer.graph on and off" in out
+    fake = _fake()
+    on = {"steps": 40, "timed_steps": 35, "timed_s": 0.1, "steps_per_s": 350.0, "epsilon": 1.25, "peak_mib": 1.0,
+          "bf16_forwards": 0}
+    off = {**on, "steps_per_s": 70.0}
+    fake["meta"] = {**fake["meta"], "data": "mnist"}
+    fake["families"] = {"dpsinkhorn": {"cuda/32": on}}
+    md = render({**fake, "graph_off": {"dpsinkhorn": off}})
+    assert "| DP-Sinkhorn | 70.0 | 350.0 | ×5.0 | 1.2500 / 1.2500 |" in md
+    assert f"**{3.4e6 / 350 / 3600:.1f} h** projected; `off`: {3.4e6 / 70 / 3600:.1f} h" in md

@@ -32,12 +32,9 @@ def main(cfg: DictConfig) -> float | None:
     try:
         results = run(cfg)
     except RunInterrupted as stop:  # results so far are in results.json, labelled incomplete; the checkpoint is whole
-        from .utils import dist
-        from .utils.launch import LAUNCHER_ENV
+        from .pipeline import say_stopped
 
-        if dist.is_main() and not os.environ.get(LAUNCHER_ENV):  # `dpgen train --nproc` says it, once
-            print(f"stopped by {stop.name}: the checkpoint is intact and results.json holds the results so far (marked "
-                  "incomplete); run the same command again to continue", file=sys.stderr)
+        say_stopped(stop)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(stop.exit_code)  # the folder is released and every file closed: skip the interpreter's slow teardown

@@ -33,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("dpgen.bench.run", "benchmarks against the reference libraries -> docs/benchmarks.md"),
 }
 
+# whole commands that read and write the checkout's docs/ and configs/: refused from an installed package before their
+# module (and torch) loads
+CHECKOUT_ONLY = ("bench",)
+
+
 def train(argv: list[str]) -> int:
     """Run the Hydra application of one training run (:mod:`dpgen.app`) with ``argv`` as its command line.
 
@@ -45,12 +50,14 @@ def train(argv: list[str]) -> int:
         return 2
     if nproc > 1:
         from .preflight import preflight
-        from .utils.launch import launch, slurm_tasks_problem
+        from .utils.cluster import slurm_tasks_problem
 
-        problem = slurm_tasks_problem() or preflight(argv, nproc=nproc)  # once, before N processes start
+        problem = slurm_tasks_problem() or preflight(argv, nproc=nproc)  # once, before N processes start (no torch)
         if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
             return 2
+        from .utils.launch import launch
+
         return launch(argv, nproc)
     return run_app(argv)
 
@@ -105,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(name: str, rest: list[str]) -> int:
+    if name in CHECKOUT_ONLY and not {"-h", "--help"} & set(rest):
+        from .config import require_checkout
+
+        require_checkout(f"dpgen {name}")
     module = importlib.import_module(COMMANDS[name][0])
     if hasattr(module, "add_arguments") and hasattr(module, "run"):
         sub = argparse.ArgumentParser(prog=f"dpgen {name}", description=COMMANDS[name][1])

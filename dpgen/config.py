@@ -108,8 +108,7 @@ def validate(cfg: DictConfig) -> None:
 
     from .privacy.accountants import SAMPLING_SCHEMES, calibrating_accountant
     from .privacy.errors import PrivacySettingError
-    from .utils import check_precision
-    from .utils.compiling import check_compile, check_graph
+    from .utils.settings import check_compile, check_graph, check_precision
     from .utils.threads import resolve_threads
 
     for group in REQUIRED:
@@ -177,7 +176,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.trainer.get("fresh_noise", False) and str(resume).lower() in ("auto", "true", "false"):
         raise ConfigError("trainer.fresh_noise=true branches a run from its checkpoint: name the run with "
                           "trainer.resume=<run folder or .pt> and give the branch its own hydra.run.dir=<new folder>")
-    from .logging.run_logger import check_wandb
+    from .logging.wandb_checks import check_wandb
     check_delta_of_config(cfg)  # δ < 1/N when the dataset config bounds N (before any data is loaded)
 
     check_wandb(cfg.logger.get("wandb"))  # WANDB_MODE (environment) wins; online needs a W&B login

@@ -17,6 +17,8 @@ after training; rank 0 evaluates and writes results.json: one run folder whateve
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from .config import check_delta_of_config, privacy_setting_error, single_process
 from .errors import ConfigError
 from .eval.evaluator import evaluate_run
 from .export.release import release_info
-from .interrupt import RunInterrupted, stop_on_signals
+from .interrupt import RunInterrupted, stop_on_signals, stopped_line
 from .logging import SilentLogger
 from .logging.summary import print_summary
 from .methods import loop
@@ -45,6 +47,7 @@ from .privacy.noise import build_policy
 from .runs import RunFolder, claim_run_folder
 from .utils import check_precision, dist, pick_device, seed_everything, unavailable_device
 from .utils.compiling import check_compile, check_graph, resolve_graph
+from .utils.launch import LAUNCHER_ENV
 from .utils.threads import apply_threads
 
 
@@ -95,10 +98,17 @@ class _SoFar:
         self.logger.log_summary(results)
 
 
+def say_stopped(stop: RunInterrupted, at_once: bool = False) -> None:
+    """The ``stopped by …`` line on the console, once: by rank 0, and not under ``dpgen train --nproc`` (the
+    launcher says it for all the processes)."""
+    if dist.is_main() and not os.environ.get(LAUNCHER_ENV):
+        print(stopped_line(stop, at_once), file=sys.stderr, flush=True)
+
+
 def _run(cfg: DictConfig, folder: RunFolder) -> dict:
     so_far = _SoFar()
     try:
-        with stop_on_signals(so_far.write):
+        with stop_on_signals(so_far.write, say=say_stopped):
             return _run_steps(cfg, folder, so_far)
     except RunInterrupted as stop:
         so_far.write(stop)

@@ -53,7 +53,7 @@ def preflight(argv: list[str], config_dir: Path = CONFIGS, nproc: int = 1) -> st
     if problem is not None:
         return problem
     return (misspelt_additions(overrides, cfg) or bad_per_sample(cfg) or unavailable_devices(cfg, nproc)
-            or unwritable_run_dir(cfg, multirun) or single_process_only(cfg, nproc))
+            or invalid_value(cfg) or unwritable_run_dir(cfg, multirun) or single_process_only(cfg, nproc))
 
 
 def bad_per_sample(cfg) -> str | None:
@@ -237,26 +237,70 @@ def misspelt_additions(overrides: list[str], cfg) -> str | None:
 def unavailable_devices(cfg, nproc: int = 1) -> str | None:
     """A device setting this machine cannot honour: ``trainer.device`` / ``evaluator.device`` naming a GPU it
     lacks, or ``nproc`` processes on GPUs (``trainer.device`` cuda, or auto with a GPU) with fewer GPUs than
-    processes.  torch is imported only when a device is named or several processes are asked for."""
+    processes.  What is certain without torch (no GPU driver at all) is said without it; torch is imported only
+    where a GPU may be there and a device is named or several processes are asked for."""
     from omegaconf import OmegaConf
+
+    from .utils.settings import certainly_no_cuda_gpu, device_problem_before_torch
 
     values = {s: str(OmegaConf.select(cfg, s, default="auto", throw_on_resolution_failure=False) or "auto")
               for s in ("trainer.device", "evaluator.device")}
-    if nproc <= 1 and all(v in ("auto", "cpu") for v in values.values()):
-        return None
-    from .utils import unavailable_device
-
-    for setting, value in values.items():
-        if (problem := unavailable_device(value, setting)) is not None:
+    named = {s: v for s, v in values.items() if v not in ("auto", "cpu")}
+    for setting, value in named.items():
+        if (problem := device_problem_before_torch(value, setting)) is not None:
             return problem
+    if named:  # a GPU that may be there: torch says whether it is
+        from .utils import unavailable_device
+
+        for setting, value in named.items():
+            if (problem := unavailable_device(value, setting)) is not None:
+                return problem
     device = values["trainer.device"]
     if nproc > 1 and device != "cpu":
-        import torch
-
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpus = 0 if certainly_no_cuda_gpu() else _gpu_count()
         if 0 < gpus < nproc or (gpus == 0 and device != "auto"):
             return (f"dpgen train --nproc {nproc} with trainer.device={device} needs a GPU per process and this machine "
                     f"has {gpus}: use --nproc {gpus}, or trainer.device=cpu (the processes share the CPU, on gloo)")
+    return None
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def invalid_value(cfg) -> str | None:
+    """The one-line fault of a setting's value (:func:`dpgen.config.validate`: ε, δ, a required dataset setting,
+    the sampling scheme, threads, precision, W&B mode ...) in the composed ``cfg``, found before torch loads.
+    The config is validated as the run will see it: Hydra's runtime values (the working folder, the run folder)
+    are filled in as the app fills them.  A config only the app can resolve is left to the run (None)."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    from .config import validate
+    from .errors import ConfigError
+
+    full = copy.deepcopy(cfg)
+    with open_dict(full):
+        full.hydra.runtime.cwd = os.getcwd()
+        out = OmegaConf.select(full, "hydra.run.dir", default=".", throw_on_resolution_failure=False)
+        full.hydra.runtime.output_dir = str(Path(str(out)).absolute())
+    run_cfg = copy.deepcopy(full)
+    with open_dict(run_cfg):
+        del run_cfg["hydra"]
+    previous = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(full)
+    try:
+        validate(run_cfg)
+    except ConfigError as err:
+        return one_line(str(err))
+    except Exception:  # noqa: BLE001 - what only the app resolves (a sweep's job number ...): the run reports it
+        return None
+    finally:
+        HydraConfig.instance().cfg = previous
     return None
 
 

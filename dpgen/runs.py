@@ -398,25 +398,24 @@ def read_checkpoint(path: Path) -> dict:
     try:
         ck = load_checkpoint(path)
     except Exception as err:  # noqa: BLE001 - whatever torch.load trips on, the file is damaged
-        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": ")
-        raise ConfigError(_damaged(path, reason)) from None
+        raise ConfigError(_damaged(path, f"cannot be read: {type(err).__name__}")) from None  # not torch's paragraph
     if not isinstance(ck, dict):
         raise ConfigError(_damaged(path, "not a dpgen checkpoint"))
     return ck
 
 
 def _damaged(path: Path, reason: str) -> str:
-    """The advice never deletes an intact release: a finished run's release (``*.pt`` beside ``checkpoints/``) is
-    evaluated and sampled from without its checkpoint; starting over would delete it and spend ε again."""
+    """One short line naming the file and the fix.  The advice never deletes an intact release: a finished run's
+    release (``*.pt`` beside ``checkpoints/``) is evaluated and sampled from without its checkpoint; starting over
+    would delete it and spend ε again."""
     run_dir = path.parent.parent if path.parent.name == CHECKPOINT.parent.name else path.parent
     releases = sorted(p for p in run_dir.glob("*.pt") if p.is_file())
     if releases:
-        return (f"checkpoint {path} is damaged ({reason}) and cannot be resumed from, but the run's release "
-                f"{releases[0]} is intact: `dpgen evaluate {run_dir}` evaluates it again and `dpgen sample {run_dir} "
-                "--n <N> --out <file>` samples from it, at no privacy cost; trainer.overwrite=true would delete that "
-                f"release and spend ε again: to train anew, {NEW_FOLDER}")
-    return (f"checkpoint {path} is damaged ({reason}) and cannot be resumed from: start the run folder over with "
-            f"trainer.overwrite=true, or {NEW_FOLDER}")
+        return (f"checkpoint {path} is damaged ({reason}); the run's release {releases[0].name} is intact: "
+                f"`dpgen evaluate {run_dir}` or `dpgen sample {run_dir} --n <N> --out <file>` use it at no privacy "
+                f"cost; to train anew, {NEW_FOLDER} (trainer.overwrite=true would delete that release and spend ε again)")
+    return (f"checkpoint {path} is damaged ({reason}): start the run folder over with trainer.overwrite=true, or "
+            f"{NEW_FOLDER}")
 
 
 def write_atomically(obj: dict, path: Path) -> Path:

@@ -94,6 +94,25 @@ def _audit_class_moments(cg, data, runs: int, seed: int, preset: str, name: str)
                                canary=canary, name=name).asdict()
 
 
+def _audit_gradient_sum(out: list, mech, name: str, gen, runs: int, steps: int, compose_runs: int, seed: int,
+                        preset: str) -> None:
+    """DP-SGD's noisy gradient sum: one release and ``steps`` composed under the run's relation and the other one,
+    then ``steps`` Poisson-sampled at the preset's q."""
+    import torch
+
+    from dpgen.audit import audit_gradient_sum_mechanism
+
+    q = mech.sample_rate
+    grads = torch.randn(max(2, round(mech.expected_batch_size)), 16, generator=gen, dtype=torch.float64)
+    # the run's relation (the ledger's) and the other one: add/remove accounted with C, replace-one with 2C
+    for rel in (mech.relation, "replace_one" if mech.relation == "add_remove" else "add_remove"):
+        for t in sorted({1, steps}) if rel == mech.relation else (1,):
+            out.append(audit_gradient_sum_mechanism(mech, grads, runs=runs if t == 1 else compose_runs, steps=t,
+                                                    relation=rel, seed=seed, preset=preset, mechanism=name))
+    out.append(audit_gradient_sum_mechanism(mech, grads, runs=compose_runs, steps=steps, sample_rate=q, seed=seed,
+                                            preset=preset, mechanism=name))
+
+
 def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose_runs: int) -> list[dict]:
     """Audit every private release of one preset with the run's own mechanism objects: one release at
     the per-step noise (q = 1), and for the Gaussian releases also ``steps`` composed releases with the
@@ -167,25 +186,26 @@ def audit_preset(overrides: list[str], runs: int, seed: int, steps: int, compose
             out.append(audit_sanitiser_mechanism(mech, shape=shape, runs=runs if t == 1 else compose_runs, steps=t,
                                                  seed=seed, preset=preset))
     elif kind in ("DPSGDClassifier", "DomainAdaptation"):
-        # the run's own NoisyGradientSum, built and calibrated by the method's setup (scratch ledger)
-        from dpgen.audit import audit_gradient_sum_mechanism
-
+        # the run's own mechanism (DP-SGD's NoisyGradientSum; DP-SWD's projection release for the dpswd alignment),
+        # built and calibrated by the method's setup (scratch ledger)
         _setup(method, data, ledger, seed)
         if kind == "DPSGDClassifier":
             mech, name = method.mechanisms["gradient"], "DP-SGD noisy sum (classifier)"
         else:
             mech, name = method.mechanisms["alignment"], "DP-SGD noisy sum (DP-DANN alignment)"
-        if mech.kind != "noisy_gradient_sum":
-            raise SystemExit(f"{preset}: the preset's gradient release is {mech.kind} (not private); nothing to audit")
-        q = mech.sample_rate
-        grads = torch.randn(max(2, round(mech.expected_batch_size)), 16, generator=gen, dtype=torch.float64)
-        # the run's relation (the ledger's) and the other one: add/remove accounted with C, replace-one with 2C
-        for rel in (mech.relation, "replace_one" if mech.relation == "add_remove" else "add_remove"):
-            for t in sorted({1, steps}) if rel == mech.relation else (1,):
-                out.append(audit_gradient_sum_mechanism(mech, grads, runs=runs if t == 1 else compose_runs, steps=t,
-                                                        relation=rel, seed=seed, preset=preset, mechanism=name))
-        out.append(audit_gradient_sum_mechanism(mech, grads, runs=compose_runs, steps=steps, sample_rate=q, seed=seed,
-                                                preset=preset, mechanism=name))
+        if kind == "DomainAdaptation" and mech.kind == "gaussian_projection":  # the DP-SWD alignment: a Gaussian release of the target rows' projections
+            from dpgen.audit.releases import antipodal_rows
+
+            base = torch.randn(4, mech.dim, generator=gen, dtype=torch.float64)
+            d0, d1 = antipodal_rows(base, 0, 0.5)  # rows of norm <= 1/2 (the alignment's clip): ||x - x'|| = 1
+            out.append(audit_projection_mechanism(mech, d0, d1, name="DP-SWD alignment projection release (DA)",
+                                                  runs=runs, seed=seed, preset=preset, chunk=64,
+                                                  canary="target row at norm 1/2 replaced by its antipode (||x - x'|| = 1)"))
+        elif mech.kind != "noisy_gradient_sum":
+            what = "gradient" if kind == "DPSGDClassifier" else "alignment"
+            raise SystemExit(f"{preset}: the preset's {what} release is {mech.kind} (not private); nothing to audit")
+        else:
+            _audit_gradient_sum(out, mech, name, gen, runs, steps, compose_runs, seed, preset)
     elif kind == "DPClassGaussian":
         _setup(method, data, ledger, seed)  # builds the representation and calibrates ClassMomentRelease
         if method.mechanisms["moments"].kind != "class_moments":
@@ -418,6 +438,18 @@ def report(paths: list[Path], md: Path, png: Path) -> None:
     fig.savefig(png, dpi=130)
 
 
+MIN_RUNS = 4  # dpgen.audit.bounds.epsilon_lower_bound: two per side to select a threshold, two to evaluate it
+
+
+def check_runs(a: argparse.Namespace) -> None:
+    """Each count of runs the audit uses gives its bound enough runs per side (one ``error:`` line otherwise)."""
+    counts = [("--runs", a.runs), ("--compose-runs", a.compose_runs)] + ([("--blackbox", a.blackbox)] if a.blackbox else [])
+    for flag, value in counts:
+        if value < MIN_RUNS:
+            raise ConfigError(f"{flag} {value}: the audit's lower bound needs at least {MIN_RUNS} runs per side (half "
+                              f"select a threshold, half evaluate it); e.g. {flag} 2000")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=digits_dpswd")
@@ -433,6 +465,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--results", type=Path, default=None, help="a run's results.json to add the audit block to")
     ap.add_argument("--report", type=Path, nargs="+", default=None, help="audit JSON files -> docs table + plot")
     a = ap.parse_args(argv)
+    check_runs(a)
     import torch
 
     torch.set_num_threads(1)

@@ -36,6 +36,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .places import check_out, check_suffix, find_release
+
+    try:  # the places first, before torch loads: a wrong one is refused in a second
+        find_release(args.release)
+        check_suffix(Path(args.out))
+        check_out(Path(args.out), args.force)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     from .labels import parse_labels
     from .release import load_release
 

@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..privacy.card import CARD_JSON, card_paths, write_card
+from ..privacy.card import card_paths, write_card
 from .labels import class_weights, describe
+from .places import check_out, check_suffix
 
 
 def to_storage(x: torch.Tensor, value_range, storage: dict) -> np.ndarray:
@@ -63,46 +64,6 @@ def save_png_folder(folder: Path, x: torch.Tensor, y: torch.Tensor, value_range,
         count[label] += 1
 
 
-def check_out(out: Path, force: bool, words: tuple[str, str] = ("--out", "--force")) -> None:
-    """An export never replaces a file, a folder or a card without ``force`` (and a folder only when it
-    holds a previous export: its card); its place must be writable.  ``words``: how the errors name the
-    out and force settings (``--out`` / ``--force`` on the command line, ``out`` / ``force=True`` in Python)."""
-    name, force_word = words
-    cards = [p for p in card_paths(out) if p.exists()]
-    if out.suffix == "":
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"{name} {out} is a file, not a folder; choose a new folder for a PNG export")
-        if out.is_dir() and any(out.iterdir()):
-            if not force:
-                raise ConfigError(f"{name} {out} is a folder that is not empty: choose a new folder, or pass {force_word} "
-                                  "to replace a previous export there")
-            if not cards:
-                raise ConfigError(f"{name} {out} is a folder that is not empty and holds no export of dpgen (no "
-                                  f"{CARD_JSON}): {force_word} replaces only a previous export; choose a new folder")
-        unwritable(out, out, name)
-        return
-    if not force:
-        taken = [str(p) for p in ([out] if out.exists() else []) + cards]
-        if taken:
-            raise ConfigError(f"{name} {out}: {', '.join(taken)} already exist(s); choose another name, or pass "
-                              f"{force_word} to replace the export and its card")
-    unwritable(out.parent, out, name)
-
-
-def unwritable(folder: Path, out: Path, name: str) -> None:
-    """ConfigError when ``folder`` (where the export and its card go) cannot be created or written: the OS
-    answers (a probe file is made and removed; folders made for it are kept for the export)."""
-    import tempfile
-
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".dpgen-probe-"):
-            pass
-    except OSError as e:
-        raise ConfigError(f"{name} {out}: cannot write there ({e.strerror or type(e).__name__}: {e.filename or folder}); "
-                          f"choose a writable place for {name}") from None
-
-
 def export(release, out: Path, n: int, labels=None, seed: int | None = None, force: bool = False,
            words: tuple[str, str] = ("--out", "--force"), fmt: str = "auto") -> list[Path]:
     """Write the export ``out`` and its own card (:func:`card_paths`); returns the written paths (data first).
@@ -118,8 +79,7 @@ def export(release, out: Path, n: int, labels=None, seed: int | None = None, for
         return _export_model(release, out)
     if not release.is_generator:
         release.method()  # raises the "not a generator" error
-    if out.suffix not in ("", ".npz"):
-        raise ConfigError(f"{words[0]} {out}: write a .npz file or a folder (PNG images per class); .pt copies a model")
+    check_suffix(out, words)
     check_out(out, force, words)
     x, y = release.sample(n, labels, seed)
     facts = release.data

@@ -24,8 +24,8 @@ import torch
 
 from ..errors import ConfigError
 from ..privacy.card import build_card, public_config, write_card
+from .places import RELEASE_FILES, checkpoint_error, find_release  # noqa: F401 - the release file of a run
 
-RELEASE_FILES = ("generator.pt", "release.pt", "classifier.pt", "da_model.pt")
 # methods whose release is a predictive model, not a sampler
 MODEL_RELEASES = {"DPSGDClassifier": "an image classifier", "DomainAdaptation": "a domain-adaptation classifier"}
 # how a dataset's pixels are stored on disk (for exports in the dataset's own format): name -> (dtype, max value)
@@ -108,30 +108,6 @@ def release_info(cfg: dict, data, method, ledger, code_version: str | None, run_
 
 
 # --------------------------------------------------------------------------------- reading
-def find_release(path: str | Path) -> Path:
-    """The release file of ``path`` (a release file or a run folder); refuses a checkpoint."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{p} does not exist: give a run folder or its release file (e.g. <run>/generator.pt)")
-    if p.is_dir():
-        if p.name == "checkpoints":
-            raise _checkpoint_error(p / "last.pt")
-        found = [p / n for n in RELEASE_FILES if (p / n).is_file()]
-        if not found:
-            raise ConfigError(f"{p} holds no release ({', '.join(RELEASE_FILES)}): give the folder of a finished "
-                              "run (the release is written at the end of training)")
-        return found[0]
-    if p.parent.name == "checkpoints":
-        raise _checkpoint_error(p)
-    return p
-
-
-def _checkpoint_error(p: Path) -> ConfigError:
-    return ConfigError(f"{p} is a training checkpoint: it holds the RNG states and the ledger of a private run and is "
-                       "as sensitive as the data, so it is never sampled from; use the run's release file "
-                       f"(e.g. {p.parent.parent / 'generator.pt'}) or the run folder")
-
-
 @dataclass
 class PublicData:
     """The public facts of a dataset, standing in for ``DataSplits`` when a method is rebuilt from a release."""
@@ -226,7 +202,7 @@ def load_release(path: str | Path) -> Release:
     if not isinstance(state, dict):
         raise ConfigError(f"{p} is not a dpgen release: give a run folder or its release file")
     if "ledger" in state or "rng" in state:
-        raise _checkpoint_error(p)
+        raise checkpoint_error(p)
     if "dpgen" not in state or "privacy_card" not in state:
         raise ConfigError(f"{p} was written by an older dpgen without its public settings and privacy card; "
                           "train the run again with this version to sample from it")

@@ -21,6 +21,7 @@ import csv
 import io
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -33,12 +34,11 @@ from ..errors import ConfigError
 from ..utils import json_safe
 from .summary import group_results, metric_family
 from .timings import LEGACY_RUNTIME_FILE, PRIVATE_NOTE, PRIVATE_TIMINGS, write_private
+from .wandb_checks import NOT_LOGGED_IN, WANDB_MODES, check_wandb, wandb_logged_in, wandb_mode  # noqa: F401
 
 EPSILON_KEY = "epsilon"  # the x axis of the W&B charts: the calibrating accountant's ε spent (the run's ε)
 WANDB_ID_FILE = "wandb_run_id"
 
-WANDB_MODES = ("online", "offline", "disabled")
-_WANDB_ALIASES = {"dryrun": "offline", "run": "online"}  # W&B's older spellings of WANDB_MODE
 
 
 def to_uint8_image(grid: torch.Tensor) -> np.ndarray:
@@ -85,43 +85,16 @@ def save_png(images: torch.Tensor, path: str | Path, nrow: int = 10) -> None:
     Image.fromarray(pixels).save(path)
 
 
-def wandb_mode(configured: str) -> str:
-    """The W&B mode a run uses: ``WANDB_MODE`` from the environment wins over ``logger.wandb.mode`` (as
-    W&B itself documents), e.g. ``WANDB_MODE=offline python train.py ...`` on a machine without network."""
-    if configured not in WANDB_MODES:  # checked even when the environment overrides it
-        raise ConfigError(f"logger.wandb.mode={configured!r} is not a W&B mode; use online, offline or disabled")
-    env = os.environ.get("WANDB_MODE", "").strip().lower()
-    mode = _WANDB_ALIASES.get(env, env) if env else configured
-    if mode not in WANDB_MODES:
-        raise ConfigError(f"the environment variable WANDB_MODE={env!r} is not a W&B mode; use online, offline or "
-                          "disabled")
-    return mode
-
-
-def wandb_logged_in() -> bool | None:
-    """Whether W&B has credentials (API key in WANDB_API_KEY / netrc, or an identity token file) — read
-    the way ``wandb`` reads them, without prompting; None when this wandb version cannot say."""
-    try:
-        from wandb.sdk import wandb_setup
-        from wandb.sdk.lib import wbauth
-
-        settings = wandb_setup.singleton().settings
-        return bool(settings.api_key or settings.identity_token_file or wbauth.read_netrc_auth(host=settings.base_url))
-    except Exception:  # noqa: BLE001 - another wandb version: wandb.init reports a missing login itself
-        return None
-
-
-NOT_LOGGED_IN = ("W&B is online (logger.wandb.mode=online or WANDB_MODE=online) but not logged in (no API key); "
-                 "fix: run `wandb login`, or log offline with WANDB_MODE=offline (upload later with `wandb sync`), "
-                 "or log to local files only with logger=local")
-
-
-def check_wandb(wandb_cfg) -> None:
-    """Before any data is loaded: the W&B mode is valid, and an online run has a W&B login."""
-    if wandb_cfg is None:
-        return
-    if wandb_mode(wandb_cfg.get("mode", "offline")) == "online" and wandb_logged_in() is False:
-        raise ConfigError(NOT_LOGGED_IN)
+def wandb_location(run) -> str | None:
+    """The console's line naming where a W&B run is: its URL online; offline, its folder and the command that
+    uploads it (``wandb sync <folder>``)."""
+    url = getattr(run, "url", None)
+    if url:
+        return f"W&B: the run is at {url}"
+    folder = getattr(getattr(run, "settings", None), "sync_dir", None)
+    if folder:
+        return f"W&B (offline): the run is in {folder}; upload it with `wandb sync {folder}`"
+    return None
 
 
 class LocalSink:
@@ -345,7 +318,10 @@ class WandbSink:
                       step if step is not None and step >= self._first else None)
         if self._summary is not None:
             self._send_summary(self._summary)
+        where = wandb_location(self.run)
         self.run.finish()
+        if where:
+            print(where, file=sys.stderr, flush=True)
 
     def _log(self, row: dict, step: int | None) -> None:
         eps = row.get(EPSILON_KEY)

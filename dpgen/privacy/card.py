@@ -21,7 +21,6 @@ import json
 import math
 from pathlib import Path
 
-from ..utils import without_keys
 from .guarantee import NON_PRIVATE, qualifier
 from .ledger import PrivacyLedger
 
@@ -56,6 +55,10 @@ def public_signature(signature: dict, relation: str | None) -> dict:
 
 def public_config(config: dict) -> dict:
     """The composed config without machine paths, the logger and Hydra's own settings."""
+    from ..utils import (
+        without_keys,  # here: the card's paths are checked before torch loads (dpgen sample)
+    )
+
     return without_keys({k: v for k, v in config.items() if k not in ("paths", "logger", "hydra")}, PATH_KEYS)
 
 

@@ -42,11 +42,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import PrivacySettingError
 from .ledger import PrivacyLedger
+
+if TYPE_CHECKING:  # the settings' checks run before torch loads (a refused command line does not wait for it)
+    import torch
 
 CONVENTIONS = ("honest", "paper")
 

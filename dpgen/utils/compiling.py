@@ -40,20 +40,9 @@ from typing import TypeVar
 import torch
 
 from .misc import on_gpu
+from .settings import GRAPH_SETTINGS, check_compile, check_graph  # noqa: F401 - checked before torch loads
 
-SETTINGS = ("off", "on")
 F = TypeVar("F", bound=Callable)
-
-
-def check_compile(value) -> bool:
-    """``trainer.compile`` (off | on; a YAML boolean is taken as such) -> whether to compile."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text not in SETTINGS:
-        raise ValueError(f"trainer.compile={value!r} is unknown; choose off (eager steps, the default) or on "
-                         "(torch.compile of the model, the public loss and the optimiser step)")
-    return text == "on"
 
 
 def mode(device: torch.device) -> str | None:
@@ -87,20 +76,6 @@ def compile_step(opt: torch.optim.Optimizer, on: bool) -> torch.optim.Optimizer:
     if on:
         opt.step = torch.compile(opt.step, dynamic=False)
     return opt
-
-
-GRAPH_SETTINGS = ("auto", "on", "off")
-
-
-def check_graph(value) -> str:
-    """``trainer.graph`` (auto | on | off; a YAML boolean is taken as on / off) -> the setting."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    text = str(value).strip().lower()
-    if text not in GRAPH_SETTINGS:
-        raise ValueError(f"trainer.graph={value!r} is unknown; choose auto (one CUDA graph per step on a GPU, the "
-                         "default), on or off (eager steps)")
-    return text
 
 
 def resolve_graph(value, device: torch.device, compile_on: bool = False, processes: int = 1) -> bool:

@@ -50,9 +50,10 @@ def run_dir_overrides(argv: list[str], hydra_config: Path, claim: Callable[[], P
     runs started in the same second would share it and the ranks of one run could disagree by a second.
     Rank 0 (or the only process) claims its folder (``claim``: :func:`dpgen.runs.claim_new_folder` of the
     folder the preflight resolved, with a ``_2`` suffix ... when another run took that name) and every rank
-    uses it; an explicit folder is left as given.  Ranks > 0 write nothing there: they leave Hydra's ``.hydra/``
-    record to rank 0, and a sweep's ``multirun.yaml`` (which Hydra writes on every process) goes to a scratch
-    folder of theirs, removed at exit, while their jobs run in rank 0's job folders."""
+    uses it; an explicit folder is left as given.  Ranks > 0 write nothing there and print none of Hydra's own
+    lines: they leave Hydra's ``.hydra/`` record and its launch lines to rank 0, and a sweep's ``multirun.yaml``
+    (which Hydra writes on every process) goes to a scratch folder of theirs, removed at exit, while their jobs run
+    in rank 0's job folders."""
     several = dist.requested()
     if several:
         dist.init_from_env()
@@ -77,7 +78,8 @@ def run_dir_overrides(argv: list[str], hydra_config: Path, claim: Callable[[], P
         subdir = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.sweep.subdir=")]
         jobs = Path(folder).absolute() / (subdir[-1] if subdir else _hydra_setting(hydra_config, "sweep", "subdir"))
         out = [f"hydra.sweep.dir={scratch}", f"hydra.sweep.subdir={jobs}"]
-    return [*out, "hydra.output_subdir=null"]  # and no .hydra/ record
+    # and no .hydra/ record, and Hydra's own lines ("Launching 2 jobs locally", each job's overrides) once: rank 0's
+    return [*out, "hydra.output_subdir=null", "hydra/hydra_logging=disabled"]
 
 
 def _hydra_setting(hydra_config: Path, key: str, name: str) -> str:

@@ -7,6 +7,8 @@ import random
 import numpy as np
 import torch
 
+from .settings import PRECISIONS, check_precision, device_fix, no_apple_gpu, no_cuda_gpu  # noqa: F401
+
 
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (all devices)."""
@@ -31,7 +33,7 @@ def unavailable_device(device: str, setting: str) -> str | None:
     be used on this machine, naming the setting and the fix; None when it can (``auto`` always can)."""
     if str(device) == "auto":
         return None
-    fix = f"use {setting}=auto (the GPU when there is one, else the CPU) or {setting}=cpu"
+    fix = device_fix(setting)
     try:
         dev = torch.device(str(device))
     except RuntimeError:
@@ -39,11 +41,11 @@ def unavailable_device(device: str, setting: str) -> str | None:
     if dev.type == "cuda":
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:
-            return f"{setting}={device} but this machine has no CUDA GPU (torch sees none); {fix}"
+            return no_cuda_gpu(device, setting)
         if dev.index is not None and dev.index >= n:
             return f"{setting}={device} but this machine has {n} CUDA GPU{'s' if n > 1 else ''} (cuda:0..cuda:{n - 1}); {fix}"
     elif dev.type == "mps" and not torch.backends.mps.is_available():
-        return f"{setting}={device} but this machine has no Apple GPU (MPS); {fix}"
+        return no_apple_gpu(device, setting)
     elif dev.type not in ("cpu", "cuda", "mps"):
         return f"{setting}={device}: dpgen runs on cpu, cuda or mps; {fix}"
     return None
@@ -80,18 +82,6 @@ def one_hot(y: torch.Tensor, n: int, dtype: torch.dtype = torch.float32) -> torc
     """``(b,) -> (b, n)``: the one-hot rows of labels ``y`` in ``dtype``, by comparison with ``arange(n)`` (no host
     read: ``F.one_hot`` checks the labels' range on the host on a CPU; a label outside [0, n) gives a zero row)."""
     return (y[:, None] == torch.arange(n, device=y.device)).to(dtype)
-
-
-PRECISIONS = ("32", "bf16")
-
-
-def check_precision(precision) -> str:
-    """``trainer.precision`` -> ``"32"`` or ``"bf16"``; anything else fails naming the setting."""
-    p = str(precision)
-    if p not in PRECISIONS:
-        raise ValueError(f"trainer.precision={precision!r} is unknown; choose 32 (float32 everywhere) or bf16 "
-                         "(bfloat16 autocast around the generator / feature-extractor forwards)")
-    return p
 
 
 def autocast(device: torch.device, precision: str = "32"):

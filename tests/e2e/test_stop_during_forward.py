@@ -69,6 +69,7 @@ def test_a_signal_during_a_forward_that_never_returns_ends_the_run_with_its_chec
             proc.kill()
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "stopped by SIGTERM: the checkpoint is intact" in err, err[-3000:]  # the watchdog's end says so too
     results = json.loads((run_dir / "results.json").read_text())
     assert results["incomplete"]["stopped_by"] == "SIGTERM" and results["incomplete"]["during"] == "evaluation"
     assert read_checkpoint(run_dir / "checkpoints" / "last.pt")["step"] == 6  # whole and loadable

@@ -75,3 +75,77 @@ def test_sigint_during_evaluation_then_the_same_command_completes_the_run(tmp_pa
     assert again.returncode == 0, err[-3000:]
     results = json.loads((run_dir / "results.json").read_text())
     assert "incomplete" not in results and results["metrics"]["acc_logreg"] > 0
+
+
+# ------------------------------------------------------------------ the stop's line, whichever path ends the run
+# Deterministic: no test waits for "long enough". The watchdog's case blocks the signals in the main thread and
+# sends SIGTERM only once /proc shows the main thread inside its native call (so the kernel hands the signal to
+# another thread and the main thread cannot act on it); the second signal is raised synchronously.
+WATCHDOG = """
+import ctypes, os, platform, signal, sys, threading, time
+from dpgen.interrupt import stop_on_signals, stopped_line
+
+READ = {"x86_64": 0, "aarch64": 63}[platform.machine()]  # the read(2) system call's number
+r, w = os.pipe()
+main = threading.get_native_id()
+
+def say(stop, at_once):
+    print(stopped_line(stop, at_once), file=sys.stderr, flush=True)
+
+def last_words(stop):
+    print("results so far written", stop.name, file=sys.stderr, flush=True)
+
+def signal_once_inside_the_native_call():
+    while True:
+        fields = open(f"/proc/self/task/{main}/syscall").read().split()
+        if len(fields) > 1 and fields[0] == str(READ) and int(fields[1], 16) == r:
+            break
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+with stop_on_signals(last_words, grace_s=0.2, say=say):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # the watchdog (started) still gets them
+    threading.Thread(target=signal_once_inside_the_native_call, daemon=True).start()
+    ctypes.CDLL(None).read(r, ctypes.create_string_buffer(1), 1)  # one native call that never returns
+print("the native call returned", file=sys.stderr)
+"""
+
+SECOND_SIGNAL = """
+import signal, sys
+from dpgen.interrupt import RunInterrupted, stop_on_signals, stopped_line
+
+def say(stop, at_once):
+    print(stopped_line(stop, at_once), file=sys.stderr, flush=True)
+
+with stop_on_signals(lambda stop: print("results so far written", file=sys.stderr), grace_s=600, say=say):
+    try:
+        signal.raise_signal(signal.SIGTERM)  # the handler runs before raise_signal returns
+    except RunInterrupted:
+        signal.raise_signal(signal.SIGINT)  # while the first stop is being handled: the end, at once
+print("not reached", file=sys.stderr)
+"""
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"),
+                    reason="reads the main thread's system call from /proc (Linux, x86-64 / arm64)")
+def test_the_watchdog_that_ends_a_run_stuck_in_a_native_call_says_stopped_by():
+    r = _python(WATCHDOG)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
+    lines = r.stderr.splitlines()
+    assert lines[0] == "results so far written SIGTERM", r.stderr[-3000:]
+    assert lines[1:] == ["stopped by SIGTERM: the checkpoint is intact and results.json holds the results so far "
+                         "(marked incomplete); run the same command again to continue"], r.stderr[-3000:]
+
+
+def test_a_second_signal_ends_the_run_at_once_and_says_so_once():
+    r = _python(SECOND_SIGNAL)
+    assert r.returncode == 128 + signal.SIGINT, r.stderr[-3000:]
+    stopped = [line for line in r.stderr.splitlines() if line.startswith("stopped by")]
+    assert stopped == ["stopped by SIGINT (a second signal: at once): the checkpoint is intact; results.json holds the "
+                       "results written before it; run the same command again to continue"], r.stderr[-3000:]
+    assert "results so far written" not in r.stderr and "not reached" not in r.stderr

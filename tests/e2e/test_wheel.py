@@ -82,3 +82,16 @@ def test_checkout_only_commands_refuse_in_one_line_from_the_wheel(installed, com
     r = _run([python.with_name("dpgen"), *command], work)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "source checkout" in r.stderr
+
+
+def test_bench_from_the_wheel_refuses_before_torch_loads(installed):
+    """`dpgen bench` from a wheel once printed its refusal and did not exit: it is refused before its module (and
+    torch) loads."""
+    python, work = installed
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(python), "-X", "importtime", "-m", "dpgen", "bench", "--only", "commands"], cwd=work,
+                       env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=120)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and len(errors) == 1 and "source checkout" in errors[0], r.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported and "dpgen.bench.run" not in imported

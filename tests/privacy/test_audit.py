@@ -255,7 +255,7 @@ def test_noisy_gradient_sum_mechanism_both_relations():
         assert halved.epsilon_lower > halved.epsilon_claimed
 
 
-@pytest.mark.parametrize("preset", ["digits_moments", "digits_shift_dp_dann"])
+@pytest.mark.parametrize("preset", ["digits_moments", "digits_shift_dp_dann", "digits_shift_dpswd"])
 def test_script_audits_the_presets_mechanism_objects(preset):
     """dpgen/audit/cli.py builds the run's own mechanism (method.setup) and claims its calibrating accountant's
     epsilon: for one Gaussian release at the preset's target epsilon that claim is the target itself."""
@@ -268,6 +268,9 @@ def test_script_audits_the_presets_mechanism_objects(preset):
         assert r["claimed_by"].startswith(("PLD", "RDP")) and r["extra"]["epsilon_rdp"] >= r["epsilon_claimed"] - 1e-9
     if preset == "digits_moments":
         assert rows[0]["claimed_by"].startswith("PLD") and rows[0]["epsilon_claimed"] == pytest.approx(10.0, abs=0.05)
+    elif preset == "digits_shift_dpswd":  # the DP-SWD alignment: its projection release, at the clip's diameter 1
+        assert [r["mechanism"] for r in rows] == ["DP-SWD alignment projection release (DA)"]
+        assert rows[0]["extra"]["row_difference"] == pytest.approx(1.0)  # the clip's diameter: rows of norm <= 1/2
     else:
         assert {r["relation"] for r in rows} == {"add_remove", "replace_one"}
         assert rows[-1]["sample_rate"] < 1
@@ -319,3 +322,13 @@ def test_a_non_private_preset_has_nothing_to_audit_in_one_line(overrides):
 
     with pytest.raises(ConfigError, match="model.private=false.*nothing private to audit"):
         mod.audit_preset(overrides, runs=200, seed=0, steps=2, compose_runs=200)
+
+
+@pytest.mark.parametrize("flag", ["--runs", "--compose-runs", "--blackbox"])
+def test_too_few_runs_for_the_bound_is_one_error_line(flag, capsys):
+    """`dpgen audit --runs 2` used to end in a traceback from the bound's own check, after composing the preset."""
+    from dpgen.cli import main as dpgen_main
+
+    assert dpgen_main(["audit", "experiment=digits_dpswd", flag, "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {flag} 2: the audit's lower bound needs at least 4 runs per side") and "\n" not in err

@@ -471,15 +471,16 @@ def test_every_rank_uses_the_folder_rank_0_claimed_and_claims_nothing(monkeypatc
         return dict(a.split("=", 1) for a in out)
 
     if not multirun:
-        assert overrides(["accountant.epsilon=1"]) == {"hydra.run.dir": claimed, "hydra.output_subdir": "null"}
-        assert overrides(["accountant.epsilon=1", "hydra.run.dir=/x"]) == {"hydra.output_subdir": "null"}
+        quiet = {"hydra.output_subdir": "null", "hydra/hydra_logging": "disabled"}  # Hydra's own lines: rank 0's only
+        assert overrides(["accountant.epsilon=1"]) == {"hydra.run.dir": claimed, **quiet}
+        assert overrides(["accountant.epsilon=1", "hydra.run.dir=/x"]) == quiet
     else:  # Hydra's multirun.yaml goes to a scratch folder of rank 1's; the jobs run in rank 0's job folders
         for argv, sweep in ((["-m", "accountant.epsilon=1,2"], claimed), (["-m", "hydra.sweep.dir=/x"], "/x")):
             out = overrides(argv)
             scratch = Path(out.pop("hydra.sweep.dir"))
             assert scratch.is_dir() and not scratch.is_relative_to(tmp_path) and list(scratch.iterdir()) == []
             assert out == {"hydra.sweep.subdir": f"{sweep}/${{hydra.job.num}}_${{hydra.job.override_dirname}}",
-                           "hydra.output_subdir": "null"}
+                           "hydra.output_subdir": "null", "hydra/hydra_logging": "disabled"}
     assert not (tmp_path / "outputs").exists()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
@@ -92,29 +93,46 @@ def _stops_as_the_worker_sees_them():
 def test_a_stop_signal_during_the_fork_reaches_the_parent_once_and_ends_the_worker(monkeypatch, other_thread):
     """The signal is held while the process forks, then raised in the parent (never inside the fork's
     machinery, where it printed "Exception ignored"); the worker it started is stopped with it.  Also when
-    another thread (W&B's, torch's) could take the process-directed signal: blocking it in this thread alone
-    does not hold it then."""
+    another thread (W&B's, torch's) takes the signal: blocking it in this thread alone does not hold it then.
+
+    Deterministic on a busy machine: the signal is sent to a chosen thread, never "to the process, delivered some
+    time": to this (the main) thread, where it waits, blocked, until the fork is over; or by another thread to
+    itself, whose handler has run before that thread says it sent it (a signal a thread sends itself is delivered
+    before ``pthread_kill`` returns), so the main thread records it while it is held."""
     import signal
     import threading
-    import time
+
+    go, sent = threading.Event(), threading.Event()
+
+    def send_to_itself() -> None:
+        go.wait()
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # handled in this thread before the call returns
+        sent.set()
 
     if other_thread:
-        release = threading.Event()
-        threading.Thread(target=release.wait, daemon=True).start()
+        threading.Thread(target=send_to_itself, daemon=True).start()  # started before the hold: SIGTERM unblocked
 
     import dpgen.eval.workers as workers
 
     class Stop(BaseException):
         pass
 
+    stops = []
+
     def handler(signum, frame):
+        stops.append(signum)
         raise Stop
 
     started = []
     real_start = workers.mp.get_context("fork").Process.start
 
     def start(proc):
-        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the signals are blocked
+        assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set())  # held in this thread
+        if other_thread:
+            go.set()
+            assert sent.wait(120)  # a hang guard: the other thread's handler has run when it is set
+        else:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)  # pending here until released
         started.append(proc)
         real_start(proc)
 
@@ -125,8 +143,7 @@ def test_a_stop_signal_during_the_fork_reaches_the_parent_once_and_ends_the_work
             Forked(time.sleep, 60)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if other_thread:
-            release.set()
+    assert stops == [signal.SIGTERM]  # raised once, in the parent
     (proc,) = started
     assert not proc.is_alive() and proc.exitcode is not None
     monkeypatch.undo()

@@ -42,11 +42,13 @@ def test_nproc_on_gpus_checks_the_devices_before_starting_the_processes(no_gpu, 
 
 
 def test_nproc_with_fewer_gpus_than_processes_names_both(monkeypatch, tmp_path):
+    import dpgen.utils.settings as settings
     from dpgen.preflight import unavailable_devices
     from tests.helpers.configs import compose_cfg
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(settings, "certainly_no_cuda_gpu", lambda: False)  # a machine with a GPU driver: torch says
     cfg = compose_cfg(["experiment=digits_moments", "trainer.device=cuda"], out_dir=tmp_path)
     problem = unavailable_devices(cfg, nproc=2)
     assert problem.startswith("dpgen train --nproc 2 with trainer.device=cuda needs a GPU per process")
@@ -63,3 +65,19 @@ def test_max_steps_zero_for_a_one_release_method_is_one_line_and_no_folder(tmp_p
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert err.startswith("error: trainer.max_steps=0 stops DP class-Gaussian before its first release")
     assert not (tmp_path / "outputs").exists()
+
+
+def test_a_device_is_refused_before_torch_only_when_that_is_certain(monkeypatch):
+    """Without torch a GPU is refused only where none can be there (no driver, every GPU hidden); elsewhere torch
+    has the last word (None here)."""
+    import dpgen.utils.settings as settings
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert settings.certainly_no_cuda_gpu()
+    assert settings.device_problem_before_torch("cuda:1", "trainer.device").startswith(
+        "trainer.device=cuda:1 but this machine has no CUDA GPU")
+    monkeypatch.setattr(settings, "certainly_no_cuda_gpu", lambda: False)
+    assert settings.device_problem_before_torch("cuda", "trainer.device") is None  # torch says
+    assert settings.device_problem_before_torch("cpu:0", "trainer.device") is None
+    assert settings.device_problem_before_torch("auto", "evaluator.device") is None
+    assert "dpgen runs on cpu, cuda or mps" in settings.device_problem_before_torch("gpu", "evaluator.device")

@@ -95,6 +95,27 @@ def test_wandb_offline_image_files_are_not_blank(tmp_path, monkeypatch):
     assert arr.dtype == np.uint8 and arr.max() == 255 and len(np.unique(arr)) > 100  # not 0/1 pixels
 
 
+def test_the_console_names_the_offline_wandb_folder_and_the_command_that_uploads_it(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = RunLogger(tmp_path, run_config={"trainer": {"resume": False}}, wandb={"mode": "offline"})
+    logger.log_metrics({"loss": 1.0}, step=1)
+    logger.finish()
+    (folder,) = (tmp_path / "wandb").glob("offline-run-*")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("W&B")]
+    assert lines == [f"W&B (offline): the run is in {folder}; upload it with `wandb sync {folder}`"]
+
+
+def test_the_console_names_an_online_wandb_run_by_its_url():
+    from types import SimpleNamespace
+
+    from dpgen.logging.run_logger import wandb_location
+
+    run = SimpleNamespace(url="https://wandb.ai/me/dpgen/runs/abc123", settings=SimpleNamespace(sync_dir="/x"))
+    assert wandb_location(run) == "W&B: the run is at https://wandb.ai/me/dpgen/runs/abc123"
+
+
 # ---------------------------------------------------------------------------- W&B calls (fake module)
 class _FakeRun:
     def __init__(self, kwargs):

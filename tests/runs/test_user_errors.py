@@ -11,7 +11,7 @@ from dpgen.config import check_delta_of_config
 from dpgen.data import integrity
 from dpgen.data.base import DatasetNotFoundError
 from dpgen.errors import ConfigError, DataFileError, UserError
-from dpgen.logging.run_logger import check_wandb, wandb_mode
+from dpgen.logging.wandb_checks import check_wandb, wandb_mode
 from dpgen.preflight import preflight
 from dpgen.privacy.delta import example_delta, known_record_bound
 
@@ -127,10 +127,10 @@ def test_wandb_mode_from_the_environment_wins(monkeypatch):
 
 
 def test_online_without_login_is_a_user_error_offline_is_not(monkeypatch):
-    from dpgen.logging import run_logger
+    from dpgen.logging import wandb_checks
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.setattr(run_logger, "wandb_logged_in", lambda: False)
+    monkeypatch.setattr(wandb_checks, "wandb_logged_in", lambda: False)
     with pytest.raises(ConfigError, match="wandb login.*WANDB_MODE=offline.*logger=local"):
         check_wandb(OmegaConf.create({"mode": "online"}))
     check_wandb(OmegaConf.create({"mode": "offline"}))

@@ -234,12 +234,16 @@ def _subclasses(cls: type) -> set[type]:
 
 def test_the_wheel_lists_every_package_and_ships_the_configs():
     """pyproject.toml lists the packages (a mapped folder is not discovered): every one of dpgen/, plus
-    configs/ as dpgen.configs (Hydra's pkg:// search path of an installed wheel)."""
+    configs/ as dpgen.configs (Hydra's pkg:// search path of an installed wheel) and each of its group folders
+    (setuptools warns, and will refuse, a folder of package data that is not a listed package)."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     setup = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
     packages = {".".join(p.parent.relative_to(PKG.parent).parts) for p in PKG.rglob("__init__.py")}
-    assert set(setup["packages"]) == packages | {"dpgen.configs"}
+    configs = PKG.parent / "configs"
+    groups = {".".join(("dpgen.configs", *d.relative_to(configs).parts)) for d in configs.rglob("*")
+              if d.is_dir() and any(d.glob("*.yaml"))}
+    assert groups and set(setup["packages"]) == packages | {"dpgen.configs"} | groups
     assert setup["package-dir"] == {"dpgen.configs": "configs"} and (PKG.parent / "configs" / "__init__.py").is_file()
 
 

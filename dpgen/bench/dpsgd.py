@@ -23,6 +23,8 @@ import time
 
 import torch
 
+from ..utils.misc import on_gpu
+
 BATCH, SIGMA, CLIP, STEPS, WARMUP = 1024, 1.0, 1.0, 4, 1
 
 
@@ -61,7 +63,7 @@ def dpgen_method(batch: int, device: torch.device, per_sample: str = "auto", run
 
 def _peak(device: torch.device) -> float:
     """MiB: the peak allocated device memory (CUDA) or the process's peak resident set (CPU)."""
-    if device.type == "cuda":
+    if on_gpu(device):
         return torch.cuda.max_memory_allocated(device) / 2**20
     import resource
 
@@ -144,7 +146,7 @@ def kernel_table(device: str = "cuda", batch: int = BATCH, rows: int = 25) -> st
     m = dpgen_method(batch, dev)
     m.step(0)
     m.step(1)
-    cuda = dev.type == "cuda"
+    cuda = on_gpu(dev)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=acts) as prof:
         m.step(2)
@@ -161,7 +163,7 @@ def _cell(r: dict) -> tuple[str, str]:
 
 def section(device: torch.device) -> str:
     """The markdown section ``dpgen bench --only dpsgd`` writes into docs/benchmarks.md."""
-    dev = "cuda" if device.type == "cuda" else "cpu"
+    dev = torch.device(device).type  # "cuda" or "cpu": the bench is named by its device type
     r = beside(dev)
     d, o = r["dpgen"], r["opacus"]
     memory = "peak allocated device memory" if dev == "cuda" else "peak resident set of the side's process"

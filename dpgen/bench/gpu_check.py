@@ -287,11 +287,11 @@ def opacus_beside(device: str, steps: int, warmup: int, run_dir: Path, data: str
                 if done == steps:
                     break
         synchronize(dev)
-        peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None
+        peak = torch.cuda.max_memory_allocated(dev) / 2**20 if on_gpu(dev) else None
         return {"steps_per_s": (steps - warmup) / (time.perf_counter() - t0), "batch_size": m.batch_size, "clip_norm": m.C,
                 "peak_mib": peak}
 
-    from dpgen.utils.misc import synchronize
+    from dpgen.utils.misc import on_gpu, synchronize
 
     return {**out, "opacus": _guarded(opacus_rate)}
 

@@ -30,7 +30,7 @@ from .paths import CONFIGS
 _RUN_FLAGS = {"-m", "--multirun", "-r", "--run"}  # anything else starting with "-" is Hydra's to answer
 CREATED: list[Path] = []  # the run folder and the parents it lacked when checked (removed again if left empty)
 CHECKED: list[Path] = []  # the run (or sweep) folder the last command line names, resolved (its clock included)
-PER_SAMPLE_PATHS = ("auto", "vmap", "unfold")  # privacy.per_sample.RULE_CHOICES (tests/privacy/test_per_sample.py)
+PER_SAMPLE_PATHS = ("auto", "vmap", "unfold", "ghost")  # privacy.per_sample.RULE_CHOICES (tests/privacy/test_per_sample.py)
 PLUS_NOTE = "(Hydra's '+key=value' adds a NEW setting that nothing reads; use it only for that.)"
 
 

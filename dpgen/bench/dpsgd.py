@@ -5,6 +5,7 @@ size B from N = 16 B random MNIST-shaped public images, clip norm C = 1, noise m
 
 * **dpgen**: ``methods.dpsgd_classifier.DPSGDClassifier`` (``model.per_sample`` as given: ``auto`` = the layer
   rules of ``privacy.per_sample``; ``vmap`` = ``torch.func``), its own Poisson sampler and ``NoisyGradientSum``;
+  a second row with ``model.per_sample=ghost`` (the norms and the clipped sum without the per-sample gradients);
 * **Opacus**: ``PrivacyEngine.make_private`` (``GradSampleModule`` hooks, Poisson sampling, its DP optimiser).
 
 Each side runs in a child process of its own (spawned: the peak memory of one side is not the other's), one
@@ -124,14 +125,18 @@ def run_opacus(device: str, batch: int, steps: int, warmup: int) -> dict:
     return {"steps_per_s": _timed(step, dev, steps, warmup), "peak_mib": _peak(dev)}
 
 
+SIDES = (("dpgen", run_dpgen, ()), ("dpgen_ghost", run_dpgen, ("ghost",)), ("opacus", run_opacus, ()))
+
+
 def beside(device: str = "cpu", batch: int = BATCH, steps: int = STEPS, warmup: int = WARMUP) -> dict:
-    """Both sides, each in a spawned child process: ``{"dpgen": {...}, "opacus": {...}}`` (an error is a row)."""
+    """Every side, each in a spawned child process: ``{"dpgen": {...}, "dpgen_ghost": {...}, "opacus": {...}}``
+    (an error is a row)."""
     ctx = mp.get_context("spawn")
     out = {}
-    for name, fn in (("dpgen", run_dpgen), ("opacus", run_opacus)):
+    for name, fn, extra in SIDES:
         with ctx.Pool(1) as pool:
             try:
-                out[name] = pool.apply(fn, (device, batch, steps, warmup))
+                out[name] = pool.apply(fn, (device, batch, steps, warmup, *extra))
             except Exception as err:  # noqa: BLE001 - reported in the row (Opacus may be missing or fail)
                 out[name] = {"error": f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"}
     return out
@@ -165,7 +170,7 @@ def section(device: torch.device) -> str:
     """The markdown section ``dpgen bench --only dpsgd`` writes into docs/benchmarks.md."""
     dev = torch.device(device).type  # "cuda" or "cpu": the bench is named by its device type
     r = beside(dev)
-    d, o = r["dpgen"], r["opacus"]
+    d, g, o = r["dpgen"], r["dpgen_ghost"], r["opacus"]
     memory = "peak allocated device memory" if dev == "cuda" else "peak resident set of the side's process"
     text = (
         f"The mnist_dpsgd network (GroupNorm), Poisson batches of expected size {BATCH} from {16 * BATCH:,} random "
@@ -177,12 +182,14 @@ def section(device: torch.device) -> str:
         "## DP-SGD beside Opacus (`--only dpsgd`)", "",
         textwrap.fill(text, width=110, break_long_words=False, break_on_hyphens=False), "",
         "| implementation | steps/s | peak memory (MiB) |", "|---|---|---|",
-        f"| dpgen (`model.per_sample={d.get('per_sample', 'auto')}`, chunks of {d.get('microbatch', '?')}) | "
-        + " | ".join(_cell(d)) + " |",
+        *(f"| dpgen (`model.per_sample={r.get('per_sample', '?')}`, chunks of {r.get('microbatch', '?')}) | "
+          + " | ".join(_cell(r)) + " |" for r in (d, g)),
         "| Opacus (`make_private`, Poisson) | " + " | ".join(_cell(o)) + " |",
     ]
-    if "error" not in d and "error" not in o:
-        lines += ["", f"dpgen / Opacus steps/s: ×{d['steps_per_s'] / o['steps_per_s']:.2f}."]
+    ratios = [f"{r['per_sample']} ×{r['steps_per_s'] / o['steps_per_s']:.2f}" for r in (d, g)
+              if "error" not in r and "error" not in o]
+    if ratios:
+        lines += ["", f"dpgen / Opacus steps/s: {', '.join(ratios)}."]
     return "\n".join(lines) + "\n"
 
 

@@ -359,7 +359,7 @@ class DPDANNAlignment(DANNAlignment):
         super().__init__(discriminator, weight)
         if not clip_norm > 0:
             raise ValueError(f"model.alignment.clip_norm must be > 0, got {clip_norm}")
-        # the per-sample gradients' path, as DP-SGD's (privacy.per_sample): auto | unfold | vmap
+        # the per-sample gradients' path, as DP-SGD's (privacy.per_sample): auto | unfold | ghost | vmap
         self.per_sample = check_rule(per_sample, "model.alignment.per_sample")
         self.clip_norm = float(clip_norm)
         # null: calibrated to accountant.epsilon; a number (e.g. the released baseline's sigma): its epsilon is reported
@@ -396,8 +396,9 @@ class DPDANNAlignment(DANNAlignment):
         return F.cross_entropy(logits, labels, reduction="none")
 
     def _flat_target_grads(self, x_t: torch.Tensor, valid: torch.Tensor | None = None):
-        """The per-target-sample gradients over every parameter of g and D as one ``(b, D)`` chunk
-        (``privacy.per_sample``, the same machinery as DP-SGD's; ``valid``: the real rows of a padded batch)."""
+        """The per-target-sample gradients over every parameter of g and D as one chunk: ``(b, D)`` rows, or their
+        norms and weighted sum under ``ghost`` (``privacy.per_sample``, the same machinery as DP-SGD's; ``valid``:
+        the real rows of a padded batch)."""
         with own_draws():  # several processes: this rank's samples' dropout masks, the ranks kept in step
             return self.grads((x_t,), (), valid)
 

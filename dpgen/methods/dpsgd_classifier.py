@@ -116,8 +116,8 @@ class DPSGDClassifier(Method):
         if microbatch != "auto" and not (isinstance(microbatch, int) and microbatch >= 1):
             raise ValueError(f"model.microbatch must be auto or an integer >= 1, got {microbatch!r}")
         self.microbatch_setting = microbatch
-        self.per_sample = check_rule(per_sample, "model.per_sample")  # model.per_sample: auto | vmap | unfold (privacy.per_sample)
-        self.rule = "vmap" if per_sample == "vmap" else "unfold"  # resolved in setup, once the network exists
+        self.per_sample = check_rule(per_sample, "model.per_sample")  # auto | vmap | unfold | ghost (privacy.per_sample)
+        self.rule = per_sample if per_sample in ("vmap", "ghost") else "unfold"  # resolved in setup, with the network
         self.microbatch = cpu_microbatch(self.rule) if microbatch == "auto" else int(microbatch)
         if pair_samples < 3:
             raise ValueError(f"model.pair_samples must be >= 3 (the Bayesian accountant needs >= 3 pairs), "
@@ -251,11 +251,12 @@ class DPSGDClassifier(Method):
         pair_rows: list[torch.Tensor] = []
         seen = [0]
 
-        def observe(flat: torch.Tensor, scale: torch.Tensor) -> None:
-            take = min(p - seen[0], flat.shape[0])
+        def observe(chunk, scale: torch.Tensor) -> None:
+            rows = scale.shape[0]
+            take = min(p - seen[0], rows)
             if take > 0:
-                pair_rows.append(flat[:take] * scale[:take, None])                   # clipped g~ of the members
-            seen[0] += flat.shape[0]
+                pair_rows.append(chunk.rows(take) * scale[:take, None])              # clipped g~ of the members
+            seen[0] += rows
 
         private = self.gradient_release.release(self.grads.chunks((x,), (y,), valid, self.microbatch), observe=observe)
         distances = self._pair_distances(pair_rows, self.pair_gen, None if valid is None else valid[:p])

@@ -47,7 +47,7 @@ Grads = dict[str, torch.Tensor]
 # ``model.microbatch=auto`` off CUDA: per-sample gradients in chunks of 16 measured fastest on CPU for the vmap
 # path (the mnist_dpsgd CNN at batch 1024, one thread; docs/benchmarks.md), where a whole-batch vmap is slower
 CPU_MICROBATCH = 16
-# ... and for the layer rules (privacy.per_sample, the ``unfold`` path): chunks of 64 (same measurement)
+# ... and for the layer rules (privacy.per_sample, the ``unfold`` and ``ghost`` paths): chunks of 64 (same measurement)
 CPU_UNFOLD_MICROBATCH = 64
 # ``auto`` on CUDA: the share of the free device memory one chunk's per-sample gradients may take
 AUTO_MEMORY_SHARE = 0.5
@@ -76,8 +76,8 @@ def per_sample_grads(model: torch.nn.Module, loss_one: Callable[..., torch.Tenso
 
 
 def cpu_microbatch(rule: str) -> int:
-    """``model.microbatch=auto`` off CUDA for a per-sample path (``vmap`` or ``unfold``)."""
-    return CPU_UNFOLD_MICROBATCH if rule == "unfold" else CPU_MICROBATCH
+    """``model.microbatch=auto`` off CUDA for a per-sample path (``vmap``, ``unfold`` or ``ghost``)."""
+    return CPU_MICROBATCH if rule == "vmap" else CPU_UNFOLD_MICROBATCH
 
 
 def auto_microbatch(model: torch.nn.Module, loss_one: Callable[..., torch.Tensor], sample_shape: tuple[int, ...],

@@ -79,7 +79,7 @@ from .noise import (
     check_policy,
     describe_policy,
 )
-from .per_sample import FlatGrads, Layout
+from .per_sample import FlatGrads, GhostGrads, Layout
 from .sampler import device_generator, generator_state, resumed_generator
 from .sensitivity import check_bound, check_sensitivity_fraction, l2_sensitivity
 
@@ -623,9 +623,10 @@ class NoisyGradientSum(Mechanism):
     multiplier * 2C.
 
     In few operations: ``release`` takes the per-sample gradients in chunks (memory), each as ONE flat
-    ``(b, D)`` tensor (``privacy.per_sample.FlatGrads``; a dict ``{name: (b, *shape)}`` is flattened first):
+    ``(b, D)`` tensor (``privacy.per_sample.FlatGrads``; a dict ``{name: (b, *shape)}`` is flattened first) or as
+    its norms and a weighted-sum function (``privacy.per_sample.GhostGrads``, ``model.per_sample=ghost``):
     one norm per sample over all D entries, the clip factors ``min(1, C / ||g_i||)`` once, one weighted sum
-    (a ``(b,) x (b, D)`` product) into a flat ``(D,)`` total; then ONE draw of ``N(0, noise_std^2 I_D)`` from
+    into a flat ``(D,)`` total; then ONE draw of ``N(0, noise_std^2 I_D)`` from
     the mechanism's own generator (:meth:`noised_sum` on the flat vector), split back into the parameters'
     shapes.  The law is unchanged: i.i.d. ``N(0, noise_std^2)`` on every entry of the clipped sum, whose L2
     sensitivity is the one above whatever the grouping of the entries (the joint norm was always over all of
@@ -657,25 +658,30 @@ class NoisyGradientSum(Mechanism):
         (noisy,) = super().noised_sum([torch.cat([p.reshape(-1) for p in parts])])
         return [c.view_as(p) for c, p in zip(noisy.split([p.numel() for p in parts]), parts, strict=True)]
 
-    def release(self, per_sample: Iterable[FlatGrads | dict[str, torch.Tensor]],
-                observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> dict[str, torch.Tensor]:
+    def release(self, per_sample: Iterable[FlatGrads | GhostGrads | dict[str, torch.Tensor]],
+                observe: Callable[[FlatGrads | GhostGrads, torch.Tensor], None] | None = None) -> dict[str, torch.Tensor]:
         """``per_sample``: chunks of per-sample gradients (at least one chunk, possibly with b = 0) ->
         ``{name: shape}`` = (sum of clipped + noise) / (q N), recorded.
 
-        ``observe(flat, scale)`` sees each chunk's ``(b, D)`` gradients and their ``(b,)`` clip factors (the
-        clipped rows are ``flat * scale[:, None]``; only for the opt-in data-dependent reports of the DP-SGD
-        classifier: nothing of them leaves through the release)."""
+        A chunk gives its ``(b,)`` per-sample norms (``norms()``) and, given the clip factors, its weighted sum
+        ``sum_i scale_i g_i`` as one ``(D,)`` vector (``weighted_sum(scale)``): a ``FlatGrads`` from its ``(b, D)``
+        rows, a ``GhostGrads`` (``model.per_sample=ghost``) from the layers' inputs and backprops without forming
+        the rows.  Either way the clip factors are this method's, the clipped sum the same, the noise drawn once.
+
+        ``observe(chunk, scale)`` sees each chunk and its ``(b,)`` clip factors (the clipped rows are
+        ``chunk.rows(k) * scale[:k, None]``; only for the opt-in data-dependent reports of the DP-SGD classifier:
+        nothing of them leaves through the release)."""
         total: torch.Tensor | None = None
         layout = None
         for chunk in per_sample:
-            if not isinstance(chunk, FlatGrads):
+            if isinstance(chunk, dict):
                 chunk = FlatGrads(Layout.of_grads(chunk).flatten(chunk), Layout.of_grads(chunk))
-            flat, layout = chunk.flat, chunk.layout
-            norms = torch.linalg.vector_norm(flat, dim=1)                         # ||g_i||, all D entries jointly
-            scale = clip_scale(norms, self.clip_norm).to(flat.dtype)                # line 6: min(1, C / ||g_i||)
+            layout = chunk.layout
+            norms = chunk.norms()                                                   # ||g_i||, all D entries jointly
+            scale = clip_scale(norms, self.clip_norm).to(norms.dtype)               # line 6: min(1, C / ||g_i||)
             if observe is not None:
-                observe(flat, scale)
-            part = scale @ flat                                                     # sum_i g~_i: (D,)
+                observe(chunk, scale)
+            part = chunk.weighted_sum(scale)                                        # sum_i g~_i: (D,)
             total = part if total is None else total.add_(part)
         if total is None:
             raise ValueError("release() needs at least one chunk of per-sample gradients (it may be empty)")

@@ -20,6 +20,12 @@ The gradients are written straight into ONE ``(b, D)`` buffer (D = all trainable
 (``privacy.mechanisms.NoisyGradientSum``).  ``valid`` (bool ``(b,)``, optional) marks the batch's real rows: a
 padding row's loss is multiplied by 0, so its gradient and its norm are exactly 0.
 
+``rule="ghost"`` (:class:`GhostGrads`, ghost clipping / book-keeping: Li et al. 2022, Bu et al. 2023) forms no
+``(b, D)`` buffer: from the same ``a`` and ``b`` it takes each layer's share of the per-sample squared norms
+(``sum((a_i a_i^T) * (b_i b_i^T))`` for a matrix-product layer where that is cheaper, else the layer's per-sample
+gradient for its norm), then, given the clip factors ``c``, the clipped sum ``sum_i c_i b_i^T a_i`` of each layer
+as one product over the batch (no second backward).
+
 ``rule="vmap"`` (:func:`vmap_per_sample_grads`) is ``torch.func.vmap(grad(...))`` of a one-sample loss: any
 layer, but functorch lowers a convolution's per-sample weight gradient to a grouped convolution with groups =
 batch size, a slow kernel on a GPU.  A model with a trainable layer outside :data:`RULES` takes the vmap path and
@@ -32,6 +38,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -42,14 +49,14 @@ Grads = dict[str, torch.Tensor]
 # ``loss(output, *targets) -> (b,)``: each sample's loss from the model's output on the batch
 PerSampleLoss = Callable[..., torch.Tensor]
 
-RULE_CHOICES = ("auto", "vmap", "unfold")
+RULE_CHOICES = ("auto", "vmap", "unfold", "ghost")
 
 
 def check_rule(value: str, setting: str = "the per-sample path") -> str:
     """``value`` if it names a per-sample path, else a ValueError naming the setting and the choices."""
     if value not in RULE_CHOICES:
         raise ValueError(f"{setting}={value!r}: choose one of {', '.join(RULE_CHOICES)} (auto: unfold where every "
-                         "trainable layer has a rule, else vmap)")
+                         "trainable layer has a rule, else vmap; ghost: norms without the per-sample gradients)")
     return value
 
 
@@ -75,15 +82,20 @@ def _conv_padding(layer: nn.Module, dims: int) -> tuple[int, ...] | None:
     return tuple(layer.padding)
 
 
-def _conv(layer: nn.Module, a: torch.Tensor, b: torch.Tensor, out: Grads) -> None:
-    n, groups = a.shape[0], layer.groups
+def _patches(layer: nn.Module, a: torch.Tensor) -> torch.Tensor:
+    """``(n, C_in k, L)``: the convolution's input patches as columns (``F.unfold``), L output positions."""
     if isinstance(layer, nn.Conv1d):  # as a 2-d convolution of height 1
         a = a.unsqueeze(-2)
         k, pad, st, dil = (1, *layer.kernel_size), (0, *_conv_padding(layer, 1)), (1, *layer.stride), \
             (1, *layer.dilation)
     else:
         k, pad, st, dil = layer.kernel_size, _conv_padding(layer, 2), layer.stride, layer.dilation
-    cols = F.unfold(a.to(b.dtype), k, dilation=dil, padding=pad, stride=st)       # (n, C_in k, L)
+    return F.unfold(a, k, dilation=dil, padding=pad, stride=st)
+
+
+def _conv(layer: nn.Module, a: torch.Tensor, b: torch.Tensor, out: Grads) -> None:
+    n, groups = a.shape[0], layer.groups
+    cols = _patches(layer, a.to(b.dtype))                                         # (n, C_in k, L)
     bp = b.reshape(n, b.shape[1], -1)                                              # (n, C_out, L)
     if "weight" in out:
         w = out["weight"].view(n, groups, layer.out_channels // groups, -1)       # (n, G, C_out/G, C_in/G k)
@@ -199,6 +211,18 @@ class FlatGrads:
     def as_dict(self) -> Grads:
         return self.layout.views(self.flat)
 
+    def norms(self) -> torch.Tensor:
+        """``(b,)``: ``||g_i||`` over all D entries jointly."""
+        return torch.linalg.vector_norm(self.flat, dim=1)
+
+    def weighted_sum(self, scale: torch.Tensor) -> torch.Tensor:
+        """``(D,)``: ``sum_i scale_i g_i`` (one ``(b,) x (b, D)`` product)."""
+        return scale @ self.flat
+
+    def rows(self, k: int) -> torch.Tensor:
+        """``(k, D)``: the first k samples' gradients."""
+        return self.flat[:k]
+
 
 def masked(losses: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     """The per-sample losses with the padding rows' set to exactly 0 (``valid`` False): their gradients are 0."""
@@ -210,20 +234,14 @@ def _buffer(model: nn.Module, layout: Layout, rows: int, device: torch.device) -
     return torch.empty((rows, layout.dim), dtype=dtype, device=device)
 
 
-def flat_per_sample_grads(model: nn.Module, loss: PerSampleLoss, inputs: tuple[torch.Tensor, ...],
-                          targets: tuple[torch.Tensor, ...] = (), valid: torch.Tensor | None = None,
-                          layout: Layout | None = None, out: torch.Tensor | None = None) -> FlatGrads:
-    """Per-sample gradients of ``loss(model(*inputs), *targets)`` (a ``(b,)`` vector of per-sample losses) by the
-    layer rules (module docstring); every trainable layer must have one (:func:`uncovered_layers`).  ``out``: a
-    ``(>= b, D)`` buffer to write into (its first b rows; on a CPU a fresh buffer of this size costs more in page
-    faults than the products themselves)."""
-    layout = layout or Layout.of(model)
-    x0 = inputs[0]
-    n = x0.shape[0]
-    flat = _buffer(model, layout, n, x0.device) if out is None else out[:n]
-    if n == 0:
-        return FlatGrads(flat, layout)
-    slots = layout.views(flat)
+# one covered layer of a chunk: (its name, the layer, its input a, the backprop b = dL/dz of its output)
+Tape = tuple[str, nn.Module, torch.Tensor, torch.Tensor]
+
+
+def layer_backprops(model: nn.Module, loss: PerSampleLoss, inputs: tuple[torch.Tensor, ...],
+                    targets: tuple[torch.Tensor, ...] = (), valid: torch.Tensor | None = None) -> list[Tape]:
+    """Steps 1-2 of the module docstring: one forward of the batch keeping each trainable layer's input, one
+    backward of ``sum_i valid_i L_i`` to the layers' outputs; row i of every ``a`` and ``b`` is sample i's."""
     seen: list[tuple[str, nn.Module, torch.Tensor, torch.Tensor]] = []
 
     def keep(name: str):
@@ -240,13 +258,220 @@ def flat_per_sample_grads(model: nn.Module, loss: PerSampleLoss, inputs: tuple[t
             h.remove()
     total = masked(loss(out, *targets), valid).sum()
     backprops = torch.autograd.grad(total, [z for *_, z in seen], allow_unused=True)
-    for (name, module, a, z), b in zip(seen, backprops, strict=True):
-        if b is None:
-            b = torch.zeros_like(z)
-        prefix = f"{name}." if name else ""
-        own = {k: slots[prefix + k] for k, p in module.named_parameters(recurse=False) if p.requires_grad}
-        RULES[type(module)][0](module, a, b.detach(), own)
+    return [(name, module, a, torch.zeros_like(z) if b is None else b.detach())
+            for (name, module, a, z), b in zip(seen, backprops, strict=True)]
+
+
+def _own(name: str, module: nn.Module, slots: Grads) -> Grads:
+    """The layer's trainable parameters' entries of ``slots`` (keyed by the parameter's short name)."""
+    prefix = f"{name}." if name else ""
+    return {k: slots[prefix + k] for k, p in module.named_parameters(recurse=False) if p.requires_grad}
+
+
+def write_rules(tapes: list[Tape], slots: Grads, rows: int | None = None) -> None:
+    """Step 3: every layer's per-sample gradients (of the first ``rows`` samples) by its rule into ``slots``."""
+    for name, module, a, b in tapes:
+        if rows is not None:
+            a, b = a[:rows], b[:rows]
+        RULES[type(module)][0](module, a, b, _own(name, module, slots))
+
+
+def flat_per_sample_grads(model: nn.Module, loss: PerSampleLoss, inputs: tuple[torch.Tensor, ...],
+                          targets: tuple[torch.Tensor, ...] = (), valid: torch.Tensor | None = None,
+                          layout: Layout | None = None, out: torch.Tensor | None = None) -> FlatGrads:
+    """Per-sample gradients of ``loss(model(*inputs), *targets)`` (a ``(b,)`` vector of per-sample losses) by the
+    layer rules (module docstring); every trainable layer must have one (:func:`uncovered_layers`).  ``out``: a
+    ``(>= b, D)`` buffer to write into (its first b rows; on a CPU a fresh buffer of this size costs more in page
+    faults than the products themselves)."""
+    layout = layout or Layout.of(model)
+    x0 = inputs[0]
+    n = x0.shape[0]
+    flat = _buffer(model, layout, n, x0.device) if out is None else out[:n]
+    if n == 0:
+        return FlatGrads(flat, layout)
+    write_rules(layer_backprops(model, loss, inputs, targets, valid), layout.views(flat))
     return FlatGrads(flat, layout)
+
+
+# -- ghost norms and book-keeping (``rule="ghost"``) ------------------------------------------------------------------
+def ghost_cheaper(positions: int, d_in: int, d_out: int) -> bool:
+    """The book-keeping choice (Bu et al. 2023) for a layer ``z_t = W a_t`` at T inner positions: the ghost norm
+    (two T x T Gram matrices a sample) when ``2 T^2 < d_in d_out``, else the per-sample gradient (d_in d_out a
+    sample) formed just for its norm."""
+    return 2 * positions * positions < d_in * d_out
+
+
+class _Part(NamedTuple):
+    """One layer's share of a ghost chunk."""
+
+    sq: torch.Tensor                               # (n,): the layer's part of ||g_i||^2
+    add_to: Callable[[torch.Tensor, Grads], None]  # (c, {short name: slot}): writes sum_i c_i g_i of the layer
+
+
+def _materialised(layer: nn.Module, a: torch.Tensor, b: torch.Tensor, own: dict[str, nn.Parameter]) -> _Part:
+    """Any layer with a rule (:data:`RULES`): its per-sample gradients by the rule, kept for the weighted sum."""
+    n = b.shape[0]
+    grads = {k: torch.empty((n, *p.shape), dtype=p.dtype, device=b.device) for k, p in own.items()}
+    RULES[type(layer)][0](layer, a, b, grads)
+    flat = {k: g.view(n, -1) for k, g in grads.items()}
+
+    def add_to(c: torch.Tensor, out: Grads) -> None:
+        for k, g in flat.items():
+            torch.mv(g.t(), c, out=out[k].view(-1))
+
+    return _Part(torch.stack([g.square().sum(1) for g in flat.values()]).sum(0), add_to)
+
+
+def _matmul_part(a: torch.Tensor, b: torch.Tensor, weight: bool, bias: bool,
+                 weight_sum: Callable[[torch.Tensor], torch.Tensor] | None = None) -> _Part:
+    """``z_t = W a_t + bias`` at T positions in G independent groups: ``a (n, G, T, d_in)``, ``b (n, G, T, d_out)``.
+    Sample i's gradients are ``W: b_i^T a_i`` (per group) and ``bias: sum_t b_it``, so
+
+    * ``||b_i^T a_i||_F^2 = sum_{t,s} (a_it . a_is)(b_it . b_is) = sum((a_i a_i^T) * (b_i b_i^T))`` (the ghost
+      norm, where :func:`ghost_cheaper`; else ``b_i^T a_i`` is formed for its norm and kept for the sum);
+    * ``sum_i c_i b_i^T a_i`` is ONE product over samples and positions of the scaled backprops with the inputs
+      (book-keeping: the clipped sum from the stored a and b, no second backward); ``weight_sum(c)``, when given,
+      computes that same sum by the layer's own batched weight-gradient kernel (a convolution's)."""
+    n, groups, t, d_in = a.shape
+    parts, w, bsum = [], None, None
+    if weight:
+        a3, b3 = a.flatten(0, 1), b.flatten(0, 1)                            # (n G, T, d): views, no copy
+        if ghost_cheaper(t, d_in, b.shape[-1]):
+            gram = torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(b3, b3.transpose(1, 2))
+            parts.append(gram.view(n, -1).sum(1))
+        else:
+            w = torch.bmm(b3.transpose(1, 2), a3).view(n, groups, b.shape[-1], d_in)   # (n, G, d_out, d_in)
+            parts.append(w.view(n, -1).square().sum(1))
+    if bias:
+        bsum = b.sum(2).reshape(n, -1)                                       # (n, G d_out)
+        parts.append(bsum.square().sum(1))
+
+    def add_to(c: torch.Tensor, out: Grads) -> None:
+        if weight:
+            if w is None and weight_sum is not None:
+                total = weight_sum(c)
+            elif w is None:
+                total = torch.einsum("ngto,ngti->goi", b * c.view(n, 1, 1, 1), a)
+            else:
+                total = torch.tensordot(c, w, dims=1)
+            out["weight"].copy_(total.reshape(out["weight"].shape))
+        if bias:
+            torch.mv(bsum.t(), c, out=out["bias"].view(-1))
+
+    return _Part(torch.stack(parts).sum(0), add_to)
+
+
+def _linear_ghost(layer: nn.Linear, a: torch.Tensor, b: torch.Tensor, own: dict[str, nn.Parameter]) -> _Part:
+    n = a.shape[0]
+    return _matmul_part(a.reshape(n, 1, -1, a.shape[-1]).to(b.dtype), b.reshape(n, 1, -1, b.shape[-1]),
+                        "weight" in own, "bias" in own)
+
+
+def _conv_ghost(layer: nn.Module, a: torch.Tensor, b: torch.Tensor, own: dict[str, nn.Parameter]) -> _Part:
+    """A convolution is a Linear on its unfolded input patches: T = the L output positions, per group.  Its clipped
+    weight sum ``sum_i c_i b_i unfold(a_i)^T`` is the ordinary batched weight gradient of the convolution for the
+    output gradient ``c_i b_i`` (``torch.nn.grad.conv*d_weight``: groups as the layer's, never the batch)."""
+    n, groups = a.shape[0], layer.groups
+    a = a.to(b.dtype)
+    cols = _patches(layer, a)                                                     # (n, C_in k, L)
+    length = cols.shape[-1]
+    dims = 1 if isinstance(layer, nn.Conv1d) else 2
+    kernel = torch.nn.grad.conv1d_weight if dims == 1 else torch.nn.grad.conv2d_weight
+
+    def weight_sum(c: torch.Tensor) -> torch.Tensor:
+        return kernel(a, layer.weight.shape, b * c.view(-1, *([1] * (b.dim() - 1))), stride=layer.stride,
+                      padding=_conv_padding(layer, dims), dilation=layer.dilation, groups=groups)
+
+    return _matmul_part(cols.view(n, groups, -1, length).transpose(2, 3),
+                        b.reshape(n, groups, -1, length).transpose(2, 3), "weight" in own, "bias" in own, weight_sum)
+
+
+def _embedding_ghost(layer: nn.Embedding, ids: torch.Tensor, b: torch.Tensor,
+                     own: dict[str, nn.Parameter]) -> _Part:
+    """A Linear on one-hot inputs (d_in = the vocabulary): ``a_it . a_is = [ids_it = ids_is]``; positions holding
+    ``padding_idx`` give no gradient.  The sum is a scatter-add of the scaled backprops into the rows."""
+    n, dim = ids.shape[0], layer.embedding_dim
+    ids2 = ids.reshape(n, -1)
+    if not ghost_cheaper(ids2.shape[1], layer.num_embeddings, dim):
+        return _materialised(layer, ids, b, own)
+    b2 = b.reshape(n, -1, dim)
+    if layer.padding_idx is not None:
+        b2 = b2 * (ids2 != layer.padding_idx).unsqueeze(-1).to(b2.dtype)
+    same = (ids2.unsqueeze(2) == ids2.unsqueeze(1)).to(b2.dtype)
+    sq = (same * (b2 @ b2.transpose(1, 2))).sum((1, 2))
+
+    def add_to(c: torch.Tensor, out: Grads) -> None:
+        w = out["weight"]
+        w.zero_()
+        w.index_add_(0, ids2.reshape(-1), (b2 * c.view(n, 1, 1)).reshape(-1, dim))
+
+    return _Part(sq, add_to)
+
+
+# layer type -> its ghost rule; every other layer of RULES (GroupNorm, LayerNorm: C entries a sample) is materialised
+GHOST_RULES: dict[type, Callable[..., _Part]] = {
+    nn.Linear: _linear_ghost, nn.Conv1d: _conv_ghost, nn.Conv2d: _conv_ghost, nn.Embedding: _embedding_ghost,
+}
+
+
+class GhostGrads:
+    """A chunk's per-sample gradient norms and its clipped sum, its ``(b, D)`` per-sample gradients never formed
+    (``rule="ghost"``).
+
+    From the same forward and backward as the layer rules (the inputs ``a`` and backprops ``b`` of every layer), each
+    layer gives its share of ``||g_i||^2`` (:data:`GHOST_RULES`: the ghost norm where :func:`ghost_cheaper`, else
+    the layer's per-sample gradient formed for its norm; a layer without a ghost rule is materialised by its
+    :data:`RULES` entry, exact either way); the shares add up to ONE ``(b,)`` norm vector (:meth:`norms`).  Given the
+    clip factors c (``privacy.mechanisms.NoisyGradientSum``), :meth:`weighted_sum` writes ``sum_i c_i g_i`` of every
+    layer into ONE flat ``(D,)`` vector: for a matrix-product layer ``sum_i c_i b_i^T a_i``, one product over the
+    batch and the positions.  It is the sum of the same clipped per-sample gradients as the other rules (exact
+    maths: each sample's contribution ``c_i g_i`` has norm <= C), so the sensitivity and the noise are unchanged.
+    :meth:`rows` forms the first k samples' gradients by the layer rules (the data-dependent reports' few rows)."""
+
+    def __init__(self, tapes: list[Tape], layout: Layout, n: int, like: torch.Tensor) -> None:
+        self.tapes, self.layout, self.n, self._like = tapes, layout, n, like
+        self.parts = []
+        for _, module, a, b in tapes:
+            own = {k: p for k, p in module.named_parameters(recurse=False) if p.requires_grad}
+            rule = GHOST_RULES.get(type(module), _materialised)
+            self.parts.append(rule(module, a, b, own))
+
+    def norms(self) -> torch.Tensor:
+        """``(b,)``: ``||g_i||`` over every trainable entry jointly (the layers' shares added)."""
+        if not self.parts:
+            return self._like.new_zeros(self.n)
+        return torch.stack([p.sq for p in self.parts]).sum(0).sqrt()
+
+    def weighted_sum(self, scale: torch.Tensor) -> torch.Tensor:
+        """``(D,)``: ``sum_i scale_i g_i``, layer by layer into one flat vector."""
+        total = self._like.new_zeros(self.layout.dim)
+        slots = self.layout.views(total)
+        for (name, module, _, _), part in zip(self.tapes, self.parts, strict=True):
+            part.add_to(scale, _own(name, module, slots))
+        return total
+
+    def rows(self, k: int) -> torch.Tensor:
+        """``(k, D)``: the first k samples' gradients, formed by the layer rules."""
+        k = min(k, self.n)
+        out = self._like.new_zeros((k, self.layout.dim))
+        if k:
+            write_rules(self.tapes, self.layout.views(out), rows=k)
+        return out
+
+    def as_dict(self) -> Grads:
+        return self.layout.views(self.rows(self.n))
+
+
+def ghost_grads(model: nn.Module, loss: PerSampleLoss, inputs: tuple[torch.Tensor, ...],
+                targets: tuple[torch.Tensor, ...] = (), valid: torch.Tensor | None = None,
+                layout: Layout | None = None) -> GhostGrads:
+    """:class:`GhostGrads` of ``loss(model(*inputs), *targets)`` (every trainable layer must have a rule)."""
+    layout = layout or Layout.of(model)
+    n = inputs[0].shape[0]
+    dtype = next((p.dtype for p in model.parameters() if p.requires_grad), torch.float32)
+    like = torch.empty(0, dtype=dtype, device=inputs[0].device)
+    tapes = layer_backprops(model, loss, inputs, targets, valid) if n else []
+    return GhostGrads(tapes, layout, n, like)
 
 
 def vmap_per_sample_grads(model: nn.Module, loss: PerSampleLoss, inputs: tuple[torch.Tensor, ...],
@@ -276,11 +501,13 @@ _WARNED: set[str] = set()
 
 
 def resolve_rule(setting: str, model: nn.Module, device: torch.device) -> str:
-    """The per-sample setting (``auto``, ``unfold``, ``vmap``) -> the path a run takes: ``vmap`` or ``unfold``.
+    """The per-sample setting (``auto``, ``unfold``, ``ghost``, ``vmap``) -> the path a run takes: ``vmap``,
+    ``unfold`` or ``ghost``.
 
     ``auto``: ``unfold`` when every trainable layer has a rule (on a GPU its matrix products replace the grouped
-    convolutions of vmap; on the CPU it measured faster too: docs/methods/dp-sgd.md), else ``vmap``.  A model with
-    a layer outside the rules takes ``vmap`` (also when ``unfold`` is asked for) and says so once."""
+    convolutions of vmap; on the CPU it measured faster too: docs/methods/dp-sgd.md), else ``vmap``.  ``ghost``
+    needs the same rules (:class:`GhostGrads`).  A model with a layer outside the rules takes ``vmap`` (also when
+    ``unfold`` or ``ghost`` is asked for) and says so once."""
     check_rule(setting)
     if setting == "vmap":
         return "vmap"
@@ -293,26 +520,28 @@ def resolve_rule(setting: str, model: nn.Module, device: torch.device) -> str:
                           f"(asked for: {setting})", stacklevel=2)
         return "vmap"
     del device  # the same choice on every device (measured: module docstring of resolve_rule)
-    return "unfold"
+    return "ghost" if setting == "ghost" else "unfold"
 
 
 class PerSampleGradients:
     """The per-sample gradients of one model and loss by one rule, chunk by chunk, into one reused buffer.
 
-    ``chunks(inputs, targets, valid, size)`` yields :class:`FlatGrads` of at most ``size`` rows (at least one
-    chunk, possibly empty); each chunk is overwritten by the next, so a consumer reads it before asking for the
-    next (``privacy.mechanisms.NoisyGradientSum.release`` does)."""
+    ``chunks(inputs, targets, valid, size)`` yields :class:`FlatGrads` (``ghost``: :class:`GhostGrads`) of at most
+    ``size`` rows (at least one chunk, possibly empty); each chunk is overwritten by the next, so a consumer reads
+    it before asking for the next (``privacy.mechanisms.NoisyGradientSum.release`` does)."""
 
     def __init__(self, model: nn.Module, loss: PerSampleLoss, rule: str) -> None:
-        if rule not in ("vmap", "unfold"):
-            raise ValueError(f"per-sample rule must be vmap or unfold (resolve_rule), got {rule!r}")
+        if rule not in ("vmap", "unfold", "ghost"):
+            raise ValueError(f"per-sample rule must be vmap, unfold or ghost (resolve_rule), got {rule!r}")
         self.model, self.loss, self.rule = model, loss, rule
         self.layout = Layout.of(model)
         self._buf: torch.Tensor | None = None
 
     def __call__(self, inputs: tuple[torch.Tensor, ...], targets: tuple[torch.Tensor, ...] = (),
-                 valid: torch.Tensor | None = None) -> FlatGrads:
+                 valid: torch.Tensor | None = None) -> FlatGrads | GhostGrads:
         n, device = inputs[0].shape[0], inputs[0].device
+        if self.rule == "ghost":
+            return ghost_grads(self.model, self.loss, inputs, targets, valid, self.layout)
         if self.rule == "vmap":
             if n == 0:
                 return FlatGrads(_buffer(self.model, self.layout, 0, device), self.layout)

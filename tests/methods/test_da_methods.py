@@ -58,9 +58,10 @@ def test_gradient_reversal_is_identity_forward_and_flips_the_gradient_sign():
     assert torch.allclose(x.grad, -0.7 * w)
 
 
-def test_gradient_reversal_flips_the_feature_extractor_part_of_per_sample_gradients():
+@pytest.mark.parametrize("per_sample", ["auto", "ghost"])
+def test_gradient_reversal_flips_the_feature_extractor_part_of_per_sample_gradients(per_sample):
     g = _mlp_g()
-    align = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), weight=1.0)
+    align = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), weight=1.0, per_sample=per_sample)
     align.setup(_actx(g))
     x = torch.randn(3, 12)
     per = align.per_sample_target_grads(x)
@@ -167,10 +168,12 @@ def test_dp_dann_clips_each_target_sample_jointly_over_extractor_and_discriminat
     assert (per_sample_norms(clipped) <= 0.05 * (1 + 1e-5)).all()
 
 
-def test_dp_dann_one_target_record_moves_the_noiseless_gradient_by_at_most_c_over_qn():
+@pytest.mark.parametrize("per_sample", ["auto", "ghost"])
+def test_dp_dann_one_target_record_moves_the_noiseless_gradient_by_at_most_c_over_qn(per_sample):
     g = _mlp_g()
-    a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), weight=0.3, clip_norm=0.1)
+    a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), weight=0.3, clip_norm=0.1, per_sample=per_sample)
     a.setup(_actx(g))
+    assert a.grads.rule == per_sample.replace("auto", "unfold")
     a.mechanism.noise_std = 0.0  # the noiseless release (the sensitivity is a property of the clipped sum)
     x = torch.randn(10, 12) * 5
     extra = torch.randn(1, 12) * 50
@@ -325,3 +328,25 @@ def test_da_preset_with_a_short_epochs_override_builds(tmp_path):
     with pytest.warns(UserWarning, match="model.start_align"):
         m = instantiate(cfg.model, _convert_="all")
     assert m.start_align == 0 and m.epochs == 1
+
+
+def test_dp_dann_with_ghost_norms_releases_the_same_noiseless_gradient_and_takes_a_static_step(tmp_path):
+    """``model.alignment.per_sample=ghost``: the same clipped sum as the layer rules' (noiseless release), and a step
+    fit for one captured graph (``trainer.graph=on``: same ops both steps, no device read)."""
+    from dpgen.bench.step_overhead import family_steps, static_check
+
+    x = torch.randn(10, 12) * 5
+    released = {}
+    for rule in ("unfold", "ghost"):
+        a = DPDANNAlignment(partial(DomainDiscriminator, hidden=6), weight=0.3, clip_norm=0.1, per_sample=rule)
+        g = _mlp_g()
+        torch.manual_seed(1)  # the same discriminator on both paths
+        a.setup(_actx(g))
+        a.mechanism.noise_std = 0.0
+        released[rule] = a._private_grads(x)
+    for k, v in released["unfold"].items():
+        torch.testing.assert_close(released["ghost"][k], v, rtol=1e-5, atol=1e-8)
+    fs = family_steps("dp_dann", tmp_path / "run", ["trainer.graph=on", "model.alignment.per_sample=ghost"])
+    assert fs.method.alignment.grads.rule == "ghost"
+    faults = static_check(fs)
+    assert not faults, "\n".join(faults)

@@ -264,3 +264,30 @@ def test_a_step_with_the_data_dependent_reports_reads_nothing_from_the_device(tm
     where = [w for c in fs.steady for w in c.where]
     assert (fs.worst("reads"), fs.worst("copies"), fs.worst("host_random")) == (0, 0, 0), where
     assert fs.method.wa.steps == fs.method.ba.steps == len(fs.intervals)  # every step accounted by the end
+
+
+def test_a_ghost_step_is_static_and_releases_what_the_layer_rules_release(tmp_path):
+    """``model.per_sample=ghost``: the noiseless release equals the layer rules' (the same clipped sum), and the
+    step is fit for one captured graph (``trainer.graph=on``: same ops both steps, 0 device reads)."""
+    from dpgen.bench.step_overhead import family_steps, static_check
+    from dpgen.data.base import DataSplits, PrivateSplit, TensorSplit
+    from dpgen.privacy import PrivacyLedger
+
+    x, y = torch.rand(200, 1, 28, 28), torch.randint(10, (200,))
+    data = DataSplits("t", PrivateSplit(x, y), TensorSplit(x[:4], y[:4]), None, 10, (1, 28, 28))
+    released = {}
+    for rule in ("unfold", "ghost"):
+        m = DPSGDClassifier(network=mnist_convnet, batch_size=32, epochs=1, noise_multiplier=1.0, per_sample=rule,
+                            microbatch=16)
+        torch.manual_seed(0)  # the same network on both paths
+        m.setup(data, PrivacyLedger(None, 1e-5), train_context(tmp_path / rule))
+        assert m.rule == rule
+        m.gradient_release.noise_std = 0.0
+        released[rule] = m.private_gradient(m.normalize(x[:40]), y[:40])
+    for k, v in released["unfold"].items():
+        torch.testing.assert_close(released["ghost"][k], v, rtol=1e-4, atol=1e-7)
+    fs = family_steps("dpsgd_classifier", tmp_path / "run", ["trainer.graph=on", "model.per_sample=ghost"])
+    assert fs.method.rule == "ghost"
+    faults = static_check(fs)
+    assert not faults, "\n".join(faults)
+    assert fs.worst("reads") == 0

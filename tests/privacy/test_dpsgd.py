@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from dpgen.privacy import PrivacyLedger
@@ -39,14 +40,42 @@ def test_clipping_bounds_every_sample_norm_and_keeps_small_ones():
     assert torch.allclose(after[small], norms[small], atol=1e-6)
 
 
-def test_noise_std_equals_sigma_times_clip_over_expected_batch():
+def _ghost_chunk(x: torch.Tensor):
+    """A ``model.per_sample=ghost`` chunk of a bias-free Linear (D = 200 x 100 = 20,000) on the rows x: its
+    per-sample gradients are never formed (``privacy.per_sample.GhostGrads``)."""
+    from dpgen.privacy.per_sample import ghost_grads
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(200, 100, bias=False)
+    return ghost_grads(lin, lambda out: out.square().sum(1), (x,))
+
+
+@pytest.mark.parametrize("path", ["rows", "ghost"])
+def test_noise_std_equals_sigma_times_clip_over_expected_batch(path):
     c, sigma, qn = 2.0, 1.5, 10.0
-    zeros = {"w": torch.zeros(4, 20000)}
+    chunk = {"w": torch.zeros(4, 20000)} if path == "rows" else _ghost_chunk(torch.zeros(4, 200))
     mech = NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=c, sample_rate=0.1, expected_batch_size=qn, seed=1,
                             noise=FixedMultiplier(sigma))
-    out = mech.release([zeros])
-    std = out["w"].std().item()
+    out = mech.release([chunk])
+    std = next(iter(out.values())).std().item()
     assert abs(std - sigma * c / qn) / (sigma * c / qn) < 0.03
+    assert mech.ledger.steps == 1
+
+
+@pytest.mark.parametrize("path", ["rows", "ghost"])
+def test_noisy_gradient_sum_clips_each_sample_inside_the_release(path):
+    """Noiseless: 6 samples of norms far above C: the released sum times qN has norm <= 6 C, and equals the sum of
+    the clipped rows."""
+    x = torch.randn(6, 200) * 100
+    chunk = _ghost_chunk(x)
+    rows = chunk.rows(6)
+    quiet = NoisyGradientSum(PrivacyLedger(None, 1e-5), clip_norm=1.5, sample_rate=0.1, expected_batch_size=6.0,
+                             seed=0, noise=NotPrivate())
+    out = next(iter(quiet.release([{"w": rows} if path == "rows" else chunk]).values()))
+    assert (torch.linalg.vector_norm(rows, dim=1) > 100).all()
+    assert out.norm() * 6.0 <= 6 * 1.5 * (1 + 1e-5)
+    want = (rows * (1.5 / torch.linalg.vector_norm(rows, dim=1, keepdim=True))).sum(0) / 6.0
+    torch.testing.assert_close(out.reshape(-1), want, rtol=1e-4, atol=1e-6)
 
 
 def test_assign_grads_writes_param_grad():

@@ -199,15 +199,31 @@ def test_dry_run_lists_the_opacus_pair_at_mnist_sizes_and_the_kernel_profile(cap
 def test_the_report_shows_the_opacus_pair_with_memory_and_the_kernel_table():
     fake = {**_fake(),
             "opacus_mnist": {"dpgen": {"steps_per_s": 120.0, "peak_mib": 3000.0},
+                             "dpgen_ghost": {"steps_per_s": 150.0, "peak_mib": 2000.0},
                              "opacus": {"steps_per_s": 80.0, "peak_mib": 5000.0}},
             "kernel_profile": {"table": "Name  Self CUDA\nvoid gemm_kernel  1.2ms"}}
     md = render(fake)
     assert "| dpgen DP-SGD | 120.0 | 3,000 |" in md and "| Opacus | 80.0 | 5,000 |" in md
+    assert "| dpgen DP-SGD, `model.per_sample=ghost` | 150.0 | 2,000 |" in md
     assert "void gemm_kernel" in md and "CUDA kernels by time" in md
     ok = {"families": {}, "opacus_mnist": fake["opacus_mnist"], "kernel_profile": fake["kernel_profile"]}
     assert not gpu_check.failed(ok)
     assert gpu_check.failed({**ok, "kernel_profile": {"error": "RuntimeError: no CUDA"}})
     assert gpu_check.failed({**ok, "opacus_mnist": {"dpgen": {"error": "x"}, "opacus": {}}})
+
+
+def test_the_dpsgd_bench_section_has_a_row_for_each_per_sample_path_and_opacus(monkeypatch):
+    from dpgen.bench import dpsgd
+
+    rows = {"dpgen": {"steps_per_s": 0.04, "peak_mib": 1000.0, "per_sample": "unfold", "microbatch": 64},
+            "dpgen_ghost": {"steps_per_s": 0.05, "peak_mib": 900.0, "per_sample": "ghost", "microbatch": 64},
+            "opacus": {"steps_per_s": 0.02, "peak_mib": 4000.0}}
+    monkeypatch.setattr(dpsgd, "beside", lambda device: rows)
+    text = dpsgd.section(torch.device("cpu"))
+    assert "| dpgen (`model.per_sample=ghost`, chunks of 64) | 0.050 | 900 |" in text
+    assert "| dpgen (`model.per_sample=unfold`, chunks of 64) | 0.040 | 1,000 |" in text
+    assert "dpgen / Opacus steps/s: unfold ×2.00, ghost ×2.50." in text
+    assert [name for name, *_ in dpsgd.SIDES] == ["dpgen", "dpgen_ghost", "opacus"]
 
 
 def test_the_kernel_table_of_one_dpsgd_step_is_a_profiler_table_on_the_cpu():

@@ -3,9 +3,9 @@
 Both sides train the mnist_dpsgd network (``models.mnist_convnet``, GroupNorm) on Poisson batches of expected
 size B from N = 16 B random MNIST-shaped public images, clip norm C = 1, noise multiplier sigma = 1, plain SGD:
 
-* **dpgen**: ``methods.dpsgd_classifier.DPSGDClassifier`` (``model.per_sample`` as given: ``auto`` = the layer
-  rules of ``privacy.per_sample``; ``vmap`` = ``torch.func``), its own Poisson sampler and ``NoisyGradientSum``;
-  a second row with ``model.per_sample=ghost`` (the norms and the clipped sum without the per-sample gradients);
+* **dpgen**: ``methods.dpsgd_classifier.DPSGDClassifier`` (``model.per_sample`` as given: ``unfold`` and
+  ``ghost``, the two layer-rule paths of ``privacy.per_sample``, one row each), its own Poisson sampler and
+  ``NoisyGradientSum``;
 * **Opacus**: ``PrivacyEngine.make_private`` (``GradSampleModule`` hooks, Poisson sampling, its DP optimiser).
 
 Each side runs in a child process of its own (spawned: the peak memory of one side is not the other's), one
@@ -125,7 +125,7 @@ def run_opacus(device: str, batch: int, steps: int, warmup: int) -> dict:
     return {"steps_per_s": _timed(step, dev, steps, warmup), "peak_mib": _peak(dev)}
 
 
-SIDES = (("dpgen", run_dpgen, ()), ("dpgen_ghost", run_dpgen, ("ghost",)), ("opacus", run_opacus, ()))
+SIDES = (("dpgen", run_dpgen, ("unfold",)), ("dpgen_ghost", run_dpgen, ("ghost",)), ("opacus", run_opacus, ()))
 
 
 def beside(device: str = "cpu", batch: int = BATCH, steps: int = STEPS, warmup: int = WARMUP) -> dict:

@@ -55,8 +55,8 @@ RULE_CHOICES = ("auto", "vmap", "unfold", "ghost")
 def check_rule(value: str, setting: str = "the per-sample path") -> str:
     """``value`` if it names a per-sample path, else a ValueError naming the setting and the choices."""
     if value not in RULE_CHOICES:
-        raise ValueError(f"{setting}={value!r}: choose one of {', '.join(RULE_CHOICES)} (auto: unfold where every "
-                         "trainable layer has a rule, else vmap; ghost: norms without the per-sample gradients)")
+        raise ValueError(f"{setting}={value!r}: choose one of {', '.join(RULE_CHOICES)} (auto: ghost on the CPU, "
+                         "unfold on CUDA, where every trainable layer has a rule, else vmap)")
     return value
 
 
@@ -504,10 +504,11 @@ def resolve_rule(setting: str, model: nn.Module, device: torch.device) -> str:
     """The per-sample setting (``auto``, ``unfold``, ``ghost``, ``vmap``) -> the path a run takes: ``vmap``,
     ``unfold`` or ``ghost``.
 
-    ``auto``: ``unfold`` when every trainable layer has a rule (on a GPU its matrix products replace the grouped
-    convolutions of vmap; on the CPU it measured faster too: docs/methods/dp-sgd.md), else ``vmap``.  ``ghost``
-    needs the same rules (:class:`GhostGrads`).  A model with a layer outside the rules takes ``vmap`` (also when
-    ``unfold`` or ``ghost`` is asked for) and says so once."""
+    ``auto``, when every trainable layer has a rule: ``ghost`` on the CPU (measured faster than ``unfold`` there,
+    with less memory: docs/methods/dp-sgd.md), ``unfold`` on CUDA (its matrix products replace the grouped
+    convolutions of vmap; ghost is not measured on a GPU yet); else ``vmap``.  ``ghost`` needs the same rules
+    (:class:`GhostGrads`).  A model with a layer outside the rules takes ``vmap`` (also when ``unfold`` or
+    ``ghost`` is asked for) and says so once."""
     check_rule(setting)
     if setting == "vmap":
         return "vmap"
@@ -519,8 +520,9 @@ def resolve_rule(setting: str, model: nn.Module, device: torch.device) -> str:
             warnings.warn(f"per-sample gradients: no rule for {', '.join(missing)}; this model takes the vmap path "
                           f"(asked for: {setting})", stacklevel=2)
         return "vmap"
-    del device  # the same choice on every device (measured: module docstring of resolve_rule)
-    return "ghost" if setting == "ghost" else "unfold"
+    if setting == "auto":
+        return "unfold" if torch.device(device).type == "cuda" else "ghost"
+    return setting
 
 
 class PerSampleGradients:

@@ -45,6 +45,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from ..utils.misc import on_gpu
+
 Grads = dict[str, torch.Tensor]
 # ``loss(output, *targets) -> (b,)``: each sample's loss from the model's output on the batch
 PerSampleLoss = Callable[..., torch.Tensor]
@@ -521,7 +523,7 @@ def resolve_rule(setting: str, model: nn.Module, device: torch.device) -> str:
                           f"(asked for: {setting})", stacklevel=2)
         return "vmap"
     if setting == "auto":
-        return "unfold" if torch.device(device).type == "cuda" else "ghost"
+        return "unfold" if on_gpu(device) else "ghost"
     return setting
 
 

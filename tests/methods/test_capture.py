@@ -9,6 +9,7 @@ again.  The ``cuda``-marked tests run the real graph (``make gpu-check``).
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import pytest
@@ -64,6 +65,75 @@ def test_a_resumed_run_captures_again_and_ends_where_the_uninterrupted_run_ends(
     assert ledger.entries == led_w.entries and ledger.steps == 12
     for p, q in zip(m.G.parameters(), whole.G.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_dpsgd_with_its_reports_is_captured_and_reports_what_the_eager_run_reports(tmp_path, monkeypatch):
+    """DP-SGD with the data-dependent reports (WA / BA / MA) under ``trainer.graph=on`` (the emulated capture): its
+    step is captured and replayed, the pair distances accounted after each replay; ε, the reports (results.json, the
+    logged rows, the checkpoint), the privacy card and the weights are those of the run whose every step runs eagerly
+    over the same padded batches."""
+    import json
+
+    from dpgen.methods.dpsgd_classifier import DPSGDClassifier
+    from dpgen.pipeline import run
+    from dpgen.privacy.bayesian import BayesianAccountant
+    from dpgen.privacy.wdp import WassersteinAccountant
+    from dpgen.utils import load_checkpoint
+    from tests.helpers.configs import compose_cfg
+
+    runners: list[StepRunner] = []
+    made = StepRunner.__init__
+
+    def spy(self, *a, **k):
+        made(self, *a, **k)
+        runners.append(self)
+
+    monkeypatch.setattr(StepRunner, "__init__", spy)
+    computed: list[torch.Tensor] = []  # every step's pair distances, as the step computed them
+    pairs = DPSGDClassifier._pair_distances
+
+    def kept(self, *a, **k):
+        computed.append(pairs(self, *a, **k).clone())
+        return computed[-1]
+
+    monkeypatch.setattr(DPSGDClassifier, "_pair_distances", kept)
+    steps = 12
+
+    def go(name: str) -> dict:
+        run(compose_cfg(["experiment=digits_dpsgd", "logger=local", "evaluator=none", "trainer.progress=false",
+                         "trainer.deterministic=true", f"trainer.max_steps={steps}", "trainer.log_every=4",
+                         "trainer.checkpoint_every=8", "trainer.graph=on", "accountant.data_dependent_reports=true"],
+                        out_dir=tmp_path / name))
+        folder = tmp_path / name
+        return {"results": json.loads((folder / "results.json").read_text()),
+                "card": json.loads((folder / "privacy_card.json").read_text()),
+                "rows": (folder / "metrics.csv").read_text(),
+                "checkpoint": load_checkpoint(folder / "checkpoints" / "last.pt")}
+
+    graphed = go("graph")
+    runner = runners[-1]
+    assert (runner.warm, runner.captures, runner.eager, runner.replays) == (3, 1, 0, steps - 3)
+    # the reports account each step's own distances (a replay's, not the captured step's), once per step
+    assert len(computed) == steps and len({tuple(d.tolist()) for d in computed}) == steps
+    train = graphed["results"]["train"]
+    wa, ba = WassersteinAccountant(16, 32), BayesianAccountant(16, total_steps=train["steps_planned"])
+    for d in computed:
+        for acct in (wa, ba):
+            acct.step(d.numpy(), train["noise_std"], train["sample_rate"])
+    reported = graphed["checkpoint"]["ledger"]["reported"]
+    assert reported["wa"] == wa.state_dict() and reported["ba"] == ba.state_dict()
+    with monkeypatch.context() as eager_steps:
+        eager_steps.setattr(DPSGDClassifier, "capturable", lambda self, t: False)
+        eager = go("eager")
+    assert runners[-1].captures == 0 and runners[-1].eager == steps
+    p, q = graphed["results"]["privacy"], eager["results"]["privacy"]
+    assert p == q and p["private_steps"] == steps
+    assert all(math.isfinite(p[f"epsilon_{k}"]) and p[f"epsilon_{k}"] > 0 for k in ("wa", "ba", "ma"))
+    assert graphed["card"] == eager["card"]
+    assert graphed["rows"] == eager["rows"] and "epsilon_wa_reported_only" in graphed["rows"]
+    assert reported == eager["checkpoint"]["ledger"]["reported"] and reported["wa"]["steps"] == steps
+    for name, w in graphed["checkpoint"]["method"]["network"].items():
+        assert torch.equal(w, eager["checkpoint"]["method"]["network"][name])
 
 
 class _Toy:

@@ -99,11 +99,11 @@ def test_dpsgd_with_its_reports_is_captured_and_reports_what_the_eager_run_repor
     monkeypatch.setattr(DPSGDClassifier, "_pair_distances", kept)
     steps = 12
 
-    def go(name: str) -> dict:
+    def go(name: str, *extra: str) -> dict:
         run(compose_cfg(["experiment=digits_dpsgd", "logger=local", "evaluator=none", "trainer.progress=false",
                          "trainer.deterministic=true", f"trainer.max_steps={steps}", "trainer.log_every=4",
-                         "trainer.checkpoint_every=8", "trainer.graph=on", "accountant.data_dependent_reports=true"],
-                        out_dir=tmp_path / name))
+                         "trainer.checkpoint_every=8", "trainer.graph=on", "accountant.data_dependent_reports=true",
+                         *extra], out_dir=tmp_path / name))
         folder = tmp_path / name
         return {"results": json.loads((folder / "results.json").read_text()),
                 "card": json.loads((folder / "privacy_card.json").read_text()),
@@ -134,6 +134,12 @@ def test_dpsgd_with_its_reports_is_captured_and_reports_what_the_eager_run_repor
     assert reported == eager["checkpoint"]["ledger"]["reported"] and reported["wa"]["steps"] == steps
     for name, w in graphed["checkpoint"]["method"]["network"].items():
         assert torch.equal(w, eager["checkpoint"]["method"]["network"][name])
+    # stopped after its checkpoint at step 8, resumed: it captures again and ends with the uninterrupted reports
+    go("cut", "trainer.max_steps=8")
+    resumed = go("cut", "trainer.resume=true")
+    assert runners[-1].captures == 1 and runners[-1].replays == steps - 8 - 3
+    assert resumed["checkpoint"]["ledger"]["reported"] == reported
+    assert resumed["results"]["privacy"] == p
 
 
 class _Toy:

@@ -314,3 +314,36 @@ def test_cuda_the_captured_run_has_the_eager_runs_epsilon_card_and_weights(tmp_p
     _, led_g, _ = _cuda_train(tmp_path / "graph_dp", graph=True, private=True)
     assert led_g.entries == led_e.entries and led_g.steps == 12
     assert led_g.epsilon() == led_e.epsilon() and led_g.summary() == led_e.summary()
+
+
+@pytest.mark.cuda
+def test_cuda_dpsgd_with_its_reports_captured_reports_what_its_eager_steps_report(tmp_path, monkeypatch):
+    """The real graph: DP-SGD with the WA / BA / MA reports captured, beside the same run with every step eager over
+    the same padded batches: ε and the card equal, the reports and the weights equal to float rounding."""
+    import json
+
+    from dpgen.methods.dpsgd_classifier import DPSGDClassifier
+    from dpgen.pipeline import run
+    from tests.helpers.configs import compose_cfg
+
+    def go(name: str) -> dict:
+        run(compose_cfg(["experiment=digits_dpsgd", "logger=local", "evaluator=none", "trainer.progress=false",
+                         "trainer.deterministic=true", "trainer.max_steps=12", "trainer.log_every=4",
+                         "trainer.device=cuda", "trainer.graph=on", "accountant.data_dependent_reports=true"],
+                        out_dir=tmp_path / name))
+        return {"results": json.loads((tmp_path / name / "results.json").read_text()),
+                "card": json.loads((tmp_path / name / "privacy_card.json").read_text()),
+                "weights": torch.load(tmp_path / name / "classifier.pt", weights_only=False)["network"]}
+
+    graphed = go("graph")
+    assert graphed["results"]["train"]["graph"] == "cuda"
+    with monkeypatch.context() as eager_steps:
+        eager_steps.setattr(DPSGDClassifier, "capturable", lambda self, t: False)
+        eager = go("eager")
+    p, q = graphed["results"]["privacy"], eager["results"]["privacy"]
+    assert p["epsilon"] == q["epsilon"] and p["private_steps"] == q["private_steps"] == 12
+    for k in ("wa", "ba", "ma"):
+        assert p[f"epsilon_{k}"] == pytest.approx(q[f"epsilon_{k}"], rel=1e-5), k
+    assert graphed["card"]["privacy"] == eager["card"]["privacy"]
+    for name, w in graphed["weights"].items():
+        assert torch.allclose(w, eager["weights"][name], atol=1e-5), name

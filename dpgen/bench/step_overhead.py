@@ -40,13 +40,16 @@ the bench:
 :func:`family_steps` runs a family's short preset through the real pipeline under :class:`StepOps`
 and returns the counts of every step interval (step t's ``method.step`` plus the loop's work up to step
 t + 1); :func:`section` is the bench's table, with the CPU milliseconds of the same minimal step.
-:func:`compile_rows` (``python -m dpgen.bench.step_overhead --compile``) times the same minimal step with
-``trainer.compile`` off and on, in one process, in alternating blocks of steps.
+:func:`mnist_rows` (``python -m dpgen.bench.step_overhead --mnist``) counts every family's step at its MNIST
+preset (:data:`MNIST`) and checks it is static; :func:`compile_rows` (``python -m dpgen.bench.step_overhead
+--compile``) times the same minimal step with ``trainer.compile`` off and on, in one process, in alternating
+blocks of steps.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import statistics
 import tempfile
@@ -61,7 +64,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 from .op_count import RANDOM_OPS, READ_OPS, OpCounter, flatten, generator_of, is_kernel, signature
 
-__all__ = ["READ_OPS", "RANDOM_OPS", "Counts", "StepOps", "family_steps", "static_check"]
+__all__ = ["MNIST", "READ_OPS", "RANDOM_OPS", "Counts", "StepOps", "family_steps", "mnist_rows", "static_check"]
 
 aten = torch.ops.aten
 
@@ -347,6 +350,21 @@ FAMILIES: dict[str, tuple[str, list[str]]] = {
     "dpsgd_classifier": ("DP-SGD classifier", ["experiment=digits_dpsgd", *SMALL]),
     "dpsinkhorn": ("DP-Sinkhorn", ["experiment=digits_dpsinkhorn", *SMALL]),
 }
+# family -> its MNIST preset (MNIST / USPS for the adapters), shortened only where the private step's shapes stay:
+# the adapters align from the first step (model.start_align=0: the steps before it touch no private record), the
+# autoencoder of DPSWgen / DPSWflow-r / DPSWflow pre-trains for 3 steps on the public half (before the private
+# steps; no cache); the batch, the image size, the networks, the projections and the ε-scaling are the preset's
+AE_MNIST = ["model.ae_steps=3", "model.autoencoder_cache=null"]
+MNIST: dict[str, list[str]] = {
+    "dpswd_generator": ["experiment=mnist_dpswd"],
+    "dpswd_adapter": ["experiment=mnist_usps_dpswd", "model.start_align=0"],
+    "dp_dann": ["experiment=mnist_usps_dp_dann", "model.start_align=0"],
+    "dpswflow_r": ["experiment=mnist_dpswflow_r", *AE_MNIST],
+    "dpswflow": ["experiment=mnist_dpswflow", *AE_MNIST],
+    "dpswgen": ["experiment=mnist_dpswgen", *AE_MNIST],
+    "dpsgd_classifier": ["experiment=mnist_dpsgd"],  # as it ships: the WA / BA reports on
+    "dpsinkhorn": ["experiment=mnist_dpsinkhorn"],
+}
 STEPS = 6  # steps of a counted run: step 0 warms up (lazy optimiser state), the last interval logs
 RUN = ["logger=local", "evaluator=none", "trainer.progress=false", "trainer.device=cpu", "trainer.deterministic=true",
        f"trainer.max_steps={STEPS}", f"trainer.log_every={STEPS}", f"trainer.checkpoint_every={10 * STEPS}"]
@@ -420,6 +438,7 @@ def family_steps(family: str, run_dir: Path, extra: list[str] | tuple[str, ...] 
     import dpgen.utils.misc
     from dpgen.pipeline import run
 
+    gc.collect()  # an earlier counted run's reference cycles (its method, data, run): one process counts many runs
     cfg = compose([*(FAMILIES[family][1] if preset is None else preset), *RUN, *extra], run_dir)
     ops, seen = StepOps(), {}
     hosts = [(mod, mod.on_host) for mod in (dpgen.utils.misc, dpgen.ot.flows)]
@@ -523,6 +542,29 @@ def section(device: torch.device) -> str:
         "|---|---|---|---|---|---|---|", *rows]) + "\n"
 
 
+def mnist_rows(families: tuple[str, ...] = tuple(MNIST)) -> list[str]:
+    """Per family, its MNIST preset (:data:`MNIST`) run for :data:`STEPS` steps with ``trainer.graph=on`` (static
+    shapes, the emulated capture) under :class:`StepOps`: the aten ops the captured step dispatches (step 3, the
+    capture), the device kernels of its step interval, and the static-step check (:func:`static_check`).  Needs
+    MNIST and USPS under ``$DPGEN_DATA_ROOT``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = []
+    try:
+        for family in families:
+            print(f"[bench] MNIST preset: {FAMILIES[family][0]} ...", flush=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                fs = family_steps(family, Path(tmp) / "run", ["trainer.graph=on"], preset=MNIST[family])
+            faults = static_check(fs)
+            rows.append(f"| {FAMILIES[family][0]} | `{' '.join(MNIST[family])}` | {len(fs.intervals[3].sequence)} | "
+                        f"{fs.intervals[3].kernels} | {'static' if not faults else 'NOT static: ' + faults[0]} |")
+            print(f"[bench] {rows[-1]}", flush=True)
+    finally:
+        torch.set_num_threads(threads)
+    return ["| family | MNIST preset, as counted | aten ops in the step | device kernels / step | static-step check |",
+            "|---|---|---|---|---|", *rows]
+
+
 # the families whose step trainer.compile changes (dpgen.utils.compiling); the flows have no model or optimiser step
 COMPILED = ("dpswd_generator", "dpswd_adapter", "dp_dann", "dpswgen", "dpsgd_classifier")
 
@@ -583,5 +625,7 @@ if __name__ == "__main__":
 
     if "--compile" in sys.argv[1:]:
         print("\n".join(compile_rows()))
+    elif "--mnist" in sys.argv[1:]:
+        print("\n".join(mnist_rows()))
     else:
         print(section(torch.device("cpu")))

@@ -17,6 +17,9 @@
    values are the graph's static outputs; Adam runs with ``capturable=True`` (its step counts on the device);
 5. every later capturable step is one ``replay()``.
 
+An eager step of a run with a graph (a warm-up step, one the graph cannot take) makes its records right after
+the step, as a replay does (:meth:`StepRunner._eager`).
+
 ``trainer.graph=auto`` (the default on a CUDA run): a capture that fails (an operation a graph cannot hold) is
 said in one console line and the run goes on eagerly (:meth:`StepRunner._give_up`: a capture runs no kernel, so
 nothing it deferred is recorded); ``trainer.graph=on`` raises instead.
@@ -43,8 +46,11 @@ registers with every capture itself):
 * DP-SWD generator, DPSWgen, DPSWflow-r, DPSWflow (after its one release at step 0): every step (fixed-size
   batches); the DP-SWD generator with the CelebA feature map (its public batch drawn on the host): eager;
 * DP-SGD, DP-Sinkhorn, DP-DANN: every step, the Poisson batch padded (``padded_batch``); eager: a batch above
-  the capacity, DP-SGD with the data-dependent reports (read on the host), DP-Sinkhorn with another loss than the
-  semi-debiased one (its padding would need GeomLoss' weights);
+  the capacity, DP-Sinkhorn with another loss than the semi-debiased one (its padding would need GeomLoss'
+  weights).  DP-SGD with the data-dependent reports captures them too: the pair distances are computed inside the
+  step into a static buffer, and their accounting is submitted like a record (``ledger.ReportedStep``): after
+  each replay a copy of the buffer goes to the reported-only accountants, which read it on the host when their
+  epsilon is read (``trainer.log_every``, a checkpoint, the end);
 * the domain adapters (DP-SWD, DP-DANN, and the non-private DANN / SWD baselines when their batch is static): the
   aligning steps; the warm-up steps before ``model.start_align`` run eagerly (another step);
 * the non-private baselines of the other families: as their private family (the same step, noise 0).
@@ -97,7 +103,7 @@ class StepRunner:
         fits = m.sampler.prepare() if m.sampler is not None else True  # the host's K, outside the graph
         if not fits or not m.capturable(t):
             self.eager += 1
-            return m.step(t)
+            return self._eager(t)
         if self.warm < self.warmup:
             self.warm += 1
             return self._warm_step(t)
@@ -105,15 +111,27 @@ class StepRunner:
             return self._capture(t)
         return self._replay()
 
+    def _eager(self, t: int) -> dict:
+        """An eager step, its records made right after it, as after a replay: every step of the run, however it ran,
+        dispatches the same operations inside ``method.step`` (a record's host work, e.g. copying a report's
+        device statistics, comes after the step)."""
+        with self.ledger.deferred() as records:
+            out = self.method.step(t)
+        for pending in records:
+            pending()
+        return out
+
     def _warm_step(self, t: int) -> dict:
         if self.backend != "cuda":
-            return self.method.step(t)
+            return self._eager(t)
         if self._side is None:
             self._side = torch.cuda.Stream()
         self._side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self._side):
+        with self.ledger.deferred() as records, torch.cuda.stream(self._side):
             out = self.method.step(t)
         torch.cuda.current_stream().wait_stream(self._side)
+        for pending in records:
+            pending()  # on the current stream, after the step's kernels
         return out
 
     def _capture(self, t: int) -> dict:

@@ -63,6 +63,7 @@ from ..privacy.dpsgd import (
     cpu_microbatch,
     poisson_capacity,
 )
+from ..privacy.ledger import ReportedStep
 from ..privacy.mechanisms import NoisyGradientSum, UnnoisedAccess
 from ..privacy.noise import NoiseSettings
 from ..privacy.per_sample import PerSampleGradients, check_rule, resolve_rule
@@ -181,13 +182,15 @@ class DPSGDClassifier(Method):
             self.gradient_release = UnnoisedAccess(ledger, sample_rate=q)
         self.mechanisms = {"gradient": self.gradient_release}
         self.pair_gen = device_generator(secret_seed(ctx, 3), ctx.device)  # pair selection (reports only), on the device
-        self.log_every = ctx.log_every  # the reports' distances are copied to the host on these steps
         if self.reports:  # reported-only accountants (never calibrate, never stop training)
             self.wa = WassersteinAccountant(self.wa_order, self.wa_beta)
             self.ba = BayesianAccountant(self.ba_orders, total_steps=self._steps, conf=self.ba_conf)
             self.ma = MomentsAccountant(self.ma_orders)
             for acct in (self.wa, self.ba, self.ma):
                 ledger.add_reported(acct)
+            self.ledger = ledger  # the step submits its reports' accounting to it (ReportedStep)
+            # the step's pair distances, in a buffer of its own: a graph's static output, copied after each replay
+            self.pair_distances = torch.zeros(self.n_pairs, dtype=torch.float64, device=ctx.device)
         # trainer.compile=on: the SGD step on the released gradient compiled (utils.compiling); the per-sample
         # gradients, clipping and noise (the release) stay eager
         self.opt = compile_step(torch.optim.SGD(self.net.parameters(), lr=self.lr, momentum=self.momentum,
@@ -221,25 +224,21 @@ class DPSGDClassifier(Method):
             grads = self.plain_gradient(x, y, valid)
         assign_grads(self.net, grads, owned=True)
         self.opt.step()                                                        # 4. theta <- theta - lr g~
-        if self.reports and (t + 1) % self.log_every == 0:  # the reports' distances start their copy to the host
-            self.wa.deferred.stage()
-            self.ba.deferred.stage()
         # the norm of the released (noised) gradient: public; NaN/inf in it is caught by the loop's
         # non-finite check (kept on the device, raised at the next log / checkpoint step: no host sync here)
         return {"released_grad_norm": torch.nn.utils.get_total_norm(list(grads.values()))}
 
     # ------------------------------------------------------------------------------------
-    def capturable(self, t: int) -> bool:
-        """The data-dependent reports account their distances on the host: such a step runs eagerly."""
-        return not self.reports
-
     def private_gradient(self, x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None) -> Grads:
         """The released gradient of a batch (normalised, on the device): lines 5-7 through the mechanism, the
         per-sample gradients by ``model.per_sample`` in chunks of ``model.microbatch`` (``valid``: the real rows
         of a padded batch).  With the data-dependent opt-in, P random batch members' clipped gradients give the
         WA/BA pair distances (never released or logged): the batch is permuted on the device (its clipped sum does
         not depend on the order) and its first P rows are the P members, so nothing is read back; the distances
-        stay on the device until the accountants are read (``privacy.deferred``)."""
+        are written into ``pair_distances`` and their accounting is submitted to the ledger like a release's record
+        (``ReportedStep``: made after the step, or after each replay of a captured step, by
+        :meth:`_account_reports`), so the step itself does the same device work whether it runs eagerly or is
+        replayed."""
         if not self.reports:
             return self.gradient_release.release(self.grads.chunks((x,), (y,), valid, self.microbatch))
         n = x.shape[0]
@@ -259,12 +258,19 @@ class DPSGDClassifier(Method):
             seen[0] += rows
 
         private = self.gradient_release.release(self.grads.chunks((x,), (y,), valid, self.microbatch), observe=observe)
-        distances = self._pair_distances(pair_rows, self.pair_gen, None if valid is None else valid[:p])
-        s = self.gradient_release.noise_std
-        self.wa.step(distances, s, self.gradient_release.sample_rate)                   # reported only (kept)
-        self.ba.step(distances, s, self.gradient_release.sample_rate)
-        self.ma.step(self.C, s, self.gradient_release.sample_rate)
+        self.pair_distances.copy_(self._pair_distances(pair_rows, self.pair_gen, None if valid is None else valid[:p]))
+        self.ledger.submit(ReportedStep(("wa", "ba", "ma"), self.gradient_release.noise_std,
+                                        self.gradient_release.sample_rate), self._account_reports)
         return private
+
+    def _account_reports(self) -> None:
+        """One step of the reported-only accountants (after the step that computed ``pair_distances``): WA and BA
+        keep a copy of the distances on the device until they are read (``privacy.deferred``: no host read now),
+        MA takes the worst case C."""
+        distances, s, q = self.pair_distances.clone(), self.gradient_release.noise_std, self.gradient_release.sample_rate
+        self.wa.step(distances, s, q)                                                   # reported only (kept)
+        self.ba.step(distances, s, q)
+        self.ma.step(self.C, s, q)
 
     def _pair_distances(self, pair_rows: list[torch.Tensor], gen: torch.Generator,
                         valid: torch.Tensor | None = None) -> torch.Tensor:

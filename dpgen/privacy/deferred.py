@@ -3,9 +3,9 @@
 A reported-only accountant (``privacy.wdp.WassersteinAccountant``, ``privacy.bayesian.BayesianAccountant``)
 is fed a device tensor of pair distances every step.  Reading it on the host at once would make the host wait
 for the device every step (a sync).  :class:`DeferredSteps` keeps the step's tensor where it is instead;
-``stage()`` (the method calls it on a ``trainer.log_every`` step) starts ONE non-blocking copy of every step
-kept so far to the host, and ``drain()`` (the accountant, when its epsilon or its state is read) waits for
-that copy and hands back the host rows in step order, copying any step not staged yet.  The accountant then
+``stage()`` starts ONE non-blocking copy of every step kept so far to the host, and ``drain()`` (the
+accountant, when its epsilon or its state is read: a ``trainer.log_every`` step, a checkpoint, the end) stages
+what is left, waits for the copies and hands back the host rows in step order.  The accountant then
 takes the steps one by one, exactly as it would have taken them at once: its sums are additive over steps, so
 the numbers are the same; only when the host does the arithmetic changes.
 """

@@ -23,7 +23,8 @@ ledger reports ``(eps, delta)`` with the conversion done at ``delta - sum_t beta
 
 *Reported* accountants (``add_reported``): data-dependent or non-standard accountants such as the
 Bayesian (BA) and Wasserstein (WA) accountants of ``privacy.bayesian`` / ``privacy.wdp`` receive
-per-step statistics from the method directly (``ledger.reported[name].step(...)``), are saved in
+per-step statistics from the method (``ledger.reported[name].step(...)``, submitted like a record:
+:class:`ReportedStep`, so a captured step accounts them after each replay), are saved in
 ``state_dict`` and appear in ``summary()`` as ``epsilon_<name>`` with a label.  They are NEVER used
 for calibration or for the budget stop: the calibrating accountant does both.
 They are computed from un-noised statistics of private records (WA, BA), so publishing them is not
@@ -68,10 +69,11 @@ NOT_DP_DATA_DEPENDENT = DATA_DEPENDENT
 
 @dataclass(frozen=True)
 class Pending:
-    """A record collected by :meth:`PrivacyLedger.deferred` (a captured step's release): ``entry`` is what it adds,
-    calling it records it (the mechanism's own recording, ``Mechanism._record``)."""
+    """A record collected by :meth:`PrivacyLedger.deferred` (a captured step's release, or its reported-only
+    statistics): ``entry`` is what it adds, calling it records it (the mechanism's own recording,
+    ``Mechanism._record``; a method's accounting of its reports)."""
 
-    entry: LedgerEntry
+    entry: LedgerEntry | ReportedStep
     apply: Callable[[], None]
 
     def __call__(self) -> None:
@@ -93,6 +95,17 @@ class LedgerEntry:
         return (self.noise_multiplier, self.sample_rate, self.delta_per_step, self.relation, self.mechanism,
                 self.guarantee) == (other.noise_multiplier, other.sample_rate, other.delta_per_step, other.relation,
                                     other.mechanism, other.guarantee)
+
+
+@dataclass(frozen=True)
+class ReportedStep:
+    """What one step adds to the reported-only accountants ``accountants`` (their per-step statistics, computed on
+    the device from a release of noise std ``noise_std`` at ``sample_rate``): submitted like a release's record
+    (:meth:`PrivacyLedger.submit`), so a step captured in a graph accounts them after each replay."""
+
+    accountants: tuple[str, ...]
+    noise_std: float
+    sample_rate: float
 
 
 class PrivacyLedger:
@@ -134,9 +147,9 @@ class PrivacyLedger:
         finally:
             self._deferred = outer
 
-    def submit(self, entry: LedgerEntry, apply: Callable[[], None]) -> None:
-        """``apply()`` (a mechanism's recording of one release, whose ledger entry is ``entry``) now, or, inside
-        :meth:`deferred`, collected for later."""
+    def submit(self, entry: LedgerEntry | ReportedStep, apply: Callable[[], None]) -> None:
+        """``apply()`` (a mechanism's recording of one release, whose ledger entry is ``entry``, or a step's
+        reported-only statistics) now, or, inside :meth:`deferred`, collected for later."""
         if self._deferred is not None:
             self._deferred.append(Pending(entry, apply))
         else:

@@ -120,9 +120,10 @@ def evidence_from_run(run_dir: Path, commit: str | None = None) -> dict:
 
 
 def portable_path(path: str | Path) -> str:
-    """``path`` relative to the working directory: evidence is committed, so it never carries the absolute
-    paths of the machine that ran it."""
-    return Path(os.path.relpath(Path(path).absolute())).as_posix() if Path(path).is_absolute() else str(path)
+    """``path`` relative to the working directory: evidence is committed, so it never carries the paths of the
+    machine that ran it (a path outside the working directory keeps only its last part, the folder's own name)."""
+    rel = Path(os.path.relpath(Path(path).absolute())) if Path(path).is_absolute() else Path(path)
+    return Path(rel.name).as_posix() if ".." in rel.parts else rel.as_posix()
 
 
 def portable_override(override: str) -> str:

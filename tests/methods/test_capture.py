@@ -9,6 +9,7 @@ again.  The ``cuda``-marked tests run the real graph (``make gpu-check``).
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import pytest
@@ -64,6 +65,81 @@ def test_a_resumed_run_captures_again_and_ends_where_the_uninterrupted_run_ends(
     assert ledger.entries == led_w.entries and ledger.steps == 12
     for p, q in zip(m.G.parameters(), whole.G.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_dpsgd_with_its_reports_is_captured_and_reports_what_the_eager_run_reports(tmp_path, monkeypatch):
+    """DP-SGD with the data-dependent reports (WA / BA / MA) under ``trainer.graph=on`` (the emulated capture): its
+    step is captured and replayed, the pair distances accounted after each replay; ε, the reports (results.json, the
+    logged rows, the checkpoint), the privacy card and the weights are those of the run whose every step runs eagerly
+    over the same padded batches."""
+    import json
+
+    from dpgen.methods.dpsgd_classifier import DPSGDClassifier
+    from dpgen.pipeline import run
+    from dpgen.privacy.bayesian import BayesianAccountant
+    from dpgen.privacy.wdp import WassersteinAccountant
+    from dpgen.utils import load_checkpoint
+    from tests.helpers.configs import compose_cfg
+
+    runners: list[StepRunner] = []
+    made = StepRunner.__init__
+
+    def spy(self, *a, **k):
+        made(self, *a, **k)
+        runners.append(self)
+
+    monkeypatch.setattr(StepRunner, "__init__", spy)
+    computed: list[torch.Tensor] = []  # every step's pair distances, as the step computed them
+    pairs = DPSGDClassifier._pair_distances
+
+    def kept(self, *a, **k):
+        computed.append(pairs(self, *a, **k).clone())
+        return computed[-1]
+
+    monkeypatch.setattr(DPSGDClassifier, "_pair_distances", kept)
+    steps = 12
+
+    def go(name: str, *extra: str) -> dict:
+        run(compose_cfg(["experiment=digits_dpsgd", "logger=local", "evaluator=none", "trainer.progress=false",
+                         "trainer.deterministic=true", f"trainer.max_steps={steps}", "trainer.log_every=4",
+                         "trainer.checkpoint_every=8", "trainer.graph=on", "accountant.data_dependent_reports=true",
+                         *extra], out_dir=tmp_path / name))
+        folder = tmp_path / name
+        return {"results": json.loads((folder / "results.json").read_text()),
+                "card": json.loads((folder / "privacy_card.json").read_text()),
+                "rows": (folder / "metrics.csv").read_text(),
+                "checkpoint": load_checkpoint(folder / "checkpoints" / "last.pt")}
+
+    graphed = go("graph")
+    runner = runners[-1]
+    assert (runner.warm, runner.captures, runner.eager, runner.replays) == (3, 1, 0, steps - 3)
+    # the reports account each step's own distances (a replay's, not the captured step's), once per step
+    assert len(computed) == steps and len({tuple(d.tolist()) for d in computed}) == steps
+    train = graphed["results"]["train"]
+    wa, ba = WassersteinAccountant(16, 32), BayesianAccountant(16, total_steps=train["steps_planned"])
+    for d in computed:
+        for acct in (wa, ba):
+            acct.step(d.numpy(), train["noise_std"], train["sample_rate"])
+    reported = graphed["checkpoint"]["ledger"]["reported"]
+    assert reported["wa"] == wa.state_dict() and reported["ba"] == ba.state_dict()
+    with monkeypatch.context() as eager_steps:
+        eager_steps.setattr(DPSGDClassifier, "capturable", lambda self, t: False)
+        eager = go("eager")
+    assert runners[-1].captures == 0 and runners[-1].eager == steps
+    p, q = graphed["results"]["privacy"], eager["results"]["privacy"]
+    assert p == q and p["private_steps"] == steps
+    assert all(math.isfinite(p[f"epsilon_{k}"]) and p[f"epsilon_{k}"] > 0 for k in ("wa", "ba", "ma"))
+    assert graphed["card"] == eager["card"]
+    assert graphed["rows"] == eager["rows"] and "epsilon_wa_reported_only" in graphed["rows"]
+    assert reported == eager["checkpoint"]["ledger"]["reported"] and reported["wa"]["steps"] == steps
+    for name, w in graphed["checkpoint"]["method"]["network"].items():
+        assert torch.equal(w, eager["checkpoint"]["method"]["network"][name])
+    # stopped after its checkpoint at step 8, resumed: it captures again and ends with the uninterrupted reports
+    go("cut", "trainer.max_steps=8")
+    resumed = go("cut", "trainer.resume=true")
+    assert runners[-1].captures == 1 and runners[-1].replays == steps - 8 - 3
+    assert resumed["checkpoint"]["ledger"]["reported"] == reported
+    assert resumed["results"]["privacy"] == p
 
 
 class _Toy:
@@ -238,3 +314,36 @@ def test_cuda_the_captured_run_has_the_eager_runs_epsilon_card_and_weights(tmp_p
     _, led_g, _ = _cuda_train(tmp_path / "graph_dp", graph=True, private=True)
     assert led_g.entries == led_e.entries and led_g.steps == 12
     assert led_g.epsilon() == led_e.epsilon() and led_g.summary() == led_e.summary()
+
+
+@pytest.mark.cuda
+def test_cuda_dpsgd_with_its_reports_captured_reports_what_its_eager_steps_report(tmp_path, monkeypatch):
+    """The real graph: DP-SGD with the WA / BA / MA reports captured, beside the same run with every step eager over
+    the same padded batches: ε and the card equal, the reports and the weights equal to float rounding."""
+    import json
+
+    from dpgen.methods.dpsgd_classifier import DPSGDClassifier
+    from dpgen.pipeline import run
+    from tests.helpers.configs import compose_cfg
+
+    def go(name: str) -> dict:
+        run(compose_cfg(["experiment=digits_dpsgd", "logger=local", "evaluator=none", "trainer.progress=false",
+                         "trainer.deterministic=true", "trainer.max_steps=12", "trainer.log_every=4",
+                         "trainer.device=cuda", "trainer.graph=on", "accountant.data_dependent_reports=true"],
+                        out_dir=tmp_path / name))
+        return {"results": json.loads((tmp_path / name / "results.json").read_text()),
+                "card": json.loads((tmp_path / name / "privacy_card.json").read_text()),
+                "weights": torch.load(tmp_path / name / "classifier.pt", weights_only=False)["network"]}
+
+    graphed = go("graph")
+    assert graphed["results"]["train"]["graph"] == "cuda"
+    with monkeypatch.context() as eager_steps:
+        eager_steps.setattr(DPSGDClassifier, "capturable", lambda self, t: False)
+        eager = go("eager")
+    p, q = graphed["results"]["privacy"], eager["results"]["privacy"]
+    assert p["epsilon"] == q["epsilon"] and p["private_steps"] == q["private_steps"] == 12
+    for k in ("wa", "ba", "ma"):
+        assert p[f"epsilon_{k}"] == pytest.approx(q[f"epsilon_{k}"], rel=1e-5), k
+    assert graphed["card"]["privacy"] == eager["card"]["privacy"]
+    for name, w in graphed["weights"].items():
+        assert torch.allclose(w, eager["weights"][name], atol=1e-5), name

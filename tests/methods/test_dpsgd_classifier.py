@@ -254,8 +254,9 @@ def test_one_vmap_step_of_the_mnist_cnn_dispatches_at_most_500_kernels(tmp_path)
 def test_a_step_with_the_data_dependent_reports_reads_nothing_from_the_device(tmp_path):
     """WA/BA on: the pair members are chosen and their distances computed on the device and kept there until a log
     step copies them without blocking: a steady step reads nothing, copies nothing to the device and draws no host
-    random number (counted as a CUDA run takes them: ``bench.step_overhead``)."""
-    from dpgen.bench.step_overhead import family_steps
+    random number (counted as a CUDA run takes them: ``bench.step_overhead``), and the step is static: captured in
+    a graph with the reports (their accounting made after each replay)."""
+    from dpgen.bench.step_overhead import family_steps, static_check
 
     # trainer.graph=on as a CUDA run takes it (auto): the sampler's host size draw is made before the step
     fs = family_steps("dpsgd_classifier", tmp_path / "run", ["accountant.data_dependent_reports=true",
@@ -264,6 +265,7 @@ def test_a_step_with_the_data_dependent_reports_reads_nothing_from_the_device(tm
     where = [w for c in fs.steady for w in c.where]
     assert (fs.worst("reads"), fs.worst("copies"), fs.worst("host_random")) == (0, 0, 0), where
     assert fs.method.wa.steps == fs.method.ba.steps == len(fs.intervals)  # every step accounted by the end
+    assert not static_check(fs), static_check(fs)
 
 
 def test_a_ghost_step_is_static_and_releases_what_the_layer_rules_release(tmp_path):

@@ -46,8 +46,9 @@ def test_evidence_paths_are_relative(tmp_path, monkeypatch):
     assert evidence.portable_path(tmp_path / "outputs" / "run") == "outputs/run"
     assert evidence.portable_override(f"model.autoencoder_cache={tmp_path}/ae") == "model.autoencoder_cache=ae"
     assert evidence.portable_override("seed=3") == "seed=3"
+    assert evidence.portable_path(tmp_path.parent / "elsewhere" / "run") == "run"  # no trace of the machine
     for ev in evidence_store.load_store():
-        assert not Path(ev["run_dir"]).is_absolute()
+        assert not Path(ev["run_dir"]).is_absolute() and ".." not in Path(ev["run_dir"]).parts, ev["run_dir"]
         assert all("=/" not in o for o in ev["overrides"]), ev["overrides"]
 
 

@@ -130,6 +130,9 @@ class _Parts:
     ledger: object
     data: object
     logger: object
+    # the code that runs: the checkout's commit when the run starts (rank 0; None elsewhere or outside a checkout),
+    # recorded in results.json and the release (read at the end it would name whatever the checkout holds then)
+    version: str | None = None
 
 
 def _environment(cfg: DictConfig, run_dir: Path) -> tuple[int, int, torch.device]:
@@ -175,7 +178,7 @@ def _build(cfg: DictConfig, run_dir: Path) -> _Parts:
     logger = (instantiate(cfg.logger, _partial_=True, _convert_="all")(run_config=OmegaConf.to_container(cfg, resolve=True))
               if dist.is_main() else SilentLogger())
     return _Parts(cfg.get("experiment_name", "run"), seed, device, threads, convention, method, evaluator, ledger,
-                  data, logger)
+                  data, logger, code_version() if dist.is_main() else None)
 
 
 def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
@@ -198,7 +201,7 @@ def _context(cfg: DictConfig, parts: _Parts, folder: RunFolder) -> TrainContext:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     ctx.release_extra = lambda led: release_info(OmegaConf.to_container(cfg, resolve=True), parts.data, parts.method,
-                                                 led, code_version(), folder.path, processes=ctx.processes)
+                                                 led, parts.version, folder.path, processes=ctx.processes)
     return ctx
 
 
@@ -222,7 +225,7 @@ def _results(parts: _Parts, ctx: TrainContext, metrics: dict, train_metrics: dic
         "precision": ctx.precision,
         "runtime_s": time.time() - t0,
         "overrides": _overrides(),
-        "git_commit": code_version(),  # provenance for the evidence store (dpgen/reproduce/evidence.py)
+        "git_commit": parts.version,  # provenance for the evidence store (dpgen/reproduce/evidence.py)
         "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),  # the start: the end would time the private run
     }
 
@@ -234,8 +237,7 @@ def _run_steps(cfg: DictConfig, folder: RunFolder, so_far: _SoFar) -> dict:
     parts = _build(cfg, folder.path)
     so_far.ledger, so_far.evaluator, so_far.logger, so_far.phase = parts.ledger, parts.evaluator, parts.logger, "training"
     so_far.base = {"experiment": parts.name, "dataset": parts.data.name, "overrides": _overrides(),
-                   # rank 0 writes results.json; `git status` would take the checkout's index lock on every rank
-                   "git_commit": code_version() if dist.is_main() else None,
+                   "git_commit": parts.version,
                    "created_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))}
     try:
         ctx = _context(cfg, parts, folder)

@@ -98,3 +98,20 @@ def test_mnist_preset_runs_on_shared_data(tmp_path, data_root):
     res = json.loads((tmp_path / "results.json").read_text())
     assert "n_private" not in res and "acc_logreg" in res["metrics"]  # add/remove: N is not published
     assert res["train"]["steps_planned"] == 60000
+
+
+def test_a_run_records_the_commit_it_started_from_not_the_checkouts_at_its_end(tmp_path, monkeypatch):
+    """The checkout may move while a long run trains (an editable install): results.json and the privacy card name
+    the code version read when the run starts, once."""
+    import itertools
+
+    import dpgen.pipeline
+
+    versions = itertools.count()
+    monkeypatch.setattr(dpgen.pipeline, "code_version", lambda: f"{next(versions):07x}")
+    out = tmp_path / "run"
+    r = train_here(["experiment=digits_moments", "logger=local", "evaluator=none", "trainer.progress=false",
+                    f"hydra.run.dir={out}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((out / "results.json").read_text())["git_commit"] == "0000000"
+    assert json.loads((out / "privacy_card.json").read_text())["code_version"] == "0000000"

@@ -365,6 +365,12 @@ MNIST: dict[str, list[str]] = {
     "dpsgd_classifier": ["experiment=mnist_dpsgd"],  # as it ships: the WA / BA reports on
     "dpsinkhorn": ["experiment=mnist_dpsinkhorn"],
 }
+# the choices a CUDA run's ``auto`` makes where a CPU run's differs (dpgen.privacy.per_sample.resolve_rule: the
+# per-sample path is ghost on a CPU, unfold on CUDA): a counted run takes the CUDA run's path
+CUDA_CHOICES: dict[str, list[str]] = {
+    "dpsgd_classifier": ["model.per_sample=unfold"],
+    "dp_dann": ["model.alignment.per_sample=unfold"],
+}
 STEPS = 6  # steps of a counted run: step 0 warms up (lazy optimiser state), the last interval logs
 RUN = ["logger=local", "evaluator=none", "trainer.progress=false", "trainer.device=cpu", "trainer.deterministic=true",
        f"trainer.max_steps={STEPS}", f"trainer.log_every={STEPS}", f"trainer.checkpoint_every={10 * STEPS}"]
@@ -439,7 +445,8 @@ def family_steps(family: str, run_dir: Path, extra: list[str] | tuple[str, ...] 
     from dpgen.pipeline import run
 
     gc.collect()  # an earlier counted run's reference cycles (its method, data, run): one process counts many runs
-    cfg = compose([*(FAMILIES[family][1] if preset is None else preset), *RUN, *extra], run_dir)
+    cfg = compose([*(FAMILIES[family][1] if preset is None else preset), *RUN, *CUDA_CHOICES.get(family, ()), *extra],
+                  run_dir)
     ops, seen = StepOps(), {}
     hosts = [(mod, mod.on_host) for mod in (dpgen.utils.misc, dpgen.ot.flows)]
     for mod, _ in hosts:  # the value-dependent shortcuts of a host tensor: off for a device tensor

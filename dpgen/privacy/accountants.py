@@ -142,6 +142,17 @@ def _cached_epsilon(key: tuple, compute) -> float:
     return value
 
 
+def _autodp(name: str):
+    """autodp's module ``name``, imported without the SyntaxWarnings Python prints whenever it compiles autodp's
+    source afresh (``is 0`` comparisons; every run under PYTHONDONTWRITEBYTECODE=1): not the user's to read."""
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return importlib.import_module(f"autodp.{name}")
+
+
 class RDPAccountant(Accountant):
     """Rényi-DP accountant (autodp ``anaRDPacct``) for the subsampled Gaussian.
 
@@ -160,8 +171,7 @@ class RDPAccountant(Accountant):
         return (*super()._cache_key(), self.m, self.m_max)
 
     def _epsilon(self, history: list[Release], delta: float) -> float:
-        from autodp import rdp_acct, rdp_bank
-
+        rdp_acct, rdp_bank = _autodp("rdp_acct"), _autodp("rdp_bank")
         acct = rdp_acct.anaRDPacct(m=self.m, m_max=self.m_max)
         for r in history:
             sig = r.noise_multiplier
@@ -212,11 +222,9 @@ class PLDAccountant(Accountant):
 
 def analytic_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     """Exact epsilon of one (un-subsampled) Gaussian mechanism at ``delta`` (Balle & Wang 2018, autodp)."""
-    from autodp import dp_bank
-
     if noise_multiplier <= 0:
         return math.inf
-    return float(dp_bank.get_eps_ana_gaussian(noise_multiplier, delta))
+    return float(_autodp("dp_bank").get_eps_ana_gaussian(noise_multiplier, delta))
 
 
 CALIBRATE_WITH: tuple[str, ...] = ("auto", "rdp", "pld")

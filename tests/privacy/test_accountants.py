@@ -189,3 +189,19 @@ def test_one_release_calibration_starts_at_the_exact_multiplier(monkeypatch, sam
     if name == "pld":
         assert len(calls) == 1
     assert acct.epsilon_of([Release(sigma, 1.0, 1)], delta) <= eps < acct.epsilon_of([Release(sigma * 0.995, 1.0, 1)], delta)
+
+
+def test_the_accountants_print_nothing_of_autodps_source_when_it_is_compiled_afresh(tmp_path):
+    """autodp's source compares with ``is 0``: Python warns (SyntaxWarning, 4 lines) each time it compiles it, which
+    is every run under PYTHONDONTWRITEBYTECODE=1 (an empty bytecode cache here forces the compilation)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from dpgen.privacy.accountants import RDPAccountant, Release, analytic_gaussian_epsilon\n"
+            "print(RDPAccountant('poisson').epsilon_of([Release(1.0, 0.01, 100)], 1e-5), "
+            "analytic_gaussian_epsilon(1.0, 1e-5))")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(tmp_path), "PYTHONWARNINGS": ""}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "SyntaxWarning" not in r.stderr, r.stderr

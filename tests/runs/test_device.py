@@ -344,7 +344,7 @@ MNIST_BOUNDS = {  # family: (aten ops in the step, device kernels / step)
     "dpswflow_r": (251, 193),  # 246, 189
     "dpswflow": (200, 156),  # 195, 152
     "dpswgen": (185, 110),  # 180, 106
-    "dpsgd_classifier": (2760, 1260),  # 2731, 1240: with the WA/BA reports, 16-row chunks (the CPU's microbatch)
+    "dpsgd_classifier": (2760, 1260),  # 2731, 1240: with the WA/BA reports, unfold in 64-row chunks (the CPU's)
     "dpsgd_classifier-dp": (2740, 1245),  # 2713, 1225: accountant.data_dependent_reports=false (a DP run)
     "dpsinkhorn": (450, 335),  # 448, 330: ε-scaling 0.5 (18 temperatures of the paired solve)
 }

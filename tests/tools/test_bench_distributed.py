@@ -23,6 +23,7 @@ def test_rows_give_the_ratio_in_one_run_and_say_why_a_side_was_not_measured(monk
 
     def fake(cmd: list[str], run_dir: Path) -> float:
         calls.append("2" if "torch.distributed.run" in cmd else "1")
+        distributed.WHOLE_S[run_dir] = 40.0 if calls[-1] == "1" else 32.0  # the whole command's wall seconds
         if "digits_dpswd" in " ".join(cmd) and calls[-1] == "2":
             raise RuntimeError("exit 1: no process group")
         return 10.0 if calls[-1] == "1" else 18.0
@@ -36,6 +37,8 @@ def test_rows_give_the_ratio_in_one_run_and_say_why_a_side_was_not_measured(monk
     swd = next(v for k, v in rows.items() if "`digits_dpswd`" in k)
     assert sgd.startswith("10.0 vs 18.0 steps/s: ×1.80 (median of") and "load average" in sgd and "target ×1.8" in sgd
     assert swd == "not measured: exit 1: no process group"
+    assert sgd.endswith("; whole run 40.0 vs 32.0 s: ×1.25")  # what a user's wall clock sees, beside the steps
+    assert all(len(f"| {k} | {v} |") <= 300 for k, v in rows.items())  # a table row of the page (tests/structure)
     families = {k.split(" (")[0] for k in rows}
     assert families == {"DP-SGD classifier", "DP-SWD generator", "DP-SWD adapter", "DP-DANN", "DPSWflow-r", "DPSWgen",
                         "DP-Sinkhorn"}

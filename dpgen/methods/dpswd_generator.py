@@ -130,7 +130,7 @@ class DPSWDGenerator(GenerativeMethod):
     # measured (dpgen bench --only distributed, docs/benchmarks.md), said by a run on several CPU processes
     cpu_split_note = ("every process runs the generator's head (both BatchNorm layers) on the whole batch and draws "
                       "all the step's directions, and the gradient all-reduce waits on the slower process: 2 processes "
-                      "ran 0.75x the steady steps/s of one at digits_dpswd and 1.24x at mnist_dpswd; below about 1.5x "
+                      "ran 0.63x the steady steps/s of one at digits_dpswd and 1.25x at mnist_dpswd; below about 1.5x "
                       "the set-up both processes repeat can eat the gain of a short run; one process (or GPUs) may be faster")
 
     name = "DP-SWD"

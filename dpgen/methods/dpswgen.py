@@ -43,7 +43,7 @@ class DPSWGen(LatentMethod):
     # measured (dpgen bench --only distributed, docs/benchmarks.md), said by a run on several CPU processes
     cpu_split_note = ("its step (about 10 ms at mnist_dpswgen) is smaller than the three exchanges a split step makes "
                       "(its BatchNorm statistics forward and backward, the gradients) plus the draws every process "
-                      "repeats: 2 processes ran 0.61x the steps/s of one; run it on one process (or on GPUs)")
+                      "repeats: 2 processes ran 0.64x the steady steps/s of one; run it on one process (or on GPUs)")
 
     name = "DPSWgen"
 

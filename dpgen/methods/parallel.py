@@ -51,10 +51,18 @@ SPLITS = ("rows", "blocks", "directions", "whole")
 def slower_note(method, device: torch.device) -> str | None:
     """The one line a run on several CPU processes prints when its family's step is too small to gain from the
     split on gloo (the method's ``cpu_split_note``: the measured figure and its measured reason); None otherwise."""
-    note = getattr(method, "cpu_split_note", None)
-    if note is None or not dist.active() or device.type != "cpu":
+    if not dist.active() or device.type != "cpu":
         return None
+    note = getattr(method, "cpu_split_note", None) or CPU_SPLIT_NOTE
     return f"note: on {dist.world_size()} CPU processes {method.name} gains little or runs slower: {note}"
+
+
+# every family on several CPU processes (dpgen bench --only distributed, docs/benchmarks.md): what a split step gains
+# depends on its size, and every process repeats the start-up and set-up
+CPU_SPLIT_NOTE = ("a step gains from a second CPU process only when it is large (2 processes ran 1.4-1.5x the steady "
+                  "steps/s of one at the MNIST presets, 0.3-1.4x at the 8x8 digits presets), and each process starts "
+                  "and sets up the run again (a 20-step run took 0.7-1.0x as long on 2 processes as on one); a short "
+                  "or small run may be faster on one process (or on GPUs)")
 
 
 # ---------------------------------------------------------------------------- what this rank does
